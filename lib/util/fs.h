@@ -1,0 +1,54 @@
+// fs.h - read-only file mappings and atomic (temp + fsync + rename) writes.
+//
+// Every output file oscar produces goes through osc_atomic_file: the data is
+// written to "<path>.tmp.<pid>" in the target directory, fsync'ed, renamed
+// over <path>, and the directory is fsync'ed. A failure or an abort before
+// commit leaves no half-written <path> behind.
+#ifndef OSCAR_UTIL_FS_H
+#define OSCAR_UTIL_FS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "util/error.h"
+
+// A read-only mapping of a whole file. An empty file maps to data == NULL,
+// size == 0.
+struct osc_mapped_file {
+    const uint8_t * data;
+    size_t          size;
+    char *          path; // owned copy, for error messages
+};
+
+enum oscar_status osc_map_file(const char * path, struct osc_mapped_file * out);
+void osc_unmap_file(struct osc_mapped_file * f);
+
+// Reads a whole file into a malloc'ed, NUL-terminated buffer (caller frees).
+// Fails with OSCAR_ERR_INVALID if the file is larger than max_bytes.
+enum oscar_status osc_read_file(const char * path, size_t max_bytes, char ** out, size_t * out_size);
+
+struct osc_atomic_file {
+    FILE * fp;        // write through this
+    char * path;      // final path
+    char * tmp_path;  // temporary path in the same directory
+};
+
+// Opens a temporary file next to `path` for writing.
+enum oscar_status osc_atomic_open(struct osc_atomic_file * f, const char * path);
+// Flushes, fsyncs, renames into place. Always releases `f`; on failure the
+// temporary file is removed.
+enum oscar_status osc_atomic_commit(struct osc_atomic_file * f);
+// Discards the temporary file (safe to call after a failed commit or twice).
+void osc_atomic_abort(struct osc_atomic_file * f);
+
+// Writes `size` bytes atomically to `path`.
+enum oscar_status osc_write_file_atomic(const char * path, const void * data, size_t size);
+
+// mkdir -p. Existing directories are fine.
+enum oscar_status osc_mkdirs(const char * path);
+
+// Joins two path components with '/' into a malloc'ed string (caller frees).
+char * osc_path_join(const char * a, const char * b);
+
+#endif
