@@ -147,7 +147,19 @@ void oscar_forward_free(struct oscar_forward * f);
 // Runs the batch. logits: [T, V] or NULL (then the LM head is skipped).
 enum oscar_status oscar_forward_run(struct oscar_forward * f, const struct oscar_batch * batch, float * logits);
 
+// The final normed hidden state [T, C] of the last successful run (the LM head's
+// input: logits = hidden @ output^T), and its T. Owned by f; valid until the next
+// run or oscar_forward_free. T is 0 before the first run or after a failed one.
+const float * oscar_forward_hidden(const struct oscar_forward * f, int32_t * n_tokens);
+
 // ---- perplexity ---------------------------------------------------------------------
+// Sliding windows, Hugging Face convention: window w covers tokens [b, e) with
+// b = w * stride and e = min(b + n_ctx, N); the last window is the first that
+// reaches N. Window w scores the targets j in [max(e_prev, b + 1), e) (e_prev =
+// end of the previous window, 0 for the first), token j predicted from the
+// logits at j - 1 inside the window: every token but the first is scored once,
+// so n_scored = N - 1 (fewer with max_windows). NLL is natural-log, summed in
+// double. Progress (tokens/s, ETA) goes to stderr through osc_progress.
 struct oscar_ppl_params {
     int32_t n_ctx;      // window length (tokens)
     int32_t stride;     // window advance; tokens scored per window after the first (HF convention)
