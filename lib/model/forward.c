@@ -1,8 +1,8 @@
 // forward.c - CPU forward pass of a decoder-only transformer (Llama/SmolLM, Qwen2, Qwen3), fp32.
 //
 // Every projection is one OpenBLAS sgemm over all T tokens of the batch; attention
-// runs per (sequence, query head, block of BQ query rows) on OpenMP threads, so no
-// T x T matrix for all heads ever exists. All scratch is sized once in
+// runs per (sequence, query head, block of BQ query rows) on OpenMP threads with an
+// online softmax over key tiles, so no T x T score matrix exists at all. All scratch is sized once in
 // oscar_forward_init from max_tokens; oscar_forward_run allocates nothing.
 // Reductions that decide accuracy (RMSNorm sum of squares, softmax denominators)
 // are accumulated in double. RoPE angles follow Hugging Face (fp32 inv_freq and
@@ -20,7 +20,7 @@
 
 #include "model/model.h"
 
-enum { ATT_BQ = 64 }; // query rows per attention block
+enum { ATT_BQ = 64, ATT_TILE = 64 }; // query rows per attention task, keys per softmax tile
 
 struct oscar_forward {
     const struct oscar_model * m;
@@ -37,7 +37,6 @@ struct oscar_forward {
     float *   cos_t;    // [T, D/2]
     float *   sin_t;    // [T, D/2]
     float *   inv_freq; // [D/2]
-    float *   scores;   // [n_threads, ATT_BQ, max_tokens]
     int32_t * pos;      // [T] positions used by the last run
     int32_t   n_tokens; // T of the last run
 };
@@ -54,6 +53,8 @@ static enum oscar_status check_model(const struct oscar_model * m) {
     if (c->n_layer <= 0 || c->n_embd <= 0 || c->n_head <= 0 || c->n_head_kv <= 0 || c->head_dim <= 0 ||
         c->n_ff <= 0 || c->n_vocab <= 0)
         return osc_error(OSCAR_ERR_INVALID, "%s: non-positive dimension in model config", m->source);
+    if (c->head_dim > OSCAR_MAX_HEAD_DIM)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: head_dim %d > %d", m->source, c->head_dim, OSCAR_MAX_HEAD_DIM);
     if (c->head_dim % 2 != 0)
         return osc_error(OSCAR_ERR_INVALID, "%s: head_dim %d is odd (RoPE needs pairs)", m->source, c->head_dim);
     if (c->n_head % c->n_head_kv != 0)
@@ -89,7 +90,6 @@ void oscar_forward_free(struct oscar_forward * f) {
     free(f->cos_t);
     free(f->sin_t);
     free(f->inv_freq);
-    free(f->scores);
     free(f->pos);
     free(f);
 }
@@ -132,10 +132,9 @@ enum oscar_status oscar_forward_init(const struct oscar_model * m, const struct 
     f->cos_t    = alloc_f(T * D / 2);
     f->sin_t    = alloc_f(T * D / 2);
     f->inv_freq = alloc_f(D / 2);
-    f->scores   = alloc_f((size_t)f->n_threads * ATT_BQ * T);
     f->pos      = malloc(T * sizeof(int32_t));
     if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->cos_t || !f->sin_t ||
-        !f->inv_freq || !f->scores || !f->pos)
+        !f->inv_freq || !f->pos)
         goto fail_nomem;
     // Hugging Face: inv_freq = 1 / theta ** (arange(0, D, 2) / D), all in fp32.
     for (size_t i = 0; i < D / 2; i++)
@@ -239,56 +238,67 @@ static float dot8(const float * a, const float * b, int32_t n) {
     return s;
 }
 
-// One block of query rows [i0, i1) of head h in the sequence starting at token s0 (batch indices).
-static void attend_block(const struct oscar_forward * f, float * sc, int32_t s0, int32_t i0, int32_t i1, int32_t h) {
-    const struct oscar_model_config * c = &f->m->config;
+// One query row i of head h over keys [s0, i] (batch indices), online softmax over tiles of
+// ATT_TILE keys: o = sum_j exp(s_j - m) v_j / sum_j exp(s_j - m), denominators in double.
+static void attend_row(const struct oscar_capture_layer * in, float * out, int32_t s0, int32_t i, int32_t h) {
+    const struct oscar_model_config * c = in->config;
     const int32_t D = c->head_dim, Hq = c->n_head, Hkv = c->n_head_kv, kh = h / (Hq / Hkv);
     const float   scale = 1.0f / sqrtf((float)D);
-    const int32_t n_keys = i1 - s0; // keys s0 .. i1-1 cover every row of the block
-    for (int32_t i = i0; i < i1; i++) {
-        float *       row = sc + (size_t)(i - i0) * n_keys;
-        const float * qi  = f->q + ((size_t)i * Hq + h) * D;
-        const int32_t nj  = i - s0 + 1; // causal: keys s0 .. i
-        float         mx  = -INFINITY;
+    const float * qi    = in->q + ((size_t)i * Hq + h) * D;
+    float         acc[OSCAR_MAX_HEAD_DIM];
+    float         sc[ATT_TILE];
+    float         m   = -INFINITY;
+    double        sum = 0.0;
+    for (int32_t d = 0; d < D; d++) acc[d] = 0.0f;
+    for (int32_t j0 = s0; j0 <= i; j0 += ATT_TILE) {
+        const int32_t nj = i + 1 - j0 < ATT_TILE ? i + 1 - j0 : ATT_TILE;
+        float         mt = -INFINITY;
         for (int32_t j = 0; j < nj; j++) {
-            float s = dot8(qi, f->k + ((size_t)(s0 + j) * Hkv + kh) * D, D) * scale;
-            row[j]  = s;
-            mx      = s > mx ? s : mx;
+            sc[j] = dot8(qi, in->k + ((size_t)(j0 + j) * Hkv + kh) * D, D) * scale;
+            mt    = sc[j] > mt ? sc[j] : mt;
         }
-        double sum = 0.0;
-        for (int32_t j = 0; j < nj; j++) {
-            float e = expf(row[j] - mx);
-            row[j]  = e;
-            sum += (double)e;
+        if (mt > m) { // rescale what was accumulated under the old maximum
+            float r = expf(m - mt);
+            for (int32_t d = 0; d < D; d++) acc[d] *= r;
+            sum *= (double)r;
+            m = mt;
         }
-        float   inv = (float)(1.0 / sum);
-        float * o   = f->att + ((size_t)i * Hq + h) * D;
-        for (int32_t d = 0; d < D; d++) o[d] = 0.0f;
         for (int32_t j = 0; j < nj; j++) {
-            const float * vj = f->v + ((size_t)(s0 + j) * Hkv + kh) * D;
-            float         p  = row[j] * inv;
-            for (int32_t d = 0; d < D; d++) o[d] += p * vj[d];
+            const float * vj = in->v + ((size_t)(j0 + j) * Hkv + kh) * D;
+            float         p  = expf(sc[j] - m);
+            sum += (double)p;
+            for (int32_t d = 0; d < D; d++) acc[d] += p * vj[d];
         }
     }
+    float * o   = out + ((size_t)i * Hq + h) * D;
+    float   inv = (float)(1.0 / sum);
+    for (int32_t d = 0; d < D; d++) o[d] = acc[d] * inv;
 }
 
-static void attention(struct oscar_forward * f, const struct oscar_batch * b) {
-    const int32_t Hq = f->m->config.n_head;
-    const int32_t T  = b->seq_start[b->n_seq];
-    for (int32_t s = 0; s < b->n_seq; s++) {
-        const int32_t s0 = b->seq_start[s], n = b->seq_start[s + 1] - s0;
-        const int32_t nb = (n + ATT_BQ - 1) / ATT_BQ;
-        const int32_t n_tasks = nb * Hq;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(f->n_threads)
+static int32_t attention_threads(void * user) {
+    const int32_t * nt = user;
+    return nt && *nt > 0 ? *nt : omp_get_max_threads();
+}
+
+enum oscar_status oscar_attention_causal(void * user, int32_t layer, const struct oscar_capture_layer * in,
+                                         float * out) {
+    (void)layer;
+    const int32_t Hq = in->config->n_head, nt = attention_threads(user);
+    if (in->config->head_dim > OSCAR_MAX_HEAD_DIM)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "attention: head_dim %d > %d", in->config->head_dim,
+                         OSCAR_MAX_HEAD_DIM);
+    for (int32_t s = 0; s < in->n_seq; s++) {
+        const int32_t s0 = in->seq_start[s], n = in->seq_start[s + 1] - s0;
+        const int32_t nb = (n + ATT_BQ - 1) / ATT_BQ, n_tasks = nb * Hq;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
         for (int32_t task = 0; task < n_tasks; task++) {
             // later blocks are the most expensive: hand them out first
             const int32_t blk = nb - 1 - task / Hq, h = task % Hq;
             const int32_t i0 = s0 + blk * ATT_BQ, i1 = i0 + ATT_BQ < s0 + n ? i0 + ATT_BQ : s0 + n;
-            float * sc = f->scores + (size_t)omp_get_thread_num() * ATT_BQ * (size_t)f->p.max_tokens;
-            attend_block(f, sc, s0, i0, i1, h);
+            for (int32_t i = i0; i < i1; i++) attend_row(in, out, s0, i, h);
         }
     }
-    (void)T;
+    return OSCAR_OK;
 }
 
 // ---- the pass ----------------------------------------------------------------------------------
@@ -334,7 +344,8 @@ static enum oscar_status run_layer(struct oscar_forward * f, const struct oscar_
         st = f->p.attention->attend(f->p.attention->user, l, &cap, f->att);
         if (st != OSCAR_OK) return osc_error_prefix(st, "layer %d: attention override", l);
     } else {
-        attention(f, b);
+        st = oscar_attention_causal(&f->n_threads, l, &cap, f->att);
+        if (st != OSCAR_OK) return st;
     }
     linear(f->x, f->att, w->wo, NULL, T, C, Q, true); // residual += attn @ W_O^T
 

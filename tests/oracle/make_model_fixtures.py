@@ -25,7 +25,7 @@
 #       window w covers tokens [b, e) with b = w*stride, e = min(b + n_ctx, N), stopping after the window that
 #       reaches N; it scores target tokens j in [max(prev_e, b + 1), e) (prev_e = previous window's end, 0
 #       for the first), token j predicted from the logits at j - 1 of the same window. Every token but the
-#       first is scored exactly once: n_scored = N - 1. NLL = -log_softmax (float64 over fp32 logits), summed.
+#       first is scored exactly once when stride < n_ctx: n_scored = N - 1. NLL = -log_softmax (float64 over fp32 logits), summed.
 import argparse
 import json
 import math
