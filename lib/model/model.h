@@ -120,6 +120,15 @@ struct oscar_attention_override {
     void * user;
 };
 
+// The forward pass's own exact causal attention, in the override's signature:
+// each token attends to the tokens of its sequence in this batch up to itself
+// (softmax(q k^T / sqrt(D)) v, GQA grouping, online softmax with double sums).
+// user: NULL or a const int32_t * thread count (0 = all cores). Allocates nothing.
+// Fails (UNSUPPORTED) only if head_dim > OSCAR_MAX_HEAD_DIM.
+#define OSCAR_MAX_HEAD_DIM 512
+enum oscar_status oscar_attention_causal(void * user, int32_t layer, const struct oscar_capture_layer * in,
+                                         float * out);
+
 // ---- forward pass --------------------------------------------------------------
 struct oscar_batch {
     int32_t         n_seq;
@@ -147,7 +156,21 @@ void oscar_forward_free(struct oscar_forward * f);
 // Runs the batch. logits: [T, V] or NULL (then the LM head is skipped).
 enum oscar_status oscar_forward_run(struct oscar_forward * f, const struct oscar_batch * batch, float * logits);
 
+// The final normed hidden state [T, C] of the last successful run (the LM head's
+// input: logits = hidden @ output^T), and its T. Owned by f; valid until the next
+// run or oscar_forward_free. T is 0 before the first run or after a failed one.
+const float * oscar_forward_hidden(const struct oscar_forward * f, int32_t * n_tokens);
+
 // ---- perplexity ---------------------------------------------------------------------
+// Sliding windows, Hugging Face convention: window w covers tokens [b, e) with
+// b = w * stride and e = min(b + n_ctx, N); the last window is the first that
+// reaches N. Window w scores the targets j in [max(e_prev, b + 1), e) (e_prev =
+// end of the previous window, 0 for the first), token j predicted from the
+// logits at j - 1 inside the window. With stride < n_ctx every token but the
+// first is scored once (n_scored = N - 1); with stride == n_ctx the first token
+// of each window has no context and is not scored, exactly like the HF loop.
+// max_windows > 0 stops after that many windows. NLL is natural-log, summed in
+// double. Progress (tokens/s, ETA) goes to stderr through osc_progress.
 struct oscar_ppl_params {
     int32_t n_ctx;      // window length (tokens)
     int32_t stride;     // window advance; tokens scored per window after the first (HF convention)

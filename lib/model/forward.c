@@ -1,0 +1,395 @@
+// forward.c - CPU forward pass of a decoder-only transformer (Llama/SmolLM, Qwen2, Qwen3), fp32.
+//
+// Every projection is one OpenBLAS sgemm over all T tokens of the batch; attention
+// runs per (sequence, query head, block of BQ query rows) on OpenMP threads with an
+// online softmax over key tiles, so no T x T score matrix exists at all. All scratch is sized once in
+// oscar_forward_init from max_tokens; oscar_forward_run allocates nothing.
+// Reductions that decide accuracy (RMSNorm sum of squares, softmax denominators)
+// are accumulated in double. RoPE angles follow Hugging Face (fp32 inv_freq and
+// fp32 angle = inv_freq * pos) so that captured Q/K match transformers bit-closely.
+//
+// It refuses: batches larger than max_tokens, tokens outside [0, V), empty or
+// unordered sequences, and models whose shapes do not fit together. The built-in
+// attention sees only the tokens of the same sequence in this batch (there is no
+// KV cache); a sequence fed in chunks needs an attention override that keeps one.
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+enum { ATT_BQ = 64, ATT_TILE = 64 }; // query rows per attention task, keys per softmax tile
+
+struct oscar_forward {
+    const struct oscar_model * m;
+    struct oscar_forward_params p;
+    int32_t n_threads;
+    float *   x;        // [T, C] residual stream
+    float *   xn;       // [T, C] normed input of the current sub-layer; final normed hidden after a run
+    float *   q;        // [T, Hq, D]
+    float *   k;        // [T, Hkv, D]
+    float *   v;        // [T, Hkv, D]
+    float *   att;      // [T, Hq, D]
+    float *   gate;     // [T, F]
+    float *   up;       // [T, F]
+    float *   cos_t;    // [T, D/2]
+    float *   sin_t;    // [T, D/2]
+    float *   inv_freq; // [D/2]
+    int32_t * pos;      // [T] positions used by the last run
+    int32_t   n_tokens; // T of the last run
+};
+
+struct oscar_forward_params oscar_forward_default_params(void) {
+    struct oscar_forward_params p = {0};
+    p.n_threads  = 0;
+    p.max_tokens = 512;
+    return p;
+}
+
+static enum oscar_status check_model(const struct oscar_model * m) {
+    const struct oscar_model_config * c = &m->config;
+    if (c->n_layer <= 0 || c->n_embd <= 0 || c->n_head <= 0 || c->n_head_kv <= 0 || c->head_dim <= 0 ||
+        c->n_ff <= 0 || c->n_vocab <= 0)
+        return osc_error(OSCAR_ERR_INVALID, "%s: non-positive dimension in model config", m->source);
+    if (c->head_dim > OSCAR_MAX_HEAD_DIM)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: head_dim %d > %d", m->source, c->head_dim, OSCAR_MAX_HEAD_DIM);
+    if (c->head_dim % 2 != 0)
+        return osc_error(OSCAR_ERR_INVALID, "%s: head_dim %d is odd (RoPE needs pairs)", m->source, c->head_dim);
+    if (c->n_head % c->n_head_kv != 0)
+        return osc_error(OSCAR_ERR_INVALID, "%s: n_head %d is not a multiple of n_head_kv %d", m->source,
+                         c->n_head, c->n_head_kv);
+    if (!(c->rope_theta > 0.0f) || !(c->rms_eps >= 0.0f))
+        return osc_error(OSCAR_ERR_INVALID, "%s: bad rope_theta or rms_eps", m->source);
+    if (!m->tok_embd || !m->output_norm || !m->output || !m->layers)
+        return osc_error(OSCAR_ERR_INVALID, "%s: missing embedding, output norm or output tensor", m->source);
+    for (int32_t l = 0; l < c->n_layer; l++) {
+        const struct oscar_layer_weights * w = &m->layers[l];
+        if (!w->attn_norm || !w->wq || !w->wk || !w->wv || !w->wo || !w->ffn_norm || !w->w_gate || !w->w_up ||
+            !w->w_down)
+            return osc_error(OSCAR_ERR_INVALID, "%s: layer %d: missing weight tensor", m->source, l);
+        if (c->qk_norm && (!w->q_norm || !w->k_norm))
+            return osc_error(OSCAR_ERR_INVALID, "%s: layer %d: qk_norm set but q_norm/k_norm missing", m->source, l);
+        if (c->qkv_bias && (!w->bq || !w->bk || !w->bv))
+            return osc_error(OSCAR_ERR_INVALID, "%s: layer %d: qkv_bias set but a bias is missing", m->source, l);
+    }
+    return OSCAR_OK;
+}
+
+void oscar_forward_free(struct oscar_forward * f) {
+    if (!f) return;
+    free(f->x);
+    free(f->xn);
+    free(f->q);
+    free(f->k);
+    free(f->v);
+    free(f->att);
+    free(f->gate);
+    free(f->up);
+    free(f->cos_t);
+    free(f->sin_t);
+    free(f->inv_freq);
+    free(f->pos);
+    free(f);
+}
+
+static float * alloc_f(size_t n) {
+    return malloc((n ? n : 1) * sizeof(float));
+}
+
+enum oscar_status oscar_forward_init(const struct oscar_model * m, const struct oscar_forward_params * params,
+                                     struct oscar_forward ** out) {
+    enum oscar_status st = OSCAR_ERR_NOMEM;
+    struct oscar_forward * f = NULL;
+    OSCAR_ASSERT(m && params && out);
+    *out = NULL;
+    st = check_model(m);
+    if (st != OSCAR_OK) goto out;
+    if (params->max_tokens <= 0 || params->n_threads < 0) {
+        st = osc_error(OSCAR_ERR_INVALID, "forward: max_tokens %d / n_threads %d out of range", params->max_tokens,
+                       params->n_threads);
+        goto out;
+    }
+    st = OSCAR_ERR_NOMEM;
+    f = calloc(1, sizeof(*f));
+    if (!f) goto fail_nomem;
+    f->m         = m;
+    f->p         = *params;
+    f->n_threads = params->n_threads > 0 ? params->n_threads : omp_get_max_threads();
+    if (params->n_threads > 0) openblas_set_num_threads(params->n_threads);
+    const struct oscar_model_config * c = &m->config;
+    size_t T = (size_t)params->max_tokens, C = (size_t)c->n_embd, D = (size_t)c->head_dim;
+    size_t Q = (size_t)c->n_head * D, KV = (size_t)c->n_head_kv * D, F = (size_t)c->n_ff;
+    f->x        = alloc_f(T * C);
+    f->xn       = alloc_f(T * C);
+    f->q        = alloc_f(T * Q);
+    f->k        = alloc_f(T * KV);
+    f->v        = alloc_f(T * KV);
+    f->att      = alloc_f(T * Q);
+    f->gate     = alloc_f(T * F);
+    f->up       = alloc_f(T * F);
+    f->cos_t    = alloc_f(T * D / 2);
+    f->sin_t    = alloc_f(T * D / 2);
+    f->inv_freq = alloc_f(D / 2);
+    f->pos      = malloc(T * sizeof(int32_t));
+    if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->cos_t || !f->sin_t ||
+        !f->inv_freq || !f->pos)
+        goto fail_nomem;
+    // Hugging Face: inv_freq = 1 / theta ** (arange(0, D, 2) / D), all in fp32.
+    for (size_t i = 0; i < D / 2; i++)
+        f->inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)D);
+    *out = f;
+    f    = NULL;
+    st   = OSCAR_OK;
+    goto out;
+fail_nomem:
+    st = osc_error(OSCAR_ERR_NOMEM, "forward: out of memory for scratch of %d tokens", params->max_tokens);
+out:
+    oscar_forward_free(f);
+    return st;
+}
+
+const float * oscar_forward_hidden(const struct oscar_forward * f, int32_t * n_tokens) {
+    if (n_tokens) *n_tokens = f->n_tokens;
+    return f->xn;
+}
+
+// ---- elementwise pieces ------------------------------------------------------------------------
+
+// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, sum of squares in double.
+static void rmsnorm(float * y, const float * x, const float * w, int32_t T, int32_t C, float eps, int nt) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int32_t t = 0; t < T; t++) {
+        const float * xr = x + (size_t)t * C;
+        float *       yr = y + (size_t)t * C;
+        double        ss = 0.0;
+        for (int32_t i = 0; i < C; i++) ss += (double)xr[i] * (double)xr[i];
+        float r = (float)(1.0 / sqrt(ss / (double)C + (double)eps));
+        for (int32_t i = 0; i < C; i++) yr[i] = w[i] * (xr[i] * r);
+    }
+}
+
+// y[T, N] = x[T, K] @ w[N, K]^T (+ b[N]), or y += ... when accumulate.
+static void linear(float * y, const float * x, const float * w, const float * b, int32_t T, int32_t N, int32_t K,
+                   bool accumulate) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, N, K, 1.0f, x, K, w, K, accumulate ? 1.0f : 0.0f, y, N);
+    if (b) {
+        for (int32_t t = 0; t < T; t++)
+            for (int32_t i = 0; i < N; i++) y[(size_t)t * N + i] += b[i];
+    }
+}
+
+// Per-head RMSNorm (Qwen3 q_norm/k_norm) then RoPE on rows [T, H, D], HF rotate_half convention.
+static void norm_rope(struct oscar_forward * f, float * x, int32_t T, int32_t H, const float * norm_w) {
+    const int32_t D = f->m->config.head_dim, h2 = D / 2;
+    const float   eps = f->m->config.rms_eps;
+#pragma omp parallel for schedule(static) num_threads(f->n_threads)
+    for (int32_t t = 0; t < T; t++) {
+        const float * cs = f->cos_t + (size_t)t * h2;
+        const float * sn = f->sin_t + (size_t)t * h2;
+        for (int32_t h = 0; h < H; h++) {
+            float * r = x + ((size_t)t * H + h) * D;
+            if (norm_w) {
+                double ss = 0.0;
+                for (int32_t i = 0; i < D; i++) ss += (double)r[i] * (double)r[i];
+                float s = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+                for (int32_t i = 0; i < D; i++) r[i] = norm_w[i] * (r[i] * s);
+            }
+            for (int32_t i = 0; i < h2; i++) {
+                float a = r[i], b = r[i + h2];
+                r[i]      = a * cs[i] - b * sn[i];
+                r[i + h2] = b * cs[i] + a * sn[i];
+            }
+        }
+    }
+}
+
+static void rope_tables(struct oscar_forward * f, int32_t T) {
+    const int32_t h2 = f->m->config.head_dim / 2;
+    for (int32_t t = 0; t < T; t++) {
+        float p = (float)f->pos[t];
+        for (int32_t i = 0; i < h2; i++) {
+            float a                       = f->inv_freq[i] * p; // fp32 angle, as transformers computes it
+            f->cos_t[(size_t)t * h2 + i] = cosf(a);
+            f->sin_t[(size_t)t * h2 + i] = sinf(a);
+        }
+    }
+}
+
+static void swiglu(float * g, const float * u, size_t n, int nt) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (size_t i = 0; i < n; i++) {
+        float x = g[i];
+        g[i]    = x / (1.0f + expf(-x)) * u[i];
+    }
+}
+
+// ---- attention ---------------------------------------------------------------------------------
+
+// Dot product of two D-vectors with 8 independent fp32 lanes (vectorisable without reassociation).
+static float dot8(const float * a, const float * b, int32_t n) {
+    float   acc[8] = {0};
+    int32_t i      = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int32_t l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+// One query row i of head h over keys [s0, i] (batch indices), online softmax over tiles of
+// ATT_TILE keys: o = sum_j exp(s_j - m) v_j / sum_j exp(s_j - m), denominators in double.
+static void attend_row(const struct oscar_capture_layer * in, float * out, int32_t s0, int32_t i, int32_t h) {
+    const struct oscar_model_config * c = in->config;
+    const int32_t D = c->head_dim, Hq = c->n_head, Hkv = c->n_head_kv, kh = h / (Hq / Hkv);
+    const float   scale = 1.0f / sqrtf((float)D);
+    const float * qi    = in->q + ((size_t)i * Hq + h) * D;
+    float         acc[OSCAR_MAX_HEAD_DIM];
+    float         sc[ATT_TILE];
+    float         m   = -INFINITY;
+    double        sum = 0.0;
+    for (int32_t d = 0; d < D; d++) acc[d] = 0.0f;
+    for (int32_t j0 = s0; j0 <= i; j0 += ATT_TILE) {
+        const int32_t nj = i + 1 - j0 < ATT_TILE ? i + 1 - j0 : ATT_TILE;
+        float         mt = -INFINITY;
+        for (int32_t j = 0; j < nj; j++) {
+            sc[j] = dot8(qi, in->k + ((size_t)(j0 + j) * Hkv + kh) * D, D) * scale;
+            mt    = sc[j] > mt ? sc[j] : mt;
+        }
+        if (mt > m) { // rescale what was accumulated under the old maximum
+            float r = expf(m - mt);
+            for (int32_t d = 0; d < D; d++) acc[d] *= r;
+            sum *= (double)r;
+            m = mt;
+        }
+        for (int32_t j = 0; j < nj; j++) {
+            const float * vj = in->v + ((size_t)(j0 + j) * Hkv + kh) * D;
+            float         p  = expf(sc[j] - m);
+            sum += (double)p;
+            for (int32_t d = 0; d < D; d++) acc[d] += p * vj[d];
+        }
+    }
+    float * o   = out + ((size_t)i * Hq + h) * D;
+    float   inv = (float)(1.0 / sum);
+    for (int32_t d = 0; d < D; d++) o[d] = acc[d] * inv;
+}
+
+static int32_t attention_threads(void * user) {
+    const int32_t * nt = user;
+    return nt && *nt > 0 ? *nt : omp_get_max_threads();
+}
+
+enum oscar_status oscar_attention_causal(void * user, int32_t layer, const struct oscar_capture_layer * in,
+                                         float * out) {
+    (void)layer;
+    const int32_t Hq = in->config->n_head, nt = attention_threads(user);
+    if (in->config->head_dim > OSCAR_MAX_HEAD_DIM)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "attention: head_dim %d > %d", in->config->head_dim,
+                         OSCAR_MAX_HEAD_DIM);
+    for (int32_t s = 0; s < in->n_seq; s++) {
+        const int32_t s0 = in->seq_start[s], n = in->seq_start[s + 1] - s0;
+        const int32_t nb = (n + ATT_BQ - 1) / ATT_BQ, n_tasks = nb * Hq;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+        for (int32_t task = 0; task < n_tasks; task++) {
+            // later blocks are the most expensive: hand them out first
+            const int32_t blk = nb - 1 - task / Hq, h = task % Hq;
+            const int32_t i0 = s0 + blk * ATT_BQ, i1 = i0 + ATT_BQ < s0 + n ? i0 + ATT_BQ : s0 + n;
+            for (int32_t i = i0; i < i1; i++) attend_row(in, out, s0, i, h);
+        }
+    }
+    return OSCAR_OK;
+}
+
+// ---- the pass ----------------------------------------------------------------------------------
+
+static enum oscar_status check_batch(const struct oscar_forward * f, const struct oscar_batch * b) {
+    if (!b || b->n_seq <= 0 || !b->seq_start || !b->tokens)
+        return osc_error(OSCAR_ERR_INVALID, "forward: empty batch or missing seq_start/tokens");
+    if (b->seq_start[0] != 0) return osc_error(OSCAR_ERR_INVALID, "forward: seq_start[0] = %d, not 0", b->seq_start[0]);
+    for (int32_t s = 0; s < b->n_seq; s++)
+        if (b->seq_start[s + 1] <= b->seq_start[s])
+            return osc_error(OSCAR_ERR_INVALID, "forward: sequence %d is empty or seq_start decreases", s);
+    const int32_t T = b->seq_start[b->n_seq];
+    if (T > f->p.max_tokens)
+        return osc_error(OSCAR_ERR_INVALID, "forward: batch of %d tokens exceeds max_tokens %d", T, f->p.max_tokens);
+    for (int32_t t = 0; t < T; t++) {
+        if (b->tokens[t] < 0 || b->tokens[t] >= f->m->config.n_vocab)
+            return osc_error(OSCAR_ERR_INVALID, "forward: token %d at index %d outside vocabulary of %d",
+                             b->tokens[t], t, f->m->config.n_vocab);
+        if (b->pos && b->pos[t] < 0) return osc_error(OSCAR_ERR_INVALID, "forward: negative position at %d", t);
+    }
+    return OSCAR_OK;
+}
+
+static enum oscar_status run_layer(struct oscar_forward * f, const struct oscar_batch * b, int32_t l) {
+    const struct oscar_model_config *  c = &f->m->config;
+    const struct oscar_layer_weights * w = &f->m->layers[l];
+    const int32_t T = b->seq_start[b->n_seq], C = c->n_embd, D = c->head_dim;
+    const int32_t Q = c->n_head * D, KV = c->n_head_kv * D, F = c->n_ff;
+    enum oscar_status st = OSCAR_OK;
+
+    rmsnorm(f->xn, f->x, w->attn_norm, T, C, c->rms_eps, f->n_threads);
+    linear(f->q, f->xn, w->wq, w->bq, T, Q, C, false);
+    linear(f->k, f->xn, w->wk, w->bk, T, KV, C, false);
+    linear(f->v, f->xn, w->wv, w->bv, T, KV, C, false);
+    norm_rope(f, f->q, T, c->n_head, c->qk_norm ? w->q_norm : NULL);
+    norm_rope(f, f->k, T, c->n_head_kv, c->qk_norm ? w->k_norm : NULL);
+
+    struct oscar_capture_layer cap = {
+        .layer = l, .n_tokens = T, .n_seq = b->n_seq, .seq_start = b->seq_start, .pos = f->pos,
+        .q = f->q, .k = f->k, .v = f->v, .attn_out = NULL, .wo = w->wo, .resid_out = NULL, .config = c,
+    };
+    if (f->p.attention) {
+        st = f->p.attention->attend(f->p.attention->user, l, &cap, f->att);
+        if (st != OSCAR_OK) return osc_error_prefix(st, "layer %d: attention override", l);
+    } else {
+        st = oscar_attention_causal(&f->n_threads, l, &cap, f->att);
+        if (st != OSCAR_OK) return st;
+    }
+    linear(f->x, f->att, w->wo, NULL, T, C, Q, true); // residual += attn @ W_O^T
+
+    rmsnorm(f->xn, f->x, w->ffn_norm, T, C, c->rms_eps, f->n_threads);
+    linear(f->gate, f->xn, w->w_gate, NULL, T, F, C, false);
+    linear(f->up, f->xn, w->w_up, NULL, T, F, C, false);
+    swiglu(f->gate, f->up, (size_t)T * F, f->n_threads);
+    linear(f->x, f->gate, w->w_down, NULL, T, C, F, true);
+
+    const struct oscar_capture_hook * hk = f->p.hook;
+    if (hk && hk->on_layer && (!hk->want || hk->want(hk->user, l))) {
+        cap.attn_out  = f->att;
+        cap.resid_out = f->x;
+        st            = hk->on_layer(hk->user, &cap);
+        if (st != OSCAR_OK) return osc_error_prefix(st, "layer %d: capture hook", l);
+    }
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_forward_run(struct oscar_forward * f, const struct oscar_batch * batch, float * logits) {
+    OSCAR_ASSERT(f);
+    enum oscar_status st = check_batch(f, batch);
+    if (st != OSCAR_OK) return st;
+    const struct oscar_model_config * c = &f->m->config;
+    const int32_t T = batch->seq_start[batch->n_seq], C = c->n_embd;
+    f->n_tokens = 0;
+
+    for (int32_t s = 0; s < batch->n_seq; s++)
+        for (int32_t t = batch->seq_start[s]; t < batch->seq_start[s + 1]; t++)
+            f->pos[t] = batch->pos ? batch->pos[t] : t - batch->seq_start[s];
+    rope_tables(f, T);
+    for (int32_t t = 0; t < T; t++)
+        memcpy(f->x + (size_t)t * C, f->m->tok_embd + (size_t)batch->tokens[t] * C, (size_t)C * sizeof(float));
+
+    for (int32_t l = 0; l < c->n_layer; l++) {
+        st = run_layer(f, batch, l);
+        if (st != OSCAR_OK) return st;
+    }
+    rmsnorm(f->xn, f->x, f->m->output_norm, T, C, c->rms_eps, f->n_threads);
+    f->n_tokens = T;
+    if (logits) linear(logits, f->xn, f->m->output, NULL, T, c->n_vocab, C, false);
+    for (int32_t t = 0; logits && t < T; t++)
+        for (int32_t i = 0; i < c->n_vocab; i += 97) // cheap NaN/Inf screen (stride: not a full pass)
+            if (!isfinite(logits[(size_t)t * c->n_vocab + i]))
+                return osc_error(OSCAR_ERR_NUMERIC, "forward: non-finite logit at token %d", t);
+    return OSCAR_OK;
+}

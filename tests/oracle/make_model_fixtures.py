@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+# make_model_fixtures.py - reference outputs of the forward pass, computed by Hugging Face transformers.
+#
+# How it was run (from the repository root, on the development machine; NOT in CI, which lacks torch):
+#
+#     /opt/oracle/bin/python tests/oracle/make_model_fixtures.py            # everything
+#     /opt/oracle/bin/python tests/oracle/make_model_fixtures.py --tiny     # random-init models only
+#     /opt/oracle/bin/python tests/oracle/make_model_fixtures.py --smollm   # SmolLM2-135M only
+#
+# with torch 2.15 (CPU), transformers 5.24, gguf-py (whatever /opt/oracle has), numpy; the script prints
+# the versions it used and records them in every index.json.
+#
+# What it writes:
+#   tests/fixtures/models/<name>/{config.json,model.safetensors}  small RANDOMLY INITIALISED models
+#       (torch.manual_seed), float32: tiny-llama (tied, GQA 2), tiny-qwen2 (q/k/v bias, untied, GQA 4),
+#       tiny-qwen3 (q_norm/k_norm, head_dim 48 != hidden/heads = 32, tied, GQA 2).
+#   tests/fixtures/forward/<name>/index.json + raw little-endian files:
+#       tokens.i32 [T], seq_start.i32 [n_seq+1], pos.i32 [T]   (several sequences, each run by HF separately)
+#       logits.f32 [T, V]  (or [n_logit_pos, V] at logit_pos for SmolLM2)
+#       hidden.f32 [T, C]  final normed hidden state (SmolLM2 only: logits of all positions = hidden @ W_out^T)
+#       q<l>.f32 [T, Hq, D], k<l>.f32 [T, Hkv, D] (after q/k norm and RoPE), v<l>.f32 [T, Hkv, D]
+#   tests/fixtures/forward/smollm2/ppl.json + ppl-tokens.i32: perplexity of SmolLM2-135M-Instruct (Q4_1 GGUF,
+#       dequantised to fp32 by transformers) on the first 4096 tokens (tokenizer from the same GGUF, no special
+#       tokens) of corpora/austen/persuasion.txt, sliding windows n_ctx = 1024, stride = 512, HF convention:
+#       window w covers tokens [b, e) with b = w*stride, e = min(b + n_ctx, N), stopping after the window that
+#       reaches N; it scores target tokens j in [max(prev_e, b + 1), e) (prev_e = previous window's end, 0
+#       for the first), token j predicted from the logits at j - 1 of the same window. Every token but the
+#       first is scored exactly once when stride < n_ctx: n_scored = N - 1. NLL = -log_softmax (float64 over fp32 logits), summed.
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Qwen2Config, Qwen3Config
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+FIX = os.path.join(ROOT, "tests", "fixtures")
+CACHE = os.environ.get("OSCAR_CACHE", os.path.expanduser("~/.cache/oscar"))
+
+VERSIONS = {
+    "python": sys.version.split()[0],
+    "torch": torch.__version__,
+    "transformers": transformers.__version__,
+    "numpy": np.__version__,
+}
+
+# ---- capture of post-RoPE q/k and v: wrap the module-level eager attention function ----------------
+CAPTURED = {}
+
+
+def wrap_attention(module):
+    orig = module.eager_attention_forward
+
+    def capture(mod, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        # query [B, Hq, T, D] post-norm post-RoPE, key [B, Hkv, T, D], value [B, Hkv, T, D]
+        CAPTURED[mod.layer_idx] = (
+            query[0].transpose(0, 1).detach().float().numpy().copy(),
+            key[0].transpose(0, 1).detach().float().numpy().copy(),
+            value[0].transpose(0, 1).detach().float().numpy().copy(),
+        )
+        return orig(mod, query, key, value, attention_mask, scaling, dropout, **kwargs)
+
+    module.eager_attention_forward = capture
+
+
+import transformers.models.llama.modeling_llama as m_llama  # noqa: E402
+import transformers.models.qwen2.modeling_qwen2 as m_qwen2  # noqa: E402
+import transformers.models.qwen3.modeling_qwen3 as m_qwen3  # noqa: E402
+
+for _m in (m_llama, m_qwen2, m_qwen3):
+    wrap_attention(_m)
+
+
+def write_raw(path, arr, dtype):
+    a = np.ascontiguousarray(arr, dtype=dtype)
+    a.astype(a.dtype.newbyteorder("<"), copy=False).tofile(path)
+
+
+def run_sequences(model, seqs, layers, want_hidden=False):
+    """Runs each sequence separately; returns concatenated logits, hidden, q/k/v per layer."""
+    logits, hidden, qkv = [], [], {l: ([], [], []) for l in layers}
+    for s in seqs:
+        CAPTURED.clear()
+        ids = torch.tensor([s], dtype=torch.long)
+        with torch.no_grad():
+            out = model(input_ids=ids, output_hidden_states=want_hidden, use_cache=False)
+        logits.append(out.logits[0].float().numpy())
+        if want_hidden:
+            # hidden_states[-1] in HF llama is after the final norm
+            hidden.append(out.hidden_states[-1][0].float().numpy())
+        for l in layers:
+            for i in range(3):
+                qkv[l][i].append(CAPTURED[l][i])
+    cat = lambda xs: np.concatenate(xs, axis=0)  # noqa: E731
+    return (cat(logits), cat(hidden) if want_hidden else None,
+            {l: tuple(cat(x) for x in qkv[l]) for l in layers})
+
+
+def save_forward(outdir, seqs, logits, qkv, layers, extra):
+    os.makedirs(outdir, exist_ok=True)
+    toks = np.concatenate([np.asarray(s, dtype=np.int32) for s in seqs])
+    starts = np.cumsum([0] + [len(s) for s in seqs]).astype(np.int32)
+    pos = np.concatenate([np.arange(len(s), dtype=np.int32) for s in seqs])
+    write_raw(os.path.join(outdir, "tokens.i32"), toks, np.int32)
+    write_raw(os.path.join(outdir, "seq_start.i32"), starts, np.int32)
+    write_raw(os.path.join(outdir, "pos.i32"), pos, np.int32)
+    write_raw(os.path.join(outdir, "logits.f32"), logits, np.float32)
+    for l in layers:
+        q, k, v = qkv[l]
+        write_raw(os.path.join(outdir, f"q{l}.f32"), q, np.float32)
+        write_raw(os.path.join(outdir, f"k{l}.f32"), k, np.float32)
+        write_raw(os.path.join(outdir, f"v{l}.f32"), v, np.float32)
+    index = {
+        "n_tokens": int(len(toks)),
+        "n_seq": len(seqs),
+        "layers": list(layers),
+        "logits_shape": list(logits.shape),
+        "versions": VERSIONS,
+    }
+    index.update(extra)
+    with open(os.path.join(outdir, "index.json"), "w") as f:
+        json.dump(index, f, indent=1)
+        f.write("\n")
+
+
+# ---- tiny random-init models -------------------------------------------------------------------------
+TINY = {
+    "tiny-llama": (LlamaConfig, dict(hidden_size=128, intermediate_size=192, num_hidden_layers=3,
+                                     num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                     vocab_size=512, max_position_embeddings=512, rms_norm_eps=1e-5,
+                                     rope_theta=10000.0, tie_word_embeddings=True), 1),
+    "tiny-qwen2": (Qwen2Config, dict(hidden_size=128, intermediate_size=160, num_hidden_layers=3,
+                                     num_attention_heads=8, num_key_value_heads=2,
+                                     vocab_size=384, max_position_embeddings=512, rms_norm_eps=1e-6,
+                                     rope_theta=1000000.0, tie_word_embeddings=False), 2),
+    "tiny-qwen3": (Qwen3Config, dict(hidden_size=128, intermediate_size=160, num_hidden_layers=3,
+                                     num_attention_heads=4, num_key_value_heads=2, head_dim=48,
+                                     vocab_size=512, max_position_embeddings=512, rms_norm_eps=1e-6,
+                                     rope_theta=1000000.0, tie_word_embeddings=True,
+                                     attention_bias=False), 3),
+}
+
+
+def make_tiny(name):
+    cls, kw, seed = TINY[name]
+    torch.manual_seed(seed)
+    cfg = cls(**kw)
+    cfg._attn_implementation = "eager"
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+    model.eval()
+    # HF initialises norm weights to 1 and biases to 0; perturb them so the test sees them applied.
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if "norm" in pname or pname.endswith(".bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    mdir = os.path.join(FIX, "models", name)
+    model.save_pretrained(mdir, safe_serialization=True)
+    for extra in ("generation_config.json",):
+        p = os.path.join(mdir, extra)
+        if os.path.exists(p):
+            os.remove(p)
+    g = torch.Generator().manual_seed(100 + seed)
+    lens = [40, 24, 33]
+    seqs = [torch.randint(0, cfg.vocab_size, (n,), generator=g).tolist() for n in lens]
+    layers = [0, 1, cfg.num_hidden_layers - 1]
+    logits, _, qkv = run_sequences(model, seqs, layers)
+    save_forward(os.path.join(FIX, "forward", name), seqs, logits, qkv, layers,
+                 {"model": f"tests/fixtures/models/{name}", "seed": seed})
+    print(f"{name}: {sum(p.numel() for p in model.parameters())} params, T={sum(lens)}", file=sys.stderr)
+
+
+# ---- SmolLM2-135M ------------------------------------------------------------------------------------
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def austen_ids(tok, path, n):
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    ids = tok(text[: 8 * n], add_special_tokens=False)["input_ids"]
+    assert len(ids) >= n, (len(ids), n)
+    return ids[:n]
+
+
+def perplexity(model, ids, n_ctx, stride):
+    n = len(ids)
+    nll, scored, prev_e, b = 0.0, 0, 0, 0
+    while True:
+        e = min(b + n_ctx, n)
+        with torch.no_grad():
+            lg = model(input_ids=torch.tensor([ids[b:e]]), use_cache=False).logits[0].double()
+        lsm = torch.log_softmax(lg, dim=-1)
+        for j in range(max(prev_e, b + 1), e):
+            nll -= float(lsm[j - 1 - b, ids[j]])
+            scored += 1
+        print(f"  window [{b}, {e}) nll {nll:.4f} scored {scored}", file=sys.stderr)
+        prev_e = e
+        if e == n:
+            break
+        b += stride
+    return nll, scored
+
+
+def make_smollm():
+    mdir = os.path.join(CACHE, "models")
+    tok = AutoTokenizer.from_pretrained(mdir, gguf_file=GGUF)
+    model = AutoModelForCausalLM.from_pretrained(mdir, gguf_file=GGUF, dtype=torch.float32,
+                                                 attn_implementation="eager")
+    model.eval()
+    cfg = model.config
+    austen = os.path.join(CACHE, "corpora", "austen")
+    # two sequences of real text: 48 tokens from Emma, 32 from Pride and Prejudice
+    seqs = [austen_ids(tok, os.path.join(austen, "emma.txt"), 48),
+            austen_ids(tok, os.path.join(austen, "prideprejudice.txt"), 32)]
+    layers = [0, 15, 29]
+    logits, hidden, qkv = run_sequences(model, seqs, layers, want_hidden=True)
+    T = logits.shape[0]
+    logit_pos = list(range(0, T, 10)) + [T - 1]
+    outdir = os.path.join(FIX, "forward", "smollm2")
+    save_forward(outdir, seqs, logits[logit_pos], qkv, layers,
+                 {"model": "$OSCAR_CACHE/models/" + GGUF, "logit_pos": logit_pos})
+    write_raw(os.path.join(outdir, "hidden.f32"), hidden, np.float32)
+    # check: hidden @ W_out^T reproduces the logits (so hidden.f32 stands in for the full [T, V] logits)
+    w = model.lm_head.weight.detach().float().numpy()
+    rec = hidden.astype(np.float64) @ w.astype(np.float64).T
+    rel = np.linalg.norm(rec - logits) / np.linalg.norm(logits)
+    print(f"smollm2: hidden->logits rel err {rel:.2e}", file=sys.stderr)
+    assert rel < 1e-5
+
+    ids = austen_ids(tok, os.path.join(austen, "persuasion.txt"), 4096)
+    write_raw(os.path.join(outdir, "ppl-tokens.i32"), np.asarray(ids, dtype=np.int32), np.int32)
+    nll, scored = perplexity(model, ids, 1024, 512)
+    res = {"corpus": "corpora/austen/persuasion.txt", "n_tokens": len(ids), "n_ctx": 1024, "stride": 512,
+           "nll_sum": nll, "n_scored": scored, "ppl": math.exp(nll / scored), "versions": VERSIONS,
+           "convention": "HF sliding window; targets not scored by earlier windows; n_scored = N - 1"}
+    with open(os.path.join(outdir, "ppl.json"), "w") as f:
+        json.dump(res, f, indent=1)
+        f.write("\n")
+    print(f"smollm2: ppl {res['ppl']:.4f} over {scored} tokens", file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--smollm", action="store_true")
+    a = ap.parse_args()
+    both = not a.tiny and not a.smollm
+    print(json.dumps(VERSIONS), file=sys.stderr)
+    torch.set_num_threads(2)
+    if a.tiny or both:
+        for name in TINY:
+            make_tiny(name)
+    if a.smollm or both:
+        make_smollm()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,457 @@
+// test-forward.c - CPU forward pass against transformers (tiny random-init Llama/Qwen2/Qwen3 fixtures),
+// capture hooks, attention override, batching, perplexity convention.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "forward-fixture.h"
+#include "tiny-safetensors.h"
+
+// Tolerance against transformers: 1e-4 relative L2 (the acceptance bar). Both sides compute
+// in fp32 with different summation orders; for K <= 192-term dot products the expected relative
+// rounding difference is about sqrt(K) * 2^-24 ~ 1e-6 per projection, growing to ~1e-5 over three
+// layers, an order of magnitude inside the bar.
+#define ORACLE_TOL 1e-4
+
+struct fixture {
+    struct tiny_model * model;
+    int32_t  T, n_seq;
+    int32_t * tokens, * seq_start, * pos;
+    float *   logits; // [T, V]
+    char      dir[256];
+};
+
+static void fixture_free(struct fixture * fx) {
+    tiny_free(fx->model);
+    free(fx->tokens);
+    free(fx->seq_start);
+    free(fx->pos);
+    free(fx->logits);
+}
+
+// The tiny fixtures all hold T = 97 tokens in 3 sequences (make_model_fixtures.py: lens 40, 24, 33).
+static void fixture_load(struct fixture * fx, const char * name) {
+    char mdir[256];
+    memset(fx, 0, sizeof *fx);
+    snprintf(mdir, sizeof mdir, "tests/fixtures/models/%s", name);
+    snprintf(fx->dir, sizeof fx->dir, "tests/fixtures/forward/%s", name);
+    fx->model = tiny_load(mdir);
+    assert_non_null(fx->model);
+    fx->T = 97;
+    fx->n_seq = 3;
+    const size_t V = (size_t)fx->model->m.config.n_vocab;
+    fx->tokens    = fx_read(fx->dir, "tokens.i32", (size_t)fx->T * 4);
+    fx->seq_start = fx_read(fx->dir, "seq_start.i32", (size_t)(fx->n_seq + 1) * 4);
+    fx->pos       = fx_read(fx->dir, "pos.i32", (size_t)fx->T * 4);
+    fx->logits    = fx_read(fx->dir, "logits.f32", (size_t)fx->T * V * 4);
+    assert_non_null(fx->tokens);
+    assert_non_null(fx->seq_start);
+    assert_non_null(fx->pos);
+    assert_non_null(fx->logits);
+    assert_int_equal(fx->seq_start[fx->n_seq], fx->T);
+}
+
+static struct oscar_forward * make_forward(const struct oscar_model * m, int32_t max_tokens,
+                                           const struct oscar_capture_hook * hook,
+                                           const struct oscar_attention_override * att) {
+    struct oscar_forward_params p = oscar_forward_default_params();
+    p.max_tokens = max_tokens;
+    p.hook       = hook;
+    p.attention  = att;
+    struct oscar_forward * f = NULL;
+    enum oscar_status st = oscar_forward_init(m, &p, &f);
+    if (st != OSCAR_OK) fprintf(stderr, "forward_init: %s\n", oscar_last_error());
+    assert_int_equal(st, OSCAR_OK);
+    return f;
+}
+
+static void check_oracle(const char * name) {
+    struct fixture fx;
+    fixture_load(&fx, name);
+    const struct oscar_model_config * c = &fx.model->m.config;
+    struct fx_capture cap = {.n_layers = 3, .layers = {0, 1, c->n_layer - 1}};
+    struct oscar_capture_hook hook = {fx_capture_want, fx_capture_on_layer, &cap};
+    struct oscar_forward * f = make_forward(&fx.model->m, fx.T, &hook, NULL);
+    float * logits = malloc((size_t)fx.T * (size_t)c->n_vocab * sizeof(float));
+    struct oscar_batch b = {fx.n_seq, fx.seq_start, fx.tokens, NULL};
+    assert_int_equal(oscar_forward_run(f, &b, logits), OSCAR_OK);
+    double e = fx_rel_l2(logits, fx.logits, (size_t)fx.T * (size_t)c->n_vocab);
+    printf("%s: logits rel-L2 %.3e\n", name, e);
+    assert_true(e <= ORACLE_TOL);
+    const size_t nq = (size_t)fx.T * (size_t)c->n_head * (size_t)c->head_dim;
+    const size_t nkv = (size_t)fx.T * (size_t)c->n_head_kv * (size_t)c->head_dim;
+    for (int32_t i = 0; i < cap.n_layers; i++) {
+        char qn[32], kn[32], vn[32];
+        snprintf(qn, sizeof qn, "q%d.f32", cap.layers[i]);
+        snprintf(kn, sizeof kn, "k%d.f32", cap.layers[i]);
+        snprintf(vn, sizeof vn, "v%d.f32", cap.layers[i]);
+        float * q = fx_read(fx.dir, qn, nq * 4), * k = fx_read(fx.dir, kn, nkv * 4), * v = fx_read(fx.dir, vn, nkv * 4);
+        assert_non_null(q);
+        assert_non_null(k);
+        assert_non_null(v);
+        assert_non_null(cap.q[i]);
+        double eq = fx_rel_l2(cap.q[i], q, nq), ek = fx_rel_l2(cap.k[i], k, nkv), ev = fx_rel_l2(cap.v[i], v, nkv);
+        printf("%s: layer %d q %.3e k %.3e v %.3e\n", name, cap.layers[i], eq, ek, ev);
+        assert_true(eq <= ORACLE_TOL && ek <= ORACLE_TOL && ev <= ORACLE_TOL);
+        free(q);
+        free(k);
+        free(v);
+    }
+    fx_capture_free(&cap);
+    free(logits);
+    oscar_forward_free(f);
+    fixture_free(&fx);
+}
+
+static void test_oracle_llama(void ** state) { (void)state; check_oracle("tiny-llama"); }
+static void test_oracle_qwen2(void ** state) { (void)state; check_oracle("tiny-qwen2"); }
+static void test_oracle_qwen3(void ** state) { (void)state; check_oracle("tiny-qwen3"); }
+
+// ---- hooks -------------------------------------------------------------------------------------
+
+struct hook_log {
+    int32_t n_calls;
+    int32_t layers[16];
+    const struct fixture * fx;
+    float * resid_last; // copy of resid_out of the last layer
+};
+
+static bool want_0_2(void * user, int32_t layer) { (void)user; return layer == 0 || layer == 2; }
+
+static enum oscar_status log_layer(void * user, const struct oscar_capture_layer * cap) {
+    struct hook_log * h = user;
+    const struct oscar_model_config * c = &h->fx->model->m.config;
+    if (h->n_calls < 16) h->layers[h->n_calls] = cap->layer;
+    h->n_calls++;
+    // shapes and batch description as documented in model.h
+    if (cap->n_tokens != h->fx->T || cap->n_seq != h->fx->n_seq || cap->config != c) return OSCAR_ERR_INVALID;
+    if (!cap->q || !cap->k || !cap->v || !cap->attn_out || !cap->resid_out) return OSCAR_ERR_INVALID;
+    if (cap->wo != h->fx->model->m.layers[cap->layer].wo) return OSCAR_ERR_INVALID;
+    for (int32_t s = 0; s <= cap->n_seq; s++)
+        if (cap->seq_start[s] != h->fx->seq_start[s]) return OSCAR_ERR_INVALID;
+    for (int32_t t = 0; t < cap->n_tokens; t++)
+        if (cap->pos[t] != h->fx->pos[t]) return OSCAR_ERR_INVALID;
+    if (cap->layer == c->n_layer - 1)
+        memcpy(h->resid_last, cap->resid_out, (size_t)cap->n_tokens * (size_t)c->n_embd * sizeof(float));
+    return OSCAR_OK;
+}
+
+static void test_hook_layers_and_shapes(void ** state) {
+    (void)state;
+    struct fixture fx;
+    fixture_load(&fx, "tiny-qwen3");
+    const struct oscar_model_config * c = &fx.model->m.config;
+    const size_t TC = (size_t)fx.T * (size_t)c->n_embd;
+    struct hook_log log = {.fx = &fx, .resid_last = malloc(TC * sizeof(float))};
+    struct oscar_capture_hook hook = {want_0_2, log_layer, &log};
+    struct oscar_forward * f = make_forward(&fx.model->m, 128, &hook, NULL);
+    struct oscar_batch b = {fx.n_seq, fx.seq_start, fx.tokens, NULL};
+    assert_int_equal(oscar_forward_run(f, &b, NULL), OSCAR_OK);
+    assert_int_equal(log.n_calls, 2);
+    assert_int_equal(log.layers[0], 0);
+    assert_int_equal(log.layers[1], 2);
+    // want == NULL: every layer; resid_out of the last layer, RMS-normed, is the final hidden state
+    hook.want   = NULL;
+    log.n_calls = 0;
+    assert_int_equal(oscar_forward_run(f, &b, NULL), OSCAR_OK);
+    assert_int_equal(log.n_calls, c->n_layer);
+    for (int32_t l = 0; l < c->n_layer; l++) assert_int_equal(log.layers[l], l);
+    int32_t T = 0;
+    const float * hid = oscar_forward_hidden(f, &T);
+    assert_int_equal(T, fx.T);
+    float * ref = malloc(TC * sizeof(float));
+    for (int32_t t = 0; t < fx.T; t++) {
+        const float * x = log.resid_last + (size_t)t * c->n_embd;
+        double ss = 0;
+        for (int32_t i = 0; i < c->n_embd; i++) ss += (double)x[i] * (double)x[i];
+        double r = 1.0 / sqrt(ss / c->n_embd + (double)c->rms_eps);
+        for (int32_t i = 0; i < c->n_embd; i++)
+            ref[(size_t)t * c->n_embd + i] = (float)((double)fx.model->m.output_norm[i] * ((double)x[i] * r));
+    }
+    // same formula in double vs fp32: a few ulps per element
+    assert_true(fx_rel_l2(hid, ref, TC) < 1e-6);
+    free(ref);
+    free(log.resid_last);
+    oscar_forward_free(f);
+    fixture_free(&fx);
+}
+
+static enum oscar_status hook_noop(void * user, const struct oscar_capture_layer * cap) {
+    (void)user;
+    (void)cap;
+    return OSCAR_OK;
+}
+
+static enum oscar_status hook_fail(void * user, const struct oscar_capture_layer * cap) {
+    (void)user;
+    (void)cap;
+    return osc_error(OSCAR_ERR_IO, "disk full");
+}
+
+static enum oscar_status attention_zero(void * user, int32_t layer, const struct oscar_capture_layer * in,
+                                        float * out) {
+    (void)layer;
+    int32_t * calls = user;
+    (*calls)++;
+    memset(out, 0, (size_t)in->n_tokens * (size_t)in->config->n_head * (size_t)in->config->head_dim * sizeof(float));
+    return OSCAR_OK;
+}
+
+// Hook present or absent, built-in attention or the same attention as an override: identical logits.
+static void test_hook_and_override_identical(void ** state) {
+    (void)state;
+    struct fixture fx;
+    fixture_load(&fx, "tiny-llama");
+    const size_t n = (size_t)fx.T * (size_t)fx.model->m.config.n_vocab;
+    float * a = malloc(n * sizeof(float)), * b2 = malloc(n * sizeof(float));
+    struct oscar_batch b = {fx.n_seq, fx.seq_start, fx.tokens, NULL};
+
+    struct oscar_forward * f = make_forward(&fx.model->m, fx.T, NULL, NULL);
+    assert_int_equal(oscar_forward_run(f, &b, a), OSCAR_OK);
+    oscar_forward_free(f);
+
+    struct oscar_capture_hook hook = {NULL, hook_noop, NULL};
+    f = make_forward(&fx.model->m, fx.T, &hook, NULL);
+    assert_int_equal(oscar_forward_run(f, &b, b2), OSCAR_OK);
+    assert_memory_equal(a, b2, n * sizeof(float));
+    oscar_forward_free(f);
+
+    struct oscar_attention_override exact = {oscar_attention_causal, NULL};
+    f = make_forward(&fx.model->m, fx.T, NULL, &exact);
+    assert_int_equal(oscar_forward_run(f, &b, b2), OSCAR_OK);
+    assert_memory_equal(a, b2, n * sizeof(float));
+    oscar_forward_free(f);
+
+    // the override really replaces attention: zero attention changes the logits, called once per layer
+    int32_t calls = 0;
+    struct oscar_attention_override zero = {attention_zero, &calls};
+    f = make_forward(&fx.model->m, fx.T, NULL, &zero);
+    assert_int_equal(oscar_forward_run(f, &b, b2), OSCAR_OK);
+    assert_int_equal(calls, fx.model->m.config.n_layer);
+    assert_true(fx_rel_l2(b2, a, n) > 1e-2);
+    oscar_forward_free(f);
+
+    // a failing hook stops the run with its status
+    hook.on_layer = hook_fail;
+    f = make_forward(&fx.model->m, fx.T, &hook, NULL);
+    assert_int_equal(oscar_forward_run(f, &b, b2), OSCAR_ERR_IO);
+    assert_non_null(strstr(oscar_last_error(), "disk full"));
+    oscar_forward_free(f);
+    free(a);
+    free(b2);
+    fixture_free(&fx);
+}
+
+// A batch of three sequences gives the logits of the three sequences run one by one.
+static void test_batched_equals_single(void ** state) {
+    (void)state;
+    struct fixture fx;
+    fixture_load(&fx, "tiny-qwen2");
+    const int32_t V = fx.model->m.config.n_vocab;
+    float * all = malloc((size_t)fx.T * V * sizeof(float)), * one = malloc((size_t)fx.T * V * sizeof(float));
+    struct oscar_forward * f = make_forward(&fx.model->m, fx.T, NULL, NULL);
+    struct oscar_batch b = {fx.n_seq, fx.seq_start, fx.tokens, NULL};
+    assert_int_equal(oscar_forward_run(f, &b, all), OSCAR_OK);
+    for (int32_t s = 0; s < fx.n_seq; s++) {
+        int32_t s0 = fx.seq_start[s], n = fx.seq_start[s + 1] - s0, ss[2] = {0, n};
+        struct oscar_batch bs = {1, ss, fx.tokens + s0, fx.pos + s0};
+        assert_int_equal(oscar_forward_run(f, &bs, one), OSCAR_OK);
+        // Per token the computation is the same; only sgemm's blocking over T may change the summation
+        // order: fp32 reassociation of <= 192-term sums, ~1e-6 relative per layer, three layers.
+        double e = fx_rel_l2(one, all + (size_t)s0 * V, (size_t)n * V);
+        printf("sequence %d: batched vs single rel-L2 %.3e\n", s, e);
+        assert_true(e <= 1e-5);
+    }
+    free(all);
+    free(one);
+    oscar_forward_free(f);
+    fixture_free(&fx);
+}
+
+// ---- attention against a double-precision reference ---------------------------------------------
+
+static uint64_t rng_state;
+static float urand(void) { // xorshift64*, uniform in [-1, 1)
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (float)((double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void test_attention_reference(void ** state) {
+    (void)state;
+    uint64_t seed = 0x5eed1234u;
+    rng_state = seed;
+    printf("attention reference seed %llu\n", (unsigned long long)seed);
+    struct oscar_model_config c = {.n_head = 6, .n_head_kv = 2, .head_dim = 40};
+    int32_t seq[3] = {0, 150, 213}, pos[213];
+    const int32_t T = 213, D = 40;
+    for (int32_t t = 0; t < T; t++) pos[t] = t < 150 ? t : t - 150 + 7; // 2nd sequence fed from position 7
+    float * q = malloc(sizeof(float) * T * 6 * D), * k = malloc(sizeof(float) * T * 2 * D);
+    float * v = malloc(sizeof(float) * T * 2 * D), * out = malloc(sizeof(float) * T * 6 * D);
+    for (int32_t i = 0; i < T * 6 * D; i++) q[i] = 3.0f * urand(); // scores up to ~|3*3*40|/sqrt(40): peaked
+    for (int32_t i = 0; i < T * 2 * D; i++) k[i] = urand(), v[i] = urand();
+    struct oscar_capture_layer in = {.n_tokens = T, .n_seq = 2, .seq_start = seq, .pos = pos,
+                                     .q = q, .k = k, .v = v, .config = &c};
+    int32_t nt = 2;
+    assert_int_equal(oscar_attention_causal(&nt, 0, &in, out), OSCAR_OK);
+    double num = 0, den = 0, w[213];
+    for (int32_t s = 0; s < 2; s++)
+        for (int32_t i = seq[s]; i < seq[s + 1]; i++)
+            for (int32_t h = 0; h < 6; h++) {
+                int32_t kh = h / 3;
+                double mx = -INFINITY, sum = 0;
+                for (int32_t j = seq[s]; j <= i; j++) {
+                    double d = 0;
+                    for (int32_t e = 0; e < D; e++) d += (double)q[(i * 6 + h) * D + e] * (double)k[(j * 2 + kh) * D + e];
+                    w[j] = d / sqrt(D);
+                    mx = w[j] > mx ? w[j] : mx;
+                }
+                for (int32_t j = seq[s]; j <= i; j++) sum += (w[j] = exp(w[j] - mx));
+                for (int32_t e = 0; e < D; e++) {
+                    double o = 0;
+                    for (int32_t j = seq[s]; j <= i; j++) o += w[j] / sum * (double)v[(j * 2 + kh) * D + e];
+                    double d = (double)out[(i * 6 + h) * D + e] - o;
+                    num += d * d;
+                    den += o * o;
+                }
+            }
+    // fp32 scores carry relative error <= D * 2^-24 ~ 2.4e-6 of |q||k| (<= ~60 here, i.e. <= 1.5e-4
+    // absolute in the exponent, typically sqrt(D)*2^-24*|q||k| ~ 2e-5); exp turns that into the same
+    // relative error of each weight, so the output's relative L2 error is ~2e-5 at most: bound 1e-4.
+    double e = sqrt(num / den);
+    printf("attention vs double reference: rel-L2 %.3e\n", e);
+    assert_true(e < 1e-4);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+}
+
+// ---- validation --------------------------------------------------------------------------------
+
+static void test_bad_batches(void ** state) {
+    (void)state;
+    struct fixture fx;
+    fixture_load(&fx, "tiny-llama");
+    struct oscar_forward * f = make_forward(&fx.model->m, 50, NULL, NULL);
+    struct oscar_batch b = {fx.n_seq, fx.seq_start, fx.tokens, NULL}; // 97 > 50 tokens
+    assert_int_equal(oscar_forward_run(f, &b, NULL), OSCAR_ERR_INVALID);
+    int32_t ss[2] = {0, 4}, bad_tok[4] = {1, 2, fx.model->m.config.n_vocab, 3};
+    struct oscar_batch b2 = {1, ss, bad_tok, NULL};
+    assert_int_equal(oscar_forward_run(f, &b2, NULL), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "vocabulary"));
+    int32_t ss_bad[3] = {0, 3, 3}, tok[3] = {1, 2, 3};
+    struct oscar_batch b3 = {2, ss_bad, tok, NULL};
+    assert_int_equal(oscar_forward_run(f, &b3, NULL), OSCAR_ERR_INVALID);
+    oscar_forward_free(f);
+    struct oscar_model broken = fx.model->m;
+    broken.output = NULL;
+    struct oscar_forward_params p = oscar_forward_default_params();
+    assert_int_equal(oscar_forward_init(&broken, &p, &f), OSCAR_ERR_INVALID);
+    assert_null(f);
+    fixture_free(&fx);
+}
+
+// ---- perplexity ------------------------------------------------------------------------------
+
+static double ref_nll(const float * row, int32_t V, int32_t target) {
+    double mx = (double)row[0], sum = 0;
+    for (int32_t v = 1; v < V; v++) mx = (double)row[v] > mx ? (double)row[v] : mx;
+    for (int32_t v = 0; v < V; v++) sum += exp((double)row[v] - mx);
+    return log(sum) + mx - (double)row[target];
+}
+
+// One window over the first fixture sequence: the NLL equals the one computed from transformers' logits.
+static void test_perplexity_oracle(void ** state) {
+    (void)state;
+    struct fixture fx;
+    fixture_load(&fx, "tiny-qwen3");
+    const int32_t V = fx.model->m.config.n_vocab, n = fx.seq_start[1];
+    double nll = 0;
+    for (int32_t j = 1; j < n; j++) {
+        nll += ref_nll(fx.logits + (size_t)(j - 1) * V, V, fx.tokens[j]);
+    }
+    struct oscar_ppl_params pp = {.n_ctx = n, .stride = n};
+    struct oscar_ppl_result r;
+    assert_int_equal(oscar_perplexity(&fx.model->m, fx.tokens, n, &pp, &r), OSCAR_OK);
+    assert_int_equal(r.n_scored, n - 1);
+    // logits within 1e-4 relative L2 of the oracle; the NLL is a smooth function of them with
+    // derivative <= 2 per unit logit per token, so |dNLL|/NLL stays well under 1e-4.
+    printf("tiny-qwen3 NLL %.6f oracle %.6f\n", r.nll_sum, nll);
+    assert_true(fabs(r.nll_sum - nll) <= 1e-4 * nll);
+    assert_true(fabs(r.ppl - exp(nll / (n - 1))) <= 1e-4 * r.ppl);
+    fixture_free(&fx);
+}
+
+// The Hugging Face loop, written as in its docs (trg_len, labels masked to -100, shifted inside the
+// loss), against oscar_perplexity for several windowings of the 97-token stream.
+static void test_perplexity_windows(void ** state) {
+    (void)state;
+    struct fixture fx;
+    fixture_load(&fx, "tiny-llama");
+    const int32_t V = fx.model->m.config.n_vocab, N = fx.T;
+    const int32_t cases[][2] = {{32, 16}, {40, 40}, {30, 7}, {97, 10}, {128, 64}};
+    float * lg = malloc((size_t)N * V * sizeof(float));
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int32_t n_ctx = cases[c][0], stride = cases[c][1];
+        struct oscar_forward * f = make_forward(&fx.model->m, n_ctx, NULL, NULL);
+        double nll = 0;
+        int64_t scored = 0;
+        int32_t prev_end = 0;
+        for (int32_t begin = 0; begin < N; begin += stride) {
+            int32_t end = begin + n_ctx < N ? begin + n_ctx : N, trg_len = end - prev_end, len = end - begin;
+            int32_t ss[2] = {0, len};
+            struct oscar_batch b = {1, ss, fx.tokens + begin, NULL};
+            assert_int_equal(oscar_forward_run(f, &b, lg), OSCAR_OK);
+            for (int32_t i = 0; i + 1 < len; i++) { // label i+1 predicted by logits i (the shift)
+                if (i + 1 < len - trg_len) continue; // label masked to -100
+                nll += ref_nll(lg + (size_t)i * V, V, fx.tokens[begin + i + 1]);
+                scored++;
+            }
+            prev_end = end;
+            if (end == N) break;
+        }
+        oscar_forward_free(f);
+        struct oscar_ppl_params pp = {.n_ctx = n_ctx, .stride = stride};
+        struct oscar_ppl_result r;
+        assert_int_equal(oscar_perplexity(&fx.model->m, fx.tokens, N, &pp, &r), OSCAR_OK);
+        printf("n_ctx %d stride %d: scored %lld, nll %.6f (reference %.6f)\n", n_ctx, stride,
+               (long long)r.n_scored, r.nll_sum, nll);
+        assert_int_equal(r.n_scored, scored);
+        // every token but the first once, except the first token of each window when stride == n_ctx
+        const int64_t n_win = n_ctx >= N ? 1 : (N - n_ctx + stride - 1) / stride + 1;
+        assert_int_equal(r.n_scored, stride < n_ctx ? N - 1 : N - n_win);
+        // same logits up to sgemm summation order (LM head on row chunks vs the full window): ~1e-6 rel.
+        assert_true(fabs(r.nll_sum - nll) <= 1e-5 * nll);
+    }
+    struct oscar_ppl_params bad = {.n_ctx = 10, .stride = 11};
+    struct oscar_ppl_result r;
+    assert_int_equal(oscar_perplexity(&fx.model->m, fx.tokens, N, &bad, &r), OSCAR_ERR_INVALID);
+    free(lg);
+    fixture_free(&fx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_oracle_llama),
+        cmocka_unit_test(test_oracle_qwen2),
+        cmocka_unit_test(test_oracle_qwen3),
+        cmocka_unit_test(test_hook_layers_and_shapes),
+        cmocka_unit_test(test_hook_and_override_identical),
+        cmocka_unit_test(test_batched_equals_single),
+        cmocka_unit_test(test_attention_reference),
+        cmocka_unit_test(test_bad_batches),
+        cmocka_unit_test(test_perplexity_oracle),
+        cmocka_unit_test(test_perplexity_windows),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
