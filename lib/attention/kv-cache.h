@@ -116,6 +116,7 @@ struct oscar_kv_seq {
     int32_t * int2_pages;            // [ceil(max_seq_len / page_size)] INT2 page ids
     int32_t * recent_pages;          // [ring_slots / page_size]  HP page ids
     int32_t n_sink_pages, n_int2_pages, n_recent_pages;  // allocated so far
+    uint8_t * is_hp;                 // [max_seq_len] 1 = BF16 tier (input of the decode plan)
 };
 
 struct oscar_kv_cache {

@@ -160,30 +160,34 @@ enum oscar_status oscar_int2_quantize_rows(const struct oscar_int2_params * p,
     return OSCAR_OK;
 }
 
+void osc_int2_dequant_row(const struct oscar_int2_params * p, const uint8_t * codes,
+                          const void * meta_row, float * out) {
+    int32_t D = p->head_dim, G = p->group_size > 0 ? p->group_size : D, ng = D / G, q = D / 4;
+    for (int32_t g = 0; g < ng; g++) {
+        float scale = oscar_meta_load(p->meta_dtype, meta_row, (size_t) (2 * g));
+        float zero  = oscar_meta_load(p->meta_dtype, meta_row, (size_t) (2 * g + 1));
+        if (p->bf16_dequant) {
+            // Decode GQA kernel: scale/zero cast to bf16, bf16 arithmetic (each op
+            // computed in fp32 and rounded to bf16, as Triton does for bf16 tensors).
+            scale = oscar_bf16_round(scale);
+            zero  = oscar_bf16_round(zero);
+        }
+        for (int32_t d = g * G; d < (g + 1) * G; d++) {
+            float c = (float) ((codes[d % q] >> (2 * (d / q))) & 3);
+            out[d]  = p->bf16_dequant ? oscar_bf16_round(oscar_bf16_round(c - zero) * scale)
+                                      : (c - zero) * scale;
+        }
+    }
+}
+
 enum oscar_status oscar_int2_dequantize_rows(const struct oscar_int2_params * p,
                                              const uint8_t * codes, const void * meta,
                                              int64_t n_rows, float * out) {
     enum oscar_status st = oscar_int2_params_check(p);
     if (st != OSCAR_OK) return st;
-    int32_t D = p->head_dim, G = p->group_size > 0 ? p->group_size : D, ng = D / G;
-    size_t  cb = oscar_int2_code_bytes(p);
-    uint8_t c[INT2_MAX_D];
-    for (int64_t r = 0; r < n_rows; r++) {
-        osc_unpack_int2(codes + r * (int64_t) cb, D, c);
-        for (int32_t g = 0; g < ng; g++) {
-            float scale = oscar_meta_load(p->meta_dtype, meta, (size_t) (r * 2 * ng + 2 * g));
-            float zero  = oscar_meta_load(p->meta_dtype, meta, (size_t) (r * 2 * ng + 2 * g + 1));
-            float * o = out + r * D + g * G;
-            if (p->bf16_dequant) {
-                // Decode GQA kernel: scale/zero cast to bf16, bf16 arithmetic (each op
-                // computed in fp32 and rounded to bf16, as Triton does for bf16 tensors).
-                float sb = oscar_bf16_round(scale), zb = oscar_bf16_round(zero);
-                for (int32_t i = 0; i < G; i++)
-                    o[i] = oscar_bf16_round(oscar_bf16_round((float) c[g * G + i] - zb) * sb);
-            } else {
-                for (int32_t i = 0; i < G; i++) o[i] = ((float) c[g * G + i] - zero) * scale;
-            }
-        }
-    }
+    size_t cb = oscar_int2_code_bytes(p), mb = oscar_int2_meta_bytes(p);
+    for (int64_t r = 0; r < n_rows; r++)
+        osc_int2_dequant_row(p, codes + r * (int64_t) cb, (const uint8_t *) meta + r * (int64_t) mb,
+                             out + r * p->head_dim);
     return OSCAR_OK;
 }

@@ -20,4 +20,9 @@ void osc_unpack_int2(const uint8_t * in, int32_t n, uint8_t * c);
 // Returns 1 if the row is degenerate (max - min < 1e-8), else 0.
 int osc_lloyd_max_row(const float * x, int32_t D, uint8_t * codes, float * scale, float * zero);
 
+// Dequantizes one INT2 row (no parameter checks; p must have passed
+// oscar_int2_params_check). codes [D/4], meta_row [2*ng] of p->meta_dtype, out [D].
+void osc_int2_dequant_row(const struct oscar_int2_params * p, const uint8_t * codes,
+                          const void * meta_row, float * out);
+
 #endif
