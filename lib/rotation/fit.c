@@ -1,0 +1,147 @@
+// fit.c - from a covariance to a stored rotation: eigh, composition, fp32
+// cast, orthogonality report; per layer or per KV head of an accumulator.
+//
+// Refuses unfinished accumulators and non-power-of-two head_dim for the
+// compositions that need H or P (messages name the layer and head).
+//
+// L = n_layer, Hkv, D = head_dim.
+#include "rotation/fit.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+double oscar_fit_orth_error_f32(int32_t D, const float * r) {
+    double worst = 0.0;
+    for (int32_t i = 0; i < D; i++) {
+        for (int32_t j = 0; j < D; j++) {
+            double acc = 0.0;
+            for (int32_t k = 0; k < D; k++) acc += (double) r[(size_t) i * D + k] * (double) r[(size_t) j * D + k];
+            const double e = fabs(acc - (i == j ? 1.0 : 0.0));
+            worst = e > worst ? e : worst;
+        }
+    }
+    return worst;
+}
+
+// Same as oscar_fit_rotation with caller-provided fp64 scratch [3, D, D] + [D].
+static enum oscar_status fit_one(int32_t D, const double * sigma, enum oscar_composition c, float * r_out,
+                                 float * eig_out, struct oscar_fit_report * rep, double * scr) {
+    const size_t dd = (size_t) D * (size_t) D;
+    double * u = scr, * r = u + dd, * ev = r + dd;
+    enum oscar_status st = oscar_fit_eigh(D, sigma, ev, u);
+    if (st != OSCAR_OK) return st;
+    int32_t ties = 0;
+    st = oscar_fit_compose(c, D, u, ev, r, &ties);
+    if (st != OSCAR_OK) return st;
+    for (size_t i = 0; i < dd; i++) r_out[i] = (float) r[i];
+    for (int32_t i = 0; i < D; i++) eig_out[i] = (float) ev[i];
+    if (rep) {
+        rep->orth_err = oscar_fit_orth_error_f32(D, r_out);
+        rep->eig_min = ev[0];
+        rep->eig_max = ev[D - 1];
+        rep->n_ties = ties;
+    }
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_fit_rotation(int32_t D, const double * sigma, enum oscar_composition c, float * r_out,
+                                     float * eig_out, struct oscar_fit_report * rep) {
+    if (D < 1 || D > 4096) return osc_error(OSCAR_ERR_INVALID, "fit: bad dimension %d", (int) D);
+    double * scr = malloc((2 * (size_t) D * (size_t) D + (size_t) D) * sizeof *scr);
+    if (!scr) return osc_error(OSCAR_ERR_NOMEM, "fit: out of memory");
+    struct oscar_fit_report local;
+    enum oscar_status st = fit_one(D, sigma, c, r_out, eig_out, rep ? rep : &local, scr);
+    if (st == OSCAR_OK && (rep ? rep : &local)->n_ties > 0 && c != OSCAR_COMP_PLAIN) {
+        osc_warn("fit: %d exactly tied eigenvalues; P_br uses the tie-break (descending λ, ascending index)",
+                 (int) (rep ? rep : &local)->n_ties);
+    }
+    free(scr);
+    return st;
+}
+
+enum oscar_status oscar_fit_hadamard(int32_t D, float * r_out, float * eig_out) {
+    if (D < 1 || D > 4096 || (D & (D - 1)) != 0) {
+        return osc_error(OSCAR_ERR_INVALID, "hadamard: head_dim %d is not a power of two", (int) D);
+    }
+    const size_t dd = (size_t) D * (size_t) D;
+    double * u = calloc(dd, sizeof *u), * r = malloc(dd * sizeof *r), * ev = malloc((size_t) D * sizeof *ev);
+    enum oscar_status st = OSCAR_OK;
+    if (!u || !r || !ev) {
+        st = osc_error(OSCAR_ERR_NOMEM, "hadamard: out of memory");
+        goto out;
+    }
+    for (int32_t i = 0; i < D; i++) {
+        u[(size_t) i * D + i] = 1.0;
+        ev[i] = 1.0;
+    }
+    st = oscar_fit_compose(OSCAR_COMP_R_H, D, u, ev, r, NULL); // I·H
+    if (st != OSCAR_OK) goto out;
+    for (size_t i = 0; i < dd; i++) r_out[i] = (float) r[i];
+    for (int32_t i = 0; i < D; i++) eig_out[i] = 1.0f;
+out:
+    free(u); free(r); free(ev);
+    return st;
+}
+
+enum oscar_status oscar_fit_stats(const struct oscar_stats * s, enum oscar_stats_kind kind,
+                                  enum oscar_rotation_grouping grouping, enum oscar_composition c,
+                                  float * r_out, float * eig_out, struct oscar_fit_report * rep) {
+    const struct oscar_stats_params p = oscar_stats_get_params(s);
+    const int32_t D = p.head_dim, per = grouping == OSCAR_GROUP_HEAD ? p.n_head_kv : 1;
+    const int32_t n_fit = p.n_layer * per;
+    const size_t dd = (size_t) D * (size_t) D;
+    // validate once (sigma fails on unfinished passes / missing kinds) before fanning out
+    double * probe = malloc(dd * sizeof *probe);
+    if (!probe) return osc_error(OSCAR_ERR_NOMEM, "fit: out of memory");
+    enum oscar_status st = oscar_stats_sigma(s, kind, 0, per > 1 ? 0 : -1, probe);
+    free(probe);
+    if (st != OSCAR_OK) return st;
+    const int32_t nt = p.n_threads > 0 ? p.n_threads : omp_get_max_threads();
+    const size_t per_thread = 3 * dd + (size_t) D;
+    double * scr = malloc((size_t) nt * per_thread * sizeof *scr);
+    if (!scr) return osc_error(OSCAR_ERR_NOMEM, "fit: out of memory");
+    int32_t first_bad = -1;
+    enum oscar_status bad = OSCAR_OK;
+    // oscar_stats_sigma uses the accumulator's scratch: compute the matrices
+    // serially, then fit in parallel (each fit owns its outputs)
+    double * sig = malloc((size_t) n_fit * dd * sizeof *sig);
+    if (!sig) {
+        free(scr);
+        return osc_error(OSCAR_ERR_NOMEM, "fit: out of memory for %d matrices", (int) n_fit);
+    }
+    for (int32_t i = 0; i < n_fit && st == OSCAR_OK; i++) {
+        st = oscar_stats_sigma(s, kind, i / per, per > 1 ? i % per : -1, sig + (size_t) i * dd);
+    }
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int32_t i = 0; i < (st == OSCAR_OK ? n_fit : 0); i++) {
+        double * ts = scr + (size_t) omp_get_thread_num() * per_thread;
+        struct oscar_fit_report local;
+        enum oscar_status e = fit_one(D, sig + (size_t) i * dd, c, r_out + (size_t) i * dd,
+                                      eig_out + (size_t) i * (size_t) D, rep ? &rep[i] : &local, ts + dd);
+        if (e != OSCAR_OK) {
+#pragma omp critical
+            if (first_bad < 0 || i < first_bad) {
+                first_bad = i;
+                bad = e;
+            }
+        }
+    }
+    free(sig);
+    free(scr);
+    if (st != OSCAR_OK) return st;
+    if (first_bad >= 0) {
+        return osc_error(bad, "fit: layer %d%s%d failed", (int) (first_bad / per), per > 1 ? ", KV head " : "",
+                         per > 1 ? (int) (first_bad % per) : 0);
+    }
+    for (int32_t i = 0; rep && i < n_fit; i++) {
+        if (rep[i].n_ties > 0 && c != OSCAR_COMP_PLAIN) {
+            osc_warn("fit: layer %d head %d: %d exactly tied eigenvalues; P_br uses the tie-break", (int) (i / per),
+                     (int) (per > 1 ? i % per : -1), (int) rep[i].n_ties);
+        }
+    }
+    return OSCAR_OK;
+}
