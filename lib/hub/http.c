@@ -373,6 +373,7 @@ enum oscar_status osc_http_once(const struct oscar_hub * hub, const struct osc_h
     struct xfer x = { .q = q, .r = r, .show = q->progress != NULL };
     if (x.show) {
         osc_progress_init(&x.prog, q->progress, "B", q->progress_total);
+        x.show = x.prog.is_tty || q->progress_total >= ((int64_t) 1 << 20); // no log spam for small files
     }
     char *            url = strdup(q->url);
     enum oscar_status st  = url ? OSCAR_OK : OSCAR_ERR_NOMEM;
