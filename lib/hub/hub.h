@@ -1,0 +1,113 @@
+// hub.h - Hugging Face Hub client: the public API used by cmd/oscar-zoo.c.
+//
+// Talks the real Hub HTTP API (docs/ecosystem.md §1) over libcurl and shares
+// the huggingface_hub cache layout (§2). No Xet, no git: downloads go through
+// /resolve/, uploads through preupload -> LFS batch (basic/multipart) -> NDJSON
+// commit. Every call returns an enum oscar_status with a message naming the
+// repo / file / request id at fault.
+//
+//   struct oscar_hub hub;
+//   oscar_hub_init(&hub);                          // env: HF_ENDPOINT, HF_TOKEN, ...
+//   char * local = NULL;
+//   oscar_hub_download(&hub, "me/zoo", "main", "m/t/oscar.json", NULL, &local);
+//   free(local); oscar_hub_free(&hub);
+#ifndef OSCAR_HUB_H
+#define OSCAR_HUB_H
+
+#include <stdint.h>
+
+#include "util/error.h"
+
+struct oscar_hub {
+    char * endpoint;        // no trailing '/'; HF_ENDPOINT or https://huggingface.co
+    char * token;           // NULL when anonymous
+    char * cache_dir;       // HF_HUB_CACHE or $HF_HOME/hub
+    char * user_agent;      // "oscar/<ver>; curl/<ver>"
+    long   connect_timeout; // seconds (HF_HUB_ETAG_TIMEOUT, default 10)
+    long   read_timeout;    // seconds without a byte (HF_HUB_DOWNLOAD_TIMEOUT, default 10)
+    int    max_retries;     // retries after the first attempt (OSCAR_HUB_MAX_RETRIES, default 5)
+    double backoff_base;    // first backoff in seconds, doubled per retry (OSCAR_HUB_BACKOFF, default 1)
+    double backoff_max;     // cap for one wait (8 s)
+    int    offline;         // HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE
+    int    progress;        // show transfer progress on stderr
+};
+
+// Fills `hub` from the environment (see the fields). Returns OSCAR_OK or
+// OSCAR_ERR_NOMEM. Free with oscar_hub_free.
+enum oscar_status oscar_hub_init(struct oscar_hub * hub);
+void oscar_hub_free(struct oscar_hub * hub);
+// Replaces the token (NULL or "" = anonymous).
+enum oscar_status oscar_hub_set_token(struct oscar_hub * hub, const char * token);
+
+// Downloads one file of a model repo. Without local_dir it goes to the shared
+// cache (blobs/, refs/, snapshots/) and *out_path is the snapshot path; with
+// local_dir it is written to local_dir/path. A file absent at the revision
+// returns OSCAR_ERR_NOT_FOUND (and records a .no_exist marker). Offline mode
+// serves from the cache only. *out_path is malloc'ed (caller frees).
+enum oscar_status oscar_hub_download(struct oscar_hub * hub, const char * repo_id, const char * revision,
+                                     const char * path, const char * local_dir, char ** out_path);
+
+// Downloads every file under `prefix` (NULL or "" = whole repo) at `revision`.
+// *out_dir (malloc'ed) is the snapshot directory or local_dir; *n_files counts
+// the files fetched or found.
+enum oscar_status oscar_hub_pull(struct oscar_hub * hub, const char * repo_id, const char * revision,
+                                 const char * prefix, const char * local_dir, char ** out_dir, int * n_files);
+
+struct oscar_hub_entry {
+    char *  path;
+    char *  oid;     // git blob sha1 (files) or tree oid (directories)
+    char *  lfs_oid; // sha256 for LFS files, else NULL
+    int64_t size;
+    int     is_dir;
+};
+
+struct oscar_hub_listing {
+    struct oscar_hub_entry * entries;
+    int                      n;
+};
+
+// Lists the repo tree (recursive) at `revision`, following pagination.
+enum oscar_status oscar_hub_list(struct oscar_hub * hub, const char * repo_id, const char * revision,
+                                 const char * prefix, struct oscar_hub_listing * out);
+void oscar_hub_listing_free(struct oscar_hub_listing * l);
+
+struct oscar_hub_info {
+    char *  id;
+    char *  sha;           // commit at the revision
+    char *  last_modified; // may be NULL
+    int     is_private;
+    int     n_siblings;
+};
+
+enum oscar_status oscar_hub_info(struct oscar_hub * hub, const char * repo_id, const char * revision,
+                                 struct oscar_hub_info * out);
+void oscar_hub_info_free(struct oscar_hub_info * info);
+
+struct oscar_hub_push_opts {
+    const char * repo_id;
+    const char * path_in_repo;   // prefix in the repo ("" = root)
+    const char * revision;       // branch, default "main"
+    const char * message;        // commit summary (default "Upload with oscar-zoo")
+    int          is_private;     // when creating the repo
+    int          skip_card_check;
+};
+
+struct oscar_hub_push_result {
+    char * commit_oid;  // NULL when nothing changed
+    char * commit_url;
+    int    n_regular;   // files sent inline
+    int    n_lfs;       // files sent through LFS (uploaded or already stored)
+    int    n_unchanged; // skipped: same oid already on the branch
+};
+
+// Uploads every file of `dir` (recursively, skipping dot-folders) in one commit.
+enum oscar_status oscar_hub_push(struct oscar_hub * hub, const char * dir, const struct oscar_hub_push_opts * o,
+                                 struct oscar_hub_push_result * out);
+void oscar_hub_push_result_free(struct oscar_hub_push_result * r);
+
+// Checks README.md model-card text: YAML front matter between '---' lines,
+// parseable as block mappings/sequences of scalars. Returns OSCAR_ERR_FORMAT
+// with the line number on failure.
+enum oscar_status oscar_hub_check_card(const char * text, size_t len, const char * name);
+
+#endif
