@@ -138,6 +138,7 @@ static enum oscar_status fetch(struct oscar_hub * hub, const struct meta * m, co
         int64_t now     = fd_size(fd);
         if (st == OSCAR_ERR_IO) {
             osc_http_resp_free(&r);
+            st = osc_error_prefix(st, "%s -> %s", label, part);
             goto fail;
         }
         if (st == OSCAR_OK && (r.status == 200 || r.status == 206) && !range_ok(&r, have)) {
