@@ -58,8 +58,10 @@ for f in oscar.safetensors:sha256:'^/lfs/' oscar.json:'git blob sha1':'/resolve/
     emu_fault "{\"method\":\"GET\",\"path_re\":\"$re\",\"kind\":\"wrong_hash\",\"count\":99}"
     $ZOO pull me/zoo --path $P/$name --quiet 2>"$T/err" && fail "$name: corrupt download accepted"
     grep -q "$algo" "$T/err" || fail "$name: error does not mention $algo: $(cat "$T/err")"
-    [ -z "$(find "$REPO/blobs" -type f 2>/dev/null | grep -v '/README\|oscar.json' | xargs -r -n1 basename | grep -v "^$(git hash-object "$T/art/README.md")$")" ] \
-        || fail "$name: leftover blob: $(ls "$REPO/blobs")"
+    [ -z "$(find "$REPO/blobs" -type f -newer "$T/art/$name" -size +0 2>/dev/null | while read -r b; do
+        python3 -c 'import hashlib,sys; d=open(sys.argv[1],"rb").read(); o=open(sys.argv[2],"rb").read(); print("bad" if d != o and len(d) == len(o) else "")' "$b" "$T/art/$name"; done)" ] \
+        || fail "$name: a corrupt blob entered the cache"
+    [ -z "$(find "$REPO/blobs" -name '*.incomplete' 2>/dev/null)" ] || fail "$name: partial file left after a hash mismatch"
     [ -z "$(find "$REPO/snapshots" -name "$name" 2>/dev/null)" ] || fail "$name: snapshot link exists"
 done
 
