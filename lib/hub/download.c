@@ -138,6 +138,7 @@ static enum oscar_status fetch(struct oscar_hub * hub, const struct meta * m, co
         int64_t now     = fd_size(fd);
         if (st == OSCAR_ERR_IO) {
             osc_http_resp_free(&r);
+            st = osc_error_prefix(st, "%s -> %s", label, part);
             goto fail;
         }
         if (st == OSCAR_OK && (r.status == 200 || r.status == 206) && !range_ok(&r, have)) {
@@ -175,7 +176,11 @@ static enum oscar_status fetch(struct oscar_hub * hub, const struct meta * m, co
                            (long long) m->size);
             transient = 1;
         }
-        if (!transient || attempt >= hub->max_retries) {
+        if (!transient) {
+            goto fail;
+        }
+        if (attempt >= hub->max_retries) {
+            st = osc_error_prefix(st, "%s: giving up after %d attempts", label, attempt + 1);
             goto fail;
         }
         osc_warn("%s, retrying in %.1fs (%d/%d)", oscar_last_error(), wait, attempt + 1, hub->max_retries);

@@ -77,6 +77,25 @@ out:
     return st;
 }
 
+// Sets *out_dir to local_dir or the snapshot root of `commit`.
+static enum oscar_status pull_finish(struct oscar_hub * hub, const char * repo_id, const char * commit,
+                                     const char * local_dir, char ** out_dir, enum oscar_status st) {
+    if (st != OSCAR_OK) {
+        return st;
+    }
+    if (local_dir) {
+        *out_dir = strdup(local_dir);
+    } else {
+        char * rd = osc_cache_repo_dir(hub->cache_dir, repo_id);
+        *out_dir  = rd ? osc_cache_snapshot_path(rd, commit, "") : NULL;
+        if (*out_dir) {
+            (*out_dir)[strlen(*out_dir) - 1] = '\0';
+        }
+        free(rd);
+    }
+    return *out_dir ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "out of memory");
+}
+
 enum oscar_status oscar_hub_pull(struct oscar_hub * hub, const char * repo_id, const char * revision,
                                  const char * prefix, const char * local_dir, char ** out_dir, int * n_files) {
     const char * rev = revision && *revision ? revision : "main";
@@ -99,8 +118,27 @@ enum oscar_status oscar_hub_pull(struct oscar_hub * hub, const char * repo_id, c
         return st;
     }
     struct oscar_hub_listing l;
-    if ((st = oscar_hub_list(hub, repo_id, commit, pre, &l)) != OSCAR_OK) {
+    if ((st = oscar_hub_list(hub, repo_id, commit, pre, &l)) != OSCAR_OK && st != OSCAR_ERR_NOT_FOUND) {
         return st;
+    }
+    int n_listed = 0;
+    for (int i = 0; st == OSCAR_OK && i < l.n; i++) {
+        n_listed += !l.entries[i].is_dir && under(l.entries[i].path, pre);
+    }
+    if (*pre && n_listed == 0) { // the prefix may name one file
+        char * p = NULL;
+        oscar_hub_listing_free(&l);
+        if ((st = oscar_hub_download(hub, repo_id, commit, pre, local_dir, &p)) != OSCAR_OK) {
+            return st;
+        }
+        free(p);
+        if (!local_dir && strcmp(rev, commit)) {
+            char * rd0 = osc_cache_repo_dir(hub->cache_dir, repo_id);
+            st         = rd0 ? osc_cache_write_ref(rd0, rev, commit) : OSCAR_ERR_NOMEM;
+            free(rd0);
+        }
+        *n_files = 1;
+        return pull_finish(hub, repo_id, commit, local_dir, out_dir, st);
     }
     char * rd = osc_cache_repo_dir(hub->cache_dir, repo_id);
     if (!rd) {
@@ -120,17 +158,7 @@ enum oscar_status oscar_hub_pull(struct oscar_hub * hub, const char * repo_id, c
     if (st == OSCAR_OK && *n_files == 0) {
         st = osc_error(OSCAR_ERR_NOT_FOUND, "%s@%s: no files under '%s'", repo_id, rev, pre);
     }
-    if (st == OSCAR_OK) {
-        if (local_dir) {
-            *out_dir = strdup(local_dir);
-        } else {
-            *out_dir = osc_cache_snapshot_path(rd, commit, "");
-            if (*out_dir) {
-                (*out_dir)[strlen(*out_dir) - 1] = '\0';
-            }
-        }
-    }
     free(rd);
     oscar_hub_listing_free(&l);
-    return st;
+    return pull_finish(hub, repo_id, commit, local_dir, out_dir, st);
 }

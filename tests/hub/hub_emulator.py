@@ -15,7 +15,8 @@ completion, verify; POST .../commit/{rev} (NDJSON, strict base64, lfsFile oids, 
 Errors carry X-Error-Code / X-Error-Message / X-Request-Id.
 
 Control (tests only): POST /_emu/fault {"method","path_re","kind","count","retry_after"} with kind in
-500 | 429 | drop (close mid-body) | drop_headers (close before any answer) | wrong_hash (flip a byte);
+500 | 429 | drop (close mid-body) | drop_headers (close before any answer) | wrong_hash (flip a byte) |
+advance (another commit lands on main of fault["repo"] first);
 GET /_emu/log (requests seen: method, host, path, range, auth); POST /_emu/clear_log.
 
 Usage: hub_emulator.py --port-file F [--token T] [--page-size N] [--multipart-threshold BYTES]
@@ -157,6 +158,12 @@ class Handler(BaseHTTPRequestHandler):
                     h["Retry-After"] = fault.get("retry_after", 1)
                 self.body() if self.command in ("POST", "PUT") else None
                 return self.send(int(fault["kind"]), {"error": "injected"}, h)
+            if fault and fault["kind"] == "advance":  # someone else commits first (parentCommit race)
+                with st.lock:
+                    r = st.repos[fault["repo"]]
+                    head = r["branches"]["main"]
+                    r["branches"]["main"] = self.new_commit(r, head, dict(r["commits"][head]["files"]), "race")
+                fault = None
             if fault and fault["kind"] == "drop_headers":
                 self.close_connection = True
                 return
@@ -545,6 +552,15 @@ class Handler(BaseHTTPRequestHandler):
         raise HubError(404, "NotFound", "no CDN route for %s %s" % (self.command, path))
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):  # clients hanging up on purpose are not errors
+        import sys
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port-file", required=True)
@@ -556,8 +572,8 @@ def main():
     state = State(args)
     hub_h = type("HubHandler", (Handler,), {"state": state, "is_cdn": False})
     cdn_h = type("CdnHandler", (Handler,), {"state": state, "is_cdn": True})
-    hub = ThreadingHTTPServer(("127.0.0.1", 0), hub_h)
-    cdn = ThreadingHTTPServer(("127.0.0.2", 0), cdn_h)
+    hub = Server(("127.0.0.1", 0), hub_h)
+    cdn = Server(("127.0.0.2", 0), cdn_h)
     hub.daemon_threads = cdn.daemon_threads = True
     state.endpoint = "http://127.0.0.1:%d" % hub.server_address[1]
     state.cdn = "http://127.0.0.2:%d" % cdn.server_address[1]
