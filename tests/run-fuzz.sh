@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# run-fuzz.sh - runs every build-fuzz/fuzz-* for $OSCAR_FUZZ_SECONDS seconds
+# (default 20) over tests/fuzz/corpus/<name>/ (seeds are copied to a scratch
+# corpus so the committed one stays small). Fails on the first finding.
+set -u
+cd "$(dirname "$0")/.."
+secs=${OSCAR_FUZZ_SECONDS:-20}
+rc=0
+for bin in build-fuzz/fuzz-*; do
+    [ -x "$bin" ] || continue
+    name=$(basename "$bin")
+    work=$(mktemp -d)
+    cp tests/fuzz/corpus/"$name"/* "$work"/ 2>/dev/null || true
+    echo "== $name ($secs s)"
+    if ! "$bin" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -artifact_prefix="build-fuzz/$name-" \
+            -print_final_stats=1 "$work" > "build-fuzz/$name.log" 2>&1; then
+        tail -n 40 "build-fuzz/$name.log"
+        echo "FAILED: $name (artifact in build-fuzz/)"
+        rc=1
+    else
+        grep -E "stat::number_of_executed_units|Done" "build-fuzz/$name.log" | tail -n 2
+    fi
+    rm -rf "$work"
+done
+exit $rc
