@@ -89,13 +89,6 @@ out:
     return st;
 }
 
-void osc_hash_sha256_mem(const void * p, size_t n, char * hex65) {
-    unsigned char d[EVP_MAX_MD_SIZE];
-    unsigned      dn = 0;
-    EVP_Digest(p, n, d, &dn, EVP_sha256(), NULL);
-    to_hex(d, dn, hex65);
-}
-
 void osc_hash_gitsha1_mem(const void * p, size_t n, char * hex41) {
     char         hdr[32];
     size_t       hlen = 0;

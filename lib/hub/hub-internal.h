@@ -114,7 +114,6 @@ enum oscar_status osc_http_error(const struct osc_http_resp * r, const char * wh
 // Hex digests of a file: sha256 and the git blob sha1 ("blob <n>\0" ++ bytes).
 // Either output may be NULL. Buffers: 65 and 41 bytes.
 enum oscar_status osc_hash_file(const char * path, char * sha256_hex, char * gitsha1_hex, int64_t * size);
-void osc_hash_sha256_mem(const void * p, size_t n, char * hex65);
 void osc_hash_gitsha1_mem(const void * p, size_t n, char * hex41);
 // Base64 (RFC 4648, padded). Malloc'ed, NUL-terminated; NULL on no memory.
 char * osc_base64_encode(const void * p, size_t n);

@@ -14,7 +14,7 @@
 
 #include "formats/gguf.h"
 #include "model/load-internal.h"
-#include "model/sha256.h"
+#include "util/sha256.h"
 
 struct gguf_src {
     struct osc_gguf *               g;

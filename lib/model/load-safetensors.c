@@ -12,7 +12,7 @@
 #include "formats/hf-config.h"
 #include "formats/safetensors.h"
 #include "model/load-internal.h"
-#include "model/sha256.h"
+#include "util/sha256.h"
 #include "util/fs.h"
 
 struct st_src {

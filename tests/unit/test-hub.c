@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "hub/hub-internal.h"
+#include "util/sha256.h"
 #include "oscar.h"
 #include "util/fs.h"
 
@@ -265,7 +266,7 @@ static void test_hashes_base64(void ** state) {
         check_str(osc_base64_encode(in[i], strlen(in[i])), out[i]);
     }
     char h256[65], h1[41];
-    osc_hash_sha256_mem("abc", 3, h256); // FIPS 180-2 example
+    osc_sha256_hex("abc", 3, h256); // FIPS 180-2 example
     assert_string_equal(h256, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     osc_hash_gitsha1_mem("", 0, h1); // `git hash-object /dev/null`
     assert_string_equal(h1, "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391");

@@ -21,7 +21,7 @@
 #include "formats/hf-config.h"
 #include "formats/safetensors.h"
 #include "model/model.h"
-#include "model/sha256.h"
+#include "util/sha256.h"
 #include "oscar.h"
 #include "util/fs.h"
 
