@@ -202,6 +202,23 @@ static void test_hash(void ** state) {
     oscar_tokenizer_free(c);
 }
 
+// Regression (found by fuzz-tokenizer-json): ids with no token between the
+// vocabulary and an added token must hash and decode safely.
+static void test_id_holes(void ** state) {
+    (void) state;
+    static const char j[] = "{\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"added_tokens\":[{\"id\":6,"
+                            "\"content\":\"<s>\",\"special\":true}],\"model\":{\"vocab\":{\"a\":0},\"merges\":[]}}";
+    struct oscar_tokenizer * tok;
+    assert_int_equal(oscar_tokenizer_from_json("holes.json", j, sizeof j - 1, NULL, 0, &tok), OSCAR_OK);
+    assert_int_equal(oscar_tokenizer_n_vocab(tok), 7);
+    EXPECT(tok, "a<s>a", true, 0, 6, 0);
+    const int32_t hole[] = { 0, 3 };
+    char * text;
+    size_t len;
+    assert_int_equal(oscar_tokenizer_decode(tok, hole, 2, false, &text, &len), OSCAR_ERR_INVALID);
+    oscar_tokenizer_free(tok);
+}
+
 static void test_corrupt_json(void ** state) {
     (void) state;
     static const struct { const char * json; enum oscar_status st; const char * msg; } cases[] = {
@@ -422,6 +439,7 @@ int main(void) {
         cmocka_unit_test(test_whitespace_contractions_newlines),
         cmocka_unit_test(test_long_word_and_decode),
         cmocka_unit_test(test_hash),
+        cmocka_unit_test(test_id_holes),
         cmocka_unit_test(test_corrupt_json),
         cmocka_unit_test(test_sha256),
         cmocka_unit_test(test_corpus),
