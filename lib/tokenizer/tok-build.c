@@ -223,6 +223,8 @@ static enum oscar_status ensure_id(struct oscar_tokenizer * tok, int32_t id) {
         return osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", tok->name);
     }
     memset(tok->flags + tok->ids_cap, 0, (size_t) (nc - tok->ids_cap));
+    memset(tok->tok_off + tok->ids_cap, 0, (size_t) (nc - tok->ids_cap) * sizeof *o); // holes: empty tokens
+    memset(tok->tok_len + tok->ids_cap, 0, (size_t) (nc - tok->ids_cap) * sizeof *l);
     tok->ids_cap = nc;
     tok->n_ids = id + 1;
     return OSCAR_OK;
