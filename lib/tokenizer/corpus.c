@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "tokenizer/sha256.h"
+#include "util/sha256.h"
 #include "util/error.h"
 #include "util/fs.h"
 
@@ -152,6 +152,6 @@ enum oscar_status oscar_corpus_tokenize(struct oscar_tokenizer * tok, const char
     }
     stats->n_tokens = out->n - r.start_n;
     osc_sha256_final(&r.sha, stats->sha256);
-    osc_sha256_hex(stats->sha256, stats->sha256_hex);
+    osc_sha256_digest_hex(stats->sha256, stats->sha256_hex);
     return OSCAR_OK;
 }

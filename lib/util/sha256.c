@@ -16,6 +16,28 @@ static void digest_hex(const unsigned char * d, unsigned n, char * out) {
     out[2 * n] = '\0';
 }
 
+void osc_sha256_init(struct osc_sha256 * s) {
+    EVP_MD_CTX * ctx = EVP_MD_CTX_new();
+    OSCAR_ASSERT(ctx != NULL); // a few hundred bytes: failure means the process is out of memory
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    s->ctx = ctx;
+}
+
+void osc_sha256_update(struct osc_sha256 * s, const void * data, size_t len) {
+    EVP_DigestUpdate(s->ctx, data, len);
+}
+
+void osc_sha256_final(struct osc_sha256 * s, uint8_t digest[32]) {
+    unsigned int len = 0;
+    EVP_DigestFinal_ex(s->ctx, digest, &len);
+    EVP_MD_CTX_free(s->ctx);
+    s->ctx = NULL;
+}
+
+void osc_sha256_digest_hex(const uint8_t digest[32], char hex[65]) {
+    digest_hex(digest, 32, hex);
+}
+
 void osc_sha256_hex(const void * data, size_t n, char out[65]) {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int  len = 0;

@@ -5,9 +5,22 @@
 #define OSCAR_UTIL_SHA256_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "util/error.h"
 
+// Streaming digest: init, update any number of times, final (which releases
+// the context; init again to reuse).
+struct osc_sha256 {
+    void * ctx; // EVP_MD_CTX
+};
+
+void osc_sha256_init(struct osc_sha256 * s);
+void osc_sha256_update(struct osc_sha256 * s, const void * data, size_t len);
+void osc_sha256_final(struct osc_sha256 * s, uint8_t digest[32]);
+void osc_sha256_digest_hex(const uint8_t digest[32], char hex[65]);
+
+// One-shot digest of a buffer, as hex.
 void osc_sha256_hex(const void * data, size_t n, char out[65]);
 // Streams the file in 1 MiB reads.
 enum oscar_status osc_sha256_file(const char * path, char out[65]);

@@ -17,7 +17,7 @@
 
 #include "oscar.h"
 #include "tokenizer/corpus.h"
-#include "tokenizer/sha256.h"
+#include "util/sha256.h"
 #include "tokenizer/tokenizer.h"
 #include "util/fs.h"
 
@@ -271,7 +271,7 @@ static void test_sha256(void ** state) {
         osc_sha256_init(&s);
         osc_sha256_update(&s, v[i].in, strlen(v[i].in));
         osc_sha256_final(&s, d);
-        osc_sha256_hex(d, hex);
+        osc_sha256_digest_hex(d, hex);
         assert_string_equal(hex, v[i].hex);
     }
     struct osc_sha256 s; // one million 'a', fed in uneven pieces
@@ -285,7 +285,7 @@ static void test_sha256(void ** state) {
         left -= k;
     }
     osc_sha256_final(&s, d);
-    osc_sha256_hex(d, hex);
+    osc_sha256_digest_hex(d, hex);
     assert_string_equal(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
