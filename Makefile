@@ -16,7 +16,7 @@ CC          ?= gcc
 CUDA        ?= auto
 WERROR      ?= 0
 SAN         ?= 0
-FUZZ_SECONDS ?= 20
+FUZZ_SECONDS ?= 10
 OSCAR_CACHE ?= $(HOME)/.cache/oscar
 export OSCAR_CACHE
 
@@ -139,21 +139,31 @@ unit: all
 test: deps
 	$(MAKE) all
 	$(MAKE) SAN=1 all
-	OSCAR_BUILD=build OSCAR_SAN_BUILD=build-san bash tests/run-tests.sh
+	$(MAKE) $(FUZZ_BINS)
+	OSCAR_BUILD=build OSCAR_SAN_BUILD=build-san OSCAR_FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/run-tests.sh
 
 check:
 	$(MAKE) SAN=1 all
 	OSCAR_BUILD=build-san bash tests/run-tests.sh --unit-only
 
-FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz-*.c))
-FUZZ_LIB_SRC := $(filter-out lib/backend/cuda%,$(LIB_SRC))
-fuzz:
-	@mkdir -p build-fuzz
-	@for f in $(FUZZ_SRC); do \
-	  n=$$(basename $$f .c); \
-	  clang -std=c11 -D_GNU_SOURCE -I. -Ilib $(PKG_CFLAGS) -g -O1 -fopenmp \
-	    -fsanitize=fuzzer,address,undefined $$f $(FUZZ_LIB_SRC) -o build-fuzz/$$n $(PKG_LIBS) -lm -lpthread || exit 1; \
-	done
+# libFuzzer targets: the library is compiled once with clang's coverage and
+# sanitizer instrumentation, then each tests/fuzz/fuzz-*.c links against it.
+FUZZ_SRC  := $(sort $(wildcard tests/fuzz/fuzz-*.c))
+FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
+FUZZ_OBJ  := $(LIB_SRC:%.c=build-fuzz/obj/%.o)
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -I. -Ilib $(PKG_CFLAGS) -g -O1 -fopenmp
+
+build-fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+
+build-fuzz/liboscar-fuzz.a: $(FUZZ_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+build-fuzz/fuzz-%: tests/fuzz/fuzz-%.c build-fuzz/liboscar-fuzz.a
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined $< build-fuzz/liboscar-fuzz.a -o $@ $(PKG_LIBS) -lm -lpthread
+
+fuzz: $(FUZZ_BINS)
 	OSCAR_FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/run-fuzz.sh
 
 bench: all
