@@ -101,6 +101,10 @@ enum oscar_status osc_gguf_get_arr_str(const struct osc_gguf * g, const char * k
 enum oscar_status osc_gguf_get_arr_data(const struct osc_gguf * g, const char * key, const void ** data);
 
 // ---- tensors -----------------------------------------------------------------
+// File offset of the data section (tensor offsets are relative to it) and
+// its alignment (general.alignment, default 32).
+uint64_t osc_gguf_data_offset(const struct osc_gguf * g);
+uint64_t osc_gguf_alignment(const struct osc_gguf * g);
 int64_t osc_gguf_n_tensors(const struct osc_gguf * g);
 const struct osc_gguf_tensor * osc_gguf_tensor(const struct osc_gguf * g, int64_t i);
 // NULL when absent.
