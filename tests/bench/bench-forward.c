@@ -19,57 +19,12 @@
 #include "model/model.h"
 #include "util/log.h"
 
-struct owned_model {
-    struct oscar_model          m;
-    struct oscar_layer_weights * layers;
-    float *                     blob;
-};
-
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(void) {
     rng ^= rng >> 12;
     rng ^= rng << 25;
     rng ^= rng >> 27;
     return (float)((double)((rng * 2685821657736338717ull) >> 11) / 9007199254740992.0 - 0.5) * 0.04f;
-}
-
-// SmolLM2-135M's shape with random weights (bench only; tests use the real loaders).
-static int random_smollm(struct owned_model * o) {
-    struct oscar_model_config c = {.arch = OSCAR_ARCH_LLAMA, .n_layer = 30, .n_embd = 576, .n_head = 9,
-                                   .n_head_kv = 3, .head_dim = 64, .n_ff = 1536, .n_vocab = 49152,
-                                   .n_ctx_train = 8192, .rope_theta = 100000.0f, .rms_eps = 1e-5f,
-                                   .tied_embeddings = true};
-    snprintf(c.name, sizeof c.name, "SmolLM2-135M shape, random weights");
-    const size_t C = 576, Q = 9 * 64, KV = 3 * 64, F = 1536, V = 49152;
-    const size_t per_layer = 2 * C + Q * C + 2 * KV * C + C * Q + 3 * F * C;
-    const size_t total = V * C + C + 30 * per_layer;
-    o->blob   = malloc(total * sizeof(float));
-    o->layers = calloc(30, sizeof *o->layers);
-    if (!o->blob || !o->layers) return -1;
-    for (size_t i = 0; i < total; i++) o->blob[i] = frand();
-    float * p = o->blob;
-    memset(&o->m, 0, sizeof o->m);
-    o->m.config   = c;
-    o->m.tok_embd = p, p += V * C;
-    o->m.output   = o->m.tok_embd;
-    o->m.output_norm = p, p += C;
-    for (size_t i = 0; i < C; i++) o->m.output_norm[i] = 1.0f;
-    for (int l = 0; l < 30; l++) {
-        struct oscar_layer_weights * w = &o->layers[l];
-        w->attn_norm = p, p += C;
-        w->ffn_norm  = p, p += C;
-        for (size_t i = 0; i < C; i++) w->attn_norm[i] = w->ffn_norm[i] = 1.0f;
-        w->wq = p, p += Q * C;
-        w->wk = p, p += KV * C;
-        w->wv = p, p += KV * C;
-        w->wo = p, p += C * Q;
-        w->w_gate = p, p += F * C;
-        w->w_up   = p, p += F * C;
-        w->w_down = p, p += C * F;
-    }
-    o->m.layers = o->layers;
-    snprintf(o->m.source, sizeof o->m.source, "random");
-    return 0;
 }
 
 static double sgemm_gflops(int M, int N, int K, int reps) {
@@ -101,17 +56,21 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "usage: bench-forward [model] [--tokens T] [--reps N] [--threads N]\n");
         return 2;
     }
-    struct owned_model own = {0};
     const struct oscar_model * m = NULL;
     struct oscar_model * loaded = NULL;
-    (void)path;
-#ifdef OSCAR_BENCH_HAVE_LOADER
     if (path && oscar_model_load(path, &loaded) == OSCAR_OK) m = loaded;
     else if (path) fprintf(stderr, "cannot load %s (%s); using random weights\n", path, oscar_last_error());
-#endif
-    if (!m) {
-        if (random_smollm(&own) != 0) return 1;
-        m = &own.m;
+    if (!m) { // SmolLM2-135M's shape
+        struct oscar_model_config cfg = {.arch = OSCAR_ARCH_LLAMA, .n_layer = 30, .n_embd = 576, .n_head = 9,
+                                         .n_head_kv = 3, .head_dim = 64, .n_ff = 1536, .n_vocab = 49152,
+                                         .n_ctx_train = 8192, .rope_theta = 100000.0f, .rms_eps = 1e-5f,
+                                         .tied_embeddings = true};
+        snprintf(cfg.name, sizeof cfg.name, "SmolLM2-135M shape");
+        if (oscar_model_init_random(&cfg, 1, &loaded) != OSCAR_OK) {
+            fprintf(stderr, "init_random: %s\n", oscar_last_error());
+            return 1;
+        }
+        m = loaded;
     }
     const struct oscar_model_config * c = &m->config;
     if (threads > 0) openblas_set_num_threads(threads);
@@ -152,7 +111,7 @@ int main(int argc, char ** argv) {
     double peak_cube  = sgemm_gflops(1024, 1024, 1024, 5);
     double peak       = peak_model > peak_cube ? peak_model : peak_cube;
 
-    printf("model        %s (%s)\n", c->name[0] ? c->name : "?", m == loaded ? m->source : "random weights");
+    printf("model        %s (%s)\n", c->name[0] ? c->name : "?", path && m->source[0] ? m->source : "random weights");
     printf("threads      %d\n", nt);
     printf("tokens       %d per call, %d reps\n", T, reps);
     printf("prefill      %.1f tok/s  (%.3f +- %.3f s per call)\n", T / mean, mean, sd);
@@ -165,10 +124,6 @@ int main(int argc, char ** argv) {
     free(tok);
     free(logits);
     oscar_forward_free(f);
-#ifdef OSCAR_BENCH_HAVE_LOADER
     oscar_model_free(loaded);
-#endif
-    free(own.blob);
-    free(own.layers);
     return 0;
 }
