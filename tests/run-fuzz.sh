@@ -2,11 +2,14 @@
 # run-fuzz.sh - runs every build-fuzz/fuzz-* for $OSCAR_FUZZ_SECONDS seconds
 # (default 20) over tests/fuzz/corpus/<name>/ (seeds are copied to a scratch
 # corpus so the committed one stays small). Fails on the first finding.
+# Arguments, if any, name the fuzz binaries to run (default: all).
 set -u
 cd "$(dirname "$0")/.."
 secs=${OSCAR_FUZZ_SECONDS:-20}
 rc=0
-for bin in build-fuzz/fuzz-*; do
+bins=("$@")
+[ ${#bins[@]} -gt 0 ] || bins=(build-fuzz/fuzz-*)
+for bin in "${bins[@]}"; do
     [ -x "$bin" ] || continue
     name=$(basename "$bin")
     work=$(mktemp -d)

@@ -4,6 +4,7 @@
 #   unit:        $OSCAR_BUILD/tests/test-*   (cmocka binaries; each case counts)
 #   sanitizers:  $OSCAR_SAN_BUILD/tests/test-* again, when OSCAR_SAN_BUILD is set
 #   integration: tests/integration/test-*.sh (exit 0 pass, 77 skip, else fail)
+#   fuzz:        build-fuzz/fuzz-* for $OSCAR_FUZZ_SECONDS each, when that is set
 #
 # --unit-only skips the integration scripts. A filter argument (a substring)
 # restricts which tests run.
@@ -70,6 +71,23 @@ if [ "$unit_only" -eq 0 ]; then
             printf '%s\n' "$log" | tail -n 60
         fi
         printf '%-8s %-40s %s (%ds)\n' integ "$(basename "$t")" "$res" "$secs"
+    done
+fi
+
+# Fuzz targets, when built and a time budget is given (make test does both).
+if [ "$unit_only" -eq 0 ] && [ -n "${OSCAR_FUZZ_SECONDS:-}" ]; then
+    for f in build-fuzz/fuzz-*; do
+        [ -x "$f" ] || continue
+        case "$f" in *.log|*-crash-*|*-leak-*|*-timeout-*|*-oom-*) continue ;; esac
+        case "$f" in *"$filter"*) ;; *) continue ;; esac
+        if log=$(bash tests/run-fuzz.sh "$f" 2>&1); then
+            passed=$((passed + 1)); res=passed
+        else
+            failed=$((failed + 1)); res=FAILED
+            failed_names+=("fuzz $(basename "$f")")
+            printf '%s\n' "$log" | tail -n 40
+        fi
+        printf '%-8s %-40s %s (%ss)\n' fuzz "$(basename "$f")" "$res" "$OSCAR_FUZZ_SECONDS"
     done
 fi
 
