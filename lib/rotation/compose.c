@@ -10,6 +10,7 @@
 //
 // D = head_dim.
 #include "rotation/fit.h"
+#include "rotation/rotation.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -38,56 +39,15 @@ enum oscar_status oscar_composition_parse(const char * name, enum oscar_composit
 
 static bool is_pow2(int32_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
-// Sylvester H_D normalised per level, H_2n = [[H, H], [H, -H]] / √2, as the
-// reference builds it in fp64. h [D, D].
-static void hadamard_f64(int32_t D, double * h) {
-    const size_t n = (size_t) D;
-    h[0] = 1.0;
-    for (size_t m = 1; m < n; m *= 2) {
-        // grow the m×m block in the top-left corner of the n×n array to 2m×2m
-        for (size_t i = m; i-- > 0;) {
-            for (size_t j = m; j-- > 0;) {
-                const double x = h[i * n + j] / sqrt(2.0);
-                h[i * n + j] = x;
-                h[i * n + j + m] = x;
-                h[(i + m) * n + j] = x;
-                h[(i + m) * n + j + m] = -x;
-            }
-        }
-    }
-}
-
-static uint32_t bitrev(uint32_t i, int32_t bits) {
-    uint32_t r = 0;
-    for (int32_t b = 0; b < bits; b++) r |= ((i >> b) & 1u) << (bits - 1 - b);
-    return r;
-}
-
+// The shared primitive (lib/rotation/permute.c) with the fit's argument order.
 enum oscar_status oscar_fit_pbr_perm(int32_t D, const double * evals, int32_t * perm, int32_t * n_ties) {
     if (!is_pow2(D)) return osc_error(OSCAR_ERR_INVALID, "P_br: head_dim %d is not a power of two", (int) D);
-    int32_t * s = malloc((size_t) D * sizeof *s);
-    if (!s) return osc_error(OSCAR_ERR_NOMEM, "P_br: out of memory");
-    // stable insertion sort by descending λ: equal λ keep ascending index
-    for (int32_t i = 0; i < D; i++) {
-        int32_t j = i;
-        while (j > 0 && evals[s[j - 1]] < evals[i]) {
-            s[j] = s[j - 1];
-            j--;
-        }
-        s[j] = i;
-    }
-    int32_t bits = 0, ties = 0;
-    while ((1 << bits) < D) bits++;
-    for (int32_t i = 0; i < D; i++) perm[bitrev((uint32_t) i, bits)] = s[i];
-    for (int32_t i = 1; i < D; i++) ties += evals[s[i]] == evals[s[i - 1]];
-    if (n_ties) *n_ties = ties;
-    free(s);
-    return OSCAR_OK;
+    return oscar_pbr_perm(evals, D, perm, n_ties);
 }
 
 // c = a · b (D×D, fp64)
 static void mm(int32_t D, const double * a, const double * b, double * c) {
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, D, D, D, 1.0, a, D, b, D, 0.0, c, D);
+    oscar_matmul_f64(a, b, D, c);
 }
 
 // c = a · P: (a·P)[:, j] = a[:, perm[j]]
@@ -117,7 +77,8 @@ enum oscar_status oscar_fit_compose(enum oscar_composition c, int32_t D, const d
         st = osc_error(OSCAR_ERR_NOMEM, "compose: out of memory");
         goto out;
     }
-    hadamard_f64(D, h);
+    st = oscar_hadamard_matrix(D, h);
+    if (st != OSCAR_OK) goto out;
     for (size_t i = 0; i < (size_t) D; i++) id[i * (size_t) D + i] = 1.0;
     st = oscar_fit_pbr_perm(D, evals, perm, n_ties);
     if (st != OSCAR_OK) goto out;
