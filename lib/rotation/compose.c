@@ -12,8 +12,6 @@
 #include "rotation/fit.h"
 #include "rotation/rotation.h"
 
-#include <cblas.h>
-#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
