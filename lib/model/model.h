@@ -1,0 +1,169 @@
+// model.h - decoder-only transformer description, CPU forward pass, capture hooks.
+//
+// One model description serves every file format and backend: weights are
+// held in fp32, row-major [out, in] like a Hugging Face nn.Linear, and q/k
+// projection rows are in the Hugging Face head-dim order (RoPE pairs (i, i+D/2)).
+// Llama-architecture GGUF files store q/k rows permuted for adjacent-pair RoPE;
+// the GGUF loader undoes that at load (method.md §1.1), so captured Q/K and every
+// rotation oscar writes are in the order HF-based engines use.
+//
+// T = tokens in a batch, C = n_embd, Hq/Hkv = heads, D = head_dim, F = n_ff, V = n_vocab.
+#ifndef OSCAR_MODEL_MODEL_H
+#define OSCAR_MODEL_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "util/error.h"
+
+enum oscar_arch {
+    OSCAR_ARCH_LLAMA = 0, // Llama, SmolLM, Mistral (no sliding window)
+    OSCAR_ARCH_QWEN2 = 1, // q/k/v bias
+    OSCAR_ARCH_QWEN3 = 2, // q_norm/k_norm, explicit head_dim
+};
+
+const char * oscar_arch_name(enum oscar_arch arch);
+
+struct oscar_model_config {
+    enum oscar_arch arch;
+    int32_t n_layer;
+    int32_t n_embd;        // C
+    int32_t n_head;        // Hq
+    int32_t n_head_kv;     // Hkv
+    int32_t head_dim;      // D
+    int32_t n_ff;          // F
+    int32_t n_vocab;       // V (rows of the embedding)
+    int32_t n_ctx_train;
+    float   rope_theta;
+    float   rms_eps;
+    bool    qkv_bias;
+    bool    qk_norm;
+    bool    tied_embeddings;
+    char    name[128];     // human-readable model name (GGUF general.name, HF _name_or_path)
+};
+
+// All pointers are fp32 and owned by the model. Optional tensors are NULL.
+struct oscar_layer_weights {
+    float * attn_norm; // [C]
+    float * wq;        // [Hq*D, C]
+    float * wk;        // [Hkv*D, C]
+    float * wv;        // [Hkv*D, C]
+    float * bq;        // [Hq*D]  (qwen2) or NULL
+    float * bk;        // [Hkv*D] (qwen2) or NULL
+    float * bv;        // [Hkv*D] (qwen2) or NULL
+    float * q_norm;    // [D] (qwen3) or NULL
+    float * k_norm;    // [D] (qwen3) or NULL
+    float * wo;        // [C, Hq*D]
+    float * ffn_norm;  // [C]
+    float * w_gate;    // [F, C]
+    float * w_up;      // [F, C]
+    float * w_down;    // [C, F]
+};
+
+struct oscar_model {
+    struct oscar_model_config   config;
+    float *                     tok_embd;    // [V, C]
+    float *                     output_norm; // [C]
+    float *                     output;      // [V, C]; == tok_embd when tied
+    struct oscar_layer_weights * layers;     // [n_layer]
+    char                        source[512]; // file or directory it was loaded from
+    char                        source_sha256[65]; // of the model file (GGUF) or config.json; "" if unknown
+    void *                      storage;     // owned allocations (implementation detail)
+};
+
+// Loads a .gguf file or a Hugging Face model directory (config.json +
+// model.safetensors or model.safetensors.index.json). Unknown architectures,
+// missing tensors and shape mismatches fail with a message naming the file
+// and tensor. The caller frees with oscar_model_free().
+enum oscar_status oscar_model_load(const char * path, struct oscar_model ** out);
+
+// A model with the given shape and weights drawn from a seeded normal
+// distribution (std 0.02, norms 1): for tests and shape benchmarks.
+enum oscar_status oscar_model_init_random(const struct oscar_model_config * cfg, uint64_t seed,
+                                          struct oscar_model ** out);
+
+void oscar_model_free(struct oscar_model * m);
+
+// ---- capture hooks ---------------------------------------------------------------
+// Called at the end of each layer the hook wants, with that layer's tensors.
+// Pointers are valid only during the call (scratch is reused).
+struct oscar_capture_layer {
+    int32_t layer;
+    int32_t n_tokens;                  // T: all sequences of the batch, concatenated
+    int32_t n_seq;
+    const int32_t * seq_start;         // [n_seq + 1] token offsets; sequence s is [seq_start[s], seq_start[s+1])
+    const int32_t * pos;               // [T] position of each token in its sequence
+    const float * q;                   // [T, Hq, D]  after q_norm and RoPE, not scaled
+    const float * k;                   // [T, Hkv, D] after k_norm and RoPE
+    const float * v;                   // [T, Hkv, D] as projected (+ bias)
+    const float * attn_out;            // [T, Hq, D]  attention output before W_O
+    const float * wo;                  // [C, Hq*D]   the layer's W_O
+    const float * resid_out;           // [T, C]      residual stream after the whole layer
+    const struct oscar_model_config * config;
+};
+
+struct oscar_capture_hook {
+    // Asked once per layer per forward call; NULL means "every layer".
+    bool (*want)(void * user, int32_t layer);
+    enum oscar_status (*on_layer)(void * user, const struct oscar_capture_layer * cap);
+    void * user;
+};
+
+// Replaces the forward pass's own causal attention (e.g. by attention over a
+// simulated quantized KV cache). Receives post-RoPE q/k and raw v of the
+// batch and writes out [T, Hq, D]. Sequences in the batch start at position
+// pos[seq_start[s]], which is > 0 when the caller feeds a sequence in chunks.
+struct oscar_attention_override {
+    enum oscar_status (*attend)(void * user, int32_t layer,
+                                const struct oscar_capture_layer * in, // q, k, v, pos, seq_start set
+                                float * out);                          // [T, Hq, D]
+    void * user;
+};
+
+// ---- forward pass --------------------------------------------------------------
+struct oscar_batch {
+    int32_t         n_seq;
+    const int32_t * seq_start; // [n_seq + 1]
+    const int32_t * tokens;    // [T]
+    const int32_t * pos;       // [T] or NULL (then each sequence starts at 0)
+};
+
+struct oscar_forward_params {
+    int32_t n_threads;                                // 0 = all cores
+    int32_t max_tokens;                               // largest batch (T) this context accepts
+    const struct oscar_capture_hook *       hook;     // NULL: no capture, no cost
+    const struct oscar_attention_override * attention; // NULL: exact causal attention
+};
+
+struct oscar_forward_params oscar_forward_default_params(void);
+
+struct oscar_forward;
+
+// Allocates all scratch for batches of up to params.max_tokens tokens once.
+enum oscar_status oscar_forward_init(const struct oscar_model * m, const struct oscar_forward_params * params,
+                                     struct oscar_forward ** out);
+void oscar_forward_free(struct oscar_forward * f);
+
+// Runs the batch. logits: [T, V] or NULL (then the LM head is skipped).
+enum oscar_status oscar_forward_run(struct oscar_forward * f, const struct oscar_batch * batch, float * logits);
+
+// ---- perplexity ---------------------------------------------------------------------
+struct oscar_ppl_params {
+    int32_t n_ctx;      // window length (tokens)
+    int32_t stride;     // window advance; tokens scored per window after the first (HF convention)
+    int32_t n_threads;
+    int32_t max_windows; // 0 = all
+    const struct oscar_attention_override * attention; // NULL = exact attention
+};
+
+struct oscar_ppl_result {
+    double  nll_sum;     // natural log
+    int64_t n_scored;
+    double  ppl;         // exp(nll_sum / n_scored)
+    double  seconds;
+};
+
+enum oscar_status oscar_perplexity(const struct oscar_model * m, const int32_t * tokens, int64_t n_tokens,
+                                   const struct oscar_ppl_params * params, struct oscar_ppl_result * out);
+
+#endif
