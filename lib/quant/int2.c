@@ -84,6 +84,8 @@ static int asym_group(const float * x, int32_t n, uint8_t * c, float * scale_out
         m = fminf(m, x[i]);
         M = fmaxf(M, x[i]);
     }
+    m += 0.0f;   // canonical zero: -0.0 + 0.0 = +0.0, so fminf's choice of zero sign never leaks
+    M += 0.0f;
     float range = M - m;
     float scale = fmaxf(range, 1e-8f) / 3.0f;
     float zero  = -m / scale;
@@ -114,7 +116,7 @@ static int quantize_row(const struct oscar_int2_params * p, float * buf, float *
     if (p->scheme != OSCAR_INT2_SYM && p->clip_ratio > 0) {
         float tau = oscar_clip_tau(p, buf, scratch);
         for (int32_t d = 0; d < D; d++) {
-            float y = fminf(fmaxf(buf[d], -tau), tau);
+            float y = buf[d] < -tau ? -tau : buf[d] > tau ? tau : buf[d];
             *n_clipped += (y != buf[d]);
             buf[d] = y;
         }

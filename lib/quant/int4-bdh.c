@@ -63,6 +63,8 @@ enum oscar_status oscar_int4_bdh_quantize_rows(const struct oscar_int4_bdh_param
             m = fminf(m, y[i]);
             M = fmaxf(M, y[i]);
         }
+        m += 0.0f;   // canonical zero sign (see int2.c)
+        M += 0.0f;
         float scale = fmaxf(M - m, 1e-8f) / 15.0f;
         float zero  = -m / scale;
         n_degenerate += (M - m) < 1e-8f;

@@ -37,6 +37,8 @@ static int kivi_group(const float * x, int64_t stride, int32_t n, uint8_t * c, f
         m = fminf(m, x[i * stride]);
         M = fmaxf(M, x[i * stride]);
     }
+    m += 0.0f;   // canonical zero sign (see int2.c)
+    M += 0.0f;
     if (m == 0.0f && M == 0.0f) {
         m = -1.0f;
         M = 1.0f;

@@ -1,0 +1,239 @@
+// test-attention.c - tiered fused attention vs dense attention over the
+// dequantized cache, all-BF16 equivalence, prefill form, the demotion policy
+// (method.md §11, §21 reference cases) and the cache/simulator agreement.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "oscar.h"
+#include "attention/attention.h"
+#include "attention/kv-cache.h"
+
+static uint64_t rng_state;
+static double urand(void) {
+    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+    return (double) (rng_state >> 11) / 9007199254740992.0;
+}
+static float nrand(void) {
+    return (float) (sqrt(-2.0 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand()));
+}
+static void fill(float * x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = nrand();
+}
+static double rel_l2(const float * a, const float * b, int64_t n) {
+    double e = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        e += ((double) a[i] - (double) b[i]) * ((double) a[i] - (double) b[i]);
+        r += (double) b[i] * (double) b[i];
+    }
+    return sqrt(e / (r > 0 ? r : 1));
+}
+
+// Builds a cache (prefill of len0 tokens, then n_dec decode steps), compares tiered
+// decode with dense fp64 attention over oscar_kv_cache_gather rows. Tolerance 1e-5
+// relative L2: both compute the same softmax in fp32 vs fp64 over identical rows; fp32
+// accumulation over n <= 8192 terms gives relative error ~ sqrt(n) * 2^-24 ~ 5e-6 at worst.
+static void check_case(int Hkv, int g, int D, int page, int P, int R, int64_t len0, int n_dec, bool all_hp) {
+    struct oscar_kv_cache_params p = oscar_kv_cache_default_params(Hkv, D);
+    p.page_size = page, p.n_sink = P, p.n_recent = R, p.max_seq_len = len0 + n_dec + 1;
+    p.k_quant.group_size = D / 2;
+    if (all_hp) p.n_recent = (int32_t) (len0 + n_dec + 1);
+    struct oscar_kv_cache * c;
+    assert_int_equal(oscar_kv_cache_init(&p, &c), OSCAR_OK);
+    int64_t row = (int64_t) Hkv * D, L = len0 + n_dec;
+    float * k = malloc((size_t) (L * row) * sizeof(float)), * v = malloc((size_t) (L * row) * sizeof(float));
+    fill(k, L * row), fill(v, L * row);
+    assert_int_equal(oscar_kv_cache_prefill(c, 0, k, v, len0, true), OSCAR_OK);
+    for (int s = 0; s < n_dec; s++)
+        assert_int_equal(oscar_kv_cache_decode_append(c, 0, k + (len0 + s) * row, v + (len0 + s) * row, NULL), OSCAR_OK);
+    const struct oscar_kv_seq * sq = &c->seqs[0];
+    assert_int_equal(sq->len, L);
+    assert_int_equal(sq->n_sink + sq->n_int2 + sq->n_recent, L);
+    if (all_hp) assert_int_equal(sq->n_int2, 0);
+    int Hq = Hkv * g;
+    float * kg = malloc((size_t) (L * row) * sizeof(float)), * vg = malloc((size_t) (L * row) * sizeof(float));
+    float * q = malloc((size_t) Hq * D * sizeof(float)), * o1 = malloc((size_t) Hq * D * sizeof(float));
+    float * o2 = malloc((size_t) Hq * D * sizeof(float));
+    fill(q, (int64_t) Hq * D);
+    assert_int_equal(oscar_kv_cache_gather(c, 0, kg, vg, NULL), OSCAR_OK);
+    struct oscar_attn_tiered_opts opts = oscar_attn_tiered_default_opts();
+    opts.n_splits_int2 = 1 + (int32_t) (urand() * 8);
+    assert_int_equal(oscar_attn_tiered_decode(c, 0, q, Hq, &opts, o1), OSCAR_OK);
+    struct oscar_attn_shape sh = { Hq, Hkv, D };
+    assert_int_equal(oscar_attn_dense(&sh, q, 1, L - 1, kg, vg, L, true, OSCAR_ACCUM_F64, o2), OSCAR_OK);
+    double err = rel_l2(o1, o2, (int64_t) Hq * D);
+    if (err >= 1e-5)
+        printf("Hkv %d g %d D %d page %d P %d R %d L %lld: rel L2 %.3g\n", Hkv, g, D, page, P, R, (long long) L, err);
+    assert_true(err < 1e-5);
+    if (all_hp) {
+        // With no INT2 tier the cache rows are exactly the bf16-rounded inputs.
+        for (int64_t i = 0; i < L * row; i++) assert_true(kg[i] == oscar_bf16_round(k[i]));
+    }
+    free(k), free(v), free(kg), free(vg), free(q), free(o1), free(o2);
+    oscar_kv_cache_free(c);
+}
+
+static void test_tiered_vs_dense(void ** state) {
+    (void) state;
+    uint64_t seed = (uint64_t) time(NULL);
+    printf("seed %llu\n", (unsigned long long) seed);
+    rng_state = seed | 1;
+    const int64_t lens[] = { 1, 5, 40, 100, 333, 1000 };
+    for (int i = 0; i < 6; i++) {
+        int g = 1 + (int) (urand() * 8), page = 8 << (int) (urand() * 5);   // 8..128
+        check_case(1 + (int) (urand() * 3), g, i % 2 ? 64 : 128, page, 16, 32, lens[i], 1 + (int) (urand() * 40), false);
+    }
+    check_case(3, 3, 64, 8, 64, 256, 8192, 9, false);    // SmolLM2-like, long
+    check_case(2, 4, 128, 16, 64, 256, 3000, 20, false);
+    check_case(2, 2, 64, 8, 8, 16, 30, 3, false);        // length shorter than sink + recent
+}
+
+static void test_all_bf16_equals_dense(void ** state) {
+    (void) state;
+    rng_state = 31337;
+    check_case(2, 4, 64, 8, 16, 32, 200, 5, true);
+    check_case(1, 8, 128, 32, 64, 256, 700, 2, true);
+}
+
+static void test_prefill_tiered(void ** state) {
+    (void) state;
+    rng_state = 2024;
+    int Hkv = 2, g = 3, D = 64, Hq = Hkv * g;
+    struct oscar_kv_cache_params p = oscar_kv_cache_default_params(Hkv, D);
+    p.page_size = 16, p.n_sink = 8, p.n_recent = 16, p.max_seq_len = 512;
+    struct oscar_kv_cache * c;
+    assert_int_equal(oscar_kv_cache_init(&p, &c), OSCAR_OK);
+    int64_t row = Hkv * D, n0 = 100, n1 = 37;
+    float * k = malloc((size_t) ((n0 + n1) * row) * sizeof(float)), * v = malloc((size_t) ((n0 + n1) * row) * sizeof(float));
+    fill(k, (n0 + n1) * row), fill(v, (n0 + n1) * row);
+    assert_int_equal(oscar_kv_cache_prefill(c, 0, k, v, n0, false), OSCAR_OK);   // chunk 1: sink + INT2
+    float * q = malloc((size_t) (n1 * Hq * D) * sizeof(float)), * o1 = malloc((size_t) (n1 * Hq * D) * sizeof(float));
+    float * o2 = malloc((size_t) (n1 * Hq * D) * sizeof(float));
+    fill(q, n1 * Hq * D);
+    struct oscar_attn_tiered_opts opts = oscar_attn_tiered_default_opts();
+    assert_int_equal(oscar_attn_tiered_prefill(c, 0, q, n1, Hq, k + n0 * row, v + n0 * row, &opts, o1), OSCAR_OK);
+    float * kg = malloc((size_t) ((n0 + n1) * row) * sizeof(float)), * vg = malloc((size_t) ((n0 + n1) * row) * sizeof(float));
+    assert_int_equal(oscar_kv_cache_gather(c, 0, kg, vg, NULL), OSCAR_OK);
+    for (int64_t i = 0; i < n1 * row; i++) {
+        kg[n0 * row + i] = oscar_bf16_round(k[n0 * row + i]);
+        vg[n0 * row + i] = oscar_bf16_round(v[n0 * row + i]);
+    }
+    struct oscar_attn_shape sh = { Hq, Hkv, D };
+    assert_int_equal(oscar_attn_dense(&sh, q, n1, n0, kg, vg, n0 + n1, true, OSCAR_ACCUM_F64, o2), OSCAR_OK);
+    assert_true(rel_l2(o1, o2, n1 * Hq * D) < 1e-5);
+    assert_int_equal(c->seqs[0].n_int2, n0 - 8);   // non-final chunk: everything past the sink is INT2
+    free(k), free(v), free(q), free(o1), free(o2), free(kg), free(vg);
+    oscar_kv_cache_free(c);
+}
+
+static void test_policy_reference_cases(void ** state) {
+    (void) state;
+    // §21 flush counter init: max(0, (R + N_Q - 1) - R) == N_Q - 1.
+    const int Rs[] = { 16, 64, 128 }, Ns[] = { 4, 8 };
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 2; j++) assert_int_equal(oscar_kv_flush_counter_init(Rs[i], Ns[j], Rs[i]), Ns[j] - 1);
+    // §21 radix trim table.
+    assert_int_equal(oscar_kv_radix_trim(1024, 32, 128, 8, 8), 136);
+    assert_int_equal(oscar_kv_radix_trim(96, 32, 128, 8, 8), 64);
+    assert_int_equal(oscar_kv_radix_trim(32, 32, 128, 8, 8), 0);
+    assert_int_equal(oscar_kv_radix_trim(20, 32, 128, 8, 8), 0);
+    assert_int_equal(oscar_kv_radix_trim(1024, 32, 0, 8, 8), 0);
+    assert_int_equal(oscar_kv_radix_trim(1024, 32, 128, 1, 8), 135);
+    const int R2[] = { 8, 64, 128 };
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 2; j++) {
+            int64_t t = oscar_kv_radix_trim(4 * R2[i] + 32, 32, R2[i], Ns[j], Ns[j]);
+            assert_true(t >= R2[i] + Ns[j] - 1 && t % Ns[j] == 0);
+        }
+    // §21 flush round trip / gating: seq_len = R + K + 64, positions fp = L - R - (K-1) + j.
+    uint8_t is_hp[1024];
+    int64_t fp[8];
+    for (int K = 1; K <= 8; K *= 4) {
+        for (int i = 0; i < 1024; i++) is_hp[i] = 1;
+        int32_t counter = 0;
+        int64_t L = 128 + K + 64;
+        assert_int_equal(oscar_kv_decode_plan(&counter, L, 128, K, 0, is_hp, fp), K);
+        for (int j = 0; j < K; j++) assert_int_equal(fp[j], L - 128 - (K - 1) + j);
+        assert_int_equal(counter, K - 1);
+        assert_int_equal(oscar_kv_decode_plan(&counter, L + 1, 128, K, 0, is_hp, fp), K > 1 ? 0 : 1);
+    }
+    int32_t counter = 0;
+    assert_int_equal(oscar_kv_decode_plan(&counter, 300, 0, 8, 0, is_hp, fp), 0);   // R = 0: never
+    // §11.3 layouts.
+    struct oscar_tier_layout l;
+    oscar_kv_extend_layout(0, 1000, 64, 256, true, &l);
+    assert_true(l.hp_prefix_end == 64 && l.quant_begin == 64 && l.quant_end == 744 && l.hp_recent_begin == 744);
+    oscar_kv_extend_layout(0, 1000, 64, 256, false, &l);
+    assert_true(l.quant_end == 1000 && l.hp_recent_begin == l.hp_recent_end);
+    oscar_kv_extend_layout(0, 100, 64, 256, true, &l);
+    assert_true(l.quant_begin == l.quant_end && l.hp_recent_begin == 64 && l.hp_recent_end == 100);
+}
+
+static void test_sim_matches_cache(void ** state) {
+    (void) state;
+    // Steady state: recent tier holds between R and R + N_Q - 1 tokens; sim and cache agree.
+    rng_state = 5;
+    struct oscar_kv_cache_params p = oscar_kv_cache_default_params(1, 16);
+    p.n_sink = 16, p.n_recent = 32, p.max_seq_len = 600;
+    struct oscar_kv_cache * c;
+    assert_int_equal(oscar_kv_cache_init(&p, &c), OSCAR_OK);
+    struct oscar_tier_sim s;
+    assert_int_equal(oscar_tier_sim_init(&s, 16, 32, 8, 600), OSCAR_OK);
+    float k[600 * 16], v[600 * 16];
+    fill(k, 600 * 16), fill(v, 600 * 16);
+    assert_int_equal(oscar_kv_cache_prefill(c, 0, k, v, 50, false), OSCAR_OK);
+    assert_int_equal(oscar_kv_cache_prefill(c, 0, k + 50 * 16, v + 50 * 16, 30, true), OSCAR_OK);
+    oscar_tier_sim_prefill(&s, 50, false);
+    oscar_tier_sim_prefill(&s, 30, true);
+    for (int t = 80; t < 500; t++) {
+        int32_t nd = -1;
+        assert_int_equal(oscar_kv_cache_decode_append(c, 0, k + t * 16, v + t * 16, &nd), OSCAR_OK);
+        assert_int_equal(oscar_tier_sim_decode(&s), nd);
+        int64_t cnt[3];
+        oscar_tier_sim_counts(&s, cnt);
+        assert_int_equal(cnt[0], c->seqs[0].n_sink);
+        assert_int_equal(cnt[1], c->seqs[0].n_int2);
+        assert_int_equal(cnt[2], c->seqs[0].n_recent);
+        if (t > 120) assert_true(cnt[2] >= 32 && cnt[2] <= 32 + 7);
+        if (nd > 0) assert_int_equal(cnt[2], 32);   // exactly R right after a flush
+    }
+    oscar_tier_sim_free(&s);
+    // NaN rows are rejected by the cache.
+    k[0] = NAN;
+    oscar_kv_cache_seq_reset(c, 0);
+    assert_int_equal(oscar_kv_cache_prefill(c, 0, k, v, 4, true), OSCAR_ERR_NUMERIC);
+    oscar_kv_cache_free(c);
+}
+
+static void test_merge_exact(void ** state) {
+    (void) state;
+    // Partials over any split of the keys merge to the unsplit result.
+    rng_state = 77;
+    float q[2 * 32], k[100 * 32], v[100 * 32], o[3][2 * 32], lse[3][2], out[2 * 32], ref[2 * 32], lref[2];
+    fill(q, 64), fill(k, 3200), fill(v, 3200);
+    oscar_attn_partial_rows(2, 32, q, k, 32, v, 32, 100, NULL, -1, ref, lref);
+    oscar_attn_partial_rows(2, 32, q, k, 32, v, 32, 37, NULL, -1, o[0], lse[0]);
+    oscar_attn_partial_rows(2, 32, q, k + 37 * 32, 32, v + 37 * 32, 32, 63, NULL, -1, o[1], lse[1]);
+    oscar_attn_partial_rows(2, 32, q, k, 32, v, 32, 0, NULL, -1, o[2], lse[2]);   // empty split
+    assert_true(lse[2][0] == -INFINITY);
+    float lm[2];
+    oscar_attn_merge(3, 2, 32, &o[0][0], &lse[0][0], out, lm);
+    assert_true(rel_l2(out, ref, 64) < 1e-6);
+    assert_true(fabsf(lm[0] - lref[0]) < 1e-5f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tiered_vs_dense), cmocka_unit_test(test_all_bf16_equals_dense),
+        cmocka_unit_test(test_prefill_tiered),  cmocka_unit_test(test_policy_reference_cases),
+        cmocka_unit_test(test_sim_matches_cache), cmocka_unit_test(test_merge_exact),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
