@@ -25,11 +25,11 @@
 
 #include <stdint.h>
 
-#include "util/error.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#include "util/error.h"
 
 struct oscar_cuda_kv_view {
     int32_t n_head_kv, head_dim, page_size, ring_slots;

@@ -15,11 +15,11 @@
 
 #include <stdint.h>
 
-#include "util/error.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#include "util/error.h"
 
 struct oscar_cuda_int2_write {
     int32_t head_dim;          // D (128)
