@@ -29,7 +29,7 @@
 struct frag_q { uint32_t a[8][4]; float qsum; };
 
 static __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -274,7 +274,7 @@ static __device__ void build_q(frag_q & f, const float * qh, int g, int lane, fl
     f.qsum = sum;
 }
 
-__global__ void __launch_bounds__(NWARP * 32) decode_split_kernel(struct oscar_cuda_decode_args a) {
+__global__ void __launch_bounds__(NWARP * 32, 3) decode_split_kernel(struct oscar_cuda_decode_args a) {
     const struct oscar_cuda_kv_view & kv = a.kv;
     __shared__ float sm_o[NWARP][MAXG][AD];
     __shared__ float sm_m[NWARP][MAXG], sm_l[NWARP][MAXG];
