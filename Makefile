@@ -95,16 +95,23 @@ TESTS    := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 TOOLS    := $(foreach s,$(TOOL_SRC),$(B)/bin/$(basename $(notdir $(s))))
 BENCHES  := $(BENCH_SRC:tests/bench/%.c=$(B)/bin/%)
 
-.PHONY: all test check fuzz bench demo deps clean unit
+.PHONY: all test check fuzz bench demo deps clean unit gpu-check FORCE
 all: $(LIBOSCAR) $(CMDS) $(TESTS) $(TOOLS) $(BENCHES)
 
-$(B)/obj/%.o: %.c
+# Objects depend on a stamp of the build configuration, so switching CUDA=0/1
+# in the same build folder rebuilds instead of mixing stale objects.
+BUILD_CONFIG := cuda=$(USE_CUDA) cc=$(CC)
+$(B)/config.stamp: FORCE
+	@mkdir -p $(B)
+	@[ "$$(cat $@ 2>/dev/null)" = "$(BUILD_CONFIG)" ] || echo "$(BUILD_CONFIG)" > $@
+
+$(B)/obj/%.o: %.c $(B)/config.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(B)/obj/%.o: %.cu
+$(B)/obj/%.o: %.cu $(B)/config.stamp
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -DOSCAR_USE_CUDA -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -DOSCAR_USE_CUDA -MMD -MP -c $< -o $@
 
 $(LIBOSCAR): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -168,6 +175,11 @@ fuzz: $(FUZZ_BINS)
 
 bench: all
 	bash tests/bench/run-bench.sh
+
+# On the GPU machine: build with CUDA, compare every kernel with the CPU
+# reference, run compute-sanitizer and the benchmarks.
+gpu-check:
+	bash tests/gpu/gpu-check.sh
 
 demo: deps all
 	bash examples/demo.sh
