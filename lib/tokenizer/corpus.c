@@ -145,7 +145,11 @@ enum oscar_status oscar_corpus_tokenize(struct oscar_tokenizer * tok, const char
     enum oscar_status st;
     if (stat(path, &sb) != 0) st = osc_error(OSCAR_ERR_NOT_FOUND, "%s: no such corpus file or directory", path);
     else st = S_ISDIR(sb.st_mode) ? read_dir(&r, path) : read_file(&r, path);
-    if (st != OSCAR_OK) return st;
+    if (st != OSCAR_OK) {
+        osc_sha256_final(&r.sha, stats->sha256); // releases the digest context
+        memset(stats->sha256, 0, sizeof stats->sha256);
+        return st;
+    }
     if (full(&r)) {
         stats->truncated = out->n - r.start_n > opts->max_tokens;
         out->n = r.start_n + opts->max_tokens;
