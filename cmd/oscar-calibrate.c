@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "calibrate/calibrate.h"
 #include "formats/oscar-artifact.h"
+#include "util/fs.h"
 #include "util/log.h"
 
 struct opts {
@@ -145,6 +147,14 @@ int main(int argc, char ** argv) {
     struct oscar_calib_timing t = {0}; struct oscar_artifact * art = NULL;
     double t0 = osc_now();
     rc = 1;
+    char parent[4096];
+    snprintf(parent, sizeof(parent), "%s", o.out);
+    char * sl = strrchr(parent, '/');
+    snprintf(sl ? sl : parent, sizeof(parent) - (size_t) (sl ? sl - parent : 0), "%s", sl == parent ? "/" : sl ? "" : ".");
+    if (osc_mkdirs(parent) != OSCAR_OK || access(parent, W_OK) != 0) { // fail before hours of compute
+        fprintf(stderr, "oscar-calibrate: output directory %s is not writable\n", parent);
+        goto out;
+    }
     if (oscar_model_load(o.model, &m) || oscar_tokenizer_load(o.model, &tok) ||
         oscar_calib_corpus_load(tok, o.corpus, o.jsonl_field, p.n_tokens + (int64_t) p.n_heldout * p.seq_len, &corpus) ||
         oscar_calib_plan_make(&corpus, &p, &plan) || oscar_calib_capture_heldout(m, &plan, &p, &held, &t) ||
