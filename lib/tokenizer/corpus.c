@@ -46,6 +46,9 @@ static enum oscar_status push1(struct oscar_tokens * o, int32_t id, const char *
 }
 
 static enum oscar_status add_doc(struct reader * r, const char * path, const char * text, size_t len) {
+    if (len == 0) {
+        return OSCAR_OK; // an empty document contributes nothing, not even a separator
+    }
     enum oscar_status st = OSCAR_OK;
     int32_t           bos = oscar_tokenizer_bos(r->tok);
     if (r->opts->add_bos && bos >= 0) st = push1(r->out, bos, path);

@@ -7,7 +7,7 @@
 //   - a directory: its regular, non-hidden files sorted by name (strcmp),
 //     not recursive, each read as above.
 // Each document becomes [bos if opts.add_bos] + ids + [separator if >= 0];
-// a document boundary is never merged across.
+// a document boundary is never merged across. Empty documents are skipped.
 //
 // Provenance: stats.sha256 is the SHA-256 of the raw bytes of every file
 // read, concatenated in reading order, so for a single file it equals
