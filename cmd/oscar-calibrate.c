@@ -1,0 +1,186 @@
+// oscar-calibrate - model + corpus -> OSCAR rotation artifact.
+// Pipeline (lib/calibrate): corpus -> plan -> held-out rows -> pass 1/2
+// covariances -> fit -> clip search -> gate -> artifact. Exit 0 ok, 1 failure
+// (including a failed gate with --strict), 2 usage error.
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calibrate/calibrate.h"
+#include "formats/oscar-artifact.h"
+#include "util/log.h"
+
+struct opts {
+    const char * model, * corpus, * jsonl_field, * out;
+    bool strict, json;
+};
+
+static void usage(FILE * f) {
+    fprintf(f,
+            "usage: oscar-calibrate --model M --corpus C --out DIR [options]\n"
+            "  -m, --model PATH          .gguf file or HF model directory\n"
+            "  -f, --corpus PATH         text file, .jsonl, or directory of them\n"
+            "      --jsonl-field NAME    [text]\n"
+            "  -o, --out DIR             artifact directory\n"
+            "      --tokens N            calibration tokens [20000]\n"
+            "  -c, --seq-len N           tokens per sequence [512]\n"
+            "  -b, --batch N             sequences per forward call [4]\n"
+            "      --heldout N           held-out sequences after the budget [2]\n"
+            "      --allow-short         calibrate on a shorter corpus instead of failing\n"
+            "      --rotation-grouping layer|head [layer]\n"
+            "      --k-objective qqt|ktk [qqt]     --v-objective sst|vtv|attn-mass [sst]\n"
+            "      --composition NAME    [r_h_pbr]\n"
+            "      --group-size N        INT2 group [head_dim]\n"
+            "      --scale-dtype f32|f16|bf16 [f32]\n"
+            "      --sink N --recent N   BF16 tiers for the gate [64, 256]\n"
+            "      --clip K,V            fixed clip ratios (reference 0.96,0.92)\n"
+            "      --clip-search GRID    start:stop:step or list [1.00:0.80:0.02] (default mode)\n"
+            "  -t, --threads N           [all cores]\n"
+            "      --checkpoint-every N  tokens between checkpoints (OUT.ckpt) [0 = off]\n"
+            "      --resume              continue from OUT.ckpt\n"
+            "      --strict              refuse to write when OSCAR does not beat Hadamard and naive INT2\n"
+            "      --seed N              [0]\n"
+            "  -q, --quiet               --json  summary on stdout\n");
+}
+
+static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_params * p) {
+    enum { O_TOK = 256, O_HELD, O_SHORT, O_GRP, O_KOBJ, O_VOBJ, O_COMP, O_GS, O_SD, O_SINK, O_REC, O_CLIP, O_CS,
+           O_CKPT, O_RES, O_STRICT, O_SEED, O_JSON, O_JF };
+    static const struct option lo[] = {
+        {"model", 1, 0, 'm'}, {"corpus", 1, 0, 'f'}, {"out", 1, 0, 'o'}, {"tokens", 1, 0, O_TOK},
+        {"seq-len", 1, 0, 'c'}, {"batch", 1, 0, 'b'}, {"heldout", 1, 0, O_HELD}, {"allow-short", 0, 0, O_SHORT},
+        {"rotation-grouping", 1, 0, O_GRP}, {"k-objective", 1, 0, O_KOBJ}, {"v-objective", 1, 0, O_VOBJ},
+        {"composition", 1, 0, O_COMP}, {"group-size", 1, 0, O_GS}, {"scale-dtype", 1, 0, O_SD},
+        {"sink", 1, 0, O_SINK}, {"recent", 1, 0, O_REC}, {"clip", 1, 0, O_CLIP}, {"clip-search", 1, 0, O_CS},
+        {"threads", 1, 0, 't'}, {"checkpoint-every", 1, 0, O_CKPT}, {"resume", 0, 0, O_RES},
+        {"strict", 0, 0, O_STRICT}, {"seed", 1, 0, O_SEED}, {"quiet", 0, 0, 'q'}, {"json", 0, 0, O_JSON},
+        {"jsonl-field", 1, 0, O_JF}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "m:f:o:c:b:t:qh", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->model = optarg; break;
+        case 'f': o->corpus = optarg; break;
+        case 'o': o->out = optarg; break;
+        case O_JF: o->jsonl_field = optarg; break;
+        case O_TOK: p->n_tokens = atoll(optarg); break;
+        case 'c': p->seq_len = atoi(optarg); break;
+        case 'b': p->batch = atoi(optarg); break;
+        case O_HELD: p->n_heldout = atoi(optarg); break;
+        case O_SHORT: p->allow_short = true; break;
+        case O_GRP:
+            if (strcmp(optarg, "layer") && strcmp(optarg, "head")) return fprintf(stderr, "bad --rotation-grouping\n"), 2;
+            p->grouping = strcmp(optarg, "head") == 0 ? OSCAR_GROUP_HEAD : OSCAR_GROUP_LAYER;
+            break;
+        case O_KOBJ:
+            if (strcmp(optarg, "qqt") && strcmp(optarg, "ktk")) return fprintf(stderr, "bad --k-objective\n"), 2;
+            p->k_objective = strcmp(optarg, "ktk") == 0 ? OSCAR_STATS_KTK : OSCAR_STATS_QQT;
+            break;
+        case O_VOBJ:
+            if (!strcmp(optarg, "sst")) p->v_objective = OSCAR_STATS_SST;
+            else if (!strcmp(optarg, "vtv")) p->v_objective = OSCAR_STATS_VTV;
+            else if (!strcmp(optarg, "attn-mass")) p->v_objective = OSCAR_STATS_VATT;
+            else return fprintf(stderr, "bad --v-objective\n"), 2;
+            break;
+        case O_COMP:
+            if (oscar_composition_parse(optarg, &p->composition) != OSCAR_OK) return fprintf(stderr, "%s\n", oscar_last_error()), 2;
+            break;
+        case O_GS: p->group_size = atoi(optarg); break;
+        case O_SD:
+            if (!strcmp(optarg, "f32")) p->scale_dtype = OSCAR_META_F32;
+            else if (!strcmp(optarg, "f16")) p->scale_dtype = OSCAR_META_F16;
+            else if (!strcmp(optarg, "bf16")) p->scale_dtype = OSCAR_META_BF16;
+            else return fprintf(stderr, "bad --scale-dtype\n"), 2;
+            break;
+        case O_SINK: p->sink = atoi(optarg); break;
+        case O_REC: p->recent = atoi(optarg); break;
+        case O_CLIP:
+            if (sscanf(optarg, "%lf,%lf", &p->k_clip, &p->v_clip) != 2 || p->k_clip < 0 || p->k_clip > 1 ||
+                p->v_clip < 0 || p->v_clip > 1)
+                return fprintf(stderr, "--clip wants K,V ratios in [0, 1]\n"), 2;
+            p->clip_search = false;
+            break;
+        case O_CS:
+            if (oscar_calib_parse_grid(optarg, p) != OSCAR_OK) return fprintf(stderr, "%s\n", oscar_last_error()), 2;
+            p->clip_search = true;
+            break;
+        case 't': p->n_threads = atoi(optarg); break;
+        case O_CKPT: p->checkpoint_every = atoll(optarg); break;
+        case O_RES: p->resume = true; break;
+        case O_STRICT: o->strict = true; break;
+        case O_SEED: p->seed = strtoull(optarg, NULL, 10); break;
+        case 'q': oscar_log_set_level(OSCAR_LOG_ERROR); break;
+        case O_JSON: o->json = true; break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!o->model || !o->corpus || !o->out || optind != argc || p->batch < 1 || p->seq_len < 16 || p->n_tokens < 1) {
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+static void print_gate(const struct oscar_calib_gate * g, const struct oscar_calib_clip * c) {
+    fprintf(stderr, "gate: post-W_O relative attention error (held-out)\n layer    naive  hadamard     oscar  Kclip Vclip\n");
+    for (int32_t l = 0; l < g->n_layer; l++)
+        fprintf(stderr, " %5d %9.4g %9.4g %9.4g  %.2f  %.2f\n", (int) l, g->naive[l], g->hadamard[l], g->oscar[l],
+                (double) c->k[(size_t) l * (size_t) c->n_clip], (double) c->v[(size_t) l * (size_t) c->n_clip]);
+    fprintf(stderr, "  mean %9.4g %9.4g %9.4g  %s\n", g->mean_naive, g->mean_hadamard, g->mean_oscar,
+            g->pass ? "PASS" : "FAIL: OSCAR is not below Hadamard and naive INT2");
+}
+
+int main(int argc, char ** argv) {
+    struct opts o = {0};
+    struct oscar_calib_params p = oscar_calib_default_params();
+    int rc = parse(argc, argv, &o, &p);
+    if (rc) return rc;
+    char ckpt[4096];
+    snprintf(ckpt, sizeof(ckpt), "%s.ckpt", o.out);
+    if (p.checkpoint_every > 0 || p.resume) p.checkpoint_path = ckpt;
+    struct oscar_model * m = NULL; struct oscar_tokenizer * tok = NULL; struct oscar_stats * st = NULL;
+    struct oscar_calib_corpus corpus = {0}; struct oscar_calib_plan plan = {0}; struct oscar_calib_heldout held = {0};
+    struct oscar_calib_fit fit = {0}; struct oscar_calib_clip clip = {0}; struct oscar_calib_gate gate = {0};
+    struct oscar_calib_timing t = {0}; struct oscar_artifact * art = NULL;
+    double t0 = osc_now();
+    rc = 1;
+    if (oscar_model_load(o.model, &m) || oscar_tokenizer_load(o.model, &tok) ||
+        oscar_calib_corpus_load(tok, o.corpus, o.jsonl_field, p.n_tokens + (int64_t) p.n_heldout * p.seq_len, &corpus) ||
+        oscar_calib_plan_make(&corpus, &p, &plan) || oscar_calib_capture_heldout(m, &plan, &p, &held, &t) ||
+        oscar_calib_accumulate(m, &plan, &p, &st, &t) || oscar_calib_fit_rotations(st, &p, &fit, &t) ||
+        oscar_calib_clip_search(&held, &fit, &p, &clip, &t) || oscar_calib_gate_run(&held, &fit, &clip, &p, &gate, &t)) {
+        fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
+        goto out;
+    }
+    print_gate(&gate, &clip);
+    if (!gate.pass && o.strict) {
+        fprintf(stderr, "oscar-calibrate: --strict: gate failed, nothing written\n");
+        goto out;
+    }
+    if (!gate.pass) osc_warn("WARNING: the gate FAILED (OSCAR mean %.4g vs Hadamard %.4g, naive %.4g); writing anyway",
+                             gate.mean_oscar, gate.mean_hadamard, gate.mean_naive);
+    t.total = osc_now() - t0;
+    if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){m, tok, &corpus, &plan}, &p, &fit, &clip, &gate, &t, &art) ||
+        oscar_artifact_write(art, o.out)) {
+        fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
+        goto out;
+    }
+    if (p.checkpoint_path) remove(ckpt);
+    fprintf(stderr, "timing: forward %.2fs  accumulate %.2fs  eigh %.2fs  clip %.2fs  gate %.2fs  held-out %.2fs  "
+            "total %.2fs  (%.1f tok/s over both passes)\nwrote %s (%s)\n", t.forward, t.accumulate, t.eigh, t.clip,
+            t.gate, t.heldout, t.total, t.tokens_forwarded / (t.forward + t.accumulate), o.out,
+            oscar_artifact_get_meta(art, "oscar.calib_tag"));
+    if (o.json) printf("{\"out\": \"%s\", \"tokens\": %lld, \"sequences\": %d, \"orth_err_max\": %.3g, \"timing_s\": "
+                       "{\"forward\": %.3f, \"accumulate\": %.3f, \"eigh\": %.3f, \"clip\": %.3f, \"gate\": %.3f, "
+                       "\"heldout\": %.3f, \"total\": %.3f, \"tokens_per_s\": %.2f}, \"summary\": %s}\n",
+                       o.out, (long long) plan.n_tokens, (int) plan.n_seq, fit.orth_err_max, t.forward, t.accumulate,
+                       t.eigh, t.clip, t.gate, t.heldout, t.total, t.tokens_forwarded / (t.forward + t.accumulate),
+                       art->summary_json);
+    rc = 0;
+out:
+    oscar_artifact_free(art); oscar_calib_gate_free(&gate); oscar_calib_clip_free(&clip); oscar_calib_fit_free(&fit);
+    oscar_stats_free(st); oscar_calib_heldout_free(&held); oscar_calib_plan_free(&plan); oscar_calib_corpus_free(&corpus);
+    oscar_tokenizer_free(tok); oscar_model_free(m);
+    return rc;
+}

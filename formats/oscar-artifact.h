@@ -1,0 +1,130 @@
+// oscar-artifact.h - the oscar rotation artifact: reader, validator, writer.
+//
+// An artifact is a DIRECTORY holding three files (spec: formats/README.md):
+//   oscar.safetensors  F32 tensors + string __metadata__
+//   oscar.json         the same metadata + the gate / verification summary
+//   README.md          Hub model card (YAML front matter + gate table)
+//
+// Tensors, per layer i (R = 1 for grouping "layer", R = Hkv for "kv_head"):
+//   layers.{i}.k_rotation    [D,D] (layer) or [Hkv,D,D] (kv_head)   x_rot = x·R, HF head-dim order
+//   layers.{i}.v_rotation    same
+//   layers.{i}.k_eigenvalues [D] or [Hkv,D]   eigh order (ascending), fp32
+//   layers.{i}.v_eigenvalues same
+//   layers.{i}.k_clip        [] or [Hkv]      clip RATIOS in [0,1], 0 = clip off
+//   layers.{i}.v_clip        same
+//   layers.{i}.k_mean        [Hkv,D] optional key mean (unrotated post-RoPE basis)
+//
+// In memory the per-layer tensors are stacked into contiguous arrays over
+// layers (see struct oscar_artifact). Metadata is a list of string pairs; the
+// writer fills the architecture numbers (oscar.num_layers, ...) and
+// oscar.format_version / format itself from the struct, the caller sets the
+// provenance keys (objectives, base model, calibration, ...).
+//
+// Writes are atomic at the directory level: the three files are written into
+// "<parent>/.<name>.tmp.<pid>", fsync'ed, and the directory is renamed to
+// <name>; an existing artifact directory at <name> is replaced (moved aside,
+// then removed). A crash leaves either the old artifact or the new one, never a
+// half-written one. A non-empty <name> that is not an artifact is refused.
+//
+// Usage:
+//   struct oscar_artifact * a;
+//   if (oscar_artifact_read("zoo/smollm2-135m/seq20000_prompt40_group64", true, &a) != OSCAR_OK)
+//       fprintf(stderr, "%s\n", oscar_last_error());
+//   const float * rk = oscar_artifact_k_rotation(a, layer, head);   // [D, D]
+//   oscar_artifact_free(a);
+#ifndef OSCAR_FORMATS_OSCAR_ARTIFACT_H
+#define OSCAR_FORMATS_OSCAR_ARTIFACT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/error.h"
+
+#define OSCAR_ARTIFACT_FORMAT_VERSION 1
+#define OSCAR_ARTIFACT_TENSORS "oscar.safetensors"
+#define OSCAR_ARTIFACT_JSON    "oscar.json"
+#define OSCAR_ARTIFACT_README  "README.md"
+// Orthogonality tolerance used by the reader's optional check: max |R·Rᵀ − I|.
+// fp32 rotations built from fp64 orthogonal matrices reach ~1e-7 at D = 128
+// (D·eps32 ≈ 1.5e-5 is the worst-case bound of the rounding of D products);
+// 1e-5 leaves room above the typical value and below any real defect.
+#define OSCAR_ARTIFACT_ORTH_TOL 1e-5
+
+struct oscar_artifact {
+    int32_t n_layer;       // L
+    int32_t n_head;        // Hq
+    int32_t n_head_kv;     // Hkv
+    int32_t head_dim;      // D
+    bool    per_head;      // rotations per KV head ("kv_head") instead of per layer ("layer")
+    bool    clip_per_head; // clip tensors [Hkv] instead of []
+    // Arrays owned by the artifact (malloc); R = per_head ? Hkv : 1, Nc = clip_per_head ? Hkv : 1.
+    float * k_rotation;    // [L, R, D, D]
+    float * v_rotation;    // [L, R, D, D]
+    float * k_eigenvalues; // [L, R, D]
+    float * v_eigenvalues; // [L, R, D]
+    float * k_clip;        // [L, Nc]
+    float * v_clip;        // [L, Nc]
+    float * k_mean;        // [L, Hkv, D] or NULL
+    // String metadata (owned): keys[i] -> values[i]. Order is insertion order;
+    // the safetensors writer sorts.
+    int32_t n_meta;
+    int32_t cap_meta;
+    char ** meta_keys;
+    char ** meta_values;
+    // Writer only (owned, may be NULL): a JSON object text merged into
+    // oscar.json under "summary" (gate table, clip table, timings), and a
+    // markdown fragment placed in README.md after the front matter.
+    char * summary_json;
+    char * card_markdown;
+};
+
+// Allocates an artifact with zeroed tensors of the given shape (k_mean NULL
+// unless with_k_mean). Free with oscar_artifact_free().
+enum oscar_status oscar_artifact_init(int32_t n_layer, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
+                                      bool per_head, bool clip_per_head, bool with_k_mean,
+                                      struct oscar_artifact ** out);
+void oscar_artifact_free(struct oscar_artifact * a);
+
+// Metadata: set (copies; replaces an existing key), get (NULL when absent).
+enum oscar_status oscar_artifact_set_meta(struct oscar_artifact * a, const char * key, const char * value);
+const char * oscar_artifact_get_meta(const struct oscar_artifact * a, const char * key);
+// Takes ownership-free copies of the writer extras (NULL clears).
+enum oscar_status oscar_artifact_set_summary(struct oscar_artifact * a, const char * summary_json,
+                                             const char * card_markdown);
+
+// Views into the stacked arrays. head is ignored (use 0) for per-layer data.
+float * oscar_artifact_k_rotation(const struct oscar_artifact * a, int32_t layer, int32_t head); // [D, D]
+float * oscar_artifact_v_rotation(const struct oscar_artifact * a, int32_t layer, int32_t head); // [D, D]
+// Clip ratio used for (layer, KV head) (per-layer clip: head ignored).
+float oscar_artifact_k_clip(const struct oscar_artifact * a, int32_t layer, int32_t head);
+float oscar_artifact_v_clip(const struct oscar_artifact * a, int32_t layer, int32_t head);
+
+// Metadata keys the writer requires the caller to set (NULL-terminated list).
+// The writer itself sets: format, oscar.format_version, oscar.source_grouping,
+// oscar.num_layers, oscar.num_heads, oscar.num_kv_heads, oscar.head_dim, oscar.qk_order.
+extern const char * const oscar_artifact_required_meta[];
+
+// Validates the in-memory artifact: shapes > 0, finite values, clip ratios in
+// [0, 1], eigenvalues finite, required metadata present and consistent with
+// the struct, and (check_orth) every rotation orthogonal to
+// OSCAR_ARTIFACT_ORTH_TOL. Errors name the layer / tensor / key.
+enum oscar_status oscar_artifact_validate(const struct oscar_artifact * a, bool check_orth);
+
+// Reads an artifact directory (or a path to its oscar.safetensors). Every
+// tensor must be present with the shape the metadata implies, no unknown
+// tensors, metadata complete (OSCAR_ERR_FORMAT naming what is wrong; a newer
+// oscar.format_version gives OSCAR_ERR_UNSUPPORTED). oscar.json and README.md
+// are not required by the reader (they are derived files).
+enum oscar_status oscar_artifact_read(const char * path, bool check_orth, struct oscar_artifact ** out);
+
+// Checks the artifact against a model's attention shape (layers, heads, D):
+// OSCAR_ERR_INVALID "artifact has 30 layers of head_dim 64, model ... has ...".
+enum oscar_status oscar_artifact_check_shape(const struct oscar_artifact * a, int32_t n_layer, int32_t n_head,
+                                             int32_t n_head_kv, int32_t head_dim, const char * model_name);
+
+// Validates (with the orthogonality check) and writes the artifact directory
+// atomically (see the header comment). The parent directory is created.
+enum oscar_status oscar_artifact_write(const struct oscar_artifact * a, const char * dir);
+
+#endif

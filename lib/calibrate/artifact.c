@@ -1,0 +1,178 @@
+// artifact.c - run parameters, and assembling the artifact: tensors from the
+// fit and the clip choice, provenance metadata, the JSON summary (gate, clip,
+// timing) and the model-card gate table.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calibrate/calibrate.h"
+#include "formats/oscar-artifact.h"
+
+struct oscar_calib_params oscar_calib_default_params(void) {
+    struct oscar_calib_params p;
+    memset(&p, 0, sizeof(p));
+    p.n_tokens = 20000;
+    p.seq_len = 512;
+    p.batch = 4;
+    p.n_heldout = 2;
+    p.grouping = OSCAR_GROUP_LAYER;
+    p.k_objective = OSCAR_STATS_QQT;
+    p.v_objective = OSCAR_STATS_SST;
+    p.composition = OSCAR_COMP_R_H_PBR;
+    p.group_size = 0;
+    p.scale_dtype = OSCAR_META_F32;
+    p.sink = 64;
+    p.recent = 256;
+    p.clip_search = true;
+    p.k_clip = 0.96;
+    p.v_clip = 0.92;
+    oscar_calib_parse_grid("1.00:0.80:0.02", &p);
+    return p;
+}
+
+enum oscar_status oscar_calib_parse_grid(const char * text, struct oscar_calib_params * p) {
+    double a, b, s;
+    char tail;
+    p->n_grid = 0;
+    if (sscanf(text, "%lf:%lf:%lf%c", &a, &b, &s, &tail) == 3) {
+        if (!(s > 0.0) || a > 1.0 || b < 0.0 || b > a)
+            return osc_error(OSCAR_ERR_INVALID, "clip grid '%s': need 1 >= start >= stop >= 0 and step > 0", text);
+        for (int32_t i = 0; p->n_grid < OSCAR_CLIP_GRID_MAX; i++) {
+            double r = a - i * s;
+            if (r < b - 1e-9) break;
+            p->grid[p->n_grid++] = (double) (long) (r * 1e6 + 0.5) / 1e6;
+        }
+        return OSCAR_OK;
+    }
+    const char * c = text;
+    while (*c) {
+        char * end;
+        double r = strtod(c, &end);
+        if (end == c || !(r > 0.0 && r <= 1.0) || p->n_grid >= OSCAR_CLIP_GRID_MAX)
+            return osc_error(OSCAR_ERR_INVALID, "clip grid '%s': expected start:stop:step or ratios in (0, 1]", text);
+        p->grid[p->n_grid++] = r;
+        c = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return osc_error(OSCAR_ERR_INVALID, "clip grid '%s': bad separator", text);
+    }
+    if (p->n_grid == 0) return osc_error(OSCAR_ERR_INVALID, "clip grid is empty");
+    return OSCAR_OK;
+}
+
+static const char * kind_name(enum oscar_stats_kind k) {
+    switch (k) {
+    case OSCAR_STATS_KTK: return "ktk";
+    case OSCAR_STATS_VTV: return "vtv";
+    case OSCAR_STATS_QQT: return "qqt";
+    case OSCAR_STATS_SST: return "sst";
+    case OSCAR_STATS_VATT: return "vatt";
+    }
+    return "?";
+}
+
+static const char * dtype_name(enum oscar_quant_meta_dtype t) {
+    return t == OSCAR_META_F16 ? "float16" : t == OSCAR_META_BF16 ? "bfloat16" : "float32";
+}
+
+#define SETF(key, ...)                                                    \
+    do {                                                                  \
+        snprintf(buf, sizeof(buf), __VA_ARGS__);                          \
+        if ((st = oscar_artifact_set_meta(a, key, buf)) != OSCAR_OK) goto out; \
+    } while (0)
+
+static enum oscar_status summary(const struct oscar_calib_params * p, const struct oscar_calib_clip * c,
+                                 const struct oscar_calib_gate * g, const struct oscar_calib_timing * t,
+                                 struct oscar_artifact * a) {
+    char * js = NULL, * md = NULL;
+    size_t jn = 0, mn = 0;
+    FILE * J = open_memstream(&js, &jn), * M = open_memstream(&md, &mn);
+    if (!J || !M) {
+        if (J) fclose(J);
+        if (M) fclose(M);
+        free(js);
+        free(md);
+        return osc_error(OSCAR_ERR_NOMEM, "summary: out of memory");
+    }
+    fprintf(J, "{\"gate\": {\"metric\": \"post_wo_rel_err\", \"pass\": %s, \"mean\": {\"naive\": %.6g, "
+               "\"hadamard\": %.6g, \"oscar\": %.6g}, \"layers\": [",
+            g->pass ? "true" : "false", g->mean_naive, g->mean_hadamard, g->mean_oscar);
+    fprintf(M, "## Gate: post-W_O relative attention error on held-out sequences\n\n"
+               "Sink %d, recent %d tokens in BF16; INT2 group %d; naive = symmetric INT2 without rotation; "
+               "Hadamard = Sylvester H with clips 0.96/0.92.\n\n| layer | naive INT2 | Hadamard | OSCAR | K clip | V clip |\n"
+               "|---:|---:|---:|---:|---:|---:|\n",
+            (int) p->sink, (int) p->recent, (int) p->group_size);
+    for (int32_t l = 0; l < g->n_layer; l++) {
+        size_t ci = (size_t) l * (size_t) c->n_clip;
+        fprintf(J, "%s[%.6g, %.6g, %.6g]", l ? ", " : "", g->naive[l], g->hadamard[l], g->oscar[l]);
+        fprintf(M, "| %d | %.4g | %.4g | %.4g | %.2f | %.2f |\n", (int) l, g->naive[l], g->hadamard[l], g->oscar[l],
+                (double) c->k[ci], (double) c->v[ci]);
+    }
+    fprintf(M, "| **mean** | **%.4g** | **%.4g** | **%.4g** | %.2f | %.2f |\n", g->mean_naive, g->mean_hadamard,
+            g->mean_oscar, c->k_global, c->v_global);
+    fprintf(J, "]}, \"clip\": {\"mode\": \"%s\", \"k_global\": %.4g, \"v_global\": %.4g, \"per_head\": %s, \"k\": [",
+            p->clip_search ? "searched" : "fixed", c->k_global, c->v_global, c->n_clip > 1 ? "true" : "false");
+    size_t n = (size_t) c->n_layer * (size_t) c->n_clip;
+    for (size_t i = 0; i < n; i++) fprintf(J, "%s%.2f", i ? ", " : "", (double) c->k[i]);
+    fprintf(J, "], \"v\": [");
+    for (size_t i = 0; i < n; i++) fprintf(J, "%s%.2f", i ? ", " : "", (double) c->v[i]);
+    fprintf(J, "]}}"); // timings stay out of the artifact so that reruns are byte-identical
+    (void) t;
+    fclose(J);
+    fclose(M);
+    enum oscar_status st = oscar_artifact_set_summary(a, js, md);
+    free(js);
+    free(md);
+    return st;
+}
+
+
+enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance * prov,
+                                             const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
+                                             const struct oscar_calib_clip * c, const struct oscar_calib_gate * g,
+                                             const struct oscar_calib_timing * t, struct oscar_artifact ** out) {
+    const struct oscar_model_config * mc = &prov->model->config;
+    struct oscar_artifact * a = NULL;
+    char buf[512];
+    int32_t G = p->group_size > 0 ? p->group_size : mc->head_dim;
+    enum oscar_status st = oscar_artifact_init(mc->n_layer, mc->n_head, mc->n_head_kv, mc->head_dim, f->n_rot > 1,
+                                               c->n_clip > 1, false, &a);
+    if (st != OSCAR_OK) return st;
+    size_t nr = (size_t) mc->n_layer * (size_t) f->n_rot * (size_t) mc->head_dim;
+    memcpy(a->k_rotation, f->k_rot, nr * (size_t) mc->head_dim * sizeof(float));
+    memcpy(a->v_rotation, f->v_rot, nr * (size_t) mc->head_dim * sizeof(float));
+    memcpy(a->k_eigenvalues, f->k_eig, nr * sizeof(float));
+    memcpy(a->v_eigenvalues, f->v_eig, nr * sizeof(float));
+    memcpy(a->k_clip, c->k, (size_t) mc->n_layer * (size_t) c->n_clip * sizeof(float));
+    memcpy(a->v_clip, c->v, (size_t) mc->n_layer * (size_t) c->n_clip * sizeof(float));
+    const char * comp = oscar_composition_name(p->composition);
+    SETF("oscar.k_objective", "%s_%s", kind_name(p->k_objective), comp);
+    SETF("oscar.v_objective", "%s_%s", kind_name(p->v_objective), comp);
+    SETF("oscar.composition", "%s", comp);
+    SETF("oscar.base_model", "%s", mc->name[0] ? mc->name : "unknown");
+    SETF("oscar.base_model_sha256", "%s", prov->model->source_sha256);
+    SETF("oscar.architecture", "%s", oscar_arch_name(mc->arch));
+    SETF("oscar.bits", "2");
+    SETF("oscar.group_size", "%d", (int) G);
+    SETF("oscar.scale_dtype", "%s", dtype_name(p->scale_dtype));
+    SETF("oscar.sink", "%d", (int) p->sink);
+    SETF("oscar.recent", "%d", (int) p->recent);
+    SETF("oscar.clip_mode", "%s", p->clip_search ? "searched" : "fixed");
+    SETF("oscar.k_clip_ratio", "%.2f", c->k_global);
+    SETF("oscar.v_clip_ratio", "%.2f", c->v_global);
+    oscar_calib_tag(prov->plan, G, buf, sizeof(buf));
+    if ((st = oscar_artifact_set_meta(a, "oscar.calib_tag", buf)) != OSCAR_OK) goto out;
+    SETF("oscar.calib_corpus", "%s", prov->corpus->name);
+    SETF("oscar.calib_sha256", "%s", prov->corpus->sha256);
+    SETF("oscar.calib_tokens", "%lld", (long long) prov->plan->n_tokens);
+    SETF("oscar.calib_sequences", "%d", (int) prov->plan->n_seq);
+    SETF("oscar.calib_heldout_tokens", "%d",
+         (int) (prov->plan->heldout_start[prov->plan->n_heldout] - prov->plan->heldout_start[0]));
+    SETF("oscar.seq_len", "%d", (int) p->seq_len);
+    SETF("oscar.tokenizer_hash", "%016llx", (unsigned long long) oscar_tokenizer_hash_fnv1a64(prov->tok));
+    SETF("oscar.seed", "%llu", (unsigned long long) p->seed);
+    SETF("oscar.tool", "oscar-calibrate %s", OSCAR_CALIBRATE_VERSION);
+    st = summary(p, c, g, t, a);
+out:
+    if (st != OSCAR_OK) oscar_artifact_free(a);
+    else *out = a;
+    return st;
+}

@@ -1,0 +1,192 @@
+// calibrate.h - the oscar-calibrate pipeline as library stages.
+//
+//   corpus.c     corpus (text file | JSONL field | directory) -> tokens, sha256
+//   plan.c       tokens -> calibration sequences (--tokens, --seq-len) + held-out sequences
+//   capture.c    forward passes with the capture hook: held-out rows, pass 1 (qqt/ktk/vtv/vatt),
+//                pass 2 (sst with the final A_h); checkpoint/resume every N tokens
+//   metrics.c    attention-aware errors on held-out rows (K logit error, V post-W_O error,
+//                post-W_O relative attention error through the tiered INT2 cache)
+//   clip.c       clip-ratio search per layer x {K, V} (x KV head)
+//   gate.c       OSCAR vs Hadamard vs naive INT2 gate table
+//   artifact.c   assembling struct oscar_artifact (metadata, summary, model card)
+//
+// Sequences: the token stream is cut into consecutive sequences of seq_len
+// tokens (the last calibration sequence may be shorter); the calibration set is
+// the first n_tokens tokens; the held-out set is the n_heldout whole sequences
+// that follow (never used in the covariances). No BOS is inserted: sequences
+// are plain windows of the corpus token stream.
+#ifndef OSCAR_CALIBRATE_H
+#define OSCAR_CALIBRATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "quant/quant.h"
+#include "rotation/fit.h"
+#include "stats/stats.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+#define OSCAR_CALIBRATE_VERSION "0.1.0"
+#define OSCAR_CLIP_GRID_MAX 128
+
+struct oscar_calib_params {
+    int64_t  n_tokens;         // calibration budget T
+    int32_t  seq_len;          // tokens per sequence
+    int32_t  batch;            // sequences per forward call
+    int32_t  n_heldout;        // held-out sequences (after the budget)
+    bool     allow_short;      // use a shorter corpus instead of failing
+    enum oscar_rotation_grouping grouping;
+    enum oscar_stats_kind k_objective; // QQT | KTK
+    enum oscar_stats_kind v_objective; // SST | VTV | VATT
+    enum oscar_composition composition;
+    int32_t  group_size;       // INT2 group (0 = D)
+    enum oscar_quant_meta_dtype scale_dtype;
+    int32_t  sink, recent;     // BF16 tiers for the gate
+    bool     clip_search;      // false: fixed ratios below
+    double   k_clip, v_clip;   // fixed ratios (reference 0.96 / 0.92)
+    int32_t  n_grid;
+    double   grid[OSCAR_CLIP_GRID_MAX]; // candidate ratios for the search
+    int32_t  n_threads;
+    uint64_t seed;
+    int64_t  checkpoint_every; // tokens; 0 = no checkpoints
+    const char * checkpoint_path; // NULL = no checkpoints
+    bool     resume;
+};
+
+struct oscar_calib_params oscar_calib_default_params(void);
+// "1.00:0.80:0.02" (start:stop:step) or "1,0.96,0.9" -> grid. OSCAR_ERR_INVALID on bad text.
+enum oscar_status oscar_calib_parse_grid(const char * text, struct oscar_calib_params * p);
+
+// ---- corpus ------------------------------------------------------------------------
+struct oscar_calib_corpus {
+    int32_t * tokens;       // [n] owned
+    int64_t   n;
+    char      sha256[65];   // of all corpus bytes read (files in sorted order)
+    char      name[256];    // file name(s), for metadata
+    int64_t   n_docs;       // paragraphs / JSONL records tokenized
+};
+// Tokenizes the corpus until max_tokens tokens are produced (0 = all). path:
+// a text file (paragraphs split at blank lines), a .jsonl file (jsonl_field of
+// each record, default "text"), or a directory of such files (sorted names).
+// Empty corpus: OSCAR_ERR_INVALID.
+enum oscar_status oscar_calib_corpus_load(struct oscar_tokenizer * tok, const char * path, const char * jsonl_field,
+                                          int64_t max_tokens, struct oscar_calib_corpus * out);
+void oscar_calib_corpus_free(struct oscar_calib_corpus * c);
+
+// ---- plan ------------------------------------------------------------------------------
+struct oscar_calib_plan {
+    int32_t   n_seq;          // calibration sequences
+    int32_t * seq_start;      // [n_seq + 1] offsets into the token stream
+    int32_t   n_heldout;      // held-out sequences
+    int32_t * heldout_start;  // [n_heldout + 1]
+    const int32_t * tokens;   // the corpus stream (not owned)
+    int64_t   n_tokens;       // calibration tokens used (seq_start[n_seq])
+};
+enum oscar_status oscar_calib_plan_make(const struct oscar_calib_corpus * c, const struct oscar_calib_params * p,
+                                        struct oscar_calib_plan * out);
+void oscar_calib_plan_free(struct oscar_calib_plan * plan);
+
+// ---- held-out rows --------------------------------------------------------------------
+struct oscar_calib_heldout {
+    int32_t n_layer, n_head, n_head_kv, head_dim, n_embd;
+    int32_t n_seq;
+    int32_t * seq_start;     // [n_seq + 1] offsets into the rows below
+    int64_t n_rows;          // T_h
+    float ** q;              // [L][T_h, Hq, D]
+    float ** k;              // [L][T_h, Hkv, D]
+    float ** v;              // [L][T_h, Hkv, D]
+    const float ** wo;       // [L] -> model W_O [C, Hq*D] (not owned)
+};
+void oscar_calib_heldout_free(struct oscar_calib_heldout * h);
+
+// ---- timings ----------------------------------------------------------------------------
+struct oscar_calib_timing {
+    double forward, accumulate, eigh, clip, gate, heldout, total;
+    int64_t tokens_forwarded; // both passes
+};
+
+// ---- capture ----------------------------------------------------------------------------
+// Runs the forward pass over the held-out sequences and keeps their rows.
+enum oscar_status oscar_calib_capture_heldout(const struct oscar_model * m, const struct oscar_calib_plan * plan,
+                                              const struct oscar_calib_params * p, struct oscar_calib_heldout * out,
+                                              struct oscar_calib_timing * t);
+// Pass 1 (+ pass 2 when the V objective is sst) over the calibration
+// sequences into a new accumulator; checkpoints / resumes per params.
+enum oscar_status oscar_calib_accumulate(const struct oscar_model * m, const struct oscar_calib_plan * plan,
+                                         const struct oscar_calib_params * p, struct oscar_stats ** out,
+                                         struct oscar_calib_timing * t);
+
+// ---- fit ----------------------------------------------------------------------------------
+struct oscar_calib_fit {
+    int32_t n_layer, n_rot, head_dim;   // n_rot = 1 or Hkv
+    float * k_rot, * v_rot;             // [L, n_rot, D, D]
+    float * k_eig, * v_eig;             // [L, n_rot, D]
+    double  orth_err_max;
+};
+enum oscar_status oscar_calib_fit_rotations(const struct oscar_stats * s, const struct oscar_calib_params * p,
+                                            struct oscar_calib_fit * out, struct oscar_calib_timing * t);
+void oscar_calib_fit_free(struct oscar_calib_fit * f);
+
+// ---- metrics (metrics.c) --------------------------------------------------------------------
+// Rotation of KV head h of layer l (R [D,D]); NULL = identity.
+typedef const float * (*oscar_calib_rot_fn)(const void * user, int32_t layer, int32_t head, bool is_v);
+struct oscar_calib_method {
+    const char * name;
+    oscar_calib_rot_fn rot;  // NULL = no rotation
+    const void * user;
+    enum oscar_int2_scheme scheme;
+    const float * k_clip;    // [L, Nc] or NULL (use k_clip_const)
+    const float * v_clip;
+    int32_t n_clip;          // 1 or Hkv
+    double k_clip_const, v_clip_const;
+};
+// Post-W_O relative attention error of one layer over the held-out sequences:
+// Σ‖(ô − o) W_Oᵀ‖² / Σ‖o W_Oᵀ‖², ô from the tiered cache (BF16 sink/recent,
+// INT2 middle, quantized as the engine does), o exact (method.md §16).
+enum oscar_status oscar_calib_postwo_error(const struct oscar_calib_heldout * h, int32_t layer,
+                                           const struct oscar_calib_method * m, const struct oscar_calib_params * p,
+                                           double * rel_err);
+
+// ---- clip search (clip.c) ----------------------------------------------------------------
+struct oscar_calib_clip {
+    int32_t n_layer, n_clip;        // n_clip = 1 or Hkv
+    float * k, * v;                 // [L, n_clip] chosen ratios
+    double * k_err, * v_err;        // [L, n_clip] objective at the chosen ratio
+    double * k_err1, * v_err1;      // [L, n_clip] objective at ratio 1.0 (no clip)
+    double k_global, v_global;      // engine-wide values (median over layers)
+};
+enum oscar_status oscar_calib_clip_search(const struct oscar_calib_heldout * h, const struct oscar_calib_fit * f,
+                                          const struct oscar_calib_params * p, struct oscar_calib_clip * out,
+                                          struct oscar_calib_timing * t);
+void oscar_calib_clip_free(struct oscar_calib_clip * c);
+
+// ---- gate (gate.c) ---------------------------------------------------------------------------
+struct oscar_calib_gate {
+    int32_t n_layer;
+    double * naive, * hadamard, * oscar;   // [L] post-W_O relative error
+    double mean_naive, mean_hadamard, mean_oscar;
+    bool   pass;                           // mean_oscar < mean_hadamard && < mean_naive
+};
+enum oscar_status oscar_calib_gate_run(const struct oscar_calib_heldout * h, const struct oscar_calib_fit * f,
+                                       const struct oscar_calib_clip * c, const struct oscar_calib_params * p,
+                                       struct oscar_calib_gate * out, struct oscar_calib_timing * t);
+void oscar_calib_gate_free(struct oscar_calib_gate * g);
+
+// ---- artifact (artifact.c) -------------------------------------------------------------------
+struct oscar_artifact;
+struct oscar_calib_provenance {
+    const struct oscar_model * model;
+    const struct oscar_tokenizer * tok;
+    const struct oscar_calib_corpus * corpus;
+    const struct oscar_calib_plan * plan;
+};
+enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance * prov,
+                                             const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
+                                             const struct oscar_calib_clip * c, const struct oscar_calib_gate * g,
+                                             const struct oscar_calib_timing * t, struct oscar_artifact ** out);
+// "seq<T>_prompt<N>_group<G>" with the real counts.
+void oscar_calib_tag(const struct oscar_calib_plan * plan, int32_t group_size, char * buf, size_t n);
+
+#endif

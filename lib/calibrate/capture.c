@@ -1,0 +1,313 @@
+// capture.c - forward passes with the capture hook: held-out rows, pass 1
+// (qqt / ktk / vtv / vatt) and pass 2 (sst with the final A_h), checkpoints.
+//
+// Checkpoint file (native little-endian, written atomically):
+//   "OSCCALCK" | u32 version 1 | u32 pass (1|2) | i32 next_seq | i32 n_seq |
+//   i64 n_tokens | i32 seq_len | i32 batch | u32 kinds | u32 pad | u64 stats_size | stats checkpoint bytes
+// A resume refuses a checkpoint whose plan (tokens, seq_len, batch, kinds)
+// differs. Checkpoints are taken at batch boundaries, so the batches of a
+// resumed run are exactly those of an uninterrupted one, and the accumulator
+// state (lib/stats, chunking- and thread-invariant) makes the result identical.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "calibrate/calibrate.h"
+#include "util/fs.h"
+#include "util/log.h"
+
+#define CKPT_MAGIC "OSCCALCK"
+#define CKPT_VERSION 1u
+
+struct ckpt_header {
+    char     magic[8];
+    uint32_t version;
+    uint32_t pass;
+    int32_t  next_seq;
+    int32_t  n_seq;
+    int64_t  n_tokens;
+    int32_t  seq_len;
+    int32_t  batch;
+    uint32_t kinds;
+    uint32_t pad;
+    uint64_t stats_size;
+};
+
+struct hook_ctx {
+    struct oscar_stats * stats;        // accumulate mode
+    struct oscar_calib_heldout * held; // held-out mode
+    int64_t row0;                      // held-out row offset of this batch
+    double t_accum;
+    enum oscar_status err;
+};
+
+static enum oscar_status on_layer(void * user, const struct oscar_capture_layer * cap) {
+    struct hook_ctx * h = user;
+    const struct oscar_model_config * c = cap->config;
+    if (h->held) {
+        size_t T = (size_t) cap->n_tokens, D = (size_t) c->head_dim;
+        size_t r0 = (size_t) h->row0;
+        memcpy(h->held->q[cap->layer] + r0 * (size_t) c->n_head * D, cap->q, T * (size_t) c->n_head * D * sizeof(float));
+        memcpy(h->held->k[cap->layer] + r0 * (size_t) c->n_head_kv * D, cap->k,
+               T * (size_t) c->n_head_kv * D * sizeof(float));
+        memcpy(h->held->v[cap->layer] + r0 * (size_t) c->n_head_kv * D, cap->v,
+               T * (size_t) c->n_head_kv * D * sizeof(float));
+        return OSCAR_OK;
+    }
+    double t0 = osc_now();
+    struct oscar_stats_chunk ch = {
+        .layer = cap->layer, .n_tokens = cap->n_tokens, .n_seq = cap->n_seq, .seq_start = cap->seq_start,
+        .q = cap->q, .k = cap->k, .v = cap->v,
+    };
+    enum oscar_status st = oscar_stats_add(h->stats, &ch);
+    h->t_accum += osc_now() - t0;
+    return st;
+}
+
+// Runs sequences [s0, s1) of `starts` (offsets into tokens) as one batch.
+static enum oscar_status run_batch(struct oscar_forward * f, const int32_t * tokens, const int32_t * starts, int32_t s0,
+                                   int32_t s1, int32_t * seq_start_buf) {
+    for (int32_t s = s0; s <= s1; s++) seq_start_buf[s - s0] = starts[s] - starts[s0];
+    struct oscar_batch b = {.n_seq = s1 - s0, .seq_start = seq_start_buf, .tokens = tokens + starts[s0], .pos = NULL};
+    return oscar_forward_run(f, &b, NULL);
+}
+
+static struct oscar_forward_params fwd_params(const struct oscar_calib_params * p, struct oscar_capture_hook * hook) {
+    struct oscar_forward_params fp = oscar_forward_default_params();
+    fp.n_threads = p->n_threads;
+    fp.max_tokens = p->batch * p->seq_len;
+    fp.hook = hook;
+    return fp;
+}
+
+void oscar_calib_heldout_free(struct oscar_calib_heldout * h) {
+    for (int32_t l = 0; h->q && l < h->n_layer; l++) {
+        free(h->q[l]);
+        free(h->k[l]);
+        free(h->v[l]);
+    }
+    free(h->q);
+    free(h->k);
+    free(h->v);
+    free(h->wo);
+    free(h->seq_start);
+    memset(h, 0, sizeof(*h));
+}
+
+enum oscar_status oscar_calib_capture_heldout(const struct oscar_model * m, const struct oscar_calib_plan * plan,
+                                              const struct oscar_calib_params * p, struct oscar_calib_heldout * h,
+                                              struct oscar_calib_timing * t) {
+    const struct oscar_model_config * c = &m->config;
+    enum oscar_status st = OSCAR_ERR_NOMEM;
+    struct oscar_forward * f = NULL;
+    int32_t * sbuf = NULL;
+    double t0 = osc_now();
+    memset(h, 0, sizeof(*h));
+    h->n_layer = c->n_layer;
+    h->n_head = c->n_head;
+    h->n_head_kv = c->n_head_kv;
+    h->head_dim = c->head_dim;
+    h->n_embd = c->n_embd;
+    h->n_seq = plan->n_heldout;
+    h->n_rows = plan->heldout_start[plan->n_heldout] - plan->heldout_start[0];
+    size_t L = (size_t) c->n_layer, T = (size_t) h->n_rows, D = (size_t) c->head_dim;
+    h->q = calloc(L, sizeof(float *));
+    h->k = calloc(L, sizeof(float *));
+    h->v = calloc(L, sizeof(float *));
+    h->wo = calloc(L, sizeof(float *));
+    h->seq_start = malloc(((size_t) h->n_seq + 1) * sizeof(int32_t));
+    sbuf = malloc(((size_t) p->batch + 1) * sizeof(int32_t));
+    if (!h->q || !h->k || !h->v || !h->wo || !h->seq_start || !sbuf) goto fail;
+    for (size_t l = 0; l < L; l++) {
+        h->q[l] = malloc(T * (size_t) c->n_head * D * sizeof(float));
+        h->k[l] = malloc(T * (size_t) c->n_head_kv * D * sizeof(float));
+        h->v[l] = malloc(T * (size_t) c->n_head_kv * D * sizeof(float));
+        h->wo[l] = m->layers[l].wo;
+        if (!h->q[l] || !h->k[l] || !h->v[l]) goto fail;
+    }
+    for (int32_t s = 0; s <= h->n_seq; s++) h->seq_start[s] = plan->heldout_start[s] - plan->heldout_start[0];
+    struct hook_ctx hc = {.held = h};
+    struct oscar_capture_hook hook = {.want = NULL, .on_layer = on_layer, .user = &hc};
+    struct oscar_forward_params fp = fwd_params(p, &hook);
+    if ((st = oscar_forward_init(m, &fp, &f)) != OSCAR_OK) goto fail;
+    for (int32_t s0 = 0; s0 < h->n_seq; s0 += p->batch) {
+        int32_t s1 = s0 + p->batch < h->n_seq ? s0 + p->batch : h->n_seq;
+        hc.row0 = h->seq_start[s0];
+        if ((st = run_batch(f, plan->tokens, plan->heldout_start, s0, s1, sbuf)) != OSCAR_OK) goto fail;
+    }
+    oscar_forward_free(f);
+    free(sbuf);
+    if (t) t->heldout += osc_now() - t0;
+    return OSCAR_OK;
+fail:
+    if (st == OSCAR_ERR_NOMEM) osc_error(OSCAR_ERR_NOMEM, "held-out rows: out of memory (%zu rows)", T);
+    oscar_forward_free(f);
+    free(sbuf);
+    oscar_calib_heldout_free(h);
+    return st;
+}
+
+// ---- checkpoints ---------------------------------------------------------------------------
+static uint32_t stats_kinds(const struct oscar_calib_params * p) {
+    uint32_t k = (uint32_t) p->k_objective | (uint32_t) p->v_objective;
+    if (p->v_objective == OSCAR_STATS_SST) k |= OSCAR_STATS_QQT;
+    return k;
+}
+
+static void fill_header(struct ckpt_header * hd, const struct oscar_calib_plan * plan,
+                        const struct oscar_calib_params * p, uint32_t pass, int32_t next_seq) {
+    memset(hd, 0, sizeof(*hd));
+    memcpy(hd->magic, CKPT_MAGIC, 8);
+    hd->version = CKPT_VERSION;
+    hd->pass = pass;
+    hd->next_seq = next_seq;
+    hd->n_seq = plan->n_seq;
+    hd->n_tokens = plan->n_tokens;
+    hd->seq_len = p->seq_len;
+    hd->batch = p->batch;
+    hd->kinds = stats_kinds(p);
+}
+
+static enum oscar_status save_ckpt(const char * path, const struct oscar_stats * s, const struct ckpt_header * hd0) {
+    struct ckpt_header hd = *hd0;
+    hd.stats_size = oscar_stats_checkpoint_size(s);
+    size_t n = sizeof(hd) + hd.stats_size;
+    uint8_t * buf = malloc(n);
+    if (!buf) return osc_error(OSCAR_ERR_NOMEM, "%s: out of memory for the checkpoint", path);
+    memcpy(buf, &hd, sizeof(hd));
+    enum oscar_status st = oscar_stats_save(s, buf + sizeof(hd), hd.stats_size);
+    if (st == OSCAR_OK) st = osc_write_file_atomic(path, buf, n);
+    free(buf);
+    return st;
+}
+
+static enum oscar_status load_ckpt(const char * path, const struct oscar_calib_plan * plan,
+                                   const struct oscar_calib_params * p, struct oscar_stats ** out, uint32_t * pass,
+                                   int32_t * next_seq) {
+    struct osc_mapped_file mf;
+    enum oscar_status st = osc_map_file(path, &mf);
+    if (st != OSCAR_OK) return st;
+    struct ckpt_header hd, want;
+    fill_header(&want, plan, p, 0, 0);
+    if (mf.size < sizeof(hd)) {
+        st = osc_error(OSCAR_ERR_FORMAT, "%s: checkpoint truncated (%zu bytes)", path, mf.size);
+        goto out;
+    }
+    memcpy(&hd, mf.data, sizeof(hd));
+    if (memcmp(hd.magic, CKPT_MAGIC, 8) != 0 || hd.version != CKPT_VERSION) {
+        st = osc_error(OSCAR_ERR_FORMAT, "%s: not an oscar-calibrate checkpoint (bad magic/version)", path);
+        goto out;
+    }
+    if (hd.n_seq != want.n_seq || hd.n_tokens != want.n_tokens || hd.seq_len != want.seq_len ||
+        hd.batch != want.batch || hd.kinds != want.kinds) {
+        st = osc_error(OSCAR_ERR_INVALID,
+                       "%s: checkpoint was made with a different plan (tokens %lld seq-len %d batch %d kinds %u; "
+                       "now %lld %d %d %u)",
+                       path, (long long) hd.n_tokens, (int) hd.seq_len, (int) hd.batch, hd.kinds,
+                       (long long) want.n_tokens, (int) want.seq_len, (int) want.batch, want.kinds);
+        goto out;
+    }
+    if ((hd.pass != 1 && hd.pass != 2) || hd.next_seq < 0 || hd.next_seq > hd.n_seq ||
+        hd.stats_size != mf.size - sizeof(hd)) {
+        st = osc_error(OSCAR_ERR_FORMAT, "%s: checkpoint header corrupted", path);
+        goto out;
+    }
+    if ((st = oscar_stats_load(mf.data + sizeof(hd), hd.stats_size, p->n_threads, p->batch * p->seq_len, out)) !=
+        OSCAR_OK) {
+        st = osc_error_prefix(st, "%s", path);
+        goto out;
+    }
+    *pass = hd.pass;
+    *next_seq = hd.next_seq;
+out:
+    osc_unmap_file(&mf);
+    return st;
+}
+
+// ---- accumulation ---------------------------------------------------------------------------
+static enum oscar_status run_pass(struct oscar_forward * f, struct hook_ctx * hc, const struct oscar_calib_plan * plan,
+                                  const struct oscar_calib_params * p, uint32_t pass, int32_t first_seq,
+                                  int32_t * sbuf, struct oscar_calib_timing * t) {
+    struct osc_progress pr;
+    char label[32];
+    snprintf(label, sizeof(label), "pass %u", pass);
+    osc_progress_init(&pr, label, "tok", plan->n_tokens);
+    int64_t since = 0;
+    enum oscar_status st = OSCAR_OK;
+    for (int32_t s0 = first_seq; s0 < plan->n_seq; s0 += p->batch) {
+        int32_t s1 = s0 + p->batch < plan->n_seq ? s0 + p->batch : plan->n_seq;
+        double t0 = osc_now(), a0 = hc->t_accum;
+        if ((st = run_batch(f, plan->tokens, plan->seq_start, s0, s1, sbuf)) != OSCAR_OK) return st;
+        int64_t nt = plan->seq_start[s1] - plan->seq_start[s0];
+        t->forward += osc_now() - t0 - (hc->t_accum - a0);
+        t->tokens_forwarded += nt;
+        since += nt;
+        osc_progress_update(&pr, plan->seq_start[s1]);
+        if (p->checkpoint_path && p->checkpoint_every > 0 && since >= p->checkpoint_every && s1 < plan->n_seq) {
+            struct ckpt_header hd;
+            fill_header(&hd, plan, p, pass, s1);
+            if ((st = save_ckpt(p->checkpoint_path, hc->stats, &hd)) != OSCAR_OK) return st;
+            since = 0;
+        }
+    }
+    osc_progress_finish(&pr);
+    double t0 = osc_now();
+    st = oscar_stats_end_pass(hc->stats);
+    t->accumulate += osc_now() - t0;
+    if (st == OSCAR_OK && p->checkpoint_path && p->checkpoint_every > 0 && pass == 1 &&
+        oscar_stats_phase(hc->stats) == 2) {
+        struct ckpt_header hd;
+        fill_header(&hd, plan, p, 2, 0);
+        st = save_ckpt(p->checkpoint_path, hc->stats, &hd);
+    }
+    return st;
+}
+
+enum oscar_status oscar_calib_accumulate(const struct oscar_model * m, const struct oscar_calib_plan * plan,
+                                         const struct oscar_calib_params * p, struct oscar_stats ** out,
+                                         struct oscar_calib_timing * t) {
+    const struct oscar_model_config * c = &m->config;
+    struct oscar_stats * s = NULL;
+    struct oscar_forward * f = NULL;
+    int32_t * sbuf = malloc(((size_t) p->batch + 1) * sizeof(int32_t));
+    enum oscar_status st = OSCAR_ERR_NOMEM;
+    uint32_t pass = 1;
+    int32_t next_seq = 0;
+    *out = NULL;
+    if (!sbuf) goto out;
+    if (p->resume && p->checkpoint_path && access(p->checkpoint_path, F_OK) == 0) {
+        if ((st = load_ckpt(p->checkpoint_path, plan, p, &s, &pass, &next_seq)) != OSCAR_OK) goto out;
+        osc_info("resuming pass %u at sequence %d/%d from %s", pass, (int) next_seq, (int) plan->n_seq,
+                 p->checkpoint_path);
+    } else {
+        struct oscar_stats_params sp = oscar_stats_default_params();
+        sp.n_layer = c->n_layer;
+        sp.n_head = c->n_head;
+        sp.n_head_kv = c->n_head_kv;
+        sp.head_dim = c->head_dim;
+        sp.kinds = stats_kinds(p);
+        sp.n_threads = p->n_threads;
+        sp.max_tokens = p->batch * p->seq_len;
+        if ((st = oscar_stats_init(&sp, &s)) != OSCAR_OK) goto out;
+    }
+    struct hook_ctx hc = {.stats = s};
+    struct oscar_capture_hook hook = {.want = NULL, .on_layer = on_layer, .user = &hc};
+    struct oscar_forward_params fp = fwd_params(p, &hook);
+    if ((st = oscar_forward_init(m, &fp, &f)) != OSCAR_OK) goto out;
+    if (pass == 1) {
+        if ((st = run_pass(f, &hc, plan, p, 1, next_seq, sbuf, t)) != OSCAR_OK) goto out;
+        next_seq = 0;
+    }
+    if (oscar_stats_phase(s) == 2 && (st = run_pass(f, &hc, plan, p, 2, next_seq, sbuf, t)) != OSCAR_OK) goto out;
+    t->accumulate += hc.t_accum;
+    *out = s;
+    s = NULL;
+    st = OSCAR_OK;
+out:
+    if (st == OSCAR_ERR_NOMEM && !sbuf) osc_error(OSCAR_ERR_NOMEM, "out of memory");
+    oscar_forward_free(f);
+    oscar_stats_free(s);
+    free(sbuf);
+    return st;
+}
