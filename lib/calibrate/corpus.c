@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 
 #include "calibrate/calibrate.h"
-#include "hub/hub-internal.h"
+#include "util/sha256.h"
 #include "util/fs.h"
 #include "util/log.h"
 
@@ -89,7 +89,7 @@ static enum oscar_status add_file(struct corpus_state * s, const char * path, st
     enum oscar_status st = osc_read_file(path, (size_t) 1 << 32, &data, &n);
     if (st != OSCAR_OK) return st;
     char hex[65];
-    osc_hash_sha256_mem(data, n, hex);
+    osc_sha256_hex(data, n, hex);
     char * nh = realloc(hl->hexes, (hl->n + 1) * 64 + 1);
     if (!nh) {
         free(data);
@@ -145,7 +145,7 @@ enum oscar_status oscar_calib_corpus_load(struct oscar_tokenizer * tok, const ch
         return st;
     }
     if (hl.n == 1) memcpy(out->sha256, hl.hexes, 64);
-    else osc_hash_sha256_mem(hl.hexes, hl.n * 64, out->sha256);
+    else osc_sha256_hex(hl.hexes, hl.n * 64, out->sha256);
     out->sha256[64] = '\0';
     free(hl.hexes);
     if (max_tokens > 0 && (int64_t) s.toks.n > max_tokens) s.toks.n = (size_t) max_tokens;
