@@ -244,7 +244,7 @@ static enum oscar_status export_pt(const struct oscar_artifact * art, const stru
                              "SGLANG_OSCAR_V_ROTATION_PATH", vabs ? vabs : vp, "SGLANG_OSCAR_K_CLIP_RATIO", kc,
                              "SGLANG_OSCAR_V_CLIP_RATIO", vc));
     } else {
-        fprintf(stderr, "wrote %s\nwrote %s\n", kp, vp);
+        if (!a->quiet) fprintf(stderr, "wrote %s\nwrote %s\n", kp, vp);
         printf("SGLANG_OSCAR_K_ROTATION_PATH=%s SGLANG_OSCAR_V_ROTATION_PATH=%s SGLANG_OSCAR_K_CLIP_RATIO=%s "
                "SGLANG_OSCAR_V_CLIP_RATIO=%s\n",
                kabs ? kabs : kp, vabs ? vabs : vp, kc ? kc : "0.96", vc ? vc : "0.92");
@@ -270,7 +270,7 @@ static enum oscar_status export_gguf(const struct oscar_artifact * art, const st
         print_json(json_pack("{s:s, s:s, s:s?, s:s}", "format", "gguf", "out", a->out, "base", a->base, "qk_order",
                              permuted ? "ggml" : "hf"));
     } else {
-        fprintf(stderr, "wrote %s (%d layers, K rotation in %s order%s)\n", a->out, (int) art->n_layer,
+        if (!a->quiet) fprintf(stderr, "wrote %s (%d layers, K rotation in %s order%s)\n", a->out, (int) art->n_layer,
                 permuted ? "ggml" : "HF", a->base ? ", baked into the base model" : "");
         printf("LLAMA_KV_NO_HADAMARD=1 LLAMA_KV_CLIP_RATIO=%s  (llama.cpp fork: --cache-type-k q2_0 --cache-type-v q2_0)\n",
                kc ? kc : "0.96");
