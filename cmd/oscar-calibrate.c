@@ -3,6 +3,7 @@
 // covariances -> fit -> clip search -> gate -> artifact. Exit 0 ok, 1 failure
 // (including a failed gate with --strict), 2 usage error.
 #include <getopt.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 #include "calibrate/calibrate.h"
 #include "formats/oscar-artifact.h"
+#include "hub/hub.h"
 #include "util/fs.h"
 #include "util/log.h"
 
@@ -21,7 +23,8 @@ struct opts {
 static void usage(FILE * f) {
     fprintf(f,
             "usage: oscar-calibrate --model M --corpus C --out DIR [options]\n"
-            "  -m, --model PATH          .gguf file or HF model directory\n"
+            "  -m, --model PATH|ID       .gguf file, HF model directory, or Hub owner/name[@rev][:path]\n"
+            "                            (pulled into the shared HF cache; HF_HUB_OFFLINE=1 uses the cache)\n"
             "  -f, --corpus PATH         text file, .jsonl, or directory of them\n"
             "      --jsonl-field NAME    [text]\n"
             "  -o, --out DIR             artifact directory\n"
@@ -146,15 +149,26 @@ int main(int argc, char ** argv) {
     struct oscar_calib_fit fit = {0}; struct oscar_calib_clip clip = {0}; struct oscar_calib_gate gate = {0};
     struct oscar_calib_timing t = {0}; struct oscar_artifact * art = NULL;
     double t0 = osc_now();
+    char * model_path = NULL;
+    struct oscar_hub hub;
     rc = 1;
-    char parent[4096];
-    snprintf(parent, sizeof(parent), "%s", o.out);
-    char * sl = strrchr(parent, '/');
-    snprintf(sl ? sl : parent, sizeof(parent) - (size_t) (sl ? sl - parent : 0), "%s", sl == parent ? "/" : sl ? "" : ".");
+    if (oscar_hub_init(&hub) != OSCAR_OK) {
+        fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
+        return 1;
+    }
+    char out_copy[4096];
+    snprintf(out_copy, sizeof(out_copy), "%s", o.out);
+    const char * parent = dirname(out_copy);
     if (osc_mkdirs(parent) != OSCAR_OK || access(parent, W_OK) != 0) { // fail before hours of compute
         fprintf(stderr, "oscar-calibrate: output directory %s is not writable\n", parent);
         goto out;
     }
+    if (oscar_hub_resolve_local(&hub, o.model, &model_path) != OSCAR_OK) {
+        fprintf(stderr, "oscar-calibrate: --model: %s\n", oscar_last_error());
+        goto out;
+    }
+    if (strcmp(model_path, o.model)) osc_info("--model %s -> %s", o.model, model_path);
+    o.model = model_path;
     if (oscar_model_load(o.model, &m) || oscar_tokenizer_load(o.model, &tok) ||
         oscar_calib_corpus_load(tok, o.corpus, o.jsonl_field, p.n_tokens + (int64_t) p.n_heldout * p.seq_len, &corpus) ||
         oscar_calib_plan_make(&corpus, &p, &plan) || oscar_calib_capture_heldout(m, &plan, &p, &held, &t) ||
@@ -192,5 +206,6 @@ out:
     oscar_artifact_free(art); oscar_calib_gate_free(&gate); oscar_calib_clip_free(&clip); oscar_calib_fit_free(&fit);
     oscar_stats_free(st); oscar_calib_heldout_free(&held); oscar_calib_plan_free(&plan); oscar_calib_corpus_free(&corpus);
     oscar_tokenizer_free(tok); oscar_model_free(m);
+    oscar_hub_free(&hub); free(model_path);
     return rc;
 }

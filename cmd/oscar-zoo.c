@@ -4,6 +4,7 @@
 //   oscar-zoo pull ID [--path P] [--revision R] [--local-dir D] [--cache-dir C]
 //   oscar-zoo ls ID [--path P] [--revision R]
 //   oscar-zoo info ID [--revision R]
+//   oscar-zoo export ARTIFACT --format pt|gguf --out PATH [--base BASE.gguf] [--qk-order auto|hf|ggml]
 //
 // Thin front end over lib/hub: parses arguments, calls the library, prints
 // results (stdout; --json for machines) and progress (stderr). Exit codes:
@@ -15,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "formats/oscar-artifact.h"
+#include "formats/oscar-export.h"
 #include "hub/hub.h"
 #include "oscar.h"
 
@@ -28,6 +31,10 @@ struct args {
     const char * cache_dir;
     const char * message;
     const char * token;
+    const char * format;    // export: pt | gguf
+    const char * out;       // export: directory (pt) or file (gguf)
+    const char * base;      // export gguf: base model to bake into
+    const char * qk_order;  // export gguf: auto | hf | ggml
     int          is_private, json, quiet, offline, no_card_check;
 };
 
@@ -41,6 +48,11 @@ static void usage(FILE * f) {
           "       [--path P] [--revision R] [--local-dir D] [--cache-dir C]\n"
           "  ls ID                 list the files of a repo [--path P] [--revision R]\n"
           "  info ID               repo summary: commit, visibility, file count [--revision R]\n"
+          "  export ARTIFACT       convert an artifact (directory or Hub owner/name[@rev][:path]) for an engine\n"
+          "       --format pt --out DIR         k_rotation_<obj>.pt + v_rotation_<obj>.pt (SGLang OSCAR fork)\n"
+          "       --format gguf --out FILE      rotation tensors for the OSCAR llama.cpp fork\n"
+          "       [--base MODEL.gguf]           bake them into a copy of MODEL.gguf\n"
+          "       [--qk-order auto|hf|ggml]     K rotation order (auto: ggml for llama-arch targets)\n"
           "\n"
           "options for every command:\n"
           "  --json                machine-readable output on stdout\n"
@@ -57,7 +69,8 @@ static void usage(FILE * f) {
 }
 
 static int parse(int argc, char ** argv, struct args * a) {
-    enum { O_REPO = 256, O_PIR, O_REV, O_PRIV, O_MSG, O_PATH, O_LDIR, O_CDIR, O_JSON, O_QUIET, O_TOKEN, O_OFF, O_NOCARD };
+    enum { O_REPO = 256, O_PIR, O_REV, O_PRIV, O_MSG, O_PATH, O_LDIR, O_CDIR, O_JSON, O_QUIET, O_TOKEN, O_OFF, O_NOCARD,
+           O_FORMAT, O_OUT, O_BASE, O_QK };
     static const struct option opts[] = {
         { "repo", required_argument, 0, O_REPO },      { "path-in-repo", required_argument, 0, O_PIR },
         { "revision", required_argument, 0, O_REV },   { "private", no_argument, 0, O_PRIV },
@@ -66,6 +79,8 @@ static int parse(int argc, char ** argv, struct args * a) {
         { "json", no_argument, 0, O_JSON },            { "quiet", no_argument, 0, O_QUIET },
         { "token", required_argument, 0, O_TOKEN },    { "offline", no_argument, 0, O_OFF },
         { "no-card-check", no_argument, 0, O_NOCARD }, { "help", no_argument, 0, 'h' },
+        { "format", required_argument, 0, O_FORMAT },  { "out", required_argument, 0, O_OUT },
+        { "base", required_argument, 0, O_BASE },      { "qk-order", required_argument, 0, O_QK },
         { 0, 0, 0, 0 },
     };
     memset(a, 0, sizeof *a);
@@ -94,17 +109,38 @@ static int parse(int argc, char ** argv, struct args * a) {
             case O_TOKEN: a->token = optarg; break;
             case O_OFF: a->offline = 1; break;
             case O_NOCARD: a->no_card_check = 1; break;
+            case O_FORMAT: a->format = optarg; break;
+            case O_OUT: a->out = optarg; break;
+            case O_BASE: a->base = optarg; break;
+            case O_QK: a->qk_order = optarg; break;
             case 'h': usage(stdout); exit(0);
             default: return -1;
         }
     }
     if (optind + 1 != argc) {
         fprintf(stderr, "oscar-zoo %s: expected exactly one %s argument\n", a->cmd,
-                strcmp(a->cmd, "push") ? "repo id" : "directory");
+                !strcmp(a->cmd, "push") ? "directory" : !strcmp(a->cmd, "export") ? "artifact" : "repo id");
         return -1;
     }
     a->target = argv[optind];
-    if (!strcmp(a->cmd, "push")) {
+    if ((a->format || a->out || a->base || a->qk_order) && strcmp(a->cmd, "export")) {
+        fputs("oscar-zoo: --format, --out, --base and --qk-order are only for export\n", stderr);
+        return -1;
+    }
+    if (!strcmp(a->cmd, "export")) {
+        if (!a->format || !a->out || (strcmp(a->format, "pt") && strcmp(a->format, "gguf"))) {
+            fputs("oscar-zoo export: --format pt|gguf and --out are required\n", stderr);
+            return -1;
+        }
+        if ((a->base || a->qk_order) && strcmp(a->format, "gguf")) {
+            fputs("oscar-zoo export: --base and --qk-order are for --format gguf\n", stderr);
+            return -1;
+        }
+        if (a->qk_order && strcmp(a->qk_order, "auto") && strcmp(a->qk_order, "hf") && strcmp(a->qk_order, "ggml")) {
+            fputs("oscar-zoo export: --qk-order wants auto, hf or ggml\n", stderr);
+            return -1;
+        }
+    } else if (!strcmp(a->cmd, "push")) {
         if (!a->repo) {
             fputs("oscar-zoo push: --repo is required\n", stderr);
             return -1;
@@ -192,6 +228,71 @@ static enum oscar_status cmd_ls(struct oscar_hub * hub, const struct args * a) {
     return OSCAR_OK;
 }
 
+static enum oscar_status export_pt(const struct oscar_artifact * art, const struct args * a) {
+    char *            kp = NULL, * vp = NULL;
+    enum oscar_status st = oscar_export_pt(art, a->out, &kp, &vp);
+    if (st != OSCAR_OK) {
+        return st;
+    }
+    char *       kabs = realpath(kp, NULL), * vabs = realpath(vp, NULL);
+    const char * kc   = oscar_artifact_get_meta(art, "oscar.k_clip_ratio");
+    const char * vc   = oscar_artifact_get_meta(art, "oscar.v_clip_ratio");
+    if (a->json) {
+        print_json(json_pack("{s:s, s:s, s:s, s:i, s:{s:s, s:s, s:s?, s:s?}}", "format", "pt", "k_rotation",
+                             kabs ? kabs : kp, "v_rotation", vabs ? vabs : vp, "format_version",
+                             art->per_head ? 2 : 1, "env", "SGLANG_OSCAR_K_ROTATION_PATH", kabs ? kabs : kp,
+                             "SGLANG_OSCAR_V_ROTATION_PATH", vabs ? vabs : vp, "SGLANG_OSCAR_K_CLIP_RATIO", kc,
+                             "SGLANG_OSCAR_V_CLIP_RATIO", vc));
+    } else {
+        if (!a->quiet) fprintf(stderr, "wrote %s\nwrote %s\n", kp, vp);
+        printf("SGLANG_OSCAR_K_ROTATION_PATH=%s SGLANG_OSCAR_V_ROTATION_PATH=%s SGLANG_OSCAR_K_CLIP_RATIO=%s "
+               "SGLANG_OSCAR_V_CLIP_RATIO=%s\n",
+               kabs ? kabs : kp, vabs ? vabs : vp, kc ? kc : "0.96", vc ? vc : "0.92");
+    }
+    free(kabs);
+    free(vabs);
+    free(kp);
+    free(vp);
+    return OSCAR_OK;
+}
+
+static enum oscar_status export_gguf(const struct oscar_artifact * art, const struct args * a) {
+    struct oscar_export_gguf_opts o = { .base = a->base, .qk_order = OSCAR_EXPORT_QK_AUTO };
+    bool                          permuted = false;
+    if (a->qk_order && !strcmp(a->qk_order, "hf")) o.qk_order = OSCAR_EXPORT_QK_HF;
+    if (a->qk_order && !strcmp(a->qk_order, "ggml")) o.qk_order = OSCAR_EXPORT_QK_GGML;
+    enum oscar_status st = oscar_export_gguf(art, a->out, &o, &permuted);
+    if (st != OSCAR_OK) {
+        return st;
+    }
+    const char * kc = oscar_artifact_get_meta(art, "oscar.k_clip_ratio");
+    if (a->json) {
+        print_json(json_pack("{s:s, s:s, s:s?, s:s}", "format", "gguf", "out", a->out, "base", a->base, "qk_order",
+                             permuted ? "ggml" : "hf"));
+    } else {
+        if (!a->quiet) fprintf(stderr, "wrote %s (%d layers, K rotation in %s order%s)\n", a->out, (int) art->n_layer,
+                permuted ? "ggml" : "HF", a->base ? ", baked into the base model" : "");
+        printf("LLAMA_KV_NO_HADAMARD=1 LLAMA_KV_CLIP_RATIO=%s  (llama.cpp fork: --cache-type-k q2_0 --cache-type-v q2_0)\n",
+               kc ? kc : "0.96");
+    }
+    return OSCAR_OK;
+}
+
+static enum oscar_status cmd_export(struct oscar_hub * hub, const struct args * a) {
+    char *                  dir = NULL;
+    struct oscar_artifact * art = NULL;
+    enum oscar_status       st  = oscar_hub_resolve_local(hub, a->target, &dir);
+    if (st == OSCAR_OK) {
+        st = oscar_artifact_read(dir, true, &art);
+    }
+    if (st == OSCAR_OK) {
+        st = !strcmp(a->format, "pt") ? export_pt(art, a) : export_gguf(art, a);
+    }
+    oscar_artifact_free(art);
+    free(dir);
+    return st;
+}
+
 static enum oscar_status cmd_info(struct oscar_hub * hub, const struct args * a) {
     struct oscar_hub_info info;
     enum oscar_status     st = oscar_hub_info(hub, a->target, a->revision, &info);
@@ -240,6 +341,8 @@ int main(int argc, char ** argv) {
         st = cmd_pull(&hub, &a);
     } else if (!strcmp(a.cmd, "ls")) {
         st = cmd_ls(&hub, &a);
+    } else if (!strcmp(a.cmd, "export")) {
+        st = cmd_export(&hub, &a);
     } else {
         st = cmd_info(&hub, &a);
     }

@@ -105,6 +105,16 @@ enum oscar_status oscar_hub_push(struct oscar_hub * hub, const char * dir, const
                                  struct oscar_hub_push_result * out);
 void oscar_hub_push_result_free(struct oscar_hub_push_result * r);
 
+// Splits a Hub spec "owner/name[@revision][:path]" into malloc'ed parts
+// (*revision / *path NULL when absent). OSCAR_ERR_INVALID for anything else.
+enum oscar_status oscar_hub_parse_spec(const char * spec, char ** repo_id, char ** revision, char ** path);
+
+// For arguments that take a local path or a Hub repo: an existing local path
+// is returned as is (copied); otherwise `spec` must be a Hub spec, pulled
+// into the shared cache (offline: served from it) and resolved to the local
+// snapshot path of its :path (or the snapshot root). *local_path is malloc'ed.
+enum oscar_status oscar_hub_resolve_local(struct oscar_hub * hub, const char * spec, char ** local_path);
+
 // Checks README.md model-card text: YAML front matter between '---' lines,
 // parseable as block mappings/sequences of scalars. Returns OSCAR_ERR_FORMAT
 // with the line number on failure.

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# test-export.sh - oscar-zoo export (pt and gguf) on synthetic artifacts:
+#  - .pt pair: restricted unpickler (+ torch.load when torch is importable), bit-exact vs the artifact,
+#    format_version 1 (per layer) and 2 (per KV head);
+#  - GGUF standalone: llama arch -> K rows in ggml order (method.md §1.1), qwen3 -> HF order, --qk-order;
+#  - GGUF bake into the SmolLM2 GGUF (when present): base tensors byte-identical, oscar's reader opens it;
+#  - bad input: missing/corrupt artifact, unwritable --out, --base not a GGUF, per-head to GGUF:
+#    clear error, nothing (half-)written;
+#  - Hub ids: export from owner/name:path through the Hub emulator, then offline from the cache;
+#    oscar-calibrate --model resolves a Hub id to the cached snapshot file.
+source "$(dirname "$0")/hub-lib.sh"
+MK="$BUILD/bin/oscar-make-artifact"
+DUMP="$BUILD/bin/oscar-gguf-dump"
+CAL="$BUILD/bin/oscar-calibrate"
+[ -x "$MK" ] || { echo "skip: $MK not built"; exit 77; }
+[ -x "$VENV_PY" ] && "$VENV_PY" -c 'import gguf, numpy' 2>/dev/null || { echo "skip: no venv with gguf"; exit 77; }
+ORA="$ROOT/tests/oracle"
+SMOL="${OSCAR_CACHE:-$HOME/.cache/oscar}/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $*"; }
+
+"$MK" "$T/art" 4 6 2 16 0 11 llama 2>/dev/null || fail "make artifact"
+"$MK" "$T/arth" 3 8 2 16 1 12 llama 2>/dev/null || fail "make per-head artifact"
+"$MK" "$T/artq" 2 4 2 16 0 13 qwen3 2>/dev/null || fail "make qwen3 artifact"
+
+# ---- pt ----
+$ZOO export "$T/art" --format pt --out "$T/pt" > "$T/env.txt" 2>/dev/null || fail "export pt"
+grep -q "^SGLANG_OSCAR_K_ROTATION_PATH=$T/pt/k_rotation_qqt_r_h_pbr.pt SGLANG_OSCAR_V_ROTATION_PATH=$T/pt/v_rotation_sst_r_h_pbr.pt SGLANG_OSCAR_K_CLIP_RATIO=0.96 SGLANG_OSCAR_V_CLIP_RATIO=0.92$" "$T/env.txt" \
+    || fail "env line: $(cat "$T/env.txt")"
+ok "export pt prints the engine env line"
+"$VENV_PY" "$ORA/check_pt_export.py" "$T/art" "$T/pt" || fail "pt check (per layer)"
+ok "pt pair (format_version 1) loads with the restricted unpickler, bit-exact"
+$ZOO export "$T/arth" --format pt --out "$T/pth" >/dev/null 2>&1 || fail "export pt per head"
+"$VENV_PY" "$ORA/check_pt_export.py" "$T/arth" "$T/pth" || fail "pt check (per head)"
+ok "per-head pt pair is format_version 2 with [Hkv,D,D]"
+cmp -s "$T/pt/k_rotation_qqt_r_h_pbr.pt" <($ZOO export "$T/art" --format pt --out "$T/pt2" >/dev/null 2>&1; cat "$T/pt2/k_rotation_qqt_r_h_pbr.pt") \
+    || fail "pt export is not deterministic"
+ok "pt export is byte-deterministic"
+
+# ---- gguf standalone ----
+$ZOO export "$T/art" --format gguf --out "$T/rot.gguf" >/dev/null 2>&1 || fail "export gguf"
+"$VENV_PY" "$ORA/check_gguf_export.py" "$T/art" "$T/rot.gguf" ggml || fail "gguf check (llama -> ggml)"
+"$VENV_PY" "$ORA/check_gguf_export.py" "$T/art" "$T/rot.gguf" hf >/dev/null && fail "hf expectation accepted a permuted file"
+ok "standalone GGUF for a llama artifact: K rows permuted to ggml order, Mᵀ, metadata"
+$ZOO export "$T/artq" --format gguf --out "$T/rotq.gguf" >/dev/null 2>&1 || fail "export gguf qwen3"
+"$VENV_PY" "$ORA/check_gguf_export.py" "$T/artq" "$T/rotq.gguf" hf || fail "gguf check (qwen3 -> hf)"
+$ZOO export "$T/art" --format gguf --qk-order hf --out "$T/roth.gguf" >/dev/null 2>&1 || fail "export --qk-order hf"
+"$VENV_PY" "$ORA/check_gguf_export.py" "$T/art" "$T/roth.gguf" hf || fail "gguf check (--qk-order hf)"
+ok "qwen3 artifact and --qk-order hf keep HF order"
+"$DUMP" "$T/rot.gguf" | grep -q "blk.3.attn_v_rot.weight" || fail "oscar's reader on the standalone file"
+ok "oscar's GGUF reader opens the standalone file"
+
+# ---- gguf bake ----
+if [ -f "$SMOL" ]; then
+    "$MK" "$T/art30" 30 9 3 64 0 5 llama 2>/dev/null || fail "make 30-layer artifact"
+    $ZOO export "$T/art30" --format gguf --base "$SMOL" --out "$T/baked.gguf" >/dev/null 2>&1 || fail "bake"
+    "$VENV_PY" "$ORA/check_gguf_export.py" "$T/art30" "$T/baked.gguf" ggml "$SMOL" || fail "baked check"
+    "$DUMP" "$T/baked.gguf" | grep -q "blk.29.attn_k_rot.weight" || fail "oscar's reader on the baked file"
+    ok "bake into SmolLM2: base tensors byte-identical, rotation tensors appended, oscar reader opens it"
+    $ZOO export "$T/art30" --format gguf --base "$T/baked.gguf" --out "$T/twice.gguf" 2>"$T/err" >/dev/null && fail "baked twice"
+    grep -q "already has" "$T/err" && [ ! -e "$T/twice.gguf" ] || fail "bake twice error: $(cat "$T/err")"
+    $ZOO export "$T/art" --format gguf --base "$SMOL" --out "$T/mismatch.gguf" 2>"$T/err" >/dev/null && fail "shape mismatch"
+    grep -q "30 layers of head_dim 64" "$T/err" && [ ! -e "$T/mismatch.gguf" ] || fail "mismatch error: $(cat "$T/err")"
+    ok "bake refuses an already-baked base and a shape mismatch, writes nothing"
+else
+    echo "# $SMOL missing: bake checks skipped"
+fi
+
+# ---- bad input ----
+expect_fail() { # expect_fail PATTERN NOT_CREATED cmd...
+    local pat=$1 path=$2; shift 2
+    "$@" >/dev/null 2>"$T/err" && fail "succeeded: $*"
+    grep -q -- "$pat" "$T/err" || fail "error for '$*' lacks '$pat': $(cat "$T/err")"
+    [ ! -e "$path" ] || fail "'$*' left $path behind"
+    ls -a "$(dirname "$path")" 2>/dev/null | grep -q '\.tmp\.' && fail "'$*' left a temp file"
+    return 0
+}
+expect_fail "not a Hub repo id" "$T/o1" $ZOO export "$T/nope" --format pt --out "$T/o1"
+cp -r "$T/art" "$T/corrupt" && head -c 100 "$T/art/oscar.safetensors" > "$T/corrupt/oscar.safetensors"
+expect_fail "oscar.safetensors" "$T/o2" $ZOO export "$T/corrupt" --format pt --out "$T/o2"
+expect_fail "oscar.safetensors" "$T/o3.gguf" $ZOO export "$T/corrupt" --format gguf --out "$T/o3.gguf"
+mkdir -p "$T/ro" && chmod 555 "$T/ro"
+if [ ! -w "$T/ro" ]; then
+    expect_fail "$T/ro" "$T/ro/x.gguf" $ZOO export "$T/art" --format gguf --out "$T/ro/x.gguf"
+    expect_fail "$T/ro" "$T/ro/k_rotation_qqt_r_h_pbr.pt" $ZOO export "$T/art" --format pt --out "$T/ro"
+else
+    echo "# running as a user that ignores permissions: unwritable --out not checked"
+fi
+printf 'not a gguf at all' > "$T/notgguf.gguf"
+# a path below a regular file cannot be created, even by root
+expect_fail "notgguf.gguf" "$T/notgguf.gguf/pt/k_rotation_qqt_r_h_pbr.pt" $ZOO export "$T/art" --format pt --out "$T/notgguf.gguf/pt"
+expect_fail "notgguf.gguf" "$T/notgguf.gguf/x.gguf" $ZOO export "$T/art" --format gguf --out "$T/notgguf.gguf/x.gguf"
+expect_fail "base" "$T/o4.gguf" $ZOO export "$T/art" --format gguf --base "$T/notgguf.gguf" --out "$T/o4.gguf"
+expect_fail "per-KV-head" "$T/o5.gguf" $ZOO export "$T/arth" --format gguf --out "$T/o5.gguf"
+$ZOO export "$T/art" --format pt 2>/dev/null; [ $? = 2 ] || fail "export without --out: want 2"
+$ZOO export "$T/art" --format onnx --out x 2>/dev/null; [ $? = 2 ] || fail "bad --format: want 2"
+$ZOO export "$T/art" --format pt --base x --out x 2>/dev/null; [ $? = 2 ] || fail "--base with pt: want 2"
+ok "bad input: clear errors, usage errors exit 2, nothing half-written"
+
+# ---- Hub ids ----
+start_emulator
+$ZOO push "$T/art" --repo me/rot --path-in-repo m/t --quiet >/dev/null || fail "push artifact"
+$ZOO export me/rot:m/t --format pt --out "$T/hubpt" --quiet >/dev/null 2>"$T/err" || fail "export from hub: $(cat "$T/err")"
+"$VENV_PY" "$ORA/check_pt_export.py" "$T/art" "$T/hubpt" >/dev/null || fail "hub export content"
+HF_HUB_OFFLINE=1 $ZOO export me/rot@main:m/t --format gguf --out "$T/hub.gguf" >/dev/null 2>"$T/err" || fail "offline export from cache: $(cat "$T/err")"
+HF_HUB_OFFLINE=1 $ZOO export me/other:m/t --format pt --out "$T/o6" 2>"$T/err" >/dev/null && fail "offline unknown repo"
+grep -q "not in the cache" "$T/err" || fail "offline miss error: $(cat "$T/err")"
+ok "export ARTIFACT as a Hub id (online, then offline from the cache)"
+mkdir -p "$T/model" && cp "$ROOT/tests/fixtures/model/tiny-llama.gguf" "$T/model/"
+printf -- '---\nlicense: apache-2.0\n---\n# tiny\n' > "$T/model/README.md"
+$ZOO push "$T/model" --repo me/tiny --quiet >/dev/null || fail "push model"
+printf 'one two three four five six seven eight nine ten\n' > "$T/c.txt"
+HF_HUB_OFFLINE=1 "$CAL" --model me/tiny:tiny-llama.gguf --corpus "$T/c.txt" --out "$T/cal" 2>"$T/err" >/dev/null && fail "offline before pull"
+grep -q "me/tiny" "$T/err" || fail "calibrate offline miss: $(cat "$T/err")"
+"$CAL" --model me/tiny:tiny-llama.gguf --corpus "$T/c.txt" --out "$T/cal" 2>"$T/err" >/dev/null
+grep -q "$HF_HUB_CACHE/models--me--tiny/snapshots/[0-9a-f]*/tiny-llama.gguf" "$T/err" || fail "calibrate did not resolve the Hub id: $(cat "$T/err")"
+HF_HUB_OFFLINE=1 "$CAL" --model me/tiny:tiny-llama.gguf --corpus "$T/c.txt" --out "$T/cal" 2>"$T/err" >/dev/null
+grep -q "snapshots/[0-9a-f]*/tiny-llama.gguf" "$T/err" || fail "calibrate offline from cache: $(cat "$T/err")"
+ok "oscar-calibrate --model owner/name:file resolves through the Hub, then offline from the cache"
+echo "test-export: $n checks passed"
