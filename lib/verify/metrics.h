@@ -75,6 +75,8 @@ struct oscar_tiering {
 
 // Is key p INT2 for query t in a sequence of seq_len tokens (p <= t < seq_len)?
 bool oscar_tier_is_int2(const struct oscar_tiering * tr, int64_t p, int64_t t, int64_t seq_len);
+// The INT2 keys of query t are exactly [*lo, *hi) ∩ [0, t] (empty: lo == hi).
+void oscar_tier_int2_range(const struct oscar_tiering * tr, int64_t t, int64_t seq_len, int64_t * lo, int64_t * hi);
 // True if row p was written by the prefill path (else: decode demotion).
 bool oscar_tier_from_prefill(const struct oscar_tiering * tr, int64_t p, int64_t seq_len);
 
@@ -131,6 +133,10 @@ enum oscar_status oscar_kv_transform_preset(const char * name, int32_t n_layer, 
                                             struct oscar_kv_transform * out);
 enum oscar_status oscar_kv_transform_check(const struct oscar_kv_transform * tf);
 
+// y [D] = x [D]·R (transpose false) or x·Rᵀ, fp64 sums rounded once to fp32
+// (so the result does not depend on batching; tests use it to feed caches).
+void oscar_kv_rotate_row(const float * R, int32_t D, const float * x, float * y, bool transpose);
+
 // Effective bits per element at context ctx (method.md §14, configured metadata
 // width; hp 16 bits). bf16 gives 16.
 double oscar_kv_transform_bpe(const struct oscar_kv_transform * tf, int64_t ctx);
@@ -139,7 +145,7 @@ double oscar_kv_transform_bpe(const struct oscar_kv_transform * tf, int64_t ctx)
 // k, v [T, Hkv, D] -> k_hp, v_hp (the HP-tier value of every row) and k_q, v_q
 // (the INT2-tier value of every row that can be INT2 at some time, else a copy
 // of the HP value), all unrotated [T, Hkv, D]. The quantization path of a row
-// (prefill or demotion) follows tf->tiers. st (may be NULL) accumulates K and V.
+// (prefill or demotion) follows tf->tiers. st (may be NULL): [2] = {K, V}, accumulated.
 enum oscar_status oscar_kv_transform_layer(const struct oscar_kv_transform * tf, int32_t layer, int32_t n_tokens,
                                            int32_t n_seq, const int32_t * seq_start, const float * k,
                                            const float * v, float * k_hp, float * v_hp, float * k_q, float * v_q,
