@@ -1,0 +1,735 @@
+// oscar-artifact.c - oscar rotation artifact: validation, safetensors I/O,
+// oscar.json + README.md, atomic directory replacement (spec: formats/README.md).
+// Refuses: missing or extra tensors, shapes that disagree with the metadata,
+// non-finite values, clip ratios outside [0, 1], newer format versions.
+#include "formats/oscar-artifact.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "formats/safetensors.h"
+#include "hub/hub-internal.h"
+#include "util/fs.h"
+
+const char * const oscar_artifact_required_meta[] = {
+    "oscar.k_objective", "oscar.v_objective", "oscar.composition", "oscar.base_model",
+    "oscar.base_model_sha256", "oscar.architecture", "oscar.bits", "oscar.group_size",
+    "oscar.scale_dtype", "oscar.sink", "oscar.recent", "oscar.clip_mode", "oscar.k_clip_ratio",
+    "oscar.v_clip_ratio", "oscar.calib_tag", "oscar.calib_corpus", "oscar.calib_sha256",
+    "oscar.calib_tokens", "oscar.tokenizer_hash", "oscar.seed", "oscar.tool", NULL,
+};
+
+static int32_t n_rot(const struct oscar_artifact * a) { return a->per_head ? a->n_head_kv : 1; }
+static int32_t n_clip(const struct oscar_artifact * a) { return a->clip_per_head ? a->n_head_kv : 1; }
+
+enum oscar_status oscar_artifact_init(int32_t n_layer, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
+                                      bool per_head, bool clip_per_head, bool with_k_mean,
+                                      struct oscar_artifact ** out) {
+    *out = NULL;
+    if (n_layer < 1 || n_head < 1 || n_head_kv < 1 || head_dim < 1 || n_head % n_head_kv != 0 ||
+        head_dim > 4096 || n_layer > 100000 || n_head_kv > 4096) {
+        return osc_error(OSCAR_ERR_INVALID, "artifact: bad shape L=%d Hq=%d Hkv=%d D=%d", (int) n_layer,
+                         (int) n_head, (int) n_head_kv, (int) head_dim);
+    }
+    struct oscar_artifact * a = calloc(1, sizeof(*a));
+    if (!a) return osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
+    a->n_layer = n_layer;
+    a->n_head = n_head;
+    a->n_head_kv = n_head_kv;
+    a->head_dim = head_dim;
+    a->per_head = per_head;
+    a->clip_per_head = clip_per_head;
+    size_t L = (size_t) n_layer, R = (size_t) n_rot(a), D = (size_t) head_dim;
+    a->k_rotation = calloc(L * R * D * D, sizeof(float));
+    a->v_rotation = calloc(L * R * D * D, sizeof(float));
+    a->k_eigenvalues = calloc(L * R * D, sizeof(float));
+    a->v_eigenvalues = calloc(L * R * D, sizeof(float));
+    a->k_clip = calloc(L * (size_t) n_clip(a), sizeof(float));
+    a->v_clip = calloc(L * (size_t) n_clip(a), sizeof(float));
+    if (with_k_mean) a->k_mean = calloc(L * (size_t) n_head_kv * D, sizeof(float));
+    if (!a->k_rotation || !a->v_rotation || !a->k_eigenvalues || !a->v_eigenvalues || !a->k_clip ||
+        !a->v_clip || (with_k_mean && !a->k_mean)) {
+        oscar_artifact_free(a);
+        return osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory (L=%d D=%d)", (int) n_layer, (int) head_dim);
+    }
+    *out = a;
+    return OSCAR_OK;
+}
+
+void oscar_artifact_free(struct oscar_artifact * a) {
+    if (!a) return;
+    free(a->k_rotation);
+    free(a->v_rotation);
+    free(a->k_eigenvalues);
+    free(a->v_eigenvalues);
+    free(a->k_clip);
+    free(a->v_clip);
+    free(a->k_mean);
+    for (int32_t i = 0; i < a->n_meta; i++) {
+        free(a->meta_keys[i]);
+        free(a->meta_values[i]);
+    }
+    free(a->meta_keys);
+    free(a->meta_values);
+    free(a->summary_json);
+    free(a->card_markdown);
+    free(a);
+}
+
+enum oscar_status oscar_artifact_set_meta(struct oscar_artifact * a, const char * key, const char * value) {
+    for (int32_t i = 0; i < a->n_meta; i++) {
+        if (strcmp(a->meta_keys[i], key) == 0) {
+            char * v = strdup(value);
+            if (!v) return osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
+            free(a->meta_values[i]);
+            a->meta_values[i] = v;
+            return OSCAR_OK;
+        }
+    }
+    if (a->n_meta == a->cap_meta) {
+        int32_t cap = a->cap_meta ? 2 * a->cap_meta : 32;
+        char ** k = realloc(a->meta_keys, (size_t) cap * sizeof(char *));
+        if (!k) return osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
+        a->meta_keys = k;
+        char ** v = realloc(a->meta_values, (size_t) cap * sizeof(char *));
+        if (!v) return osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
+        a->meta_values = v;
+        a->cap_meta = cap;
+    }
+    char * k = strdup(key), * v = strdup(value);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
+    }
+    a->meta_keys[a->n_meta] = k;
+    a->meta_values[a->n_meta] = v;
+    a->n_meta++;
+    return OSCAR_OK;
+}
+
+const char * oscar_artifact_get_meta(const struct oscar_artifact * a, const char * key) {
+    for (int32_t i = 0; i < a->n_meta; i++) {
+        if (strcmp(a->meta_keys[i], key) == 0) return a->meta_values[i];
+    }
+    return NULL;
+}
+
+enum oscar_status oscar_artifact_set_summary(struct oscar_artifact * a, const char * summary_json,
+                                             const char * card_markdown) {
+    char * s = summary_json ? strdup(summary_json) : NULL;
+    char * c = card_markdown ? strdup(card_markdown) : NULL;
+    if ((summary_json && !s) || (card_markdown && !c)) {
+        free(s);
+        free(c);
+        return osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
+    }
+    free(a->summary_json);
+    free(a->card_markdown);
+    a->summary_json = s;
+    a->card_markdown = c;
+    return OSCAR_OK;
+}
+
+float * oscar_artifact_k_rotation(const struct oscar_artifact * a, int32_t layer, int32_t head) {
+    size_t D = (size_t) a->head_dim;
+    size_t r = a->per_head ? (size_t) head : 0;
+    return a->k_rotation + ((size_t) layer * (size_t) n_rot(a) + r) * D * D;
+}
+
+float * oscar_artifact_v_rotation(const struct oscar_artifact * a, int32_t layer, int32_t head) {
+    size_t D = (size_t) a->head_dim;
+    size_t r = a->per_head ? (size_t) head : 0;
+    return a->v_rotation + ((size_t) layer * (size_t) n_rot(a) + r) * D * D;
+}
+
+float oscar_artifact_k_clip(const struct oscar_artifact * a, int32_t layer, int32_t head) {
+    return a->k_clip[(size_t) layer * (size_t) n_clip(a) + (a->clip_per_head ? (size_t) head : 0)];
+}
+
+float oscar_artifact_v_clip(const struct oscar_artifact * a, int32_t layer, int32_t head) {
+    return a->v_clip[(size_t) layer * (size_t) n_clip(a) + (a->clip_per_head ? (size_t) head : 0)];
+}
+
+// ---- validation ----------------------------------------------------------------------
+static enum oscar_status check_finite(const char * what, int32_t layer, const float * x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) {
+            return osc_error(OSCAR_ERR_NUMERIC, "artifact: layers.%d.%s element %zu is not finite", (int) layer,
+                             what, i);
+        }
+    }
+    return OSCAR_OK;
+}
+
+static double orth_err(int32_t D, const float * r) {
+    double worst = 0.0;
+    for (int32_t i = 0; i < D; i++) {
+        for (int32_t j = 0; j < D; j++) {
+            double s = 0.0;
+            for (int32_t k = 0; k < D; k++) s += (double) r[i * D + k] * (double) r[j * D + k];
+            double e = fabs(s - (i == j ? 1.0 : 0.0));
+            if (e > worst) worst = e;
+        }
+    }
+    return worst;
+}
+
+static enum oscar_status check_meta_int(const struct oscar_artifact * a, const char * key, int32_t want) {
+    const char * v = oscar_artifact_get_meta(a, key);
+    if (!v) return OSCAR_OK; // the writer sets it; the reader requires it separately
+    char * end = NULL;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end != '\0' || x != want) {
+        return osc_error(OSCAR_ERR_FORMAT, "artifact: metadata %s = '%s' but the tensors imply %d", key, v,
+                         (int) want);
+    }
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_artifact_validate(const struct oscar_artifact * a, bool check_orth) {
+    enum oscar_status st = OSCAR_OK;
+    size_t D = (size_t) a->head_dim, R = (size_t) n_rot(a), C = (size_t) n_clip(a);
+    for (const char * const * k = oscar_artifact_required_meta; *k; k++) {
+        if (!oscar_artifact_get_meta(a, *k)) return osc_error(OSCAR_ERR_FORMAT, "artifact: metadata %s missing", *k);
+    }
+    if ((st = check_meta_int(a, "oscar.num_layers", a->n_layer)) != OSCAR_OK) return st;
+    if ((st = check_meta_int(a, "oscar.num_heads", a->n_head)) != OSCAR_OK) return st;
+    if ((st = check_meta_int(a, "oscar.num_kv_heads", a->n_head_kv)) != OSCAR_OK) return st;
+    if ((st = check_meta_int(a, "oscar.head_dim", a->head_dim)) != OSCAR_OK) return st;
+    const char * grp = oscar_artifact_get_meta(a, "oscar.source_grouping");
+    if (grp && strcmp(grp, a->per_head ? "kv_head" : "layer") != 0) {
+        return osc_error(OSCAR_ERR_FORMAT, "artifact: oscar.source_grouping = '%s' but rotations are %s", grp,
+                         a->per_head ? "per KV head" : "per layer");
+    }
+    for (int32_t l = 0; l < a->n_layer; l++) {
+        size_t lr = (size_t) l * R;
+        if ((st = check_finite("k_rotation", l, a->k_rotation + lr * D * D, R * D * D)) != OSCAR_OK) return st;
+        if ((st = check_finite("v_rotation", l, a->v_rotation + lr * D * D, R * D * D)) != OSCAR_OK) return st;
+        if ((st = check_finite("k_eigenvalues", l, a->k_eigenvalues + lr * D, R * D)) != OSCAR_OK) return st;
+        if ((st = check_finite("v_eigenvalues", l, a->v_eigenvalues + lr * D, R * D)) != OSCAR_OK) return st;
+        if (a->k_mean &&
+            (st = check_finite("k_mean", l, a->k_mean + (size_t) l * (size_t) a->n_head_kv * D,
+                               (size_t) a->n_head_kv * D)) != OSCAR_OK) {
+            return st;
+        }
+        for (size_t c = 0; c < C; c++) {
+            float kc = a->k_clip[(size_t) l * C + c], vc = a->v_clip[(size_t) l * C + c];
+            if (!(kc >= 0.0f && kc <= 1.0f) || !(vc >= 0.0f && vc <= 1.0f)) {
+                return osc_error(OSCAR_ERR_FORMAT, "artifact: layers.%d clip ratio %g/%g outside [0, 1]", (int) l,
+                                 (double) kc, (double) vc);
+            }
+        }
+        if (!check_orth) continue;
+        for (size_t r = 0; r < R; r++) {
+            double ek = orth_err(a->head_dim, a->k_rotation + (lr + r) * D * D);
+            double ev = orth_err(a->head_dim, a->v_rotation + (lr + r) * D * D);
+            if (!(ek <= OSCAR_ARTIFACT_ORTH_TOL) || !(ev <= OSCAR_ARTIFACT_ORTH_TOL)) {
+                return osc_error(OSCAR_ERR_NUMERIC,
+                                 "artifact: layers.%d rotation %zu not orthogonal: max|R·Rᵀ−I| K %.3g V %.3g > %g",
+                                 (int) l, r, ek, ev, OSCAR_ARTIFACT_ORTH_TOL);
+            }
+        }
+    }
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_artifact_check_shape(const struct oscar_artifact * a, int32_t n_layer, int32_t n_head,
+                                             int32_t n_head_kv, int32_t head_dim, const char * model_name) {
+    if (a->n_layer != n_layer || a->n_head != n_head || a->n_head_kv != n_head_kv || a->head_dim != head_dim) {
+        return osc_error(OSCAR_ERR_INVALID,
+                         "artifact has %d layers, %d/%d heads, head_dim %d; model %s has %d layers, %d/%d heads, "
+                         "head_dim %d",
+                         (int) a->n_layer, (int) a->n_head, (int) a->n_head_kv, (int) a->head_dim,
+                         model_name ? model_name : "", (int) n_layer, (int) n_head, (int) n_head_kv,
+                         (int) head_dim);
+    }
+    return OSCAR_OK;
+}
+
+// ---- reader ------------------------------------------------------------------------------
+static enum oscar_status meta_int(const struct osc_safetensors * st, const char * path, const char * key,
+                                  int32_t * out) {
+    const char * v = osc_safetensors_metadata(st, key);
+    if (!v) return osc_error(OSCAR_ERR_FORMAT, "%s: metadata %s missing", path, key);
+    char * end = NULL;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end != '\0' || x < 1 || x > 1000000) {
+        return osc_error(OSCAR_ERR_FORMAT, "%s: metadata %s = '%s' is not a positive integer", path, key, v);
+    }
+    *out = (int32_t) x;
+    return OSCAR_OK;
+}
+
+static enum oscar_status read_tensor(const struct osc_safetensors * st, const char * path, int32_t layer,
+                                     const char * what, int32_t n_dims, const int64_t * shape, float * dst) {
+    char name[96];
+    snprintf(name, sizeof(name), "layers.%d.%s", (int) layer, what);
+    const struct osc_st_tensor * t = osc_safetensors_find(st, name);
+    if (!t) return osc_error(OSCAR_ERR_FORMAT, "%s: tensor %s missing", path, name);
+    bool ok = t->dtype == OSC_ST_F32 && t->n_dims == n_dims;
+    for (int32_t d = 0; ok && d < n_dims; d++) ok = t->shape[d] == shape[d];
+    if (!ok) {
+        char want[64] = "", got[64] = "";
+        for (int32_t d = 0; d < n_dims; d++)
+            snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%lld", d ? "," : "", (long long) shape[d]);
+        for (int32_t d = 0; d < t->n_dims && d < 4; d++)
+            snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%lld", d ? "," : "", (long long) t->shape[d]);
+        return osc_error(OSCAR_ERR_FORMAT, "%s: tensor %s is %s [%s], expected F32 [%s]", path, name,
+                         osc_st_dtype_name(t->dtype), got, want);
+    }
+    memcpy(dst, t->data, t->nbytes);
+    return OSCAR_OK;
+}
+
+static enum oscar_status read_layers(const struct osc_safetensors * st, const char * path,
+                                     struct oscar_artifact * a, int64_t * n_expected) {
+    enum oscar_status s = OSCAR_OK;
+    int64_t D = a->head_dim, H = a->n_head_kv;
+    int64_t rot_shape[3] = {H, D, D}, eig_shape[2] = {H, D}, clip_shape[1] = {H};
+    int32_t rd = a->per_head ? 3 : 2, ed = a->per_head ? 2 : 1, cd = a->clip_per_head ? 1 : 0;
+    const int64_t * rs = a->per_head ? rot_shape : rot_shape + 1;
+    const int64_t * es = a->per_head ? eig_shape : eig_shape + 1;
+    size_t RDD = (size_t) n_rot(a) * (size_t) (D * D), RD = (size_t) n_rot(a) * (size_t) D;
+    *n_expected = 0;
+    for (int32_t l = 0; l < a->n_layer; l++) {
+        if ((s = read_tensor(st, path, l, "k_rotation", rd, rs, a->k_rotation + (size_t) l * RDD)) != OSCAR_OK ||
+            (s = read_tensor(st, path, l, "v_rotation", rd, rs, a->v_rotation + (size_t) l * RDD)) != OSCAR_OK ||
+            (s = read_tensor(st, path, l, "k_eigenvalues", ed, es, a->k_eigenvalues + (size_t) l * RD)) !=
+                OSCAR_OK ||
+            (s = read_tensor(st, path, l, "v_eigenvalues", ed, es, a->v_eigenvalues + (size_t) l * RD)) !=
+                OSCAR_OK ||
+            (s = read_tensor(st, path, l, "k_clip", cd, clip_shape, a->k_clip + (size_t) l * (size_t) n_clip(a))) !=
+                OSCAR_OK ||
+            (s = read_tensor(st, path, l, "v_clip", cd, clip_shape, a->v_clip + (size_t) l * (size_t) n_clip(a))) !=
+                OSCAR_OK) {
+            return s;
+        }
+        *n_expected += 6;
+        if (a->k_mean) {
+            if ((s = read_tensor(st, path, l, "k_mean", 2, eig_shape, a->k_mean + (size_t) l * (size_t) (H * D))) !=
+                OSCAR_OK) {
+                return s;
+            }
+            *n_expected += 1;
+        }
+    }
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_artifact_read(const char * path, bool check_orth, struct oscar_artifact ** out) {
+    enum oscar_status s = OSCAR_ERR_FORMAT;
+    struct osc_safetensors * st = NULL;
+    struct oscar_artifact * a = NULL;
+    char * file = NULL;
+    *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        s = osc_error(OSCAR_ERR_NOT_FOUND, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    file = S_ISDIR(sb.st_mode) ? osc_path_join(path, OSCAR_ARTIFACT_TENSORS) : strdup(path);
+    if (!file) {
+        s = osc_error(OSCAR_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    if ((s = osc_safetensors_open(file, &st)) != OSCAR_OK) goto out;
+    const char * ver = osc_safetensors_metadata(st, "oscar.format_version");
+    if (!ver) {
+        s = osc_error(OSCAR_ERR_FORMAT, "%s: not an oscar artifact (metadata oscar.format_version missing)", file);
+        goto out;
+    }
+    if (atoi(ver) > OSCAR_ARTIFACT_FORMAT_VERSION) {
+        s = osc_error(OSCAR_ERR_UNSUPPORTED, "%s: oscar.format_version %s is newer than this reader (%d)", file, ver,
+                      OSCAR_ARTIFACT_FORMAT_VERSION);
+        goto out;
+    }
+    if (atoi(ver) < 1) {
+        s = osc_error(OSCAR_ERR_FORMAT, "%s: bad oscar.format_version '%s'", file, ver);
+        goto out;
+    }
+    int32_t L, Hq, Hkv, D;
+    if ((s = meta_int(st, file, "oscar.num_layers", &L)) != OSCAR_OK ||
+        (s = meta_int(st, file, "oscar.num_heads", &Hq)) != OSCAR_OK ||
+        (s = meta_int(st, file, "oscar.num_kv_heads", &Hkv)) != OSCAR_OK ||
+        (s = meta_int(st, file, "oscar.head_dim", &D)) != OSCAR_OK) {
+        goto out;
+    }
+    const char * grp = osc_safetensors_metadata(st, "oscar.source_grouping");
+    if (!grp || (strcmp(grp, "layer") != 0 && strcmp(grp, "kv_head") != 0)) {
+        s = osc_error(OSCAR_ERR_FORMAT, "%s: oscar.source_grouping must be 'layer' or 'kv_head' (got '%s')", file,
+                      grp ? grp : "(missing)");
+        goto out;
+    }
+    const struct osc_st_tensor * c0 = osc_safetensors_find(st, "layers.0.k_clip");
+    bool clip_per_head = c0 && c0->n_dims == 1;
+    bool has_mean = osc_safetensors_find(st, "layers.0.k_mean") != NULL;
+    if ((s = oscar_artifact_init(L, Hq, Hkv, D, strcmp(grp, "kv_head") == 0, clip_per_head, has_mean, &a)) !=
+        OSCAR_OK) {
+        s = osc_error_prefix(OSCAR_ERR_FORMAT, "%s", file);
+        goto out;
+    }
+    int64_t n_expected = 0;
+    if ((s = read_layers(st, file, a, &n_expected)) != OSCAR_OK) goto out;
+    if (n_expected != osc_safetensors_n_tensors(st)) {
+        for (int64_t i = 0; i < osc_safetensors_n_tensors(st); i++) {
+            const char * nm = osc_safetensors_tensor(st, i)->name;
+            long li = -1;
+            char rest[64] = "";
+            if (sscanf(nm, "layers.%ld.%63s", &li, rest) != 2 || li < 0 || li >= L) {
+                s = osc_error(OSCAR_ERR_FORMAT, "%s: unexpected tensor '%s' (artifact has %d layers)", file, nm, (int) L);
+                goto out;
+            }
+        }
+        s = osc_error(OSCAR_ERR_FORMAT, "%s: %lld tensors, expected %lld (mixed optional tensors?)", file,
+                      (long long) osc_safetensors_n_tensors(st), (long long) n_expected);
+        goto out;
+    }
+    for (int64_t i = 0; i < osc_safetensors_n_metadata(st); i++) {
+        const char * k, * v;
+        osc_safetensors_metadata_at(st, i, &k, &v);
+        if ((s = oscar_artifact_set_meta(a, k, v)) != OSCAR_OK) goto out;
+    }
+    if ((s = oscar_artifact_validate(a, check_orth)) != OSCAR_OK) {
+        s = osc_error_prefix(s, "%s", file);
+        goto out;
+    }
+    *out = a;
+    a = NULL;
+    s = OSCAR_OK;
+out:
+    oscar_artifact_free(a);
+    osc_safetensors_close(st);
+    free(file);
+    return s;
+}
+
+// ---- writer --------------------------------------------------------------------------
+static enum oscar_status set_num(struct oscar_artifact * a, const char * key, long v) {
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%ld", v);
+    return oscar_artifact_set_meta(a, key, buf);
+}
+
+static enum oscar_status fill_meta(struct oscar_artifact * a) {
+    enum oscar_status s;
+    char ver[16];
+    snprintf(ver, sizeof(ver), "%d", OSCAR_ARTIFACT_FORMAT_VERSION);
+    if ((s = oscar_artifact_set_meta(a, "format", "pt")) != OSCAR_OK ||
+        (s = oscar_artifact_set_meta(a, "oscar.format_version", ver)) != OSCAR_OK ||
+        (s = oscar_artifact_set_meta(a, "oscar.source_grouping", a->per_head ? "kv_head" : "layer")) != OSCAR_OK ||
+        (s = oscar_artifact_set_meta(a, "oscar.qk_order", "hf")) != OSCAR_OK ||
+        (s = set_num(a, "oscar.num_layers", a->n_layer)) != OSCAR_OK ||
+        (s = set_num(a, "oscar.num_heads", a->n_head)) != OSCAR_OK ||
+        (s = set_num(a, "oscar.num_kv_heads", a->n_head_kv)) != OSCAR_OK ||
+        (s = set_num(a, "oscar.head_dim", a->head_dim)) != OSCAR_OK) {
+        return s;
+    }
+    return OSCAR_OK;
+}
+
+static enum oscar_status write_tensors(const struct oscar_artifact * a, const char * file) {
+    enum oscar_status s = OSCAR_ERR_NOMEM;
+    int32_t L = a->n_layer, per = a->k_mean ? 7 : 6;
+    size_t n = (size_t) L * (size_t) per;
+    struct osc_st_write_tensor * t = calloc(n, sizeof(*t));
+    char (*names)[64] = calloc(n, sizeof(*names));
+    const char ** meta = calloc(2 * (size_t) a->n_meta, sizeof(char *));
+    int64_t D = a->head_dim, H = a->n_head_kv;
+    static int64_t shapes[4][3];
+    int64_t rot_shape[3] = {H, D, D}, eig_shape[2] = {H, D}, clip_shape[1] = {H};
+    (void) shapes;
+    if (!t || !names || !meta) {
+        s = osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
+        goto out;
+    }
+    size_t RDD = (size_t) n_rot(a) * (size_t) (D * D), RD = (size_t) n_rot(a) * (size_t) D;
+    size_t i = 0;
+    for (int32_t l = 0; l < L; l++) {
+        const char * what[7] = {"k_rotation", "v_rotation", "k_eigenvalues", "v_eigenvalues", "k_clip", "v_clip",
+                                "k_mean"};
+        const void * data[7] = {a->k_rotation + (size_t) l * RDD, a->v_rotation + (size_t) l * RDD,
+                                a->k_eigenvalues + (size_t) l * RD, a->v_eigenvalues + (size_t) l * RD,
+                                a->k_clip + (size_t) l * (size_t) n_clip(a),
+                                a->v_clip + (size_t) l * (size_t) n_clip(a),
+                                a->k_mean ? a->k_mean + (size_t) l * (size_t) (H * D) : NULL};
+        int32_t dims[7] = {a->per_head ? 3 : 2, a->per_head ? 3 : 2, a->per_head ? 2 : 1, a->per_head ? 2 : 1,
+                           a->clip_per_head ? 1 : 0, a->clip_per_head ? 1 : 0, 2};
+        const int64_t * shp[7] = {a->per_head ? rot_shape : rot_shape + 1, a->per_head ? rot_shape : rot_shape + 1,
+                                  a->per_head ? eig_shape : eig_shape + 1, a->per_head ? eig_shape : eig_shape + 1,
+                                  clip_shape, clip_shape, eig_shape};
+        for (int32_t w = 0; w < per; w++, i++) {
+            snprintf(names[i], sizeof(names[i]), "layers.%d.%s", (int) l, what[w]);
+            t[i].name = names[i];
+            t[i].dtype = OSC_ST_F32;
+            t[i].n_dims = dims[w];
+            t[i].shape = shp[w];
+            t[i].data = data[w];
+        }
+    }
+    for (int32_t m = 0; m < a->n_meta; m++) {
+        meta[2 * m] = a->meta_keys[m];
+        meta[2 * m + 1] = a->meta_values[m];
+    }
+    s = osc_safetensors_write(file, t, n, meta, (size_t) a->n_meta);
+out:
+    free(t);
+    free(names);
+    free(meta);
+    return s;
+}
+
+static enum oscar_status write_json(const struct oscar_artifact * a, const char * dir, const char * st_path) {
+    enum oscar_status s = OSCAR_ERR_NOMEM;
+    json_t * root = json_object(), * md = json_object(), * files = json_object(), * f = json_object();
+    char * text = NULL, * path = osc_path_join(dir, OSCAR_ARTIFACT_JSON);
+    char sha[65];
+    int64_t size = 0;
+    if (!root || !md || !files || !f || !path) {
+        s = osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
+        goto out;
+    }
+    // keys in sorted order for a stable file
+    int32_t * ord = malloc((size_t) (a->n_meta ? a->n_meta : 1) * sizeof(int32_t));
+    if (!ord) goto out;
+    for (int32_t i = 0; i < a->n_meta; i++) ord[i] = i;
+    for (int32_t i = 1; i < a->n_meta; i++) {
+        for (int32_t j = i; j > 0 && strcmp(a->meta_keys[ord[j - 1]], a->meta_keys[ord[j]]) > 0; j--) {
+            int32_t tmp = ord[j];
+            ord[j] = ord[j - 1];
+            ord[j - 1] = tmp;
+        }
+    }
+    for (int32_t i = 0; i < a->n_meta; i++) json_object_set_new(md, a->meta_keys[ord[i]], json_string(a->meta_values[ord[i]]));
+    free(ord);
+    if ((s = osc_hash_file(st_path, sha, NULL, &size)) != OSCAR_OK) goto out;
+    json_object_set_new(f, "sha256", json_string(sha));
+    json_object_set_new(f, "size", json_integer(size));
+    json_object_set(files, OSCAR_ARTIFACT_TENSORS, f);
+    json_object_set(root, "metadata", md);
+    json_object_set(root, "files", files);
+    if (a->summary_json) {
+        json_error_t err;
+        json_t * sum = json_loads(a->summary_json, 0, &err);
+        if (!sum) {
+            s = osc_error(OSCAR_ERR_INVALID, "artifact: summary is not valid JSON: %s", err.text);
+            goto out;
+        }
+        json_object_set_new(root, "summary", sum);
+    }
+    text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (!text) goto out;
+    size_t len = strlen(text);
+    text[len] = '\0';
+    char * t2 = realloc(text, len + 2);
+    if (!t2) goto out;
+    text = t2;
+    text[len] = '\n';
+    text[len + 1] = '\0';
+    s = osc_write_file_atomic(path, text, len + 1);
+out:
+    json_decref(root);
+    json_decref(md);
+    json_decref(files);
+    json_decref(f);
+    free(text);
+    free(path);
+    return s;
+}
+
+static enum oscar_status write_card(const struct oscar_artifact * a, const char * dir) {
+    const char * base = oscar_artifact_get_meta(a, "oscar.base_model");
+    const char * tag = oscar_artifact_get_meta(a, "oscar.calib_tag");
+    char * path = osc_path_join(dir, OSCAR_ARTIFACT_README);
+    char * buf = NULL;
+    size_t len = 0;
+    FILE * m = open_memstream(&buf, &len);
+    enum oscar_status s = OSCAR_ERR_NOMEM;
+    if (!path || !m) {
+        s = osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
+        goto out;
+    }
+    fprintf(m, "---\nlicense: apache-2.0\nlibrary_name: oscar\ntags:\n- oscar\n- int2\n- kv-cache\n"
+               "- quantization\n- rotation\nbase_model:\n- %s\n---\n\n",
+            base);
+    fprintf(m, "# OSCAR rotations for %s (%s)\n\n", base, tag);
+    fprintf(m, "INT2 KV-cache rotations (K objective `%s`, V objective `%s`, grouping `%s`) calibrated with `%s` "
+               "on `%s` (%s tokens, sha256 `%s`).\n\n",
+            oscar_artifact_get_meta(a, "oscar.k_objective"), oscar_artifact_get_meta(a, "oscar.v_objective"),
+            a->per_head ? "kv_head" : "layer", oscar_artifact_get_meta(a, "oscar.tool"),
+            oscar_artifact_get_meta(a, "oscar.calib_corpus"), oscar_artifact_get_meta(a, "oscar.calib_tokens"),
+            oscar_artifact_get_meta(a, "oscar.calib_sha256"));
+    fprintf(m, "Files: `oscar.safetensors` (tensors `layers.{i}.{k,v}_rotation`, `{k,v}_eigenvalues`, "
+               "`{k,v}_clip`; rows act as `x_rot = x·R`, Hugging Face head-dim order), `oscar.json` "
+               "(metadata + verification summary).\n\n");
+    fprintf(m, "Engine settings: `SGLANG_OSCAR_K_CLIP_RATIO=%s SGLANG_OSCAR_V_CLIP_RATIO=%s`, group size %s, "
+               "scale dtype %s, sink %s, recent %s.\n\n",
+            oscar_artifact_get_meta(a, "oscar.k_clip_ratio"), oscar_artifact_get_meta(a, "oscar.v_clip_ratio"),
+            oscar_artifact_get_meta(a, "oscar.group_size"), oscar_artifact_get_meta(a, "oscar.scale_dtype"),
+            oscar_artifact_get_meta(a, "oscar.sink"), oscar_artifact_get_meta(a, "oscar.recent"));
+    if (a->card_markdown) fprintf(m, "%s\n", a->card_markdown);
+    if (fclose(m) != 0) {
+        m = NULL;
+        goto out;
+    }
+    m = NULL;
+    s = osc_write_file_atomic(path, buf, len);
+out:
+    if (m) fclose(m);
+    free(buf);
+    free(path);
+    return s;
+}
+
+static void fsync_path(const char * path) {
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+static void remove_tree(const char * dir) {
+    DIR * d = opendir(dir);
+    if (d) {
+        struct dirent * e;
+        while ((e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            char * p = osc_path_join(dir, e->d_name);
+            if (p) {
+                unlink(p);
+                free(p);
+            }
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+// An existing directory may be replaced only if it is empty or holds an artifact.
+static enum oscar_status check_replaceable(const char * dir, bool * exists) {
+    struct stat sb;
+    *exists = false;
+    if (stat(dir, &sb) != 0) return OSCAR_OK;
+    if (!S_ISDIR(sb.st_mode)) return osc_error(OSCAR_ERR_INVALID, "%s: exists and is not a directory", dir);
+    *exists = true;
+    DIR * d = opendir(dir);
+    if (!d) return osc_error(OSCAR_ERR_IO, "%s: %s", dir, strerror(errno));
+    bool foreign = false;
+    struct dirent * e;
+    while ((e = readdir(d)) != NULL) {
+        const char * n = e->d_name;
+        if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0) continue;
+        if (strcmp(n, OSCAR_ARTIFACT_TENSORS) != 0 && strcmp(n, OSCAR_ARTIFACT_JSON) != 0 &&
+            strcmp(n, OSCAR_ARTIFACT_README) != 0) {
+            foreign = true;
+        }
+    }
+    closedir(d);
+    if (foreign) {
+        return osc_error(OSCAR_ERR_INVALID, "%s: exists and holds files that are not an oscar artifact; refusing "
+                                            "to replace it",
+                         dir);
+    }
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_artifact_write(const struct oscar_artifact * a_in, const char * dir_in) {
+    enum oscar_status s = OSCAR_ERR_NOMEM;
+    char * dir = strdup(dir_in), * parent = NULL, * tmp = NULL, * old = NULL, * st_path = NULL;
+    struct oscar_artifact * a = NULL;
+    bool exists = false, tmp_made = false;
+    if (!dir) goto out;
+    size_t dl = strlen(dir);
+    while (dl > 1 && dir[dl - 1] == '/') dir[--dl] = '\0';
+    // copy the metadata so the writer can add its own keys without touching the input
+    if ((s = oscar_artifact_init(a_in->n_layer, a_in->n_head, a_in->n_head_kv, a_in->head_dim, a_in->per_head,
+                                 a_in->clip_per_head, false, &a)) != OSCAR_OK) {
+        goto out;
+    }
+    {
+        // shallow view of the input tensors
+        free(a->k_rotation);
+        free(a->v_rotation);
+        free(a->k_eigenvalues);
+        free(a->v_eigenvalues);
+        free(a->k_clip);
+        free(a->v_clip);
+        a->k_rotation = a_in->k_rotation;
+        a->v_rotation = a_in->v_rotation;
+        a->k_eigenvalues = a_in->k_eigenvalues;
+        a->v_eigenvalues = a_in->v_eigenvalues;
+        a->k_clip = a_in->k_clip;
+        a->v_clip = a_in->v_clip;
+        a->k_mean = a_in->k_mean;
+        a->summary_json = a_in->summary_json;
+        a->card_markdown = a_in->card_markdown;
+    }
+    for (int32_t i = 0; i < a_in->n_meta; i++) {
+        if ((s = oscar_artifact_set_meta(a, a_in->meta_keys[i], a_in->meta_values[i])) != OSCAR_OK) goto out;
+    }
+    if ((s = fill_meta(a)) != OSCAR_OK) goto out;
+    if ((s = oscar_artifact_validate(a, true)) != OSCAR_OK) goto out;
+    const char * slash = strrchr(dir, '/');
+    const char * name = slash ? slash + 1 : dir;
+    parent = slash ? strndup(dir, (size_t) (slash - dir) + (slash == dir)) : strdup(".");
+    if (!parent) goto out;
+    if ((s = osc_mkdirs(parent)) != OSCAR_OK) goto out;
+    if ((s = check_replaceable(dir, &exists)) != OSCAR_OK) goto out;
+    size_t n = strlen(parent) + strlen(name) + 64;
+    tmp = malloc(n);
+    old = malloc(n);
+    if (!tmp || !old) {
+        s = osc_error(OSCAR_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    snprintf(tmp, n, "%s/.%s.tmp.%ld", parent, name, (long) getpid());
+    snprintf(old, n, "%s/.%s.old.%ld", parent, name, (long) getpid());
+    remove_tree(tmp);
+    if (mkdir(tmp, 0755) != 0) {
+        s = osc_error(OSCAR_ERR_IO, "%s: cannot create directory: %s", tmp, strerror(errno));
+        goto out;
+    }
+    tmp_made = true;
+    st_path = osc_path_join(tmp, OSCAR_ARTIFACT_TENSORS);
+    if (!st_path) goto out;
+    if ((s = write_tensors(a, st_path)) != OSCAR_OK) goto out;
+    if ((s = write_json(a, tmp, st_path)) != OSCAR_OK) goto out;
+    if ((s = write_card(a, tmp)) != OSCAR_OK) goto out;
+    fsync_path(tmp);
+    if (exists && rename(dir, old) != 0) {
+        s = osc_error(OSCAR_ERR_IO, "%s: cannot move the old artifact aside: %s", dir, strerror(errno));
+        goto out;
+    }
+    if (rename(tmp, dir) != 0) {
+        s = osc_error(OSCAR_ERR_IO, "%s: rename failed: %s", dir, strerror(errno));
+        if (exists) rename(old, dir);
+        goto out;
+    }
+    tmp_made = false;
+    if (exists) remove_tree(old);
+    fsync_path(parent);
+    s = OSCAR_OK;
+out:
+    if (tmp_made) remove_tree(tmp);
+    if (a) {
+        a->k_rotation = a->v_rotation = a->k_eigenvalues = a->v_eigenvalues = a->k_clip = a->v_clip = NULL;
+        a->k_mean = NULL;
+        a->summary_json = a->card_markdown = NULL;
+        oscar_artifact_free(a);
+    }
+    free(dir);
+    free(parent);
+    free(tmp);
+    free(old);
+    free(st_path);
+    return s;
+}
