@@ -227,19 +227,11 @@ static void swiglu(float * g, const float * u, size_t n, int nt) {
 
 // ---- attention ---------------------------------------------------------------------------------
 
-// Dot product of two D-vectors with 8 independent fp32 lanes (vectorisable without reassociation).
-static float dot8(const float * a, const float * b, int32_t n) {
-    float   acc[8] = {0};
-    int32_t i      = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int32_t l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
 // One query row i of head h over keys [s0, i] (batch indices), online softmax over tiles of
 // ATT_TILE keys: o = sum_j exp(s_j - m) v_j / sum_j exp(s_j - m), denominators in double.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v3", "default"))) // AVX2+FMA where the CPU has it
+#endif
 static void attend_row(const struct oscar_capture_layer * in, float * out, int32_t s0, int32_t i, int32_t h) {
     const struct oscar_model_config * c = in->config;
     const int32_t D = c->head_dim, Hq = c->n_head, Hkv = c->n_head_kv, kh = h / (Hq / Hkv);
@@ -254,11 +246,18 @@ static void attend_row(const struct oscar_capture_layer * in, float * out, int32
         const int32_t nj = i + 1 - j0 < ATT_TILE ? i + 1 - j0 : ATT_TILE;
         float         mt = -INFINITY;
         for (int32_t j = 0; j < nj; j++) {
-            sc[j] = dot8(qi, in->k + ((size_t)(j0 + j) * Hkv + kh) * D, D) * scale;
+            // `omp simd reduction` lets the compiler split the sum into vector lanes (a fixed
+            // order for a given binary and CPU, so results are deterministic run to run)
+            const float * kj = in->k + ((size_t)(j0 + j) * Hkv + kh) * D;
+            float         dd = 0.0f;
+#pragma omp simd reduction(+ : dd)
+            for (int32_t d = 0; d < D; d++) dd += qi[d] * kj[d];
+            sc[j] = dd * scale;
             mt    = sc[j] > mt ? sc[j] : mt;
         }
         if (mt > m) { // rescale what was accumulated under the old maximum
             float r = expf(m - mt);
+#pragma omp simd
             for (int32_t d = 0; d < D; d++) acc[d] *= r;
             sum *= (double)r;
             m = mt;
@@ -267,6 +266,7 @@ static void attend_row(const struct oscar_capture_layer * in, float * out, int32
             const float * vj = in->v + ((size_t)(j0 + j) * Hkv + kh) * D;
             float         p  = expf(sc[j] - m);
             sum += (double)p;
+#pragma omp simd
             for (int32_t d = 0; d < D; d++) acc[d] += p * vj[d];
         }
     }

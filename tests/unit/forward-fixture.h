@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/model.h"
 #include "util/fs.h"
 
 // Reads dir/name, which must hold exactly `bytes` bytes; NULL (with a message on stderr) otherwise.

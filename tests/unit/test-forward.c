@@ -13,7 +13,6 @@
 
 #include "model/model.h"
 #include "forward-fixture.h"
-#include "tiny-safetensors.h"
 
 // Tolerance against transformers: 1e-4 relative L2 (the acceptance bar). Both sides compute
 // in fp32 with different summation orders; for K <= 192-term dot products the expected relative
@@ -22,7 +21,7 @@
 #define ORACLE_TOL 1e-4
 
 struct fixture {
-    struct tiny_model * model;
+    struct oscar_model * model;
     int32_t  T, n_seq;
     int32_t * tokens, * seq_start, * pos;
     float *   logits; // [T, V]
@@ -30,7 +29,7 @@ struct fixture {
 };
 
 static void fixture_free(struct fixture * fx) {
-    tiny_free(fx->model);
+    oscar_model_free(fx->model);
     free(fx->tokens);
     free(fx->seq_start);
     free(fx->pos);
@@ -43,11 +42,11 @@ static void fixture_load(struct fixture * fx, const char * name) {
     memset(fx, 0, sizeof *fx);
     snprintf(mdir, sizeof mdir, "tests/fixtures/models/%s", name);
     snprintf(fx->dir, sizeof fx->dir, "tests/fixtures/forward/%s", name);
-    fx->model = tiny_load(mdir);
+    if (oscar_model_load(mdir, &fx->model) != OSCAR_OK) fprintf(stderr, "%s: %s\n", mdir, oscar_last_error());
     assert_non_null(fx->model);
     fx->T = 97;
     fx->n_seq = 3;
-    const size_t V = (size_t)fx->model->m.config.n_vocab;
+    const size_t V = (size_t)fx->model->config.n_vocab;
     fx->tokens    = fx_read(fx->dir, "tokens.i32", (size_t)fx->T * 4);
     fx->seq_start = fx_read(fx->dir, "seq_start.i32", (size_t)(fx->n_seq + 1) * 4);
     fx->pos       = fx_read(fx->dir, "pos.i32", (size_t)fx->T * 4);
@@ -76,10 +75,10 @@ static struct oscar_forward * make_forward(const struct oscar_model * m, int32_t
 static void check_oracle(const char * name) {
     struct fixture fx;
     fixture_load(&fx, name);
-    const struct oscar_model_config * c = &fx.model->m.config;
+    const struct oscar_model_config * c = &fx.model->config;
     struct fx_capture cap = {.n_layers = 3, .layers = {0, 1, c->n_layer - 1}};
     struct oscar_capture_hook hook = {fx_capture_want, fx_capture_on_layer, &cap};
-    struct oscar_forward * f = make_forward(&fx.model->m, fx.T, &hook, NULL);
+    struct oscar_forward * f = make_forward(fx.model, fx.T, &hook, NULL);
     float * logits = malloc((size_t)fx.T * (size_t)c->n_vocab * sizeof(float));
     struct oscar_batch b = {fx.n_seq, fx.seq_start, fx.tokens, NULL};
     assert_int_equal(oscar_forward_run(f, &b, logits), OSCAR_OK);
@@ -128,13 +127,13 @@ static bool want_0_2(void * user, int32_t layer) { (void)user; return layer == 0
 
 static enum oscar_status log_layer(void * user, const struct oscar_capture_layer * cap) {
     struct hook_log * h = user;
-    const struct oscar_model_config * c = &h->fx->model->m.config;
+    const struct oscar_model_config * c = &h->fx->model->config;
     if (h->n_calls < 16) h->layers[h->n_calls] = cap->layer;
     h->n_calls++;
     // shapes and batch description as documented in model.h
     if (cap->n_tokens != h->fx->T || cap->n_seq != h->fx->n_seq || cap->config != c) return OSCAR_ERR_INVALID;
     if (!cap->q || !cap->k || !cap->v || !cap->attn_out || !cap->resid_out) return OSCAR_ERR_INVALID;
-    if (cap->wo != h->fx->model->m.layers[cap->layer].wo) return OSCAR_ERR_INVALID;
+    if (cap->wo != h->fx->model->layers[cap->layer].wo) return OSCAR_ERR_INVALID;
     for (int32_t s = 0; s <= cap->n_seq; s++)
         if (cap->seq_start[s] != h->fx->seq_start[s]) return OSCAR_ERR_INVALID;
     for (int32_t t = 0; t < cap->n_tokens; t++)
@@ -148,11 +147,11 @@ static void test_hook_layers_and_shapes(void ** state) {
     (void)state;
     struct fixture fx;
     fixture_load(&fx, "tiny-qwen3");
-    const struct oscar_model_config * c = &fx.model->m.config;
+    const struct oscar_model_config * c = &fx.model->config;
     const size_t TC = (size_t)fx.T * (size_t)c->n_embd;
     struct hook_log log = {.fx = &fx, .resid_last = malloc(TC * sizeof(float))};
     struct oscar_capture_hook hook = {want_0_2, log_layer, &log};
-    struct oscar_forward * f = make_forward(&fx.model->m, 128, &hook, NULL);
+    struct oscar_forward * f = make_forward(fx.model, 128, &hook, NULL);
     struct oscar_batch b = {fx.n_seq, fx.seq_start, fx.tokens, NULL};
     assert_int_equal(oscar_forward_run(f, &b, NULL), OSCAR_OK);
     assert_int_equal(log.n_calls, 2);
@@ -174,7 +173,7 @@ static void test_hook_layers_and_shapes(void ** state) {
         for (int32_t i = 0; i < c->n_embd; i++) ss += (double)x[i] * (double)x[i];
         double r = 1.0 / sqrt(ss / c->n_embd + (double)c->rms_eps);
         for (int32_t i = 0; i < c->n_embd; i++)
-            ref[(size_t)t * c->n_embd + i] = (float)((double)fx.model->m.output_norm[i] * ((double)x[i] * r));
+            ref[(size_t)t * c->n_embd + i] = (float)((double)fx.model->output_norm[i] * ((double)x[i] * r));
     }
     // same formula in double vs fp32: a few ulps per element
     assert_true(fx_rel_l2(hid, ref, TC) < 1e-6);
@@ -210,22 +209,22 @@ static void test_hook_and_override_identical(void ** state) {
     (void)state;
     struct fixture fx;
     fixture_load(&fx, "tiny-llama");
-    const size_t n = (size_t)fx.T * (size_t)fx.model->m.config.n_vocab;
+    const size_t n = (size_t)fx.T * (size_t)fx.model->config.n_vocab;
     float * a = malloc(n * sizeof(float)), * b2 = malloc(n * sizeof(float));
     struct oscar_batch b = {fx.n_seq, fx.seq_start, fx.tokens, NULL};
 
-    struct oscar_forward * f = make_forward(&fx.model->m, fx.T, NULL, NULL);
+    struct oscar_forward * f = make_forward(fx.model, fx.T, NULL, NULL);
     assert_int_equal(oscar_forward_run(f, &b, a), OSCAR_OK);
     oscar_forward_free(f);
 
     struct oscar_capture_hook hook = {NULL, hook_noop, NULL};
-    f = make_forward(&fx.model->m, fx.T, &hook, NULL);
+    f = make_forward(fx.model, fx.T, &hook, NULL);
     assert_int_equal(oscar_forward_run(f, &b, b2), OSCAR_OK);
     assert_memory_equal(a, b2, n * sizeof(float));
     oscar_forward_free(f);
 
     struct oscar_attention_override exact = {oscar_attention_causal, NULL};
-    f = make_forward(&fx.model->m, fx.T, NULL, &exact);
+    f = make_forward(fx.model, fx.T, NULL, &exact);
     assert_int_equal(oscar_forward_run(f, &b, b2), OSCAR_OK);
     assert_memory_equal(a, b2, n * sizeof(float));
     oscar_forward_free(f);
@@ -233,15 +232,15 @@ static void test_hook_and_override_identical(void ** state) {
     // the override really replaces attention: zero attention changes the logits, called once per layer
     int32_t calls = 0;
     struct oscar_attention_override zero = {attention_zero, &calls};
-    f = make_forward(&fx.model->m, fx.T, NULL, &zero);
+    f = make_forward(fx.model, fx.T, NULL, &zero);
     assert_int_equal(oscar_forward_run(f, &b, b2), OSCAR_OK);
-    assert_int_equal(calls, fx.model->m.config.n_layer);
+    assert_int_equal(calls, fx.model->config.n_layer);
     assert_true(fx_rel_l2(b2, a, n) > 1e-2);
     oscar_forward_free(f);
 
     // a failing hook stops the run with its status
     hook.on_layer = hook_fail;
-    f = make_forward(&fx.model->m, fx.T, &hook, NULL);
+    f = make_forward(fx.model, fx.T, &hook, NULL);
     assert_int_equal(oscar_forward_run(f, &b, b2), OSCAR_ERR_IO);
     assert_non_null(strstr(oscar_last_error(), "disk full"));
     oscar_forward_free(f);
@@ -255,9 +254,9 @@ static void test_batched_equals_single(void ** state) {
     (void)state;
     struct fixture fx;
     fixture_load(&fx, "tiny-qwen2");
-    const int32_t V = fx.model->m.config.n_vocab;
+    const int32_t V = fx.model->config.n_vocab;
     float * all = malloc((size_t)fx.T * V * sizeof(float)), * one = malloc((size_t)fx.T * V * sizeof(float));
-    struct oscar_forward * f = make_forward(&fx.model->m, fx.T, NULL, NULL);
+    struct oscar_forward * f = make_forward(fx.model, fx.T, NULL, NULL);
     struct oscar_batch b = {fx.n_seq, fx.seq_start, fx.tokens, NULL};
     assert_int_equal(oscar_forward_run(f, &b, all), OSCAR_OK);
     for (int32_t s = 0; s < fx.n_seq; s++) {
@@ -342,10 +341,10 @@ static void test_bad_batches(void ** state) {
     (void)state;
     struct fixture fx;
     fixture_load(&fx, "tiny-llama");
-    struct oscar_forward * f = make_forward(&fx.model->m, 50, NULL, NULL);
+    struct oscar_forward * f = make_forward(fx.model, 50, NULL, NULL);
     struct oscar_batch b = {fx.n_seq, fx.seq_start, fx.tokens, NULL}; // 97 > 50 tokens
     assert_int_equal(oscar_forward_run(f, &b, NULL), OSCAR_ERR_INVALID);
-    int32_t ss[2] = {0, 4}, bad_tok[4] = {1, 2, fx.model->m.config.n_vocab, 3};
+    int32_t ss[2] = {0, 4}, bad_tok[4] = {1, 2, fx.model->config.n_vocab, 3};
     struct oscar_batch b2 = {1, ss, bad_tok, NULL};
     assert_int_equal(oscar_forward_run(f, &b2, NULL), OSCAR_ERR_INVALID);
     assert_non_null(strstr(oscar_last_error(), "vocabulary"));
@@ -353,7 +352,7 @@ static void test_bad_batches(void ** state) {
     struct oscar_batch b3 = {2, ss_bad, tok, NULL};
     assert_int_equal(oscar_forward_run(f, &b3, NULL), OSCAR_ERR_INVALID);
     oscar_forward_free(f);
-    struct oscar_model broken = fx.model->m;
+    struct oscar_model broken = *fx.model;
     broken.output = NULL;
     struct oscar_forward_params p = oscar_forward_default_params();
     assert_int_equal(oscar_forward_init(&broken, &p, &f), OSCAR_ERR_INVALID);
@@ -375,14 +374,14 @@ static void test_perplexity_oracle(void ** state) {
     (void)state;
     struct fixture fx;
     fixture_load(&fx, "tiny-qwen3");
-    const int32_t V = fx.model->m.config.n_vocab, n = fx.seq_start[1];
+    const int32_t V = fx.model->config.n_vocab, n = fx.seq_start[1];
     double nll = 0;
     for (int32_t j = 1; j < n; j++) {
         nll += ref_nll(fx.logits + (size_t)(j - 1) * V, V, fx.tokens[j]);
     }
     struct oscar_ppl_params pp = {.n_ctx = n, .stride = n};
     struct oscar_ppl_result r;
-    assert_int_equal(oscar_perplexity(&fx.model->m, fx.tokens, n, &pp, &r), OSCAR_OK);
+    assert_int_equal(oscar_perplexity(fx.model, fx.tokens, n, &pp, &r), OSCAR_OK);
     assert_int_equal(r.n_scored, n - 1);
     // logits within 1e-4 relative L2 of the oracle; the NLL is a smooth function of them with
     // derivative <= 2 per unit logit per token, so |dNLL|/NLL stays well under 1e-4.
@@ -398,12 +397,12 @@ static void test_perplexity_windows(void ** state) {
     (void)state;
     struct fixture fx;
     fixture_load(&fx, "tiny-llama");
-    const int32_t V = fx.model->m.config.n_vocab, N = fx.T;
+    const int32_t V = fx.model->config.n_vocab, N = fx.T;
     const int32_t cases[][2] = {{32, 16}, {40, 40}, {30, 7}, {97, 10}, {128, 64}};
     float * lg = malloc((size_t)N * V * sizeof(float));
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int32_t n_ctx = cases[c][0], stride = cases[c][1];
-        struct oscar_forward * f = make_forward(&fx.model->m, n_ctx, NULL, NULL);
+        struct oscar_forward * f = make_forward(fx.model, n_ctx, NULL, NULL);
         double nll = 0;
         int64_t scored = 0;
         int32_t prev_end = 0;
@@ -423,7 +422,7 @@ static void test_perplexity_windows(void ** state) {
         oscar_forward_free(f);
         struct oscar_ppl_params pp = {.n_ctx = n_ctx, .stride = stride};
         struct oscar_ppl_result r;
-        assert_int_equal(oscar_perplexity(&fx.model->m, fx.tokens, N, &pp, &r), OSCAR_OK);
+        assert_int_equal(oscar_perplexity(fx.model, fx.tokens, N, &pp, &r), OSCAR_OK);
         printf("n_ctx %d stride %d: scored %lld, nll %.6f (reference %.6f)\n", n_ctx, stride,
                (long long)r.n_scored, r.nll_sum, nll);
         assert_int_equal(r.n_scored, scored);
@@ -435,7 +434,7 @@ static void test_perplexity_windows(void ** state) {
     }
     struct oscar_ppl_params bad = {.n_ctx = 10, .stride = 11};
     struct oscar_ppl_result r;
-    assert_int_equal(oscar_perplexity(&fx.model->m, fx.tokens, N, &bad, &r), OSCAR_ERR_INVALID);
+    assert_int_equal(oscar_perplexity(fx.model, fx.tokens, N, &bad, &r), OSCAR_ERR_INVALID);
     free(lg);
     fixture_free(&fx);
 }

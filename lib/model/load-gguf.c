@@ -1,0 +1,166 @@
+// load-gguf.c - model config and fp32 weights from a llama/qwen2/qwen3 GGUF.
+//
+// Keys are "<arch>.block_count" etc. with arch = general.architecture; head_dim
+// comes from "<arch>.attention.key_length" when present, else
+// embedding_length / head_count. Tensors use llama.cpp names
+// (blk.{i}.attn_q.weight, ...); ne[0] is the row length (in-features), so a
+// 2-D tensor is [ne[1], ne[0]] row-major like an HF Linear weight. For the
+// llama arch the q/k rows (and biases) are un-permuted per head to HF order:
+// ggml row 2i -> HF row i, ggml row 2i+1 -> HF row i + D/2 (method.md §1.1).
+// qwen2/qwen3 GGUFs use NEOX RoPE and are taken as stored.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/gguf.h"
+#include "model/load-internal.h"
+#include "model/sha256.h"
+
+struct gguf_src {
+    struct osc_gguf *               g;
+    const struct oscar_model_config * c;
+    float *                         tmp; // [largest q/k tensor] for the un-permutation
+};
+
+static void tensor_name(enum osc_wkind k, int32_t layer, char * out, size_t n) {
+    static const char * names[] = {
+        [OSC_W_EMBD] = "token_embd.weight", [OSC_W_OUT_NORM] = "output_norm.weight", [OSC_W_OUTPUT] = "output.weight",
+        [OSC_W_ATTN_NORM] = "attn_norm.weight", [OSC_W_Q] = "attn_q.weight", [OSC_W_K] = "attn_k.weight",
+        [OSC_W_V] = "attn_v.weight", [OSC_W_BQ] = "attn_q.bias", [OSC_W_BK] = "attn_k.bias",
+        [OSC_W_BV] = "attn_v.bias", [OSC_W_QNORM] = "attn_q_norm.weight", [OSC_W_KNORM] = "attn_k_norm.weight",
+        [OSC_W_O] = "attn_output.weight", [OSC_W_FFN_NORM] = "ffn_norm.weight", [OSC_W_GATE] = "ffn_gate.weight",
+        [OSC_W_UP] = "ffn_up.weight", [OSC_W_DOWN] = "ffn_down.weight",
+    };
+    if (layer < 0) snprintf(out, n, "%s", names[k]);
+    else snprintf(out, n, "blk.%d.%s", layer, names[k]);
+}
+
+// Rows of each head of `x` [n_rows, cols] from ggml (adjacent-pair) order to HF (half-split) order.
+static void unpermute(float * x, float * tmp, int64_t n_rows, int64_t cols, int32_t D) {
+    int64_t n_heads = n_rows / D;
+    size_t row = (size_t) cols * sizeof(float);
+    for (int64_t h = 0; h < n_heads; h++) {
+        float * head = x + h * D * cols;
+        memcpy(tmp, head, (size_t) D * row);
+        for (int32_t i = 0; i < D / 2; i++) {
+            memcpy(head + (int64_t) i * cols, tmp + (int64_t) (2 * i) * cols, row);
+            memcpy(head + (int64_t) (i + D / 2) * cols, tmp + (int64_t) (2 * i + 1) * cols, row);
+        }
+    }
+}
+
+static enum oscar_status gguf_get(void * ctx, enum osc_wkind kind, int32_t layer, int64_t rows, int64_t cols,
+                                  float * dst) {
+    struct gguf_src * s = ctx;
+    char name[96];
+    tensor_name(kind, layer, name, sizeof name);
+    const char * path = osc_gguf_path(s->g);
+    const struct osc_gguf_tensor * t = osc_gguf_find_tensor(s->g, name);
+    if (!t) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: tensor '%s' is missing", path, name);
+    bool ok = cols == 0 ? (t->n_elements == rows && t->ne[0] == rows)
+                        : (t->ne[0] == cols && t->ne[1] == rows && t->ne[2] == 1 && t->ne[3] == 1);
+    if (!ok) {
+        return osc_error(OSCAR_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld] (ggml order), "
+                         "the config needs [%lld, %lld]", path, name, (long long) t->ne[0], (long long) t->ne[1],
+                         (long long) t->ne[2], (long long) t->ne[3], (long long) (cols ? cols : rows),
+                         (long long) (cols ? rows : 1));
+    }
+    enum oscar_status st = osc_ggml_dequantize(t->type, t->data, dst, t->n_elements);
+    if (st != OSCAR_OK) return osc_error_prefix(st, "%s: tensor '%s'", path, name);
+    bool qk = kind == OSC_W_Q || kind == OSC_W_K || kind == OSC_W_BQ || kind == OSC_W_BK;
+    if (qk && s->c->arch == OSCAR_ARCH_LLAMA) {
+        unpermute(dst, s->tmp, rows, cols ? cols : 1, s->c->head_dim);
+    }
+    return OSCAR_OK;
+}
+
+static enum oscar_status get_i32(struct osc_gguf * g, const char * arch, const char * key, bool required,
+                                 int32_t * out) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    uint32_t v;
+    enum oscar_status st = osc_gguf_get_u32(g, k, &v);
+    if (st == OSCAR_ERR_NOT_FOUND && !required) return OSCAR_OK;
+    if (st != OSCAR_OK) return st;
+    if (v == 0 || v > INT32_MAX) return osc_error(OSCAR_ERR_FORMAT, "%s: %s = %u is out of range", osc_gguf_path(g), k, v);
+    *out = (int32_t) v;
+    return OSCAR_OK;
+}
+
+static enum oscar_status get_f32(struct osc_gguf * g, const char * arch, const char * key, float * out) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    enum oscar_status st = osc_gguf_get_f32(g, k, out);
+    return st == OSCAR_ERR_NOT_FOUND ? OSCAR_OK : st; // keep the default
+}
+
+static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_config * c) {
+    const char * path = osc_gguf_path(g);
+    const char * a;
+    size_t alen;
+    enum oscar_status st = osc_gguf_get_str(g, "general.architecture", &a, &alen);
+    if (st != OSCAR_OK) return st;
+    char arch[32];
+    snprintf(arch, sizeof arch, "%.*s", (int) (alen < 31 ? alen : 31), a);
+    if (strlen(arch) != alen) alen = 0; // embedded NUL or too long: never matches
+    if (alen && strcmp(arch, "llama") == 0) c->arch = OSCAR_ARCH_LLAMA;
+    else if (alen && strcmp(arch, "qwen2") == 0) c->arch = OSCAR_ARCH_QWEN2;
+    else if (alen && strcmp(arch, "qwen3") == 0) c->arch = OSCAR_ARCH_QWEN3;
+    else {
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: GGUF architecture '%.*s' is not supported (llama, qwen2, qwen3 "
+                         "are)", path, (int) (alen > 64 ? 64 : alen), a);
+    }
+    c->n_ctx_train = 2048;
+    c->rope_theta = 10000.0f;
+    c->rms_eps = 1e-5f;
+    st = get_i32(g, arch, "block_count", true, &c->n_layer);
+    if (st == OSCAR_OK) st = get_i32(g, arch, "embedding_length", true, &c->n_embd);
+    if (st == OSCAR_OK) st = get_i32(g, arch, "feed_forward_length", true, &c->n_ff);
+    if (st == OSCAR_OK) st = get_i32(g, arch, "attention.head_count", true, &c->n_head);
+    c->n_head_kv = c->n_head;
+    if (st == OSCAR_OK) st = get_i32(g, arch, "attention.head_count_kv", false, &c->n_head_kv);
+    if (st == OSCAR_OK) st = get_i32(g, arch, "context_length", false, &c->n_ctx_train);
+    if (st == OSCAR_OK) st = get_f32(g, arch, "rope.freq_base", &c->rope_theta);
+    if (st == OSCAR_OK) st = get_f32(g, arch, "attention.layer_norm_rms_epsilon", &c->rms_eps);
+    if (st != OSCAR_OK) return st;
+    c->head_dim = c->n_embd % c->n_head == 0 ? c->n_embd / c->n_head : 0;
+    st = get_i32(g, arch, "attention.key_length", false, &c->head_dim);
+    if (st != OSCAR_OK) return st;
+    const struct osc_gguf_tensor * emb = osc_gguf_find_tensor(g, "token_embd.weight");
+    if (!emb) return osc_error(OSCAR_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", path);
+    if (emb->ne[1] > INT32_MAX) return osc_error(OSCAR_ERR_FORMAT, "%s: vocabulary too large", path);
+    c->n_vocab = (int32_t) emb->ne[1];
+    c->tied_embeddings = osc_gguf_find_tensor(g, "output.weight") == NULL;
+    c->qkv_bias = c->arch == OSCAR_ARCH_QWEN2;
+    c->qk_norm = c->arch == OSCAR_ARCH_QWEN3;
+    const char * nm;
+    size_t nl;
+    if (osc_gguf_get_str(g, "general.name", &nm, &nl) == OSCAR_OK) {
+        snprintf(c->name, sizeof c->name, "%.*s", (int) (nl < 127 ? nl : 127), nm);
+    }
+    return OSCAR_OK;
+}
+
+enum oscar_status osc_model_load_gguf(const char * path, struct oscar_model * m) {
+    struct osc_gguf * g = NULL;
+    struct gguf_src s = {0};
+    enum oscar_status st = osc_gguf_open(path, &g);
+    if (st != OSCAR_OK) goto out;
+    st = read_config(g, &m->config);
+    if (st == OSCAR_OK) st = osc_model_config_check(&m->config, path);
+    if (st != OSCAR_OK) goto out;
+    s.g = g;
+    s.c = &m->config;
+    s.tmp = malloc((size_t) m->config.head_dim * (size_t) m->config.n_embd * sizeof(float));
+    if (!s.tmp) {
+        st = osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    struct osc_weight_source src = {gguf_get, &s};
+    st = osc_model_fill(m, &src, false);
+    if (st == OSCAR_OK) st = osc_sha256_file(path, m->source_sha256);
+out:
+    free(s.tmp);
+    osc_gguf_close(g);
+    return st;
+}

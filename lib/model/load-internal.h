@@ -1,0 +1,36 @@
+// load-internal.h - shared model-loading machinery for the per-format loaders.
+#ifndef OSCAR_MODEL_LOAD_INTERNAL_H
+#define OSCAR_MODEL_LOAD_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+
+enum osc_wkind {
+    OSC_W_EMBD, OSC_W_OUT_NORM, OSC_W_OUTPUT,
+    OSC_W_ATTN_NORM, OSC_W_Q, OSC_W_K, OSC_W_V, OSC_W_BQ, OSC_W_BK, OSC_W_BV, OSC_W_QNORM, OSC_W_KNORM,
+    OSC_W_O, OSC_W_FFN_NORM, OSC_W_GATE, OSC_W_UP, OSC_W_DOWN,
+};
+
+// A format's view of its tensors. get() fills dst [rows, cols] (cols = 0 for
+// a vector of `rows`) in HF layout, or returns OSCAR_ERR_NOT_FOUND (with a
+// message naming the tensor) when absent; shape mismatches are FORMAT errors.
+struct osc_weight_source {
+    enum oscar_status (*get)(void * ctx, enum osc_wkind kind, int32_t layer, int64_t rows, int64_t cols,
+                             float * dst);
+    void * ctx;
+};
+
+// Allocates the model for m->config (already set) and fills every tensor.
+// output absent -> tied to tok_embd (unless config.tied_embeddings is false
+// and `tie_if_missing` is false).
+enum oscar_status osc_model_fill(struct oscar_model * m, const struct osc_weight_source * src, bool tie_if_missing);
+
+// Checks a config for consistency (positive sizes, heads divide); names `what`.
+enum oscar_status osc_model_config_check(const struct oscar_model_config * c, const char * what);
+
+enum oscar_status osc_model_load_gguf(const char * path, struct oscar_model * m);
+enum oscar_status osc_model_load_hf(const char * dir, struct oscar_model * m);
+
+#endif

@@ -1,0 +1,71 @@
+// load-safetensors.c - model config and fp32 weights from a Hugging Face
+// directory: config.json + model.safetensors or model.safetensors.index.json.
+//
+// Tensor names are the transformers ones (model.layers.{i}.self_attn.q_proj.weight,
+// ...), already in HF order: no permutation. With tie_word_embeddings the
+// lm_head is not read (tok_embd is shared); without it lm_head.weight is
+// required. source_sha256 is that of config.json.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/hf-config.h"
+#include "formats/safetensors.h"
+#include "model/load-internal.h"
+#include "model/sha256.h"
+#include "util/fs.h"
+
+struct st_src {
+    struct osc_safetensors * st;
+    const char *             dir;
+};
+
+static void tensor_name(enum osc_wkind k, int32_t layer, char * out, size_t n) {
+    static const char * names[] = {
+        [OSC_W_EMBD] = "model.embed_tokens.weight", [OSC_W_OUT_NORM] = "model.norm.weight",
+        [OSC_W_OUTPUT] = "lm_head.weight", [OSC_W_ATTN_NORM] = "input_layernorm.weight",
+        [OSC_W_Q] = "self_attn.q_proj.weight", [OSC_W_K] = "self_attn.k_proj.weight",
+        [OSC_W_V] = "self_attn.v_proj.weight", [OSC_W_BQ] = "self_attn.q_proj.bias",
+        [OSC_W_BK] = "self_attn.k_proj.bias", [OSC_W_BV] = "self_attn.v_proj.bias",
+        [OSC_W_QNORM] = "self_attn.q_norm.weight", [OSC_W_KNORM] = "self_attn.k_norm.weight",
+        [OSC_W_O] = "self_attn.o_proj.weight", [OSC_W_FFN_NORM] = "post_attention_layernorm.weight",
+        [OSC_W_GATE] = "mlp.gate_proj.weight", [OSC_W_UP] = "mlp.up_proj.weight", [OSC_W_DOWN] = "mlp.down_proj.weight",
+    };
+    if (layer < 0) snprintf(out, n, "%s", names[k]);
+    else snprintf(out, n, "model.layers.%d.%s", layer, names[k]);
+}
+
+static enum oscar_status st_get(void * ctx, enum osc_wkind kind, int32_t layer, int64_t rows, int64_t cols,
+                                float * dst) {
+    struct st_src * s = ctx;
+    char name[128];
+    tensor_name(kind, layer, name, sizeof name);
+    const struct osc_st_tensor * t = osc_safetensors_find(s->st, name);
+    if (!t) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: tensor '%s' is missing", s->dir, name);
+    bool ok = cols == 0 ? (t->n_dims == 1 && t->shape[0] == rows)
+                        : (t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols);
+    if (!ok) {
+        return osc_error(OSCAR_ERR_FORMAT, "%s: tensor '%s' has %d dims [%lld, %lld, ...], config.json needs "
+                         "[%lld%s%lld]", t->file, name, t->n_dims, (long long) t->shape[0],
+                         (long long) (t->n_dims > 1 ? t->shape[1] : 0), (long long) rows, cols ? ", " : "",
+                         (long long) (cols ? cols : 0));
+    }
+    return osc_st_to_f32(t, dst);
+}
+
+enum oscar_status osc_model_load_hf(const char * dir, struct oscar_model * m) {
+    struct st_src s = {NULL, dir};
+    char * cfg = osc_path_join(dir, "config.json");
+    enum oscar_status st = cfg ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", dir);
+    if (st == OSCAR_OK) st = osc_hf_config_load(cfg, &m->config);
+    if (st == OSCAR_OK) st = osc_model_config_check(&m->config, cfg);
+    if (st == OSCAR_OK) st = osc_safetensors_open(dir, &s.st);
+    if (st == OSCAR_OK) {
+        struct osc_weight_source src = {st_get, &s};
+        st = osc_model_fill(m, &src, false);
+    }
+    if (st == OSCAR_OK) st = osc_sha256_file(cfg, m->source_sha256);
+    osc_safetensors_close(s.st);
+    free(cfg);
+    return st;
+}

@@ -1,0 +1,228 @@
+// load.c - oscar_model_load dispatch (GGUF file or HF directory), one fp32
+// slab for all weights, random init, free.
+//
+// Every tensor's shape is checked against the config by the format source;
+// this file only decides what is required (biases for qwen2, q/k norms for
+// qwen3, output unless tied) and where it lives in the slab.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model/load-internal.h"
+#include "util/error.h"
+
+struct model_storage {
+    float * slab;
+};
+
+const char * oscar_arch_name(enum oscar_arch arch) {
+    switch (arch) {
+    case OSCAR_ARCH_LLAMA: return "llama";
+    case OSCAR_ARCH_QWEN2: return "qwen2";
+    case OSCAR_ARCH_QWEN3: return "qwen3";
+    }
+    return "unknown";
+}
+
+enum oscar_status osc_model_config_check(const struct oscar_model_config * c, const char * what) {
+    if (c->arch != OSCAR_ARCH_LLAMA && c->arch != OSCAR_ARCH_QWEN2 && c->arch != OSCAR_ARCH_QWEN3) {
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: unknown architecture %d", what, (int) c->arch);
+    }
+    if (c->n_layer <= 0 || c->n_embd <= 0 || c->n_head <= 0 || c->n_head_kv <= 0 || c->head_dim <= 0 ||
+        c->n_ff <= 0 || c->n_vocab <= 0) {
+        return osc_error(OSCAR_ERR_FORMAT, "%s: non-positive model size (layers %d, embd %d, heads %d/%d, "
+                         "head_dim %d, ff %d, vocab %d)", what, c->n_layer, c->n_embd, c->n_head, c->n_head_kv,
+                         c->head_dim, c->n_ff, c->n_vocab);
+    }
+    if (c->n_head % c->n_head_kv != 0 || c->head_dim % 2 != 0) {
+        return osc_error(OSCAR_ERR_FORMAT, "%s: %d query heads are not a multiple of %d KV heads, or head_dim %d "
+                         "is odd", what, c->n_head, c->n_head_kv, c->head_dim);
+    }
+    // every tensor must stay addressable: bound the largest products
+    int64_t big = (int64_t) 1 << 40;
+    if ((int64_t) c->n_vocab * c->n_embd > big || (int64_t) c->n_ff * c->n_embd > big ||
+        (int64_t) c->n_head * c->head_dim * c->n_embd > big || c->n_layer > 100000) {
+        return osc_error(OSCAR_ERR_FORMAT, "%s: model sizes are implausibly large", what);
+    }
+    if (!(c->rope_theta > 0) || !(c->rms_eps > 0)) {
+        return osc_error(OSCAR_ERR_FORMAT, "%s: rope_theta and rms_eps must be positive", what);
+    }
+    return OSCAR_OK;
+}
+
+// Floats needed for one layer.
+static int64_t layer_floats(const struct oscar_model_config * c) {
+    int64_t C = c->n_embd, q = (int64_t) c->n_head * c->head_dim, kv = (int64_t) c->n_head_kv * c->head_dim;
+    int64_t n = 2 * C + (q + 2 * kv) * C + C * q + 3 * (int64_t) c->n_ff * C;
+    if (c->qkv_bias) n += q + 2 * kv;
+    if (c->qk_norm) n += 2 * (int64_t) c->head_dim;
+    return n;
+}
+
+static float * take(float ** cur, int64_t n) {
+    float * p = *cur;
+    *cur += n;
+    return p;
+}
+
+static enum oscar_status alloc_weights(struct oscar_model * m, bool with_output) {
+    const struct oscar_model_config * c = &m->config;
+    int64_t VC = (int64_t) c->n_vocab * c->n_embd;
+    int64_t total = VC + c->n_embd + (with_output ? VC : 0) + layer_floats(c) * c->n_layer;
+    struct model_storage * st = calloc(1, sizeof *st);
+    m->layers = calloc((size_t) c->n_layer, sizeof *m->layers);
+    if (st) st->slab = malloc((size_t) total * sizeof(float));
+    m->storage = st;
+    if (!st || !st->slab || !m->layers) {
+        return osc_error(OSCAR_ERR_NOMEM, "%s: cannot allocate %lld MiB of weights", m->source,
+                         (long long) (total * 4 >> 20));
+    }
+    float * cur = st->slab;
+    int64_t C = c->n_embd, q = (int64_t) c->n_head * c->head_dim, kv = (int64_t) c->n_head_kv * c->head_dim;
+    m->tok_embd = take(&cur, VC);
+    m->output_norm = take(&cur, C);
+    m->output = with_output ? take(&cur, VC) : m->tok_embd;
+    for (int32_t i = 0; i < c->n_layer; i++) {
+        struct oscar_layer_weights * l = &m->layers[i];
+        l->attn_norm = take(&cur, C);
+        l->wq = take(&cur, q * C);
+        l->wk = take(&cur, kv * C);
+        l->wv = take(&cur, kv * C);
+        if (c->qkv_bias) {
+            l->bq = take(&cur, q);
+            l->bk = take(&cur, kv);
+            l->bv = take(&cur, kv);
+        }
+        if (c->qk_norm) {
+            l->q_norm = take(&cur, c->head_dim);
+            l->k_norm = take(&cur, c->head_dim);
+        }
+        l->wo = take(&cur, C * q);
+        l->ffn_norm = take(&cur, C);
+        l->w_gate = take(&cur, (int64_t) c->n_ff * C);
+        l->w_up = take(&cur, (int64_t) c->n_ff * C);
+        l->w_down = take(&cur, C * c->n_ff);
+    }
+    OSCAR_ASSERT(cur == st->slab + total);
+    return OSCAR_OK;
+}
+
+static enum oscar_status fill_layer(const struct oscar_model_config * c, struct oscar_layer_weights * l,
+                                    int32_t i, const struct osc_weight_source * s) {
+    int64_t C = c->n_embd, q = (int64_t) c->n_head * c->head_dim, kv = (int64_t) c->n_head_kv * c->head_dim;
+    int64_t F = c->n_ff;
+    struct { enum osc_wkind k; int64_t r, cl; float * dst; } t[] = {
+        {OSC_W_ATTN_NORM, C, 0, l->attn_norm}, {OSC_W_Q, q, C, l->wq}, {OSC_W_K, kv, C, l->wk},
+        {OSC_W_V, kv, C, l->wv}, {OSC_W_BQ, q, 0, l->bq}, {OSC_W_BK, kv, 0, l->bk}, {OSC_W_BV, kv, 0, l->bv},
+        {OSC_W_QNORM, c->head_dim, 0, l->q_norm}, {OSC_W_KNORM, c->head_dim, 0, l->k_norm},
+        {OSC_W_O, C, q, l->wo}, {OSC_W_FFN_NORM, C, 0, l->ffn_norm}, {OSC_W_GATE, F, C, l->w_gate},
+        {OSC_W_UP, F, C, l->w_up}, {OSC_W_DOWN, C, F, l->w_down},
+    };
+    for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
+        if (!t[k].dst) continue;
+        enum oscar_status st = s->get(s->ctx, t[k].k, i, t[k].r, t[k].cl, t[k].dst);
+        if (st != OSCAR_OK) return st;
+    }
+    return OSCAR_OK;
+}
+
+enum oscar_status osc_model_fill(struct oscar_model * m, const struct osc_weight_source * src, bool tie_if_missing) {
+    const struct oscar_model_config * c = &m->config;
+    enum oscar_status st = osc_model_config_check(c, m->source);
+    if (st != OSCAR_OK) return st;
+    // With tied embeddings no second V x C block is allocated.
+    bool with_output = !c->tied_embeddings;
+    st = alloc_weights(m, with_output);
+    if (st != OSCAR_OK) return st;
+    st = src->get(src->ctx, OSC_W_EMBD, -1, c->n_vocab, c->n_embd, m->tok_embd);
+    if (st == OSCAR_OK) st = src->get(src->ctx, OSC_W_OUT_NORM, -1, c->n_embd, 0, m->output_norm);
+    if (st == OSCAR_OK && with_output) {
+        st = src->get(src->ctx, OSC_W_OUTPUT, -1, c->n_vocab, c->n_embd, m->output);
+        if (st == OSCAR_ERR_NOT_FOUND && tie_if_missing) {
+            // the slab keeps the unused V x C block (only when a caller asks
+            // for tie-on-missing; the GGUF loader decides tying beforehand)
+            m->output = m->tok_embd;
+            m->config.tied_embeddings = true;
+            st = OSCAR_OK;
+        }
+    }
+    for (int32_t i = 0; st == OSCAR_OK && i < c->n_layer; i++) st = fill_layer(c, &m->layers[i], i, src);
+    return st;
+}
+
+void oscar_model_free(struct oscar_model * m) {
+    if (!m) return;
+    struct model_storage * st = m->storage;
+    if (st) free(st->slab);
+    free(st);
+    free(m->layers);
+    free(m);
+}
+
+enum oscar_status oscar_model_load(const char * path, struct oscar_model ** out) {
+    *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb) != 0) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: no such file or directory", path);
+    struct oscar_model * m = calloc(1, sizeof *m);
+    if (!m) return osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", path);
+    snprintf(m->source, sizeof m->source, "%s", path);
+    enum oscar_status st = S_ISDIR(sb.st_mode) ? osc_model_load_hf(path, m) : osc_model_load_gguf(path, m);
+    if (st != OSCAR_OK) {
+        oscar_model_free(m);
+        return st;
+    }
+    *out = m;
+    return OSCAR_OK;
+}
+
+// ---- random init ---------------------------------------------------------------------
+static uint64_t splitmix64(uint64_t * s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double uniform01(uint64_t * s) {
+    return ((double) (splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+struct random_src {
+    uint64_t state;
+};
+
+static enum oscar_status random_get(void * ctx, enum osc_wkind kind, int32_t layer, int64_t rows, int64_t cols,
+                                    float * dst) {
+    (void) layer;
+    struct random_src * r = ctx;
+    int64_t n = rows * (cols ? cols : 1);
+    bool norm = kind == OSC_W_OUT_NORM || kind == OSC_W_ATTN_NORM || kind == OSC_W_FFN_NORM ||
+                kind == OSC_W_QNORM || kind == OSC_W_KNORM;
+    for (int64_t i = 0; i < n; i += 2) { // Box-Muller pairs
+        double u1 = uniform01(&r->state), u2 = uniform01(&r->state);
+        double rad = sqrt(-2.0 * log(u1));
+        dst[i] = norm ? 1.0f : (float) (0.02 * rad * cos(6.283185307179586 * u2));
+        if (i + 1 < n) dst[i + 1] = norm ? 1.0f : (float) (0.02 * rad * sin(6.283185307179586 * u2));
+    }
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_model_init_random(const struct oscar_model_config * cfg, uint64_t seed,
+                                          struct oscar_model ** out) {
+    *out = NULL;
+    struct oscar_model * m = calloc(1, sizeof *m);
+    if (!m) return osc_error(OSCAR_ERR_NOMEM, "random model: out of memory");
+    m->config = *cfg;
+    snprintf(m->source, sizeof m->source, "random(seed=%llu)", (unsigned long long) seed);
+    struct random_src r = {seed};
+    struct osc_weight_source src = {random_get, &r};
+    enum oscar_status st = osc_model_fill(m, &src, false);
+    if (st != OSCAR_OK) {
+        oscar_model_free(m);
+        return st;
+    }
+    *out = m;
+    return OSCAR_OK;
+}

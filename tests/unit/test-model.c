@@ -1,0 +1,345 @@
+// test-model.c - model loader (GGUF q/k un-permutation vs the HF original),
+// SHA-256, safetensors writer/reader round trip and bad input, HF config parsing.
+//
+// Fixture tests/fixtures/model/ (tests/oracle/model_oracle.py): one tiny llama
+// stored as an HF directory and as a llama.cpp-converted GGUF whose q/k rows
+// are permuted per head. Both loads must give bit-identical fp32 weights
+// (all tensors are F32, so no rounding is involved).
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "formats/hf-config.h"
+#include "formats/safetensors.h"
+#include "model/model.h"
+#include "model/sha256.h"
+#include "oscar.h"
+#include "util/fs.h"
+
+static char tmpdir[256];
+
+static int setup(void ** state) {
+    (void) state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/oscar-test-model-XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void ** state) {
+    (void) state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    return system(cmd);
+}
+
+static void test_sha256(void ** state) {
+    (void) state;
+    char h[65];
+    osc_sha256_hex("", 0, h);
+    assert_string_equal(h, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    osc_sha256_hex("abc", 3, h);
+    assert_string_equal(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    const char * m = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"; // 56 bytes: 2 padding blocks
+    osc_sha256_hex(m, strlen(m), h);
+    assert_string_equal(h, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+static void assert_same(const float * a, const float * b, int64_t n, const char * what) {
+    if (memcmp(a, b, (size_t) n * sizeof *a) != 0) fail_msg("%s differs between GGUF and HF loads", what);
+}
+
+static void test_gguf_vs_hf(void ** state) {
+    (void) state;
+    struct oscar_model *g = NULL, *h = NULL;
+    assert_int_equal(oscar_model_load("tests/fixtures/model/tiny-llama.gguf", &g), OSCAR_OK);
+    assert_int_equal(oscar_model_load("tests/fixtures/model/hf", &h), OSCAR_OK);
+    const struct oscar_model_config *a = &g->config, *b = &h->config;
+    assert_int_equal(a->arch, OSCAR_ARCH_LLAMA);
+    assert_int_equal(b->arch, OSCAR_ARCH_LLAMA);
+    assert_int_equal(a->n_layer, 2);
+    assert_int_equal(a->n_embd, b->n_embd);
+    assert_int_equal(a->n_head, 4);
+    assert_int_equal(a->n_head_kv, 2);
+    assert_int_equal(a->head_dim, 4);
+    assert_int_equal(b->head_dim, 4);
+    assert_int_equal(a->n_ff, b->n_ff);
+    assert_int_equal(a->n_vocab, 40);
+    assert_int_equal(b->n_vocab, 40);
+    assert_int_equal(a->n_ctx_train, 512);
+    assert_int_equal(b->n_ctx_train, 512);
+    assert_true(a->rope_theta == 50000.0f && b->rope_theta == 50000.0f);
+    assert_true(a->rms_eps == 1e-5f && b->rms_eps == 1e-5f);
+    assert_false(a->tied_embeddings);
+    assert_false(b->tied_embeddings);
+    assert_string_equal(a->name, "tiny-llama");
+    assert_string_equal(b->name, "tiny-llama");
+    assert_int_equal(strlen(g->source_sha256), 64);
+    assert_int_equal(strlen(h->source_sha256), 64);
+    int64_t C = a->n_embd, q = a->n_head * a->head_dim, kv = a->n_head_kv * a->head_dim;
+    assert_same(g->tok_embd, h->tok_embd, a->n_vocab * C, "tok_embd");
+    assert_same(g->output, h->output, a->n_vocab * C, "output");
+    assert_same(g->output_norm, h->output_norm, C, "output_norm");
+    for (int i = 0; i < a->n_layer; i++) {
+        const struct oscar_layer_weights *x = &g->layers[i], *y = &h->layers[i];
+        assert_same(x->wq, y->wq, q * C, "wq (un-permuted)");
+        assert_same(x->wk, y->wk, kv * C, "wk (un-permuted)");
+        assert_same(x->wv, y->wv, kv * C, "wv");
+        assert_same(x->wo, y->wo, C * q, "wo");
+        assert_same(x->attn_norm, y->attn_norm, C, "attn_norm");
+        assert_same(x->ffn_norm, y->ffn_norm, C, "ffn_norm");
+        assert_same(x->w_gate, y->w_gate, a->n_ff * C, "w_gate");
+        assert_same(x->w_up, y->w_up, a->n_ff * C, "w_up");
+        assert_same(x->w_down, y->w_down, a->n_ff * C, "w_down");
+        assert_null(x->bq);
+        assert_null(x->q_norm);
+    }
+    oscar_model_free(g);
+    oscar_model_free(h);
+}
+
+static void test_random_model(void ** state) {
+    (void) state;
+    struct oscar_model_config c = {.arch = OSCAR_ARCH_QWEN3, .n_layer = 2, .n_embd = 32, .n_head = 4,
+                                   .n_head_kv = 2, .head_dim = 16, .n_ff = 48, .n_vocab = 64, .n_ctx_train = 128,
+                                   .rope_theta = 1e6f, .rms_eps = 1e-6f, .qk_norm = true, .tied_embeddings = true};
+    struct oscar_model *m = NULL, *m2 = NULL;
+    assert_int_equal(oscar_model_init_random(&c, 42, &m), OSCAR_OK);
+    assert_int_equal(oscar_model_init_random(&c, 42, &m2), OSCAR_OK);
+    assert_ptr_equal(m->output, m->tok_embd);
+    assert_non_null(m->layers[1].q_norm);
+    assert_true(m->layers[1].q_norm[3] == 1.0f);
+    assert_memory_equal(m->layers[1].wk, m2->layers[1].wk, 2 * 16 * 32 * sizeof(float));
+    double s2 = 0;
+    int64_t n = (int64_t) c.n_vocab * c.n_embd;
+    for (int64_t i = 0; i < n; i++) s2 += (double) m->tok_embd[i] * (double) m->tok_embd[i];
+    double sd = sqrt(s2 / (double) n);
+    // 2048 normal samples: the sample sd is within 0.02 * (1 +- 5/sqrt(2*2048)) with overwhelming probability
+    assert_true(fabs(sd - 0.02) < 0.02 * 5 / sqrt(2.0 * (double) n));
+    oscar_model_free(m);
+    oscar_model_free(m2);
+    c.n_head = 3; // not a multiple of n_head_kv
+    assert_int_equal(oscar_model_init_random(&c, 1, &m), OSCAR_ERR_FORMAT);
+    assert_null(m);
+}
+
+static void test_safetensors_roundtrip(void ** state) {
+    (void) state;
+    char * path = osc_path_join(tmpdir, "rt.safetensors");
+    float a[6] = {1, -2, 3.5f, 4, 5, 6};
+    int32_t b[3] = {7, -8, 9};
+    uint8_t c[5] = {1, 2, 3, 4, 5};
+    float s = 0.25f;
+    int64_t sa[2] = {2, 3}, sb[1] = {3}, sc[1] = {5};
+    struct osc_st_write_tensor t[] = {
+        {"layers.0.k_rotation", OSC_ST_F32, 2, sa, a}, {"ids", OSC_ST_I32, 1, sb, b},
+        {"bytes", OSC_ST_U8, 1, sc, c}, {"clip", OSC_ST_F32, 0, NULL, &s},
+    };
+    const char * meta[] = {"format", "pt", "oscar.format_version", "1"};
+    assert_int_equal(osc_safetensors_write(path, t, 4, meta, 2), OSCAR_OK);
+    struct osc_mapped_file mf;
+    assert_int_equal(osc_map_file(path, &mf), OSCAR_OK);
+    uint64_t hl;
+    memcpy(&hl, mf.data, 8);
+    assert_int_equal(hl % 8, 0);
+    osc_unmap_file(&mf);
+    struct osc_safetensors * st = NULL;
+    assert_int_equal(osc_safetensors_open(path, &st), OSCAR_OK);
+    assert_int_equal(osc_safetensors_n_tensors(st), 4);
+    const struct osc_st_tensor * x = osc_safetensors_find(st, "layers.0.k_rotation");
+    assert_non_null(x);
+    assert_int_equal(x->n_dims, 2);
+    assert_int_equal(x->shape[1], 3);
+    float y[6];
+    assert_int_equal(osc_st_to_f32(x, y), OSCAR_OK);
+    assert_memory_equal(y, a, sizeof a);
+    x = osc_safetensors_find(st, "ids");
+    assert_memory_equal(x->data, b, sizeof b);
+    assert_int_equal(osc_st_to_f32(x, y), OSCAR_ERR_UNSUPPORTED);
+    x = osc_safetensors_find(st, "clip");
+    assert_int_equal(x->n_dims, 0);
+    assert_int_equal(x->n_elements, 1);
+    assert_string_equal(osc_safetensors_metadata(st, "format"), "pt");
+    assert_string_equal(osc_safetensors_metadata(st, "oscar.format_version"), "1");
+    assert_null(osc_safetensors_metadata(st, "nope"));
+    osc_safetensors_close(st);
+    // duplicate names are refused, nothing is written
+    struct osc_st_write_tensor d[] = {{"a", OSC_ST_F32, 1, sb, a}, {"a", OSC_ST_F32, 1, sb, a}};
+    char * p2 = osc_path_join(tmpdir, "dup.safetensors");
+    assert_int_equal(osc_safetensors_write(p2, d, 2, NULL, 0), OSCAR_ERR_INVALID);
+    assert_int_equal(access(p2, F_OK), -1);
+    free(p2);
+    free(path);
+}
+
+static enum oscar_status open_bytes(const void * data, size_t n) {
+    char * path = osc_path_join(tmpdir, "bad.safetensors");
+    FILE * f = fopen(path, "wb");
+    if (n) fwrite(data, 1, n, f);
+    fclose(f);
+    struct osc_safetensors * st = NULL;
+    enum oscar_status s = osc_safetensors_open(path, &st);
+    if (s == OSCAR_OK) {
+        for (int64_t i = 0; i < osc_safetensors_n_tensors(st); i++) {
+            const struct osc_st_tensor * t = osc_safetensors_tensor(st, i);
+            volatile uint8_t sum = 0;
+            for (size_t k = 0; k < t->nbytes; k++) sum ^= ((const uint8_t *) t->data)[k];
+        }
+        osc_safetensors_close(st);
+    } else {
+        assert_true(s == OSCAR_ERR_FORMAT || s == OSCAR_ERR_UNSUPPORTED);
+        if (!strstr(oscar_last_error(), path)) fail_msg("message lacks the file: %s", oscar_last_error());
+    }
+    free(path);
+    return s;
+}
+
+static enum oscar_status open_header(const char * json, size_t buf_bytes) {
+    uint8_t b[1024] = {0};
+    uint64_t n = strlen(json);
+    memcpy(b, &n, 8);
+    memcpy(b + 8, json, n);
+    return open_bytes(b, 8 + n + buf_bytes);
+}
+
+static void test_safetensors_bad(void ** state) {
+    (void) state;
+    const char * ok = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+    assert_int_equal(open_header(ok, 8), OSCAR_OK);
+    assert_int_equal(open_header(ok, 7), OSCAR_ERR_FORMAT);  // past the end
+    assert_int_equal(open_header(ok, 9), OSCAR_ERR_FORMAT);  // trailing byte
+    assert_int_equal(open_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8),
+                     OSCAR_ERR_FORMAT);
+    assert_non_null(strstr(oscar_last_error(), "'a'"));
+    assert_int_equal(open_header("{\"a\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8),
+                     OSCAR_ERR_UNSUPPORTED);
+    assert_int_equal(open_header("{\"a\":{\"dtype\":\"Q9\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8),
+                     OSCAR_ERR_FORMAT);
+    assert_int_equal(open_header("{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+                                 "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]}}", 6),
+                     OSCAR_ERR_FORMAT); // overlap
+    assert_int_equal(open_header("{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]}}", 4),
+                     OSCAR_ERR_FORMAT); // hole
+    assert_int_equal(open_header("{\"a\":{\"dtype\":\"U8\",\"shape\":[4611686018427387904,4],"
+                                 "\"data_offsets\":[0,0]}}", 0), OSCAR_ERR_FORMAT); // overflow
+    assert_int_equal(open_header("{\"a\":1,\"a\":2}", 0), OSCAR_ERR_FORMAT);          // duplicate keys
+    assert_int_equal(open_header("{\"__metadata__\":{\"k\":1}}", 0), OSCAR_ERR_FORMAT);
+    assert_int_equal(open_header("[1]", 0), OSCAR_ERR_FORMAT);
+    assert_int_equal(open_header("{\"a\":{\"dtype\":\"U8\",\"shape\":[1,2,3,4,5,6,7,8,9],\"data_offsets\":[0,0]}}", 0),
+                     OSCAR_ERR_FORMAT);
+    uint8_t huge[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, '{', '}'};
+    assert_int_equal(open_bytes(huge, 16), OSCAR_ERR_FORMAT);
+    // every truncation of a valid file and random byte flips
+    uint8_t b[256] = {0};
+    uint64_t n = strlen(ok);
+    memcpy(b, &n, 8);
+    memcpy(b + 8, ok, n);
+    size_t total = 8 + n + 8;
+    for (size_t k = 0; k < total; k++) assert_int_not_equal(open_bytes(b, k), OSCAR_OK);
+    unsigned seed = (unsigned) time(NULL);
+    printf("safetensors flip seed %u\n", seed);
+    srand(seed);
+    for (int it = 0; it < 500; it++) {
+        uint8_t c[256];
+        memcpy(c, b, total);
+        c[(size_t) rand() % total] = (uint8_t) rand();
+        open_bytes(c, total);
+    }
+}
+
+static enum oscar_status parse_cfg(const char * json) {
+    struct oscar_model_config c;
+    return osc_hf_config_parse(json, strlen(json), "cfg.json", &c);
+}
+
+static void test_hf_config(void ** state) {
+    (void) state;
+    struct oscar_model_config c;
+    const char * q3 = "{\"architectures\":[\"Qwen3ForCausalLM\"],\"model_type\":\"qwen3\",\"hidden_size\":64,"
+                      "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,"
+                      "\"intermediate_size\":96,\"vocab_size\":100,\"rope_theta\":1000000,\"rms_norm_eps\":1e-6,"
+                      "\"tie_word_embeddings\":true,\"max_position_embeddings\":40960,\"sliding_window\":4096,"
+                      "\"use_sliding_window\":false,\"rope_scaling\":null}";
+    assert_int_equal(osc_hf_config_parse(q3, strlen(q3), "q3.json", &c), OSCAR_OK);
+    assert_int_equal(c.arch, OSCAR_ARCH_QWEN3);
+    assert_int_equal(c.head_dim, 32);
+    assert_int_equal(c.n_head_kv, 2);
+    assert_true(c.qk_norm && !c.qkv_bias && c.tied_embeddings);
+    assert_true(c.rope_theta == 1e6f);
+    assert_int_equal(c.n_ctx_train, 40960);
+    const char * l = "{\"model_type\":\"llama\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+                     "\"num_attention_heads\":4,\"intermediate_size\":96,\"vocab_size\":100}";
+    assert_int_equal(osc_hf_config_parse(l, strlen(l), "l.json", &c), OSCAR_OK);
+    assert_int_equal(c.n_head_kv, 4);  // default = heads
+    assert_int_equal(c.head_dim, 16);  // default = hidden / heads
+    assert_false(c.tied_embeddings);
+    assert_int_equal(parse_cfg("{\"model_type\":\"gemma3\"}"), OSCAR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(oscar_last_error(), "cfg.json"));
+    assert_non_null(strstr(oscar_last_error(), "gemma3"));
+    assert_int_equal(parse_cfg("{\"model_type\":\"llama\",\"architectures\":[\"Qwen2ForCausalLM\"]}"),
+                     OSCAR_ERR_UNSUPPORTED);
+    assert_int_equal(parse_cfg("{\"model_type\":\"llama\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+                               "\"num_attention_heads\":4,\"intermediate_size\":96,\"vocab_size\":100,"
+                               "\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8}}"), OSCAR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(oscar_last_error(), "llama3"));
+    assert_int_equal(parse_cfg("{\"model_type\":\"mistral\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+                               "\"num_attention_heads\":4,\"intermediate_size\":96,\"vocab_size\":100,"
+                               "\"sliding_window\":4096}"), OSCAR_ERR_UNSUPPORTED);
+    assert_int_equal(parse_cfg("{\"model_type\":\"qwen2\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+                               "\"num_attention_heads\":4,\"intermediate_size\":96,\"vocab_size\":100,"
+                               "\"sliding_window\":4096,\"use_sliding_window\":true}"), OSCAR_ERR_UNSUPPORTED);
+    assert_int_equal(parse_cfg("{\"model_type\":\"llama\",\"hidden_size\":64}"), OSCAR_ERR_FORMAT);
+    assert_non_null(strstr(oscar_last_error(), "num_hidden_layers"));
+    assert_int_equal(parse_cfg("{\"model_type\":\"llama\",\"hidden_size\":-64,\"num_hidden_layers\":2,"
+                               "\"num_attention_heads\":4,\"intermediate_size\":96,\"vocab_size\":100}"),
+                     OSCAR_ERR_FORMAT);
+    assert_int_equal(parse_cfg("{\"model_type\":\"llama\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+                               "\"num_attention_heads\":4,\"num_key_value_heads\":3,\"intermediate_size\":96,"
+                               "\"vocab_size\":100}"), OSCAR_ERR_FORMAT);
+    assert_int_equal(parse_cfg("{\"model_type\":"), OSCAR_ERR_FORMAT);
+    assert_int_equal(parse_cfg("[]"), OSCAR_ERR_FORMAT);
+}
+
+static void test_load_errors(void ** state) {
+    (void) state;
+    struct oscar_model * m = NULL;
+    assert_int_equal(oscar_model_load("/nonexistent/model.gguf", &m), OSCAR_ERR_NOT_FOUND);
+    // an HF dir whose config disagrees with the tensors
+    char * dir = osc_path_join(tmpdir, "hfbad");
+    assert_int_equal(osc_mkdirs(dir), OSCAR_OK);
+    char * cfg = osc_path_join(dir, "config.json");
+    const char * j = "{\"model_type\":\"llama\",\"hidden_size\":16,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+                     "\"num_key_value_heads\":2,\"intermediate_size\":25,\"vocab_size\":40}";
+    assert_int_equal(osc_write_file_atomic(cfg, j, strlen(j)), OSCAR_OK);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "cp tests/fixtures/model/hf/model.safetensors '%s/'", dir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(oscar_model_load(dir, &m), OSCAR_ERR_FORMAT);
+    assert_non_null(strstr(oscar_last_error(), "mlp.gate_proj.weight"));
+    assert_null(m);
+    // GGUF whose architecture is unknown: the gguf oracle fixture ("testarch")
+    assert_int_equal(oscar_model_load("tests/fixtures/gguf/types.gguf", &m), OSCAR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(oscar_last_error(), "testarch"));
+    free(cfg);
+    free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sha256),
+        cmocka_unit_test(test_gguf_vs_hf),
+        cmocka_unit_test(test_random_model),
+        cmocka_unit_test(test_safetensors_roundtrip),
+        cmocka_unit_test(test_safetensors_bad),
+        cmocka_unit_test(test_hf_config),
+        cmocka_unit_test(test_load_errors),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
