@@ -10,7 +10,7 @@ M=$C/models/SmolLM2-135M-Instruct.Q4_1.gguf
 PY=$C/venv/bin/python
 [ -f "$M" ] && [ -x "$PY" ] || { echo "skip: model or venv missing"; exit 77; }
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-"$B/bin/oscar-verify-mkartifact" "$M" "$C/corpora/austen/prideprejudice.txt" 8192 512 "$T/art" >/dev/null
+"$B/bin/oscar-verify-mkartifact" "$M" "$C/corpora/austen/prideprejudice.txt" 4096 512 "$T/art" >/dev/null
 "$B/bin/oscar-verify" --model "$M" --rotations "$T/art" --corpus "$C/corpora/austen/persuasion.txt" \
     --ctx 2048 --tokens 2048 --sink 32 --recent 128 --metric-tokens 384 \
     --methods bf16,naive,hadamard,oscar --report "$T/rep" --update-card --quiet
