@@ -1,0 +1,334 @@
+// kv-transform.c - the tiering rule (method.md §11) and the per-row KV
+// transforms of every method (rotate, bf16, quantize, dequantize, rotate back).
+//
+// Pure CPU reference; refuses sequences that do not start at position 0 and
+// head dims above OSCAR_MAX_HEAD_DIM. See metrics.h for the definitions.
+#include "verify/metrics.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rotation/rotation.h"
+
+// ---- tiering ---------------------------------------------------------------------------
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+void oscar_tier_int2_range(const struct oscar_tiering * tr, int64_t t, int64_t len, int64_t * lo, int64_t * hi) {
+    int64_t P = tr->n_sink, R = tr->n_recent, NQ = tr->n_flush > 0 ? tr->n_flush : 1;
+    int64_t l = 0, h = 0;
+    switch (tr->mode) {
+    case OSCAR_TIERS_NONE:
+        l = 0, h = len;
+        break;
+    case OSCAR_TIERS_STATIC: {
+        int64_t H = min64(max64(len - P, 0), R);
+        l = min64(len, P), h = len - H;
+        break;
+    }
+    case OSCAR_TIERS_DECODE: {
+        int64_t S0 = min64(tr->prompt_len > 0 ? tr->prompt_len : P, len);
+        if (t < S0) break;                           // prefill: the chunk attends to itself in bf16
+        int64_t H0 = min64(max64(S0 - P, 0), R);
+        l = min64(S0, P), h = S0 - H0;               // prefill INT2 middle
+        int64_t c0 = max64(0, R + NQ - 1 - H0);
+        if (R > 0 && t >= S0 + c0) {
+            int64_t F = S0 + c0 + ((t - S0 - c0) / NQ) * NQ;   // last flush step <= t
+            h = F - R + 1;
+        }
+        break;
+    }
+    }
+    if (h < l) h = l;
+    if (tr->block > 1) h = l + ((h - l) / tr->block) * tr->block;
+    *lo = l, *hi = h;
+}
+
+bool oscar_tier_is_int2(const struct oscar_tiering * tr, int64_t p, int64_t t, int64_t len) {
+    int64_t lo, hi;
+    oscar_tier_int2_range(tr, t, len, &lo, &hi);
+    return p >= lo && p < hi;
+}
+
+bool oscar_tier_from_prefill(const struct oscar_tiering * tr, int64_t p, int64_t len) {
+    if (tr->mode != OSCAR_TIERS_DECODE) return true;
+    int64_t S0 = min64(tr->prompt_len > 0 ? tr->prompt_len : tr->n_sink, len);
+    int64_t H0 = min64(max64(S0 - tr->n_sink, 0), tr->n_recent);
+    return p < S0 - H0;
+}
+
+// ---- rotation helpers ----------------------------------------------------------------
+void oscar_kv_rotate_row(const float * R, int32_t D, const float * x, float * y, bool transpose) {
+    for (int32_t j = 0; j < D; j++) {
+        double s = 0.0;
+        if (transpose)
+            for (int32_t i = 0; i < D; i++) s += (double) x[i] * (double) R[(size_t) j * D + i];
+        else
+            for (int32_t i = 0; i < D; i++) s += (double) x[i] * (double) R[(size_t) i * D + j];
+        y[j] = (float) s;
+    }
+}
+
+static const float * rot_matrix(const struct oscar_kv_transform * tf, bool is_k, int32_t layer, int32_t h) {
+    const float * base = is_k ? tf->k_rotation : tf->v_rotation;
+    size_t DD = (size_t) tf->head_dim * tf->head_dim;
+    size_t nr = tf->rot_per_head ? (size_t) tf->n_head_kv : 1;
+    return base + ((size_t) layer * nr + (tf->rot_per_head ? (size_t) h : 0)) * DD;
+}
+
+static void rotate(const struct oscar_kv_transform * tf, bool is_k, int32_t layer, int32_t h, const float * x,
+                   float * y, bool inverse) {
+    int32_t D = tf->head_dim;
+    switch (tf->rot) {
+    case OSCAR_ROT_IDENTITY:
+        memcpy(y, x, sizeof(float) * (size_t) D);
+        break;
+    case OSCAR_ROT_HADAMARD:   // H = Hᵀ
+        memcpy(y, x, sizeof(float) * (size_t) D);
+        oscar_fwht_f32(y, D);
+        break;
+    case OSCAR_ROT_MATRIX:
+        oscar_kv_rotate_row(rot_matrix(tf, is_k, layer, h), D, x, y, inverse);
+        break;
+    }
+}
+
+static double clip_ratio(const struct oscar_kv_transform * tf, bool is_k, int32_t layer, int32_t h) {
+    const float * arr = is_k ? tf->k_clip_layer : tf->v_clip_layer;
+    if (!arr) return is_k ? tf->k_clip : tf->v_clip;
+    int32_t nc = tf->clip_per_head ? tf->n_head_kv : 1;
+    return arr[(size_t) layer * nc + (tf->clip_per_head ? h : 0)];
+}
+
+// ---- presets -------------------------------------------------------------------------------
+enum oscar_status oscar_kv_transform_check(const struct oscar_kv_transform * tf) {
+    int32_t D = tf->head_dim;
+    if (tf->n_layer < 1 || tf->n_head_kv < 1 || D < 4 || D > OSCAR_MAX_HEAD_DIM || D % 4)
+        return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': bad shape L %d Hkv %d D %d", tf->name, tf->n_layer,
+                         tf->n_head_kv, D);
+    if (tf->rot == OSCAR_ROT_HADAMARD && !oscar_is_pow2(D))
+        return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': Hadamard needs a power-of-two head_dim, got %d",
+                         tf->name, D);
+    if (tf->rot == OSCAR_ROT_MATRIX && (!tf->k_rotation || !tf->v_rotation))
+        return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': rotation matrices missing (need --rotations)",
+                         tf->name);
+    if (tf->quant == OSCAR_KVQ_INT2) {
+        struct oscar_int2_params p = tf->int2;
+        p.clip_ratio = 0;
+        enum oscar_status st = oscar_int2_params_check(&p);
+        if (st != OSCAR_OK) return st;
+    }
+    if (tf->quant == OSCAR_KVQ_INT4_BDH && (!oscar_is_pow2(tf->int4_order) || D % tf->int4_order))
+        return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': INT4 Hadamard order %d must divide D %d", tf->name,
+                         tf->int4_order, D);
+    if (tf->quant == OSCAR_KVQ_KIVI &&
+        (tf->kivi.k_block_tokens < 4 || tf->kivi.k_block_tokens % 4 || D % tf->kivi.v_group_size))
+        return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': bad KIVI block %d / group %d", tf->name,
+                         tf->kivi.k_block_tokens, tf->kivi.v_group_size);
+    if (tf->tiers.n_sink < 0 || tf->tiers.n_recent < 0 || tf->tiers.n_flush < 1)
+        return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': bad tiering sink %lld recent %lld flush %d", tf->name,
+                         (long long) tf->tiers.n_sink, (long long) tf->tiers.n_recent, tf->tiers.n_flush);
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_kv_transform_preset(const char * name, int32_t n_layer, int32_t n_head_kv,
+                                            int32_t head_dim, int32_t group_size,
+                                            enum oscar_quant_meta_dtype meta_dtype,
+                                            const struct oscar_tiering * tiers, bool rot_per_head,
+                                            const float * k_rot, const float * v_rot, bool clip_per_head,
+                                            const float * k_clip, const float * v_clip,
+                                            struct oscar_kv_transform * out) {
+    struct oscar_kv_transform t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "%s", name);
+    t.n_layer = n_layer, t.n_head_kv = n_head_kv, t.head_dim = head_dim;
+    t.int2 = oscar_int2_default_params(head_dim);
+    t.int2.group_size = group_size > 0 ? group_size : head_dim;
+    t.int2.meta_dtype = meta_dtype;
+    t.int2.clip_algo = OSCAR_CLIP_SORT;
+    t.demote_clip_algo = OSCAR_CLIP_FLUSH;
+    t.int4_order = head_dim < 128 ? head_dim : 128;
+    t.kivi = oscar_kivi_default_params(head_dim);
+    t.hp_bf16 = true;
+    t.tiers = *tiers;
+    t.tiers.block = 1;
+    if (!strcmp(name, "bf16")) {
+        t.quant = OSCAR_KVQ_IDENTITY, t.hp_bf16 = false;
+    } else if (!strcmp(name, "naive")) {
+        t.quant = OSCAR_KVQ_INT2, t.int2.scheme = OSCAR_INT2_SYM;
+    } else if (!strcmp(name, "hadamard")) {
+        t.quant = OSCAR_KVQ_INT2, t.rot = OSCAR_ROT_HADAMARD;
+    } else if (!strcmp(name, "oscar") || !strcmp(name, "oscar-searched") || !strcmp(name, "oscar-lm")) {
+        t.quant = OSCAR_KVQ_INT2, t.rot = OSCAR_ROT_MATRIX;
+        t.rot_per_head = rot_per_head, t.k_rotation = k_rot, t.v_rotation = v_rot;
+        t.k_clip = 0.96, t.v_clip = 0.92;
+        if (!strcmp(name, "oscar-searched")) {
+            if (!k_clip || !v_clip)
+                return osc_error(OSCAR_ERR_INVALID, "method oscar-searched: the artifact has no clip tensors");
+            t.k_clip_layer = k_clip, t.v_clip_layer = v_clip, t.clip_per_head = clip_per_head;
+        }
+        if (!strcmp(name, "oscar-lm")) t.int2.scheme = OSCAR_INT2_LLOYD_MAX, t.int2.group_size = head_dim;
+    } else if (!strcmp(name, "int4-bdh")) {
+        t.quant = OSCAR_KVQ_INT4_BDH;
+    } else if (!strcmp(name, "kivi")) {
+        t.quant = OSCAR_KVQ_KIVI, t.tiers.block = t.kivi.k_block_tokens;
+        t.kivi.meta_dtype = meta_dtype == OSCAR_META_F32 ? OSCAR_META_F16 : meta_dtype;
+    } else {
+        return osc_error(OSCAR_ERR_INVALID,
+                         "unknown method '%s' (bf16, naive, hadamard, oscar, oscar-searched, oscar-lm, int4-bdh, kivi)",
+                         name);
+    }
+    enum oscar_status st = oscar_kv_transform_check(&t);
+    if (st == OSCAR_OK) *out = t;
+    return st;
+}
+
+double oscar_kv_transform_bpe(const struct oscar_kv_transform * tf, int64_t ctx) {
+    int64_t P = tf->tiers.mode == OSCAR_TIERS_NONE ? 0 : tf->tiers.n_sink;
+    int64_t R = tf->tiers.mode == OSCAR_TIERS_NONE ? 0 : tf->tiers.n_recent;
+    int32_t D = tf->head_dim;
+    switch (tf->quant) {
+    case OSCAR_KVQ_IDENTITY:
+    case OSCAR_KVQ_BF16: return 16.0;
+    case OSCAR_KVQ_INT2: {
+        int32_t mb = 2 * 8 * (int32_t) oscar_meta_dtype_size(tf->int2.meta_dtype);
+        return oscar_bpe(2, mb, tf->int2.group_size > 0 ? tf->int2.group_size : D, P, R, ctx, 16);
+    }
+    case OSCAR_KVQ_INT4_BDH:
+        return oscar_bpe(4, 2 * 8 * (int32_t) oscar_meta_dtype_size(tf->int2.meta_dtype), D, P, R, ctx, 16);
+    case OSCAR_KVQ_KIVI: {
+        // K: one (scale, bias) per channel per B tokens; V: per Gv group. Mean of K and V.
+        double mb = 2.0 * 8.0 * (double) oscar_meta_dtype_size(tf->kivi.meta_dtype);
+        double bk = 2.0 + mb / tf->kivi.k_block_tokens, bv = 2.0 + mb / tf->kivi.v_group_size;
+        double b = 0.5 * (bk + bv);
+        double share = ctx > 0 ? (double) (P + R) / (double) ctx : 1.0;
+        if (share > 1.0) share = 1.0;
+        return b + share * (16.0 - b);
+    }
+    }
+    return 16.0;
+}
+
+// ---- one layer ---------------------------------------------------------------------------
+// One row of KV head h: hp (HP value) and, if want_q, q (INT2-tier value), unrotated.
+static enum oscar_status row_transform(const struct oscar_kv_transform * tf, bool is_k, int32_t layer, int32_t h,
+                                       bool prefill_path, const float * x, float * hp, float * qv, bool want_q,
+                                       struct oscar_quant_stats * st) {
+    int32_t D = tf->head_dim;
+    float xc[OSCAR_MAX_HEAD_DIM], y[OSCAR_MAX_HEAD_DIM], yq[OSCAR_MAX_HEAD_DIM];
+    uint8_t codes[OSCAR_MAX_HEAD_DIM / 2];
+    float meta[2 * OSCAR_MAX_HEAD_DIM];
+    const float * mu = (is_k && tf->k_mean) ? tf->k_mean + ((size_t) layer * tf->n_head_kv + h) * D : NULL;
+    for (int32_t d = 0; d < D; d++) xc[d] = mu ? x[d] - mu[d] : x[d];
+    if (tf->quant == OSCAR_KVQ_IDENTITY) {
+        memcpy(hp, x, sizeof(float) * (size_t) D);
+        if (want_q) memcpy(qv, x, sizeof(float) * (size_t) D);
+        return OSCAR_OK;
+    }
+    rotate(tf, is_k, layer, h, xc, y, false);
+    if (tf->hp_bf16 || tf->quant == OSCAR_KVQ_BF16) oscar_bf16_round_array(y, (size_t) D);
+    rotate(tf, is_k, layer, h, y, hp, true);
+    for (int32_t d = 0; d < D; d++) hp[d] = mu ? hp[d] + mu[d] : hp[d];
+    if (!want_q) return OSCAR_OK;
+    enum oscar_status s = OSCAR_OK;
+    switch (tf->quant) {
+    case OSCAR_KVQ_IDENTITY:
+    case OSCAR_KVQ_BF16:
+        memcpy(yq, y, sizeof(float) * (size_t) D);
+        break;
+    case OSCAR_KVQ_INT2: {
+        struct oscar_int2_params p = tf->int2;
+        p.clip_ratio = p.scheme == OSCAR_INT2_SYM ? 0.0 : clip_ratio(tf, is_k, layer, h);
+        if (!prefill_path) p.clip_algo = tf->demote_clip_algo;
+        if (!prefill_path && p.scheme == OSCAR_INT2_LLOYD_MAX) p.scheme = OSCAR_INT2_ASYM;   // §10: flush is uniform
+        s = oscar_int2_quantize_rows(&p, y, 1, codes, meta, st);
+        if (s == OSCAR_OK) s = oscar_int2_dequantize_rows(&p, codes, meta, 1, yq);
+        break;
+    }
+    case OSCAR_KVQ_INT4_BDH: {
+        // The quantizer rotates raw rows itself; dequantize with unrotate gives the row back.
+        struct oscar_int4_bdh_params p = {.head_dim = D, .hadamard_order = tf->int4_order,
+                                          .meta_dtype = tf->int2.meta_dtype};
+        s = oscar_int4_bdh_quantize_rows(&p, y, 1, codes, meta, st);
+        if (s == OSCAR_OK) s = oscar_int4_bdh_dequantize_rows(&p, codes, meta, 1, true, yq);
+        break;
+    }
+    case OSCAR_KVQ_KIVI:   // V rows only (K blocks are handled by the caller)
+        s = oscar_kivi_quantize_v_rows(&tf->kivi, y, 1, codes, meta, st);
+        if (s == OSCAR_OK) oscar_kivi_dequantize_v_rows(&tf->kivi, codes, meta, 1, yq);
+        break;
+    }
+    if (s != OSCAR_OK) return s;
+    rotate(tf, is_k, layer, h, yq, qv, true);
+    for (int32_t d = 0; d < D; d++) qv[d] = mu ? qv[d] + mu[d] : qv[d];
+    return OSCAR_OK;
+}
+
+// KIVI K of one sequence and KV head: full blocks of B rows from q0 over the
+// HP (rotated, bf16) values; rows outside full INT2-capable blocks keep HP.
+static enum oscar_status kivi_k_seq(const struct oscar_kv_transform * tf, int32_t h, int64_t len, int64_t hi,
+                                    int64_t q0, const float * k_hp, float * k_q, struct oscar_quant_stats * st) {
+    int32_t D = tf->head_dim, Hkv = tf->n_head_kv, B = tf->kivi.k_block_tokens;
+    size_t rs = (size_t) Hkv * D;
+    uint8_t * codes = malloc((size_t) D * B / 4);
+    float * meta = malloc(sizeof(float) * 2 * (size_t) D);
+    float * blk = malloc(sizeof(float) * (size_t) B * D);
+    enum oscar_status s = OSCAR_OK;
+    if (!codes || !meta || !blk) {
+        s = osc_error(OSCAR_ERR_NOMEM, "kivi: block scratch");
+        goto out;
+    }
+    (void) len;
+    for (int64_t b0 = q0; b0 + B <= hi; b0 += B) {
+        for (int32_t r = 0; r < B; r++) memcpy(blk + (size_t) r * D, k_hp + (size_t) (b0 + r) * rs + (size_t) h * D,
+                                               sizeof(float) * (size_t) D);
+        s = oscar_kivi_quantize_k_block(&tf->kivi, blk, D, codes, meta, st);
+        if (s != OSCAR_OK) goto out;
+        oscar_kivi_dequantize_k_block(&tf->kivi, codes, meta, k_q + (size_t) b0 * rs + (size_t) h * D, (int64_t) rs);
+    }
+out:
+    free(codes);
+    free(meta);
+    free(blk);
+    return s;
+}
+
+enum oscar_status oscar_kv_transform_layer(const struct oscar_kv_transform * tf, int32_t layer, int32_t n_tokens,
+                                           int32_t n_seq, const int32_t * seq_start, const float * k,
+                                           const float * v, float * k_hp, float * v_hp, float * k_q, float * v_q,
+                                           struct oscar_quant_stats * st) {
+    int32_t D = tf->head_dim, Hkv = tf->n_head_kv;
+    size_t rs = (size_t) Hkv * D;
+    if (layer < 0 || layer >= tf->n_layer)
+        return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': layer %d of %d", tf->name, layer, tf->n_layer);
+    if (seq_start[0] != 0 || seq_start[n_seq] != n_tokens)
+        return osc_error(OSCAR_ERR_INVALID, "kv transform: sequence boundaries do not cover %d tokens", n_tokens);
+    struct oscar_quant_stats stk = {0}, stv = {0};
+    for (int32_t s = 0; s < n_seq; s++) {
+        int64_t b = seq_start[s], len = seq_start[s + 1] - b, lo, hi;
+        oscar_tier_int2_range(&tf->tiers, len - 1, len, &lo, &hi);   // the largest INT2 set (t = len-1)
+        for (int64_t p = 0; p < len; p++)
+            for (int32_t h = 0; h < Hkv; h++) {
+                size_t o = (size_t) (b + p) * rs + (size_t) h * D;
+                bool want = p >= lo && p < hi, pre = oscar_tier_from_prefill(&tf->tiers, p, len);
+                bool want_k = want && tf->quant != OSCAR_KVQ_KIVI;
+                enum oscar_status e = row_transform(tf, true, layer, h, pre, k + o, k_hp + o, k_q + o, want_k, &stk);
+                if (e == OSCAR_OK) e = row_transform(tf, false, layer, h, pre, v + o, v_hp + o, v_q + o, want, &stv);
+                if (e != OSCAR_OK) return e;
+                if (!want_k) memcpy(k_q + o, k_hp + o, sizeof(float) * (size_t) D);
+                if (!want) memcpy(v_q + o, v_hp + o, sizeof(float) * (size_t) D);
+            }
+        if (tf->quant == OSCAR_KVQ_KIVI)
+            for (int32_t h = 0; h < Hkv; h++) {
+                enum oscar_status e = kivi_k_seq(tf, h, len, hi, lo, k_hp + (size_t) b * rs, k_q + (size_t) b * rs, &stk);
+                if (e != OSCAR_OK) return e;
+            }
+    }
+    if (st) {
+        st[0].n_rows += stk.n_rows, st[0].n_degenerate += stk.n_degenerate, st[0].n_clipped += stk.n_clipped;
+        st[1].n_rows += stv.n_rows, st[1].n_degenerate += stv.n_degenerate, st[1].n_clipped += stv.n_clipped;
+    }
+    return OSCAR_OK;
+}

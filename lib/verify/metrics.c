@@ -1,0 +1,316 @@
+// metrics.c - per-layer attention error metrics (method.md §16 recommendation)
+// and the simulated quantized-cache attention override.
+//
+// Both walk every (sequence, query head) pair in parallel; each pair writes its
+// own fp64 partial sums, reduced afterwards in a fixed order, so results do
+// not depend on the thread count. Refuses sequences that do not start at
+// position 0 (the tiering is defined per whole sequence).
+#include "verify/metrics.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float dotf(const float * a, const float * b, int32_t D) {
+    float s[8] = {0};
+    int32_t d = 0;
+    for (; d + 8 <= D; d += 8)
+        for (int32_t i = 0; i < 8; i++) s[i] += a[d + i] * b[d + i];
+    float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    for (; d < D; d++) r += a[d] * b[d];
+    return r;
+}
+
+static enum oscar_status check_input(const struct oscar_layer_input * in) {
+    if (in->n_head < 1 || in->n_head_kv < 1 || in->n_head % in->n_head_kv || in->head_dim < 1 ||
+        in->head_dim > OSCAR_MAX_HEAD_DIM || in->n_tokens < 0 || in->n_seq < 0)
+        return osc_error(OSCAR_ERR_INVALID, "verify metrics: layer %d: bad shape Hq %d Hkv %d D %d T %d", in->layer,
+                         in->n_head, in->n_head_kv, in->head_dim, in->n_tokens);
+    if (in->seq_start[0] != 0 || in->seq_start[in->n_seq] != in->n_tokens)
+        return osc_error(OSCAR_ERR_INVALID, "verify metrics: layer %d: sequences do not cover %d tokens", in->layer,
+                         in->n_tokens);
+    for (int32_t s = 0; s < in->n_seq; s++)
+        if (in->seq_start[s + 1] < in->seq_start[s])
+            return osc_error(OSCAR_ERR_INVALID, "verify metrics: layer %d: sequence %d has negative length",
+                             in->layer, s);
+    return OSCAR_OK;
+}
+
+struct pair_sums {
+    double logit_num, logit_den, kl;
+    int64_t n_pairs, n_pairs_int2;
+};
+
+// One (sequence, query head): exact and transformed attention for every query.
+// o/oh [T, Hq, D] rows of this head are written. sc, sh: [len] scratch (double).
+static void metrics_head(const struct oscar_layer_input * in, const struct oscar_tiering * tr, const float * k_hp,
+                         const float * v_hp, const float * k_q, const float * v_q, int32_t s, int32_t j,
+                         double * sc, double * sh, float * o, float * oh, struct pair_sums * ps) {
+    int32_t D = in->head_dim, Hq = in->n_head, Hkv = in->n_head_kv, h = j / (Hq / Hkv);
+    int64_t b = in->seq_start[s], len = in->seq_start[s + 1] - b;
+    size_t krs = (size_t) Hkv * D, qrs = (size_t) Hq * D;
+    double scale = 1.0 / sqrt((double) D);
+    double acc[OSCAR_MAX_HEAD_DIM], acch[OSCAR_MAX_HEAD_DIM];
+    memset(ps, 0, sizeof *ps);
+    for (int64_t t = 0; t < len; t++) {
+        const float * q = in->q + (size_t) (b + t) * qrs + (size_t) j * D;
+        int64_t lo, hi;
+        oscar_tier_int2_range(tr, t, len, &lo, &hi);
+        double m = -INFINITY, mh = -INFINITY;
+        for (int64_t p = 0; p <= t; p++) {
+            size_t ko = (size_t) (b + p) * krs + (size_t) h * D;
+            bool i2 = p >= lo && p < hi;
+            double x = (double) dotf(q, in->k + ko, D) * scale;
+            double y = (double) dotf(q, (i2 ? k_q : k_hp) + ko, D) * scale;
+            sc[p] = x, sh[p] = y;
+            ps->logit_num += (y - x) * (y - x), ps->logit_den += x * x;
+            ps->n_pairs_int2 += i2;
+            if (x > m) m = x;
+            if (y > mh) mh = y;
+        }
+        ps->n_pairs += t + 1;
+        double z = 0.0, zh = 0.0;
+        for (int64_t p = 0; p <= t; p++) z += exp(sc[p] - m), zh += exp(sh[p] - mh);
+        double lz = m + log(z), lzh = mh + log(zh), kl = 0.0;
+        for (int32_t d = 0; d < D; d++) acc[d] = 0.0, acch[d] = 0.0;
+        for (int64_t p = 0; p <= t; p++) {
+            size_t ko = (size_t) (b + p) * krs + (size_t) h * D;
+            bool i2 = p >= lo && p < hi;
+            double lp = sc[p] - lz, lph = sh[p] - lzh, pp = exp(lp), pph = exp(lph);
+            kl += pp * (lp - lph);
+            const float * vv = in->v + ko, * vh = (i2 ? v_q : v_hp) + ko;
+            for (int32_t d = 0; d < D; d++) acc[d] += pp * (double) vv[d], acch[d] += pph * (double) vh[d];
+        }
+        ps->kl += kl > 0.0 ? kl : 0.0;   // KL >= 0; tiny negative values are rounding
+        float * od = o + (size_t) (b + t) * qrs + (size_t) j * D, * ohd = oh + (size_t) (b + t) * qrs + (size_t) j * D;
+        for (int32_t d = 0; d < D; d++) od[d] = (float) acc[d], ohd[d] = (float) acch[d];
+    }
+}
+
+static double sq_rows(const float * a, const float * b, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = b ? (double) a[i] - (double) b[i] : (double) a[i];
+        s += d * d;
+    }
+    return s;
+}
+
+enum oscar_status oscar_verify_metrics_explicit(const struct oscar_layer_input * in,
+                                                const struct oscar_tiering * tr, const float * k_hp,
+                                                const float * v_hp, const float * k_q, const float * v_q,
+                                                int32_t n_threads, struct oscar_layer_metrics * out) {
+    enum oscar_status st = check_input(in);
+    if (st != OSCAR_OK) return st;
+    memset(out, 0, sizeof *out);
+    int32_t T = in->n_tokens, Hq = in->n_head, Hkv = in->n_head_kv, D = in->head_dim, C = in->n_embd;
+    size_t krs = (size_t) Hkv * D, qrs = (size_t) Hq * D;
+    int32_t maxlen = 0;
+    for (int32_t s = 0; s < in->n_seq; s++)
+        if (in->seq_start[s + 1] - in->seq_start[s] > maxlen) maxlen = in->seq_start[s + 1] - in->seq_start[s];
+    int32_t nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+    int64_t npairs = (int64_t) in->n_seq * Hq;
+    float * o = malloc(sizeof(float) * ((size_t) T * qrs + 1));
+    float * oh = malloc(sizeof(float) * ((size_t) T * qrs + 1));
+    double * scr = malloc(sizeof(double) * 2 * ((size_t) maxlen + 1) * (size_t) nt);
+    struct pair_sums * ps = calloc((size_t) npairs + 1, sizeof *ps);
+    float * y = NULL, * yh = NULL;
+    if (!o || !oh || !scr || !ps) {
+        st = osc_error(OSCAR_ERR_NOMEM, "verify metrics: layer %d: scratch for %d tokens", in->layer, T);
+        goto out;
+    }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int64_t i = 0; i < npairs; i++) {
+        double * sc = scr + (size_t) omp_get_thread_num() * 2 * ((size_t) maxlen + 1);
+        metrics_head(in, tr, k_hp, v_hp, k_q, v_q, (int32_t) (i / Hq), (int32_t) (i % Hq), sc, sc + maxlen + 1, o,
+                     oh, &ps[i]);
+    }
+    for (int64_t i = 0; i < npairs; i++) {
+        out->logit_num += ps[i].logit_num, out->logit_den += ps[i].logit_den, out->kl_sum += ps[i].kl;
+        out->n_pairs += ps[i].n_pairs * 1, out->n_pairs_int2 += ps[i].n_pairs_int2;
+    }
+    out->n_queries = (int64_t) T * Hq;
+    // K/V relative MSE: each row as the end of its sequence sees it.
+    for (int32_t s = 0; s < in->n_seq; s++) {
+        int64_t b = in->seq_start[s], len = in->seq_start[s + 1] - b, lo, hi;
+        oscar_tier_int2_range(tr, len - 1, len, &lo, &hi);
+        for (int64_t p = 0; p < len; p++) {
+            bool i2 = p >= lo && p < hi;
+            size_t ko = (size_t) (b + p) * krs;
+            out->k_err += sq_rows((i2 ? k_q : k_hp) + ko, in->k + ko, krs);
+            out->v_err += sq_rows((i2 ? v_q : v_hp) + ko, in->v + ko, krs);
+            out->k_ref += sq_rows(in->k + ko, NULL, krs);
+            out->v_ref += sq_rows(in->v + ko, NULL, krs);
+            out->n_rows += Hkv, out->n_rows_int2 += i2 ? Hkv : 0;
+        }
+    }
+    if (in->wo && T > 0) {
+        // y = o·W_Oᵀ [T, C]; diff through W_O: (ô − o)·W_Oᵀ.
+        y = malloc(sizeof(float) * (size_t) T * C), yh = malloc(sizeof(float) * (size_t) T * C);
+        if (!y || !yh) {
+            st = osc_error(OSCAR_ERR_NOMEM, "verify metrics: layer %d: W_O output", in->layer);
+            goto out;
+        }
+        for (size_t i = 0; i < (size_t) T * qrs; i++) oh[i] -= o[i];
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, C, (int) qrs, 1.0f, o, (int) qrs, in->wo, (int) qrs,
+                    0.0f, y, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, C, (int) qrs, 1.0f, oh, (int) qrs, in->wo, (int) qrs,
+                    0.0f, yh, C);
+        out->out_num = sq_rows(yh, NULL, (size_t) T * C);
+        out->out_den = sq_rows(y, NULL, (size_t) T * C);
+    }
+    oscar_layer_metrics_finish(out);
+out:
+    free(o);
+    free(oh);
+    free(scr);
+    free(ps);
+    free(y);
+    free(yh);
+    return st;
+}
+
+static double ratio(double a, double b) { return b > 0.0 ? a / b : 0.0; }
+
+void oscar_layer_metrics_finish(struct oscar_layer_metrics * m) {
+    m->k_rel_mse = ratio(m->k_err, m->k_ref);
+    m->v_rel_mse = ratio(m->v_err, m->v_ref);
+    m->logit_err = ratio(m->logit_num, m->logit_den);
+    m->kl = m->n_queries > 0 ? m->kl_sum / (double) m->n_queries : 0.0;
+    m->out_rel = ratio(m->out_num, m->out_den);
+}
+
+void oscar_layer_metrics_add(struct oscar_layer_metrics * d, const struct oscar_layer_metrics * s) {
+    d->k_err += s->k_err, d->k_ref += s->k_ref, d->v_err += s->v_err, d->v_ref += s->v_ref;
+    d->logit_num += s->logit_num, d->logit_den += s->logit_den, d->kl_sum += s->kl_sum;
+    d->out_num += s->out_num, d->out_den += s->out_den;
+    d->n_rows += s->n_rows, d->n_rows_int2 += s->n_rows_int2, d->n_queries += s->n_queries;
+    d->n_pairs += s->n_pairs, d->n_pairs_int2 += s->n_pairs_int2;
+    oscar_layer_metrics_finish(d);
+}
+
+enum oscar_status oscar_verify_layer_metrics(const struct oscar_kv_transform * tf,
+                                             const struct oscar_layer_input * in, int32_t n_threads,
+                                             struct oscar_layer_metrics * out) {
+    enum oscar_status st = check_input(in);
+    if (st != OSCAR_OK) return st;
+    if (in->n_head_kv != tf->n_head_kv || in->head_dim != tf->head_dim)
+        return osc_error(OSCAR_ERR_INVALID, "verify metrics: layer %d: transform '%s' is for Hkv %d D %d, input has %d/%d",
+                         in->layer, tf->name, tf->n_head_kv, tf->head_dim, in->n_head_kv, in->head_dim);
+    size_t n = (size_t) in->n_tokens * in->n_head_kv * in->head_dim + 1;
+    float * buf = malloc(sizeof(float) * 4 * n);
+    if (!buf) return osc_error(OSCAR_ERR_NOMEM, "verify metrics: layer %d: %d tokens", in->layer, in->n_tokens);
+    st = oscar_kv_transform_layer(tf, in->layer, in->n_tokens, in->n_seq, in->seq_start, in->k, in->v, buf, buf + n,
+                                  buf + 2 * n, buf + 3 * n, NULL);
+    if (st == OSCAR_OK)
+        st = oscar_verify_metrics_explicit(in, &tf->tiers, buf, buf + n, buf + 2 * n, buf + 3 * n, n_threads, out);
+    free(buf);
+    return st;
+}
+
+// ---- the attention override ------------------------------------------------------------
+struct oscar_kv_sim {
+    struct oscar_kv_transform tf;
+    int32_t n_head, n_threads, max_tokens;
+    float * k_hp, * v_hp, * k_q, * v_q;   // [max_tokens, Hkv, D] each
+    float * scratch;                      // [n_threads, max_tokens]
+    struct oscar_quant_stats st[2];
+};
+
+enum oscar_status oscar_kv_sim_init(const struct oscar_kv_transform * tf, const struct oscar_model_config * cfg,
+                                    int32_t max_tokens, int32_t n_threads, struct oscar_kv_sim ** out) {
+    enum oscar_status st = oscar_kv_transform_check(tf);
+    if (st != OSCAR_OK) return st;
+    if (cfg->n_layer != tf->n_layer || cfg->n_head_kv != tf->n_head_kv || cfg->head_dim != tf->head_dim)
+        return osc_error(OSCAR_ERR_INVALID, "kv sim: transform '%s' (L %d Hkv %d D %d) does not fit model %s", tf->name,
+                         tf->n_layer, tf->n_head_kv, tf->head_dim, cfg->name);
+    struct oscar_kv_sim * s = calloc(1, sizeof *s);
+    if (!s) return osc_error(OSCAR_ERR_NOMEM, "kv sim");
+    s->tf = *tf;
+    s->n_head = cfg->n_head;
+    s->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
+    s->max_tokens = max_tokens;
+    size_t n = (size_t) max_tokens * tf->n_head_kv * tf->head_dim + 1;
+    s->k_hp = malloc(sizeof(float) * 4 * n);
+    s->scratch = malloc(sizeof(float) * ((size_t) max_tokens + 1) * (size_t) s->n_threads);
+    if (!s->k_hp || !s->scratch) {
+        oscar_kv_sim_free(s);
+        return osc_error(OSCAR_ERR_NOMEM, "kv sim: buffers for %d tokens", max_tokens);
+    }
+    s->v_hp = s->k_hp + n, s->k_q = s->k_hp + 2 * n, s->v_q = s->k_hp + 3 * n;
+    *out = s;
+    return OSCAR_OK;
+}
+
+void oscar_kv_sim_free(struct oscar_kv_sim * s) {
+    if (!s) return;
+    free(s->k_hp);
+    free(s->scratch);
+    free(s);
+}
+
+void oscar_kv_sim_stats(const struct oscar_kv_sim * s, struct oscar_quant_stats * k, struct oscar_quant_stats * v) {
+    if (k) *k = s->st[0];
+    if (v) *v = s->st[1];
+}
+
+// Query row t of head j in sequence [b, b+len): softmax over keys p <= t, each
+// taken from the INT2 or HP buffers per the tiering. out [D].
+static void sim_query(const struct oscar_kv_sim * s, const float * q, int32_t h, int64_t b, int64_t t, int64_t lo,
+                      int64_t hi, float * sc, float * out) {
+    int32_t D = s->tf.head_dim;
+    size_t rs = (size_t) s->tf.n_head_kv * D;
+    float scale = (float) (1.0 / sqrt((double) D)), m = -INFINITY;
+    for (int64_t p = 0; p <= t; p++) {
+        bool i2 = p >= lo && p < hi;
+        float x = dotf(q, (i2 ? s->k_q : s->k_hp) + (size_t) (b + p) * rs + (size_t) h * D, D) * scale;
+        sc[p] = x;
+        if (x > m) m = x;
+    }
+    double z = 0.0;
+    float acc[OSCAR_MAX_HEAD_DIM] = {0};
+    for (int64_t p = 0; p <= t; p++) {
+        bool i2 = p >= lo && p < hi;
+        float w = expf(sc[p] - m);
+        z += (double) w;
+        const float * vv = (i2 ? s->v_q : s->v_hp) + (size_t) (b + p) * rs + (size_t) h * D;
+        for (int32_t d = 0; d < D; d++) acc[d] += w * vv[d];
+    }
+    float inv = (float) (1.0 / z);
+    for (int32_t d = 0; d < D; d++) out[d] = acc[d] * inv;
+}
+
+static enum oscar_status sim_attend(void * user, int32_t layer, const struct oscar_capture_layer * in, float * out) {
+    struct oscar_kv_sim * s = user;
+    int32_t T = in->n_tokens, Hq = s->n_head, Hkv = s->tf.n_head_kv, D = s->tf.head_dim, g = Hq / Hkv;
+    if (T > s->max_tokens)
+        return osc_error(OSCAR_ERR_INVALID, "kv sim: batch of %d tokens > %d", T, s->max_tokens);
+    for (int32_t q = 0; q < in->n_seq; q++)
+        if (in->pos[in->seq_start[q]] != 0)
+            return osc_error(OSCAR_ERR_UNSUPPORTED,
+                             "kv sim: layer %d: sequence %d starts at position %d; feed whole sequences", layer, q,
+                             in->pos[in->seq_start[q]]);
+    enum oscar_status st = oscar_kv_transform_layer(&s->tf, layer, T, in->n_seq, in->seq_start, in->k, in->v, s->k_hp,
+                                                    s->v_hp, s->k_q, s->v_q, s->st);
+    if (st != OSCAR_OK) return st;
+    int64_t n_rows = (int64_t) T * Hq;
+    const int32_t * ss = in->seq_start;
+    int32_t n_seq = in->n_seq;
+#pragma omp parallel for schedule(dynamic, 16) num_threads(s->n_threads)
+    for (int64_t r = 0; r < n_rows; r++) {
+        int32_t i = (int32_t) (r / Hq), j = (int32_t) (r % Hq), q = 0;
+        while (q + 1 < n_seq && ss[q + 1] <= i) q++;
+        int64_t b = ss[q], len = ss[q + 1] - b, t = i - b, lo, hi;
+        oscar_tier_int2_range(&s->tf.tiers, t, len, &lo, &hi);
+        sim_query(s, in->q + (size_t) r * D, j / g, b, t, lo, hi,
+                  s->scratch + (size_t) omp_get_thread_num() * ((size_t) s->max_tokens + 1), out + (size_t) r * D);
+    }
+    return OSCAR_OK;
+}
+
+struct oscar_attention_override oscar_kv_sim_override(struct oscar_kv_sim * s) {
+    struct oscar_attention_override o = {.attend = sim_attend, .user = s};
+    return o;
+}

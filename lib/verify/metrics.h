@@ -1,0 +1,208 @@
+// metrics.h - what a KV-cache transform does to attention (method.md §16
+// "Recommendation" definitions), the tiering that decides which rows are
+// quantized (method.md §11), and a simulated quantized-cache attention for the
+// forward pass (end-to-end perplexity).
+//
+// A "KV transform" describes one method completely: rotation (identity,
+// Hadamard, or explicit per-layer / per-KV-head matrices), quantizer (INT2 asym
+// with clip ratios, Lloyd-Max, naive symmetric INT2, INT4 block-Hadamard, KIVI
+// per-channel K, bf16 rounding, identity), the BF16 sink/recent tiering and
+// optional key-mean centring. Every row is rotated, (bf16-rounded,) quantized,
+// dequantized and rotated back, so all metrics are in the UNROTATED basis:
+// k̂ = Q(k·R)·Rᵀ. Queries are never rotated here (q·R·(k̂R)ᵀ = q·k̂ᵀ exactly).
+//
+// Tiering (struct oscar_tiering) decides, for query position t and key
+// position p of one sequence, whether the query sees the key's INT2 value
+// (k_q) or its high-precision value (k_hp). Modes:
+//   NONE    every key is INT2, including the query's own row.
+//   STATIC  the whole sequence was prefilled as ONE final chunk (method.md
+//           §11.3): keys in [min(len,P), len − min(max(len−P,0),R)) are INT2
+//           for every query; the rest BF16. "What decode sees after prefill".
+//   DECODE  the first S0 = prompt_len tokens are one final prefill chunk, then
+//           every later token is a decode step with page demotion (§11.4).
+//           A query t < S0 sees only bf16 rows (prefill attends to its chunk in
+//           bf16). For t >= S0, with q0 = min(S0,P), H0 = min(max(S0−P,0),R),
+//           c0 = max(0, R + N_Q − 1 − H0): key p is INT2 iff
+//             q0 <= p < S0 − H0                          (prefill INT2 middle), or
+//             p >= S0 − H0, t >= S0 + c0 and
+//             p <= S0 + c0 + floor((t − S0 − c0)/N_Q)·N_Q − R
+//           (flushes happen at L = S0 + c0 + m·N_Q and demote [L−R−N_Q+1, L−R],
+//           contiguous from the first recent position; tested against
+//           lib/attention's struct oscar_tier_sim token by token).
+//   block > 1 (KIVI): a block of `block` positions starting at q0 is INT2 only
+//   once its last row is INT2 (partial blocks stay BF16, like KIVI's residual).
+// Prefill-middle rows are quantized with int2.clip_algo (sort), decode-demoted
+// rows with demote_clip_algo (reference: OSCAR_CLIP_FLUSH = bisection).
+//
+// Metric definitions (per layer; sums over every query t, query head j, and
+// causal key p <= t of the same sequence):
+//   k_rel_mse = Σ‖k̃ − k‖² / Σ‖k‖²     k̃ = the row as the END of its sequence
+//   v_rel_mse = same for V               sees it (INT2 or HP value)
+//   logit_err = Σ (q·k̂_p − q·k_p)² / Σ (q·k_p)²   (k̂_p the value query t sees)
+//   kl        = mean over (t, j) of KL(softmax(q·Kᵀ/√D) ‖ softmax(q·K̂ᵀ/√D)), nats
+//   out_rel   = Σ‖(ô − o)·W_Oᵀ‖² / Σ‖o·W_Oᵀ‖²  (o: exact fp32 attention, ô: over
+//               the transformed cache; W_O [C, Hq·D], all heads together)
+// All sums fp64. Hidden drift needs a full forward and lives in the driver
+// (lib/verify/driver.h).
+//
+// Shapes: T tokens, Hq / Hkv heads, D head_dim, C n_embd, L layers. GQA is
+// contiguous: KV head h serves query heads [h·g, (h+1)·g), g = Hq/Hkv.
+#ifndef OSCAR_VERIFY_METRICS_H
+#define OSCAR_VERIFY_METRICS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+// ---- tiering --------------------------------------------------------------------
+enum oscar_tier_mode {
+    OSCAR_TIERS_NONE   = 0,
+    OSCAR_TIERS_STATIC = 1,
+    OSCAR_TIERS_DECODE = 2,
+};
+
+struct oscar_tiering {
+    enum oscar_tier_mode mode;
+    int64_t n_sink;      // P
+    int64_t n_recent;    // R
+    int32_t n_flush;     // N_Q (page size = flush period; reference 8)
+    int64_t prompt_len;  // S0 (DECODE); 0 means n_sink
+    int32_t block;       // KIVI K block (1 = per-token quantizers)
+};
+
+// Is key p INT2 for query t in a sequence of seq_len tokens (p <= t < seq_len)?
+bool oscar_tier_is_int2(const struct oscar_tiering * tr, int64_t p, int64_t t, int64_t seq_len);
+// The INT2 keys of query t are exactly [*lo, *hi) ∩ [0, t] (empty: lo == hi).
+void oscar_tier_int2_range(const struct oscar_tiering * tr, int64_t t, int64_t seq_len, int64_t * lo, int64_t * hi);
+// True if row p was written by the prefill path (else: decode demotion).
+bool oscar_tier_from_prefill(const struct oscar_tiering * tr, int64_t p, int64_t seq_len);
+
+// ---- KV transform ----------------------------------------------------------------------
+enum oscar_kvq {
+    OSCAR_KVQ_IDENTITY = 0, // no change (and no bf16 rounding of anything)
+    OSCAR_KVQ_BF16     = 1, // rows rounded to bf16
+    OSCAR_KVQ_INT2     = 2, // lib/quant INT2 (int2.scheme: ASYM, LLOYD_MAX, SYM)
+    OSCAR_KVQ_INT4_BDH = 3, // SAW-INT4: block Hadamard of order int4_order + per-row INT4 (K and V)
+    OSCAR_KVQ_KIVI     = 4, // per-channel K over blocks of kivi.k_block_tokens, per-token V groups
+};
+
+enum oscar_kv_rot {
+    OSCAR_ROT_IDENTITY = 0,
+    OSCAR_ROT_HADAMARD = 1, // normalized Sylvester H of size D (D a power of two)
+    OSCAR_ROT_MATRIX   = 2, // k_rotation / v_rotation below
+};
+
+struct oscar_kv_transform {
+    char name[32];
+    enum oscar_kvq quant;
+    enum oscar_kv_rot rot;
+    int32_t n_layer, n_head_kv, head_dim;
+    bool rot_per_head;              // matrices per (layer, KV head) instead of per layer
+    const float * k_rotation;       // [L, R, D, D], R = rot_per_head ? Hkv : 1 (not owned)
+    const float * v_rotation;       // same
+    struct oscar_int2_params int2;  // scheme, group size, meta dtype, prefill clip algo,
+                                    // bf16_dequant; clip_ratio is ignored (see below)
+    enum oscar_clip_algo demote_clip_algo;
+    double k_clip, v_clip;          // ratios when k_clip_layer / v_clip_layer are NULL
+    const float * k_clip_layer;     // [L, Nc] or NULL, Nc = clip_per_head ? Hkv : 1 (not owned)
+    const float * v_clip_layer;
+    bool clip_per_head;
+    int32_t int4_order;             // SAW-INT4 Hadamard order (power of two dividing D)
+    struct oscar_kivi_params kivi;
+    bool hp_bf16;                   // HP tiers hold bf16 rotated rows; INT2 quantizes bf16 rows
+    const float * k_mean;           // [L, Hkv, D] key mean (unrotated) or NULL (not owned)
+    struct oscar_tiering tiers;
+};
+
+// Named presets. "bf16" (identity: the exact model), "naive" (SYM INT2, no
+// rotation, no clip), "hadamard" (ASYM INT2, H, no clip), "oscar" (ASYM INT2,
+// k_rot/v_rot, fixed clips 0.96/0.92), "oscar-searched" (as oscar with the
+// per-layer clips k_clip/v_clip), "oscar-lm" (Lloyd-Max, G = D), "int4-bdh"
+// (order min(128, D)), "kivi" (B = 32, Gv = 32, f16 meta). Rotation/clip
+// arrays may be NULL for methods that do not use them (else INVALID).
+// group_size 0 = D. Tiering is copied from tiers.
+enum oscar_status oscar_kv_transform_preset(const char * name, int32_t n_layer, int32_t n_head_kv,
+                                            int32_t head_dim, int32_t group_size,
+                                            enum oscar_quant_meta_dtype meta_dtype,
+                                            const struct oscar_tiering * tiers, bool rot_per_head,
+                                            const float * k_rot, const float * v_rot, bool clip_per_head,
+                                            const float * k_clip, const float * v_clip,
+                                            struct oscar_kv_transform * out);
+enum oscar_status oscar_kv_transform_check(const struct oscar_kv_transform * tf);
+
+// y [D] = x [D]·R (transpose false) or x·Rᵀ, fp64 sums rounded once to fp32
+// (so the result does not depend on batching; tests use it to feed caches).
+void oscar_kv_rotate_row(const float * R, int32_t D, const float * x, float * y, bool transpose);
+
+// Effective bits per element at context ctx (method.md §14, configured metadata
+// width; hp 16 bits). bf16 gives 16.
+double oscar_kv_transform_bpe(const struct oscar_kv_transform * tf, int64_t ctx);
+
+// One layer's rows of n_seq complete sequences (each starting at position 0):
+// k, v [T, Hkv, D] -> k_hp, v_hp (the HP-tier value of every row) and k_q, v_q
+// (the INT2-tier value of every row that can be INT2 at some time, else a copy
+// of the HP value), all unrotated [T, Hkv, D]. The quantization path of a row
+// (prefill or demotion) follows tf->tiers. st (may be NULL): [2] = {K, V}, accumulated.
+enum oscar_status oscar_kv_transform_layer(const struct oscar_kv_transform * tf, int32_t layer, int32_t n_tokens,
+                                           int32_t n_seq, const int32_t * seq_start, const float * k,
+                                           const float * v, float * k_hp, float * v_hp, float * k_q, float * v_q,
+                                           struct oscar_quant_stats * st);
+
+// ---- per-layer metrics -------------------------------------------------------------
+struct oscar_layer_input {
+    int32_t layer;
+    int32_t n_tokens;            // T
+    int32_t n_seq;
+    const int32_t * seq_start;   // [n_seq + 1]; every sequence starts at position 0
+    const float * q;             // [T, Hq, D] post-RoPE
+    const float * k;             // [T, Hkv, D] post-RoPE
+    const float * v;             // [T, Hkv, D]
+    const float * wo;            // [C, Hq*D] or NULL (then out_rel is not computed)
+    int32_t n_head, n_head_kv, head_dim, n_embd;
+};
+
+struct oscar_layer_metrics {
+    double k_rel_mse, v_rel_mse, logit_err, kl, out_rel;   // finished values
+    // raw fp64 sums (oscar_layer_metrics_add / _finish):
+    double k_err, k_ref, v_err, v_ref, logit_num, logit_den, kl_sum, out_num, out_den;
+    int64_t n_rows;         // rows (tokens × KV heads) seen
+    int64_t n_rows_int2;    // of them INT2 at the end of their sequence
+    int64_t n_queries;      // (token, query head) pairs
+    int64_t n_pairs;        // causal (query, key) pairs × query heads
+    int64_t n_pairs_int2;   // of them attending to an INT2 value
+};
+
+// Transforms the layer's K/V with tf and computes every metric.
+// n_threads 0 = OpenMP default. Results do not depend on n_threads.
+enum oscar_status oscar_verify_layer_metrics(const struct oscar_kv_transform * tf,
+                                             const struct oscar_layer_input * in, int32_t n_threads,
+                                             struct oscar_layer_metrics * out);
+
+// The same with explicit transformed rows (any of k_q/v_q/k_hp/v_hp may be
+// the original k / v) and a tiering: for tests and custom perturbations.
+enum oscar_status oscar_verify_metrics_explicit(const struct oscar_layer_input * in,
+                                                const struct oscar_tiering * tiers, const float * k_hp,
+                                                const float * v_hp, const float * k_q, const float * v_q,
+                                                int32_t n_threads, struct oscar_layer_metrics * out);
+
+void oscar_layer_metrics_add(struct oscar_layer_metrics * dst, const struct oscar_layer_metrics * src);
+void oscar_layer_metrics_finish(struct oscar_layer_metrics * m);   // ratios from the sums
+
+// ---- simulated quantized-cache attention (for oscar_perplexity / forward) --------
+// An oscar_attention_override: every batch must hold complete sequences from
+// position 0 (whole perplexity windows). Each query attends to the HP or INT2
+// value of each key as tf->tiers says for that (key, query) pair, which equals
+// running the sequence through a serving cache (test-verify-sim checks this
+// against lib/attention's paged cache decoded token by token).
+struct oscar_kv_sim;
+enum oscar_status oscar_kv_sim_init(const struct oscar_kv_transform * tf, const struct oscar_model_config * cfg,
+                                    int32_t max_tokens, int32_t n_threads, struct oscar_kv_sim ** out);
+void oscar_kv_sim_free(struct oscar_kv_sim * s);
+struct oscar_attention_override oscar_kv_sim_override(struct oscar_kv_sim * s);
+// Quantizer statistics accumulated over all layers and calls (K and V).
+void oscar_kv_sim_stats(const struct oscar_kv_sim * s, struct oscar_quant_stats * k, struct oscar_quant_stats * v);
+
+#endif

@@ -1,0 +1,45 @@
+// report.h - oscar-verify results: report.json, per-layer SVG plot, markdown
+// summary, and the atomic model-card update. Schema: lib/verify/README.md.
+// Writes only through osc_write_file_atomic; never reads the model.
+#ifndef OSCAR_VERIFY_REPORT_H
+#define OSCAR_VERIFY_REPORT_H
+
+#include <stdint.h>
+
+#include "quant/quant.h"
+#include "verify/metrics.h"
+
+#define OSCAR_VERIFY_REPORT_VERSION 1
+
+struct oscar_verify_method {
+    char   name[32];
+    double bpe;                             // at the evaluated context
+    double nll_sum;                         // natural log
+    int64_t n_scored;
+    double ppl;
+    double seconds;                         // perplexity forward time of this method
+    struct oscar_layer_metrics * layers;    // [n_layer] (held-out slice)
+    double * drift;                         // [n_layer] hidden-state relative MSE after each layer
+    struct oscar_quant_stats k_stats, v_stats;
+};
+
+struct oscar_verify_report {
+    char model[512], model_name[128], rotations[512], corpus[512];
+    int32_t n_layer, ctx, sink, recent, n_flush, group_size, n_windows, metric_tokens;
+    char scale_dtype[16];
+    int64_t n_tokens;                       // corpus tokens available
+    double wall_seconds;
+    int32_t n_methods;
+    struct oscar_verify_method * methods;   // [n_methods]
+};
+
+enum oscar_status oscar_verify_write_json(const struct oscar_verify_report * r, const char * path);
+// Per-layer post-W_O relative error (log10 y axis), one polyline per method.
+enum oscar_status oscar_verify_write_svg(const struct oscar_verify_report * r, const char * path);
+// Markdown summary (malloc'ed, caller frees).
+enum oscar_status oscar_verify_markdown(const struct oscar_verify_report * r, char ** out);
+// Replaces the text between "<!-- oscar-verify:begin -->" and
+// "<!-- oscar-verify:end -->" in readme (appends the block when absent), atomically.
+enum oscar_status oscar_verify_update_card(const char * readme, const char * markdown);
+
+#endif

@@ -1,0 +1,298 @@
+// test-verify.c - lib/verify: metrics on cases with known answers, the tiering
+// rule against lib/attention's tier simulator, the simulated quantized-cache
+// attention against a token-by-token paged-cache decode, and quantized-cache
+// perplexity with every tier bf16 against plain perplexity.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention/attention.h"
+#include "attention/kv-cache.h"
+#include "rotation/rotation.h"
+#include "verify/metrics.h"
+
+#define SEED 12345u
+
+static uint64_t rng = SEED;
+static double urand(void) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double) (rng >> 11) / 9007199254740992.0;
+}
+static double nrand(void) { return sqrt(-2 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand()); }
+static float * rnd(size_t n, double s) {
+    float * x = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) x[i] = (float) (s * nrand());
+    return x;
+}
+
+enum { T = 96, HQ = 4, HKV = 2, D = 64, CE = 48 };
+
+struct layer { float * q, * k, * v, * wo; int32_t ss[3]; struct oscar_layer_input in; };
+static void make_layer(struct layer * l) {
+    l->q = rnd((size_t) T * HQ * D, 1.0), l->k = rnd((size_t) T * HKV * D, 1.0), l->v = rnd((size_t) T * HKV * D, 1.0);
+    l->wo = rnd((size_t) CE * HQ * D, 0.1);
+    l->ss[0] = 0, l->ss[1] = 40, l->ss[2] = T;   // two sequences
+    l->in = (struct oscar_layer_input){.layer = 0, .n_tokens = T, .n_seq = 2, .seq_start = l->ss, .q = l->q,
+                                       .k = l->k, .v = l->v, .wo = l->wo, .n_head = HQ, .n_head_kv = HKV,
+                                       .head_dim = D, .n_embd = CE};
+}
+static void free_layer(struct layer * l) { free(l->q), free(l->k), free(l->v), free(l->wo); }
+
+static const struct oscar_tiering none = {.mode = OSCAR_TIERS_NONE, .n_flush = 8, .block = 1};
+
+static void test_identity_zero(void ** state) {
+    (void) state;
+    printf("seed %u\n", SEED);
+    struct layer l;
+    make_layer(&l);
+    struct oscar_kv_transform tf;
+    assert_int_equal(oscar_kv_transform_preset("bf16", 1, HKV, D, 0, OSCAR_META_F32, &none, false, NULL, NULL, false,
+                                               NULL, NULL, &tf), OSCAR_OK);
+    struct oscar_layer_metrics m;
+    assert_int_equal(oscar_verify_layer_metrics(&tf, &l.in, 2, &m), OSCAR_OK);
+    // identity: every transformed value equals the original bit for bit, so every error sum is exactly 0
+    assert_true(m.k_err == 0 && m.v_err == 0 && m.logit_num == 0 && m.out_num == 0);
+    assert_true(m.kl == 0.0);
+    assert_int_equal(m.n_queries, T * HQ);
+    assert_int_equal(m.n_pairs, (int64_t) HQ * (40 * 41 / 2 + 56 * 57 / 2));
+    assert_true(m.k_ref > 0 && m.out_den > 0);
+    // a real quantizer gives a non-zero error on the same data
+    assert_int_equal(oscar_kv_transform_preset("naive", 1, HKV, D, 0, OSCAR_META_F32, &none, false, NULL, NULL, false,
+                                               NULL, NULL, &tf), OSCAR_OK);
+    assert_int_equal(oscar_verify_layer_metrics(&tf, &l.in, 2, &m), OSCAR_OK);
+    assert_true(m.k_rel_mse > 0.01 && m.kl > 0 && m.out_rel > 0.01);
+    free_layer(&l);
+}
+
+// V -> (1+eps) V: relMSE_V = eps^2, o -> (1+eps) o so post-W_O rel = eps^2, K untouched: KL = logit_err = 0.
+// K -> (1+eps) K: logit_err = eps^2 exactly (each logit scales by 1+eps).
+// Tolerance: the scaled copies are rounded to fp32 (relative 6e-8 per element), so eps^2 = 1e-4 is matched
+// to ~2*6e-8/eps = 1.2e-5 relative; attention sums in fp64 add < 1e-12. We allow 1e-4 relative (of eps^2).
+static void test_scaling(void ** state) {
+    (void) state;
+    struct layer l;
+    make_layer(&l);
+    const double eps = 0.01;
+    size_t n = (size_t) T * HKV * D;
+    float * vs = malloc(sizeof(float) * n), * ks = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) vs[i] = (float) ((double) l.v[i] * (1 + eps)), ks[i] = (float) ((double) l.k[i] * (1 + eps));
+    struct oscar_layer_metrics m;
+    assert_int_equal(oscar_verify_metrics_explicit(&l.in, &none, l.k, l.v, l.k, vs, 2, &m), OSCAR_OK);
+    assert_true(fabs(m.v_rel_mse - eps * eps) < 1e-4 * eps * eps);
+    assert_true(fabs(m.out_rel - eps * eps) < 1e-4 * eps * eps);
+    assert_true(m.kl == 0.0 && m.logit_err == 0.0 && m.k_rel_mse == 0.0);
+    assert_int_equal(oscar_verify_metrics_explicit(&l.in, &none, l.k, l.v, ks, l.v, 2, &m), OSCAR_OK);
+    assert_true(fabs(m.logit_err - eps * eps) < 1e-4 * eps * eps);
+    assert_true(fabs(m.k_rel_mse - eps * eps) < 1e-4 * eps * eps);
+    assert_true(m.kl > 0);
+    free(vs), free(ks), free_layer(&l);
+}
+
+// K -> K + u (same u for every key): every logit of a query shifts by q.u, so softmax and the output are
+// unchanged: KL = 0 and post-W_O = 0 up to rounding, while logit_err = Σ(q.u)^2 |keys| / Σ(q.k)^2 > 0.
+// Rounding: logits ~ |q||k|/sqrt(D) ~ 8 carry fp32 error ~8*6e-8*sqrt(D) ~ 4e-6 -> KL ~ (4e-6)^2 ~ 1e-11;
+// we require KL < 1e-9 and post-W_O < 1e-9 (vs ~1e-2 for an unrelated perturbation).
+static void test_constant_shift(void ** state) {
+    (void) state;
+    struct layer l;
+    make_layer(&l);
+    size_t n = (size_t) T * HKV * D;
+    float u[HKV * D];
+    for (int i = 0; i < HKV * D; i++) u[i] = (float) nrand();
+    float * ku = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) ku[i] = l.k[i] + u[i % (HKV * D)];
+    struct oscar_layer_metrics m;
+    assert_int_equal(oscar_verify_metrics_explicit(&l.in, &none, l.k, l.v, ku, l.v, 2, &m), OSCAR_OK);
+    assert_true(m.kl < 1e-9);
+    assert_true(m.out_rel < 1e-9);
+    // analytic logit error numerator: Σ_t Σ_j (t - s + 1)(q.u)^2 / D, same denominator
+    double num = 0;
+    for (int32_t s = 0; s < 2; s++)
+        for (int32_t t = l.ss[s]; t < l.ss[s + 1]; t++)
+            for (int32_t j = 0; j < HQ; j++) {
+                double qu = 0;
+                for (int d = 0; d < D; d++) qu += (double) l.q[((size_t) t * HQ + j) * D + d] * (double) u[(j / 2) * D + d];
+                num += (double) (t - l.ss[s] + 1) * qu * qu / D;
+            }
+    assert_true(fabs(m.logit_num - num) < 1e-4 * num);   // fp32 logits: 1e-5 relative per term
+    free(ku), free_layer(&l);
+}
+
+// The closed-form DECODE tiering equals lib/attention's tier simulator (prefill S0 as a final chunk,
+// then one decode step per token) for every (key, query) pair, over many (P, R, N_Q, S0).
+static void test_tier_rule(void ** state) {
+    (void) state;
+    int64_t Ps[] = {0, 4, 32}, Rs[] = {0, 8, 24, 128}, S0s[] = {0, 1, 3, 40, 200};
+    int32_t NQs[] = {1, 8};
+    const int64_t N = 300;
+    for (size_t a = 0; a < 3; a++)
+        for (size_t b = 0; b < 4; b++)
+            for (size_t c = 0; c < 2; c++)
+                for (size_t e = 0; e < 5; e++) {
+                    int64_t S0 = S0s[e] ? S0s[e] : (Ps[a] ? Ps[a] : 1);
+                    struct oscar_tiering tr = {.mode = OSCAR_TIERS_DECODE, .n_sink = Ps[a], .n_recent = Rs[b],
+                                               .n_flush = NQs[c], .prompt_len = S0, .block = 1};
+                    struct oscar_tier_sim sim;
+                    assert_int_equal(oscar_tier_sim_init(&sim, Ps[a], Rs[b], NQs[c], N), OSCAR_OK);
+                    assert_int_equal(oscar_tier_sim_prefill(&sim, S0, true), OSCAR_OK);
+                    for (int64_t t = S0; t < N; t++) {
+                        if (t > S0 || S0 == 0) assert_true(oscar_tier_sim_decode(&sim) >= 0);
+                        if (t == S0 && S0 > 0) continue;   // query S0-1 is the last prefill row
+                        for (int64_t p = 0; p <= t && p < sim.len; p++) {
+                            bool want = sim.tier[p] == OSCAR_TIER_INT2;
+                            if (oscar_tier_is_int2(&tr, p, sim.len - 1, N) != want) {
+                                fprintf(stderr, "P %lld R %lld NQ %d S0 %lld: p %lld t %lld\n", (long long) Ps[a],
+                                        (long long) Rs[b], NQs[c], (long long) S0, (long long) p,
+                                        (long long) (sim.len - 1));
+                                fail();
+                            }
+                        }
+                    }
+                    oscar_tier_sim_free(&sim);
+                }
+}
+
+// The simulated cache attention equals a real paged cache fed token by token (prefill of S0 rows, then
+// decode_append + tiered decode attention per token) for an OSCAR-like transform (explicit rotation,
+// clips, sort prefill / bisect demotion, bf16 HP rows). Both quantize identical bf16 rotated rows, so the
+// INT2 codes are identical; outputs differ only by fp32 summation order and by attending in the rotated vs
+// unrotated basis: logit error ~ sqrt(D)*eps32*|q||k|/sqrt(D) ~ 1e-6, output error <= that times max|v|
+// (~4): bound 1e-4 absolute leaves a 10x margin while a single wrong tier (INT2 error ~0.1) fails it.
+static void test_sim_vs_cache(void ** state) {
+    (void) state;
+    enum { N = 200, P = 8, R = 32, NQ = 8 };
+    float * k = rnd((size_t) N * HKV * D, 1.0), * v = rnd((size_t) N * HKV * D, 1.0), * q = rnd((size_t) N * HQ * D, 1.0);
+    float Rk[D * D], Rv[D * D];
+    assert_int_equal(oscar_hadamard_matrix_f32(D, Rk), OSCAR_OK);
+    for (int i = 0; i < D; i++)   // R_V = H with rows permuted (still orthogonal, not symmetric)
+        memcpy(Rv + (size_t) i * D, Rk + (size_t) ((i * 5) % D) * D, sizeof(float) * D);
+    struct oscar_tiering tr = {.mode = OSCAR_TIERS_DECODE, .n_sink = P, .n_recent = R, .n_flush = NQ,
+                               .prompt_len = 24, .block = 1};
+    struct oscar_kv_transform tf;
+    assert_int_equal(oscar_kv_transform_preset("oscar", 1, HKV, D, 0, OSCAR_META_F32, &tr, false, Rk, Rv, false,
+                                               NULL, NULL, &tf), OSCAR_OK);
+    struct oscar_model_config cfg = {.n_layer = 1, .n_head = HQ, .n_head_kv = HKV, .head_dim = D};
+    struct oscar_kv_sim * sim;
+    assert_int_equal(oscar_kv_sim_init(&tf, &cfg, N, 2, &sim), OSCAR_OK);
+    int32_t ss[2] = {0, N}, pos[N];
+    for (int i = 0; i < N; i++) pos[i] = i;
+    struct oscar_capture_layer cap = {.layer = 0, .n_tokens = N, .n_seq = 1, .seq_start = ss, .pos = pos, .q = q,
+                                      .k = k, .v = v, .config = &cfg};
+    float * out = malloc(sizeof(float) * N * HQ * D);
+    struct oscar_attention_override ov = oscar_kv_sim_override(sim);
+    assert_int_equal(ov.attend(ov.user, 0, &cap, out), OSCAR_OK);
+
+    struct oscar_kv_cache_params cp = oscar_kv_cache_default_params(HKV, D);
+    cp.page_size = NQ, cp.n_sink = P, cp.n_recent = R, cp.n_flush = NQ, cp.max_seq_len = N;
+    cp.k_quant = tf.int2, cp.v_quant = tf.int2;
+    cp.k_quant.clip_ratio = 0.96, cp.v_quant.clip_ratio = 0.92;
+    cp.demote_clip_algo = tf.demote_clip_algo;
+    struct oscar_kv_cache * c;
+    assert_int_equal(oscar_kv_cache_init(&cp, &c), OSCAR_OK);
+    float * kr = malloc(sizeof(float) * N * HKV * D), * vr = malloc(sizeof(float) * N * HKV * D);
+    for (int i = 0; i < N * HKV; i++) {
+        oscar_kv_rotate_row(Rk, D, k + (size_t) i * D, kr + (size_t) i * D, false);
+        oscar_kv_rotate_row(Rv, D, v + (size_t) i * D, vr + (size_t) i * D, false);
+    }
+    assert_int_equal(oscar_kv_cache_prefill(c, 0, kr, vr, 24, true), OSCAR_OK);
+    struct oscar_attn_tiered_opts ao = oscar_attn_tiered_default_opts();
+    double worst = 0;
+    int64_t n_int2_seen = 0;
+    for (int t = 24; t < N; t++) {
+        assert_int_equal(oscar_kv_cache_decode_append(c, 0, kr + (size_t) t * HKV * D, vr + (size_t) t * HKV * D, NULL),
+                         OSCAR_OK);
+        n_int2_seen += c->seqs[0].n_int2;
+        float qr[HQ * D], orot[HQ * D], o[D];
+        for (int j = 0; j < HQ; j++) oscar_kv_rotate_row(Rk, D, q + ((size_t) t * HQ + j) * D, qr + j * D, false);
+        assert_int_equal(oscar_attn_tiered_decode(c, 0, qr, HQ, &ao, orot), OSCAR_OK);
+        for (int j = 0; j < HQ; j++) {
+            oscar_kv_rotate_row(Rv, D, orot + j * D, o, true);
+            for (int d = 0; d < D; d++) worst = fmax(worst, fabs((double) o[d] - (double) out[((size_t) t * HQ + j) * D + d]));
+        }
+    }
+    printf("sim vs paged cache: max |diff| %.3g over %d decode queries (INT2 rows seen %lld)\n", worst, N - 24,
+           (long long) n_int2_seen);
+    assert_true(n_int2_seen > 1000);
+    assert_true(worst < 1e-4);
+    oscar_kv_cache_free(c);
+    oscar_kv_sim_free(sim);
+    free(k), free(v), free(q), free(out), free(kr), free(vr);
+}
+
+// With sink + recent >= ctx nothing is INT2: quantized-cache perplexity (OSCAR transform, fp32 HP rows,
+// rotation round trip k.R.R^T) equals plain perplexity. The round trip changes each element by
+// <= D*eps32 relative ~ 4e-6; through 2 random layers the NLL moves by far less than 1e-5 relative.
+static void test_ppl_all_bf16(void ** state) {
+    (void) state;
+    struct oscar_model_config cfg = {.arch = OSCAR_ARCH_LLAMA, .n_layer = 2, .n_embd = 64, .n_head = 4,
+                                     .n_head_kv = 2, .head_dim = 16, .n_ff = 96, .n_vocab = 128, .n_ctx_train = 256,
+                                     .rope_theta = 10000.0f, .rms_eps = 1e-5f};
+    struct oscar_model * m;
+    assert_int_equal(oscar_model_init_random(&cfg, SEED, &m), OSCAR_OK);
+    enum { NT = 200 };
+    int32_t toks[NT];
+    for (int i = 0; i < NT; i++) toks[i] = (int32_t) (urand() * 128) % 128;
+    float Rk[16 * 16], Rv[16 * 16], Rs[2 * 16 * 16], Rvs[2 * 16 * 16];
+    assert_int_equal(oscar_hadamard_matrix_f32(16, Rk), OSCAR_OK);
+    for (int i = 0; i < 16; i++) memcpy(Rv + i * 16, Rk + ((i * 3) % 16) * 16, sizeof(float) * 16);
+    memcpy(Rs, Rk, sizeof Rk), memcpy(Rs + 256, Rk, sizeof Rk), memcpy(Rvs, Rv, sizeof Rv), memcpy(Rvs + 256, Rv, sizeof Rv);
+    struct oscar_tiering tr = {.mode = OSCAR_TIERS_DECODE, .n_sink = 16, .n_recent = 48, .n_flush = 8, .block = 1};
+    struct oscar_kv_transform tf;
+    assert_int_equal(oscar_kv_transform_preset("oscar", 2, 2, 16, 0, OSCAR_META_F32, &tr, false, Rs, Rvs, false, NULL,
+                                               NULL, &tf), OSCAR_OK);
+    tf.hp_bf16 = false;
+    struct oscar_kv_sim * sim;
+    assert_int_equal(oscar_kv_sim_init(&tf, &cfg, 64, 1, &sim), OSCAR_OK);
+    struct oscar_attention_override ov = oscar_kv_sim_override(sim);
+    struct oscar_ppl_params pp = {.n_ctx = 64, .stride = 64, .n_threads = 1};
+    struct oscar_ppl_result a, b;
+    assert_int_equal(oscar_perplexity(m, toks, NT, &pp, &a), OSCAR_OK);
+    pp.attention = &ov;
+    assert_int_equal(oscar_perplexity(m, toks, NT, &pp, &b), OSCAR_OK);
+    printf("ppl plain %.8f, quantized cache all-bf16 %.8f\n", a.ppl, b.ppl);
+    assert_true(fabs(a.nll_sum - b.nll_sum) < 1e-5 * fabs(a.nll_sum));
+    struct oscar_quant_stats ks;
+    oscar_kv_sim_stats(sim, &ks, NULL);
+    assert_int_equal(ks.n_rows, 0);   // nothing was quantized
+    // tighter tiers quantize rows and move the perplexity
+    oscar_kv_sim_free(sim);
+    tr.n_sink = 4, tr.n_recent = 8;
+    tf.tiers = tr;
+    assert_int_equal(oscar_kv_sim_init(&tf, &cfg, 64, 1, &sim), OSCAR_OK);
+    ov = oscar_kv_sim_override(sim);
+    assert_int_equal(oscar_perplexity(m, toks, NT, &pp, &b), OSCAR_OK);
+    oscar_kv_sim_stats(sim, &ks, NULL);
+    assert_true(ks.n_rows > 0);
+    assert_true(a.nll_sum != b.nll_sum);
+    oscar_kv_sim_free(sim);
+    oscar_model_free(m);
+}
+
+static void test_bpe(void ** state) {
+    (void) state;
+    struct oscar_tiering tr = {.mode = OSCAR_TIERS_DECODE, .n_sink = 64, .n_recent = 256, .n_flush = 8, .block = 1};
+    struct oscar_kv_transform tf;
+    assert_int_equal(oscar_kv_transform_preset("hadamard", 1, 1, 128, 128, OSCAR_META_BF16, &tr, false, NULL, NULL,
+                                               false, NULL, NULL, &tf), OSCAR_OK);
+    assert_true(fabs(oscar_kv_transform_bpe(&tf, 131072) - 2.2836) < 1e-4);   // method.md §14 table
+    assert_int_equal(oscar_kv_transform_preset("bogus", 1, 1, 128, 0, OSCAR_META_F32, &tr, false, NULL, NULL, false,
+                                               NULL, NULL, &tf), OSCAR_ERR_INVALID);
+    assert_int_equal(oscar_kv_transform_preset("oscar", 1, 1, 128, 0, OSCAR_META_F32, &tr, false, NULL, NULL, false,
+                                               NULL, NULL, &tf), OSCAR_ERR_INVALID);   // no rotations
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_identity_zero), cmocka_unit_test(test_scaling),   cmocka_unit_test(test_constant_shift),
+        cmocka_unit_test(test_tier_rule),     cmocka_unit_test(test_sim_vs_cache), cmocka_unit_test(test_ppl_all_bf16),
+        cmocka_unit_test(test_bpe),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
