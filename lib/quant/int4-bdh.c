@@ -13,6 +13,8 @@
 
 #define INT4_MAX_D 1024
 
+// Not oscar_fwht_f32: SAW-INT4 scales by 1/sqrt(b) BEFORE the butterflies
+// (method.md §19.2 step 1), and the INT4 codes must match that rounding order.
 void oscar_int4_bdh_rotate_row(float * x, int32_t D, int32_t b) {
     if (b <= 1) return;
     const float inv = (float) (1.0 / sqrt((double) b));
