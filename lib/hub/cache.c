@@ -194,6 +194,19 @@ enum oscar_status osc_cache_mark_no_exist(const char * repo_dir, const char * co
     return st;
 }
 
+enum oscar_status osc_cache_offline_commit(const char * repo_dir, const char * repo_id, const char * rev,
+                                           char commit[41]) {
+    if (osc_is_commit_hash(rev)) {
+        memcpy(commit, rev, 41);
+        return OSCAR_OK;
+    }
+    if (osc_cache_read_ref(repo_dir, rev, commit) != OSCAR_OK) {
+        return osc_error(OSCAR_ERR_NOT_FOUND, "%s@%s: revision not in the cache (%s/refs/%s) and offline", repo_id,
+                         rev, repo_dir, rev);
+    }
+    return OSCAR_OK;
+}
+
 enum oscar_status osc_cache_lookup(const char * cache_dir, const char * repo_id, const char * rev,
                                    const char * path, char ** out) {
     *out                 = NULL;
@@ -203,11 +216,7 @@ enum oscar_status osc_cache_lookup(const char * cache_dir, const char * repo_id,
     if (!rd) {
         return osc_error(OSCAR_ERR_NOMEM, "out of memory");
     }
-    if (osc_is_commit_hash(rev)) {
-        memcpy(commit, rev, 41);
-    } else if ((st = osc_cache_read_ref(rd, rev, commit)) != OSCAR_OK) {
-        st = osc_error(OSCAR_ERR_NOT_FOUND, "%s@%s: revision not in the cache (%s/refs/%s) and offline", repo_id,
-                       rev, rd, rev);
+    if ((st = osc_cache_offline_commit(rd, repo_id, rev, commit)) != OSCAR_OK) {
         goto out;
     }
     char * snap = osc_cache_snapshot_path(rd, commit, path);

@@ -129,6 +129,9 @@ char * osc_cache_no_exist_path(const char * repo_dir, const char * commit, const
 char * osc_cache_symlink_target(const char * path, const char * etag);
 // Reads refs/<rev>; OSCAR_ERR_NOT_FOUND when absent.
 enum oscar_status osc_cache_read_ref(const char * repo_dir, const char * rev, char commit[41]);
+// A commit hash as is, else the cached ref; NOT_FOUND (naming the repo and ref) when offline and absent.
+enum oscar_status osc_cache_offline_commit(const char * repo_dir, const char * repo_id, const char * rev,
+                                           char commit[41]);
 // Writes refs/<rev> atomically, only when it changed.
 enum oscar_status osc_cache_write_ref(const char * repo_dir, const char * rev, const char * commit);
 // Points snapshots/<commit>/<path> at the blob (relative symlink, replaced atomically).

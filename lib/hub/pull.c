@@ -52,10 +52,7 @@ static enum oscar_status pull_offline(struct oscar_hub * hub, const char * repo_
     if (!rd) {
         return osc_error(OSCAR_ERR_NOMEM, "out of memory");
     }
-    if (osc_is_commit_hash(rev)) {
-        memcpy(commit, rev, 41);
-    } else if (osc_cache_read_ref(rd, rev, commit) != OSCAR_OK) {
-        st = osc_error(OSCAR_ERR_NOT_FOUND, "%s@%s: revision not in the cache (%s) and offline", repo_id, rev, rd);
+    if ((st = osc_cache_offline_commit(rd, repo_id, rev, commit)) != OSCAR_OK) {
         goto out;
     }
     char * snap = osc_cache_snapshot_path(rd, commit, prefix && *prefix ? prefix : ".");
