@@ -1,0 +1,13 @@
+// cuda-common.cu - the CUDA error reporter behind OSCAR_CUDA_CHECK.
+#include "kernels/cuda-common.cuh"
+
+enum oscar_status osc_cuda_error(cudaError_t e, const char * stmt, const char * func, const char * file, int line) {
+    int dev = -1;
+    cudaGetDevice(&dev);
+    cudaGetLastError();   // clear a sticky-free error so the next call starts clean
+    enum oscar_status s = e == cudaErrorMemoryAllocation ? OSCAR_ERR_NOMEM : OSCAR_ERR_UNSUPPORTED;
+    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
+        return osc_error(s, "no CUDA device (%s) in %s (%s at %s:%d)", cudaGetErrorString(e), stmt, func, file, line);
+    return osc_error(s, "CUDA error: %s in %s (%s at %s:%d, device %d)", cudaGetErrorString(e), stmt, func, file,
+                     line, dev);
+}

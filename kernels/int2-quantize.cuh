@@ -1,0 +1,46 @@
+// int2-quantize.cuh - the INT2 write path on the GPU: rotate (bf16 rows . R in
+// fp32), bf16-round, per-row clip, asymmetric min/max quantize and quartered
+// pack into a paged INT2 pool (codes + interleaved scale/zero), or store the
+// rotated row in the BF16 pool. Used for prefill batches (sort clip) and for
+// decode demotion of a page (bisection clip, rows read back from the HP pool).
+//
+// Bit contract (method.md §8.5, quant.h): with the same fp32 inputs the codes
+// and metadata equal oscar_int2_quantize_rows (ASYM scheme): IEEE division
+// (__fdiv_rn), explicit __fadd_rn, no FMA contraction in the quantizer, meta
+// stored by RNE. The rotation is y[j] = fma(x[D-1], R[D-1][j], ... fma(x[0],
+// R[0][j], 0)) in ascending k (the CPU harness replays that order with fmaf).
+// Refuses: D != 128, G not in {32, 64, 128}, Lloyd-Max/SYM schemes.
+#ifndef OSCAR_KERNELS_INT2_QUANTIZE_CUH
+#define OSCAR_KERNELS_INT2_QUANTIZE_CUH
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "util/error.h"
+
+struct oscar_cuda_int2_write {
+    int32_t head_dim;          // D (128)
+    int32_t group_size;        // G in {32, 64, 128}
+    int32_t meta_bf16;         // 0: fp32 scale/zero, 1: bf16
+    int32_t clip_idx;          // oscar_clip_index(ratio, D); -1 disables the clip
+    int32_t clip_bisect;       // 1: bisection (flush kernel), 0: exact order statistic
+    const uint16_t * x;        // device [n_src, D] bf16 source rows
+    const float * rot;         // device [D, D] fp32 (x . R) or NULL (rows already rotated)
+    const int64_t * src;       // device [n_rows] source row of x, or NULL (row r)
+    const int64_t * dst;       // device [n_rows]: >= 0 INT2 pool row, < 0 BF16 row -1-dst; NULL = row r
+    uint8_t * codes;           // device [*, D/4]
+    void * meta;               // device [*, 2*D/G]
+    uint16_t * hp;             // device [*, D] bf16 (needed only when some dst < 0)
+    int64_t n_rows;
+};
+
+// Launches on `stream` (a cudaStream_t, NULL = default). Asynchronous.
+enum oscar_status oscar_cuda_int2_write(const struct oscar_cuda_int2_write * a, void * stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,277 @@
+// bench-decode.cu - times the fused INT2 decode attention against the BF16
+// kernel of the same structure (and PyTorch SDPA numbers read from a CSV made
+// by bench-sdpa.py in the same run), and the INT2 write path (style.md rule 14).
+//
+//   bench-decode [--reps N] [--sdpa sdpa.csv] [--csv out.csv]
+// Shapes: Hq 32, Hkv 8, D 128, contexts 8k/32k/128k, batch 1/8/32; INT2 cache
+// = 64 BF16 sink + 256 BF16 recent + INT2 middle, fp32 scale/zero, page 8 with
+// randomly permuted pages. Timing: cudaEvents around both kernels (split +
+// merge), 3 warm-ups, N reps, L2 flushed (256 MB memset) before each rep.
+// Bytes counted (the formula): KV bytes read (INT2: 32+32 code + 8+8 meta per
+// token-head; BF16: 2*256 per token-head) + q + partials written and read +
+// block tables + output. Achieved GB/s = bytes / mean time, against the
+// measured device-to-device cudaMemcpy rate (bytes read + written).
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+extern "C" {
+#include "kernels/decode-attention.cuh"
+#include "kernels/int2-quantize.cuh"
+#include "util/error.h"
+}
+
+#define CK(x)                                                                                          \
+    do {                                                                                               \
+        cudaError_t e_ = (x);                                                                          \
+        if (e_ != cudaSuccess) {                                                                       \
+            fprintf(stderr, "CUDA error %s in %s at %s:%d\n", cudaGetErrorString(e_), #x, __FILE__, __LINE__); \
+            exit(1);                                                                                   \
+        }                                                                                              \
+    } while (0)
+#define OK(x)                                                                                          \
+    do {                                                                                               \
+        if ((x) != OSCAR_OK) {                                                                         \
+            fprintf(stderr, "error: %s (%s:%d)\n", oscar_last_error(), __FILE__, __LINE__);            \
+            exit(1);                                                                                   \
+        }                                                                                              \
+    } while (0)
+
+static __device__ uint32_t hash32(uint64_t i, uint32_t seed) {
+    uint64_t x = i * 0x9E3779B97F4A7C15ull + seed;
+    x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33;
+    return (uint32_t) x;
+}
+__global__ void fill_bytes(uint8_t * p, int64_t n, uint32_t seed) {
+    for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x)
+        p[i] = (uint8_t) hash32(i, seed);
+}
+__global__ void fill_bf16(uint16_t * p, int64_t n, uint32_t seed) {   // uniform [-1, 1)
+    for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x) {
+        float f = (float) (hash32(i, seed) >> 8) * (2.0f / 16777216.0f) - 1.0f;
+        p[i] = (uint16_t) (__float_as_uint(f) >> 16);
+    }
+}
+__global__ void fill_meta(float * p, int64_t n_rows, uint32_t seed) {   // (scale, zero) plausible for N(0,1) rows
+    for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n_rows; i += (int64_t) gridDim.x * blockDim.x) {
+        float u = (float) (hash32(i, seed) >> 8) / 16777216.0f;
+        p[2 * i] = 1.5f + u, p[2 * i + 1] = 1.4f + 0.2f * u;
+    }
+}
+
+struct dev_cache {
+    oscar_cuda_kv_view v;
+    std::vector<void *> bufs;
+    int64_t max_len[3];
+    double kv_bytes;
+};
+
+static void * dmalloc(dev_cache & c, size_t n) {
+    void * p;
+    CK(cudaMalloc(&p, n ? n : 1));
+    c.bufs.push_back(p);
+    return p;
+}
+
+static std::vector<int32_t> perm_pages(int64_t n, uint64_t seed) {
+    std::vector<int32_t> p(n);
+    for (int64_t i = 0; i < n; i++) p[i] = (int32_t) i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        int64_t j = (int64_t) ((seed >> 33) % (uint64_t) (i + 1));
+        std::swap(p[i], p[j]);
+    }
+    return p;
+}
+
+// int2 = 1: sink 64 / INT2 L-320 / recent 256; int2 = 0: all L tokens BF16 (tier 0).
+static void make_cache(dev_cache & c, int B, int64_t L, int Hkv, int int2) {
+    const int D = 128, ps = 8, ring = 264;
+    int64_t n_sink = int2 ? 64 : L, n_rec = int2 ? 256 : 0, n_q = int2 ? L - 320 : 0;
+    int64_t sink_pg = (n_sink + ps - 1) / ps, q_pg = (n_q + ps - 1) / ps, ring_pg = ring / ps;
+    int64_t hp_pages = B * (sink_pg + ring_pg), q_pages = B * q_pg;
+    c.v = oscar_cuda_kv_view();
+    c.v.n_head_kv = Hkv, c.v.head_dim = D, c.v.page_size = ps, c.v.ring_slots = ring, c.v.meta_bf16 = 0;
+    int64_t hp_el = hp_pages * ps * Hkv * D, q_rows = q_pages * ps * Hkv;
+    uint16_t * hk = (uint16_t *) dmalloc(c, hp_el * 2), * hv = (uint16_t *) dmalloc(c, hp_el * 2);
+    uint8_t * qk = (uint8_t *) dmalloc(c, q_rows * 32), * qv = (uint8_t *) dmalloc(c, q_rows * 32);
+    float * mk = (float *) dmalloc(c, q_rows * 8), * mv = (float *) dmalloc(c, q_rows * 8);
+    fill_bf16<<<1024, 256>>>(hk, hp_el, 1), fill_bf16<<<1024, 256>>>(hv, hp_el, 2);
+    fill_bytes<<<1024, 256>>>(qk, q_rows * 32, 3), fill_bytes<<<1024, 256>>>(qv, q_rows * 32, 4);
+    fill_meta<<<1024, 256>>>(mk, q_rows, 5), fill_meta<<<1024, 256>>>(mv, q_rows, 6);
+    CK(cudaGetLastError());
+    std::vector<int32_t> hp_perm = perm_pages(hp_pages, 7), q_perm = perm_pages(q_pages, 8);
+    std::vector<int32_t> info(4 * B), spt(B * sink_pg), qpt(B * (q_pg ? q_pg : 1)), rpt(B * ring_pg);
+    int64_t hp_i = 0, q_i = 0;
+    for (int b = 0; b < B; b++) {
+        info[4 * b] = (int32_t) n_sink, info[4 * b + 1] = (int32_t) n_q, info[4 * b + 2] = (int32_t) n_rec;
+        info[4 * b + 3] = (int32_t) L;
+        for (int64_t i = 0; i < sink_pg; i++) spt[b * sink_pg + i] = hp_perm[hp_i++];
+        for (int64_t i = 0; i < ring_pg; i++) rpt[b * ring_pg + i] = hp_perm[hp_i++];
+        for (int64_t i = 0; i < q_pg; i++) qpt[b * q_pg + i] = q_perm[q_i++];
+    }
+    int32_t * d_info = (int32_t *) dmalloc(c, info.size() * 4), * d_s = (int32_t *) dmalloc(c, spt.size() * 4);
+    int32_t * d_q = (int32_t *) dmalloc(c, qpt.size() * 4), * d_r = (int32_t *) dmalloc(c, rpt.size() * 4);
+    CK(cudaMemcpy(d_info, info.data(), info.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_s, spt.data(), spt.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_q, qpt.data(), qpt.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_r, rpt.data(), rpt.size() * 4, cudaMemcpyHostToDevice));
+    c.v.hp_k = hk, c.v.hp_v = hv, c.v.q_k = qk, c.v.q_v = qv, c.v.q_k_meta = mk, c.v.q_v_meta = mv;
+    c.v.seq_info = d_info, c.v.sink_pt = d_s, c.v.int2_pt = d_q, c.v.recent_pt = d_r;
+    c.v.sink_pt_stride = (int32_t) sink_pg, c.v.int2_pt_stride = (int32_t) (q_pg ? q_pg : 1);
+    c.v.recent_pt_stride = (int32_t) ring_pg;
+    c.max_len[0] = n_sink, c.max_len[1] = n_q, c.max_len[2] = n_rec;
+    c.kv_bytes = (double) B * Hkv * ((double) (n_sink + n_rec) * 512.0 + (double) n_q * 80.0) +
+                 (double) (info.size() + spt.size() + qpt.size() + rpt.size()) * 4.0 * (int2 ? 1.0 : 1.0);
+}
+
+static void free_cache(dev_cache & c) {
+    for (void * p : c.bufs) cudaFree(p);
+    c.bufs.clear();
+}
+
+struct timing { double mean_ms, sd_ms; };
+
+template <typename F> static timing time_it(F f, int reps, void * flush, size_t flush_bytes) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    for (int i = 0; i < 3; i++) f();
+    CK(cudaDeviceSynchronize());
+    std::vector<double> t;
+    for (int i = 0; i < reps; i++) {
+        CK(cudaMemsetAsync(flush, i & 0xff, flush_bytes));
+        CK(cudaEventRecord(e0));
+        f();
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        t.push_back(ms);
+    }
+    double m = 0, s = 0;
+    for (double x : t) m += x;
+    m /= reps;
+    for (double x : t) s += (x - m) * (x - m);
+    CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
+    return { m, sqrt(s / (reps > 1 ? reps - 1 : 1)) };
+}
+
+static double sdpa_lookup(const char * path, int64_t L, int B) {
+    if (!path) return NAN;
+    FILE * f = fopen(path, "r");
+    if (!f) return NAN;
+    char line[256];
+    double r = NAN;
+    while (fgets(line, sizeof line, f)) {
+        long long l; int b; double ms;
+        if (sscanf(line, "%lld,%d,%lf", &l, &b, &ms) == 3 && l == L && b == B) r = ms;
+    }
+    fclose(f);
+    return r;
+}
+
+int main(int argc, char ** argv) {
+    int reps = 20;
+    const char * sdpa = NULL, * csv = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--sdpa") && i + 1 < argc) sdpa = argv[++i];
+        else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
+    }
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+        printf("skip: no CUDA device\n");
+        return 77;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs, L2 %d MB, commit %s\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
+           getenv("OSCAR_COMMIT") ? getenv("OSCAR_COMMIT") : "?");
+    size_t flush_bytes = 256u << 20;
+    void * flush;
+    CK(cudaMalloc(&flush, flush_bytes));
+
+    // Device-to-device copy ceiling: 2 GiB, bytes read + written.
+    size_t cp = 2ull << 30;
+    void * a, * b;
+    CK(cudaMalloc(&a, cp)); CK(cudaMalloc(&b, cp));
+    CK(cudaMemset(a, 1, cp));
+    timing tc = time_it([&] { CK(cudaMemcpyAsync(b, a, cp, cudaMemcpyDeviceToDevice)); }, 10, flush, flush_bytes);
+    double copy_gbs = 2.0 * (double) cp / (tc.mean_ms * 1e-3) / 1e9;
+    printf("D2D cudaMemcpy: %.3f ms for 2 x %.1f GB -> %.0f GB/s\n", tc.mean_ms, (double) cp / 1e9, copy_gbs);
+    CK(cudaFree(a)); CK(cudaFree(b));
+
+    const int Hq = 32, Hkv = 8, D = 128;
+    const int64_t Ls[3] = { 8192, 32768, 131072 };
+    const int Bs[3] = { 1, 8, 32 };
+    FILE * out = csv ? fopen(csv, "w") : NULL;
+    if (out) fprintf(out, "L,B,int2_ms,int2_sd,bf16_ms,bf16_sd,sdpa_ms,int2_GBs,int2_pct_copy,bf16_GBs,speedup_bf16,speedup_sdpa,int2_B_per_tok,bf16_B_per_tok\n");
+    printf("\n| context | batch | INT2 fused (ms) | BF16 ours (ms) | SDPA bf16 (ms) | INT2 GB/s (%% of copy) | BF16 GB/s | INT2 vs BF16 | INT2 vs SDPA | KV B/token INT2 / BF16 |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int li = 0; li < 3; li++) {
+        for (int bi = 0; bi < 3; bi++) {
+            int64_t L = Ls[li];
+            int B = Bs[bi];
+            float * q, * out_d, * op, * lp;
+            CK(cudaMalloc(&q, (size_t) B * Hq * D * 4)); CK(cudaMalloc(&out_d, (size_t) B * Hq * D * 4));
+            fill_bf16<<<64, 256>>>((uint16_t *) q, (int64_t) B * Hq * D * 2, 9);   // finite floats
+            double res[2][3];
+            for (int kind = 0; kind < 2; kind++) {   // 0: INT2, 1: BF16
+                dev_cache c;
+                make_cache(c, B, L, Hkv, kind == 0);
+                oscar_cuda_decode_args args = oscar_cuda_decode_args();
+                args.kv = c.v, args.n_seq = B, args.n_head = Hq, args.q = q, args.rv_t = NULL, args.out = out_d;
+                oscar_cuda_decode_splits(B, Hkv, prop.multiProcessorCount, c.max_len, args.splits);
+                int S = args.splits[0] + args.splits[1] + args.splits[2];
+                CK(cudaMalloc(&op, (size_t) B * Hq * S * D * 4)); CK(cudaMalloc(&lp, (size_t) B * Hq * S * 4));
+                args.o_part = op, args.lse_part = lp;
+                timing t = time_it([&] { OK(oscar_cuda_decode_attention(&args, NULL)); }, reps, flush, flush_bytes);
+                CK(cudaDeviceSynchronize());
+                double bytes = c.kv_bytes + (double) B * Hq * D * 4 * 2 + (double) B * Hq * S * (D + 1) * 4 * 2;
+                res[kind][0] = t.mean_ms, res[kind][1] = t.sd_ms, res[kind][2] = bytes / (t.mean_ms * 1e-3) / 1e9;
+                CK(cudaFree(op)); CK(cudaFree(lp));
+                free_cache(c);
+            }
+            double sd = sdpa_lookup(sdpa, L, B);
+            double bpt_i2 = (64.0 + 256.0) / L * 512.0 * Hkv + (L - 320.0) / L * 80.0 * Hkv, bpt_bf = 512.0 * Hkv;
+            printf("| %lldk | %d | %.4f ± %.4f | %.4f ± %.4f | %.4f | %.0f (%.0f%%) | %.0f | %.2fx | %.2fx | %.0f / %.0f |\n",
+                   (long long) (L / 1024), B, res[0][0], res[0][1], res[1][0], res[1][1], sd, res[0][2],
+                   100.0 * res[0][2] / copy_gbs, res[1][2], res[1][0] / res[0][0], sd / res[0][0], bpt_i2, bpt_bf);
+            if (out)
+                fprintf(out, "%lld,%d,%.5f,%.5f,%.5f,%.5f,%.5f,%.1f,%.1f,%.1f,%.3f,%.3f,%.1f,%.1f\n", (long long) L, B,
+                        res[0][0], res[0][1], res[1][0], res[1][1], sd, res[0][2], 100.0 * res[0][2] / copy_gbs,
+                        res[1][2], res[1][0] / res[0][0], sd / res[0][0], bpt_i2, bpt_bf);
+            CK(cudaFree(q)); CK(cudaFree(out_d));
+        }
+    }
+
+    // Write path: 32768 tokens x 8 heads of bf16 rows.
+    printf("\n| write path | rows | time (ms) | Mrows/s | GB/s (bf16 in + codes/meta out) |\n|---|---|---|---|---|\n");
+    int64_t rows = 32768 * 8;
+    uint16_t * x;
+    uint8_t * codes;
+    float * meta, * R;
+    CK(cudaMalloc(&x, rows * D * 2)); CK(cudaMalloc(&codes, rows * 32)); CK(cudaMalloc(&meta, rows * 8));
+    CK(cudaMalloc(&R, D * D * 4));
+    fill_bf16<<<1024, 256>>>(x, rows * D, 10);
+    fill_bf16<<<64, 256>>>((uint16_t *) R, D * D * 2, 11);
+    for (int mode = 0; mode < 3; mode++) {
+        struct oscar_cuda_int2_write w;
+        memset(&w, 0, sizeof w);
+        w.head_dim = D, w.group_size = D, w.meta_bf16 = 0, w.clip_idx = mode == 2 ? 117 : 122;
+        w.clip_bisect = mode == 2, w.x = x, w.rot = mode == 0 ? R : NULL, w.codes = codes, w.meta = meta;
+        w.n_rows = rows;
+        timing t = time_it([&] { OK(oscar_cuda_int2_write(&w, NULL)); }, reps, flush, flush_bytes);
+        double by = (double) rows * (D * 2 + 32 + 8);
+        const char * name[3] = { "prefill: rotate (fp32 x.R) + sort clip + quantize + pack",
+                                 "prefill, pre-rotated rows: sort clip + quantize + pack",
+                                 "demotion: bisection clip + quantize + pack" };
+        printf("| %s | %lld | %.4f ± %.4f | %.1f | %.0f |\n", name[mode], (long long) rows, t.mean_ms, t.sd_ms,
+               (double) rows / (t.mean_ms * 1e-3) / 1e6, by / (t.mean_ms * 1e-3) / 1e9);
+    }
+    if (out) fclose(out);
+    return 0;
+}

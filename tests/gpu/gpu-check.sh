@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# gpu-check.sh - the CUDA path on a GPU machine: build with CUDA=1, compare every
+# kernel with the CPU reference (tests/gpu/test-kernels), compute-sanitizer
+# memcheck on a small case, then the benchmarks (bench-decode + PyTorch SDPA).
+#
+#   bash tests/gpu/gpu-check.sh [--no-bench] [--seed N]
+# Env: OSCAR_DEBS (folder of .debs for libraries pkg-config cannot find; default
+# ../../../debs relative to this script), OUT (logs are copied there if set),
+# JOBS (make -j, default nproc). Exit 0 only if the build and every check pass.
+set -u -o pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cd "$root"
+bench=1
+seed_args=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --no-bench) bench=0 ;;
+        --seed) seed_args=(--seed "$2"); shift ;;
+        *) echo "usage: $0 [--no-bench] [--seed N]" >&2; exit 2 ;;
+    esac
+    shift
+done
+logdir=${OUT:-$root/build/gpu-check}
+mkdir -p "$logdir"
+jobs=${JOBS:-$(nproc)}
+
+# --- libraries the GPU image lacks (jansson, pcre2, utf8proc, cmocka) ---------
+if ! pkg-config --exists jansson libpcre2-8 libutf8proc 2>/dev/null; then
+    debs=${OSCAR_DEBS:-$here/../../../debs}
+    dst=/tmp/oscar-deps
+    echo "gpu-check: unpacking $(ls "$debs"/*.deb 2>/dev/null | wc -l) .debs from $debs into $dst"
+    for d in "$debs"/*.deb; do dpkg -x "$d" "$dst" || exit 1; done
+    for pc in $(find "$dst" -name '*.pc'); do
+        sed -i "s|^prefix=.*|prefix=$dst/usr|" "$pc"
+    done
+    pcdirs=$(find "$dst" -type d -name pkgconfig | tr '\n' ':')
+    libdirs=$(find "$dst" -type d \( -path '*/lib/x86_64-linux-gnu' -o -path '*/usr/lib' \) | tr '\n' ':')
+    export PKG_CONFIG_PATH="${pcdirs}${PKG_CONFIG_PATH:-}"
+    export LD_LIBRARY_PATH="${libdirs}${LD_LIBRARY_PATH:-}"
+    export LIBRARY_PATH="${libdirs}${LIBRARY_PATH:-}"
+    export CPATH="$dst/usr/include:${CPATH:-}"
+fi
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$logdir/nvidia-smi.txt"
+
+# --- build ----------------------------------------------------------------------
+echo "gpu-check: make CUDA=1 -j$jobs"
+make CUDA=1 WERROR=1 -j"$jobs" >"$logdir/build.log" 2>&1 || { tail -40 "$logdir/build.log"; echo "gpu-check: BUILD FAILED"; exit 1; }
+libs="$(pkg-config --libs hdf5 openblas lapacke libpcre2-8 jansson libutf8proc libcurl libzstd zlib libcrypto 2>/dev/null) -lm -lpthread"
+cuda_home=$(dirname "$(dirname "$(command -v nvcc)")")
+cc -std=c11 -D_GNU_SOURCE -O2 -g -I. -Ilib -Wall -Wextra -Werror -fopenmp tests/gpu/test-kernels.c build/liboscar.a \
+    -o build/test-kernels $libs -L"$cuda_home/lib64" -lcudart -lstdc++ >>"$logdir/build.log" 2>&1 \
+    || { tail -20 "$logdir/build.log"; echo "gpu-check: test-kernels build failed"; exit 1; }
+nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -I. -Ilib tests/gpu/bench-decode.cu build/liboscar.a \
+    -o build/bench-decode $libs -lgomp >>"$logdir/build.log" 2>&1 \
+    || { tail -20 "$logdir/build.log"; echo "gpu-check: bench-decode build failed"; exit 1; }
+nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -I. -Ilib -Xptxas -v -c kernels/decode-attention.cu \
+    -o /tmp/oscar-ptxas.o 2>&1 | grep -E 'registers|spill' >"$logdir/ptxas.txt"
+
+rc=0
+# --- correctness ----------------------------------------------------------------------
+echo "gpu-check: test-kernels"
+./build/test-kernels "${seed_args[@]}" 2>&1 | tee "$logdir/test-kernels.log"
+r=${PIPESTATUS[0]}
+[ "$r" -eq 0 ] || { echo "gpu-check: test-kernels FAILED (exit $r)"; rc=1; }
+
+echo "gpu-check: compute-sanitizer memcheck (small cases)"
+if command -v compute-sanitizer >/dev/null; then
+    compute-sanitizer --tool memcheck --error-exitcode 9 ./build/test-kernels --small "${seed_args[@]}" \
+        >"$logdir/memcheck.log" 2>&1
+    r=$?
+    tail -3 "$logdir/memcheck.log"
+    [ "$r" -eq 0 ] || { echo "gpu-check: memcheck FAILED (exit $r)"; rc=1; }
+else
+    echo "gpu-check: compute-sanitizer not found (skipped)"
+fi
+
+# --- benchmarks -------------------------------------------------------------------------
+if [ "$bench" -eq 1 ]; then
+    echo "gpu-check: PyTorch SDPA baseline"
+    PYTHONUNBUFFERED=1 python3 tests/gpu/bench-sdpa.py --csv "$logdir/sdpa.csv" 2>&1 | tee "$logdir/sdpa.log" || echo "gpu-check: SDPA baseline failed (continuing)"
+    echo "gpu-check: bench-decode"
+    OSCAR_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || cat .commit 2>/dev/null || echo unknown) \
+        ./build/bench-decode --sdpa "$logdir/sdpa.csv" --csv "$logdir/bench.csv" 2>&1 | tee "$logdir/bench.md"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu-check: bench FAILED"; rc=1; }
+fi
+echo "gpu-check: $([ $rc -eq 0 ] && echo PASS || echo FAIL)"
+exit $rc
