@@ -284,6 +284,7 @@ static int do_bench(int32_t n_seq, int32_t len, int32_t layers, int reps, const 
     t0 = now_s();
     TRY(oscar_fwd_end_pass(f));
     const double t_end1 = now_s() - t0;
+    TRY(oscar_fwd_run(f, &b, NULL)); // pass 2 must see as many tokens as pass 1 (warm-up + reps)
     const double t_p2 = bench_runs(f, &b, reps);
     t0 = now_s();
     TRY(oscar_fwd_end_pass(f));
