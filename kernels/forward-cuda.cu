@@ -1,0 +1,684 @@
+// forward-cuda.cu - the CUDA forward pass behind lib/backend/forward-backend.h:
+// bf16 weights resident on the device (q/k/v and gate/up fused into one matrix
+// each), cuBLAS GEMMs with bf16 inputs and fp32 accumulation and output, an fp32
+// residual stream, the q/k/v epilogue and flash-style causal attention of
+// kernels/fwd-kernels.cu, and device-side capture sums (KTK, VTV, grouped QQT in
+// pass 1; SST in pass 2) handed to lib/stats at the end of each pass.
+//
+// Memory: weights and a workspace sized once from max_tokens at init; run and
+// end_pass allocate nothing on the device. It refuses head_dim > 256 or odd,
+// VATT capture, attention overrides, and batches the CPU pass would refuse.
+//
+// T = tokens, C = n_embd, Hq/Hkv = heads, D = head_dim, F = n_ff, V = n_vocab,
+// L = n_layer, Q = Hq D, KV = Hkv D, NQKV = Q + 2 KV.
+extern "C" {
+#include "backend/forward-ops.h"
+#include "stats/stats-sums.h"
+}
+#include <cublas_v2.h>
+
+#include "kernels/cuda-common.cuh"
+#include "kernels/fwd-kernels.cuh"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_ALLOCS = 64 };
+static const int32_t LOGIT_ROWS = 512; // LM-head rows per GEMM (logits leave the device in chunks)
+static const size_t STAGE_FLOATS = (size_t) 16 << 20; // 64 MB of fp32 staging for weight conversion
+static const size_t BLAS_WS_BYTES = (size_t) 32 << 20;
+
+struct dlayer {
+    float * attn_norm;   // [C]
+    float * ffn_norm;    // [C]
+    float * q_norm;      // [D] or NULL
+    float * k_norm;      // [D] or NULL
+    float * bqkv;        // [NQKV] or NULL
+    osc_bf16 * wqkv;     // [NQKV, C]
+    osc_bf16 * wo;       // [C, Q]
+    osc_bf16 * wgu;      // [2F, C]: gate rows, then up rows
+    osc_bf16 * wdown;    // [C, F]
+};
+
+struct cuda_fwd {
+    struct oscar_model_config c;
+    struct oscar_fwd_params p;
+    int32_t max_tokens;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void * allocs[MAX_ALLOCS];
+    int32_t n_allocs;
+    int64_t weight_bytes, work_bytes, used_max;
+    char name[128];
+    // weights
+    osc_bf16 * embd;      // [V, C]
+    osc_bf16 * out_w;     // [V, C] (== embd when tied)
+    float * out_norm;     // [C]
+    float * inv_freq;     // [D/2]
+    struct dlayer * layers; // host array [L] of device pointers
+    // workspace
+    int32_t * d_tok;      // [T]
+    int32_t * d_pos;      // [T]
+    struct osc_att_block * d_blocks; // [T]
+    float * x;            // [T, C] residual
+    float * big;          // [T, max(NQKV, 2F)]: qkv, then gate/up, then capture scratch
+    float * q;            // [T, Hq, D]
+    float * k;            // [T, Hkv, D]
+    float * v;            // [T, Hkv, D]
+    osc_bf16 * xn;        // [T, C]
+    osc_bf16 * att;       // [T, Q]
+    osc_bf16 * h;         // [T, F]
+    float * logit_buf;    // [LOGIT_ROWS, V]
+    uint8_t * blas_ws;
+    int32_t * h_pos;      // host [T]
+    struct osc_att_block * h_blocks; // host [T]
+    // capture
+    int32_t pass;         // 0 none, 1, 2, 3 done
+    uint32_t kinds;
+    int64_t n_tok;        // tokens of the current pass
+    double * acc_ktk, * acc_vtv, * acc_qqt, * acc_sst, * acc_wsum; // [L, Hkv, D, D] / [L, Hkv]
+    int64_t * acc_nneg;   // [L, Hkv]
+    float * cbuf;         // [Hkv, D, D]
+    float * amat;         // [L, Hkv, D, D] fp32 A_h for pass 2
+    double * wbuf;        // [Hkv, T]
+    uint8_t * negbuf;     // [Hkv, T]
+    // host hook staging
+    float * hq, * hk, * hv, * hatt, * hx;
+};
+
+// ---- small helpers -----------------------------------------------------------------------
+
+static enum oscar_status blas_error(cublasStatus_t s, const char * what, int line) {
+    return osc_error(s == CUBLAS_STATUS_ALLOC_FAILED ? OSCAR_ERR_NOMEM : OSCAR_ERR_UNSUPPORTED,
+                     "cuBLAS error: %s in %s (forward-cuda.cu:%d)", cublasGetStatusString(s), what, line);
+}
+
+#define BLAS_TRY(x)                                                                    \
+    do {                                                                               \
+        cublasStatus_t osc_blas_s_ = (x);                                              \
+        if (osc_blas_s_ != CUBLAS_STATUS_SUCCESS) {                                    \
+            st = blas_error(osc_blas_s_, #x, __LINE__);                                \
+            goto out;                                                                  \
+        }                                                                              \
+    } while (0)
+
+template <typename T> static cudaError_t dalloc(struct cuda_fwd * f, T ** p, size_t n, bool weight) {
+    *p = NULL;
+    if (f->n_allocs == MAX_ALLOCS) return cudaErrorMemoryAllocation;
+    const size_t bytes = (n ? n : 1) * sizeof(T);
+    cudaError_t e = cudaMalloc((void **) p, bytes);
+    if (e != cudaSuccess) return e;
+    f->allocs[f->n_allocs++] = *p;
+    if (weight) f->weight_bytes += (int64_t) bytes;
+    else f->work_bytes += (int64_t) bytes;
+    return cudaSuccess;
+}
+
+static void note_used(struct cuda_fwd * f) {
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) == cudaSuccess && (int64_t) (tot - fr) > f->used_max) f->used_max = (int64_t) (tot - fr);
+}
+
+// Y [T, N] fp32 (+)= X [T, K] bf16 . W [N, K]ᵀ bf16 (fp32 accumulate), row-major.
+static cublasStatus_t gemm_bf16(struct cuda_fwd * f, float * Y, const osc_bf16 * X, const osc_bf16 * W, int32_t T,
+                                int32_t N, int32_t K, float beta) {
+    const float one = 1.0f;
+    return cublasGemmEx(f->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, W, CUDA_R_16BF, K, X, CUDA_R_16BF, K, &beta,
+                        Y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+// C_b [D, D] = A_b . B_bᵀ (or A_b . B_b) for b < batch, strict fp32 (no TF32), column-major.
+static cublasStatus_t gemm_f32_batched(struct cuda_fwd * f, cublasOperation_t tb, int32_t m, int32_t n, int32_t k,
+                                       const float * A, int32_t lda, long long sa, const float * B, int32_t ldb,
+                                       long long sb, float beta, float * C, int32_t ldc, long long sc,
+                                       int32_t batch) {
+    const float one = 1.0f;
+    return cublasGemmStridedBatchedEx(f->blas, CUBLAS_OP_N, tb, m, n, k, &one, A, CUDA_R_32F, lda, sa, B, CUDA_R_32F,
+                                      ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F_PEDANTIC,
+                                      CUBLAS_GEMM_DEFAULT);
+}
+
+// ---- weights -------------------------------------------------------------------------
+
+// dst[off .. off + n) = bf16(src[0 .. n)) through the fp32 staging buffer.
+static enum oscar_status upload_bf16(struct cuda_fwd * f, osc_bf16 * dst, const float * src, size_t n, float * stage) {
+    for (size_t i = 0; i < n; i += STAGE_FLOATS) {
+        const size_t m = n - i < STAGE_FLOATS ? n - i : STAGE_FLOATS;
+        OSCAR_CUDA_CHECK(cudaMemcpyAsync(stage, src + i, m * sizeof(float), cudaMemcpyHostToDevice, f->stream));
+        OSCAR_CUDA_CHECK(osc_fwd_to_bf16(dst + i, stage, (int64_t) m, f->stream));
+        OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream)); // stage is reused
+    }
+    return OSCAR_OK;
+}
+
+static enum oscar_status upload_f32(struct cuda_fwd * f, float * dst, const float * src, size_t n) {
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, f->stream));
+    return OSCAR_OK;
+}
+
+static enum oscar_status alloc_weights(struct cuda_fwd * f) {
+    const struct oscar_model_config * c = &f->c;
+    const size_t C = (size_t) c->n_embd, D = (size_t) c->head_dim, Q = (size_t) c->n_head * D;
+    const size_t KV = (size_t) c->n_head_kv * D, F = (size_t) c->n_ff, V = (size_t) c->n_vocab;
+    const size_t NQKV = Q + 2 * KV;
+    f->layers = (struct dlayer *) calloc((size_t) c->n_layer, sizeof(struct dlayer));
+    if (!f->layers) return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
+    OSCAR_CUDA_CHECK(dalloc(f, &f->embd, V * C, true));
+    f->out_w = f->embd;
+    if (!c->tied_embeddings) OSCAR_CUDA_CHECK(dalloc(f, &f->out_w, V * C, true));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->out_norm, C, true));
+    // one slab per kind of tensor keeps the allocation count independent of L
+    const size_t L = (size_t) c->n_layer;
+    float * norms;
+    osc_bf16 * mats;
+    const size_t n_norm = 2 * C + (c->qk_norm ? 2 * D : 0) + (c->qkv_bias ? NQKV : 0);
+    const size_t n_mat = NQKV * C + C * Q + 2 * F * C + C * F;
+    OSCAR_CUDA_CHECK(dalloc(f, &norms, L * n_norm, true));
+    OSCAR_CUDA_CHECK(dalloc(f, &mats, L * n_mat, true));
+    for (size_t l = 0; l < L; l++) {
+        struct dlayer * w = &f->layers[l];
+        float * p = norms + l * n_norm;
+        w->attn_norm = p, p += C;
+        w->ffn_norm = p, p += C;
+        if (c->qk_norm) w->q_norm = p, p += D, w->k_norm = p, p += D;
+        if (c->qkv_bias) w->bqkv = p;
+        osc_bf16 * m = mats + l * n_mat;
+        w->wqkv = m, m += NQKV * C;
+        w->wo = m, m += C * Q;
+        w->wgu = m, m += 2 * F * C;
+        w->wdown = m;
+    }
+    return OSCAR_OK;
+}
+
+static enum oscar_status upload_model(struct cuda_fwd * f, const struct oscar_model * mdl) {
+    const struct oscar_model_config * c = &f->c;
+    const size_t C = (size_t) c->n_embd, D = (size_t) c->head_dim, Q = (size_t) c->n_head * D;
+    const size_t KV = (size_t) c->n_head_kv * D, F = (size_t) c->n_ff, V = (size_t) c->n_vocab;
+    float * stage = NULL;
+    enum oscar_status st = OSCAR_OK;
+    OSCAR_CUDA_CHECK(cudaMalloc((void **) &stage, STAGE_FLOATS * sizeof(float)));
+#define UP(call) do { st = (call); if (st != OSCAR_OK) goto out; } while (0)
+    UP(upload_bf16(f, f->embd, mdl->tok_embd, V * C, stage));
+    if (!c->tied_embeddings) UP(upload_bf16(f, f->out_w, mdl->output, V * C, stage));
+    UP(upload_f32(f, f->out_norm, mdl->output_norm, C));
+    for (int32_t l = 0; l < c->n_layer; l++) {
+        const struct oscar_layer_weights * w = &mdl->layers[l];
+        const struct dlayer * d = &f->layers[l];
+        UP(upload_f32(f, d->attn_norm, w->attn_norm, C));
+        UP(upload_f32(f, d->ffn_norm, w->ffn_norm, C));
+        if (c->qk_norm) {
+            UP(upload_f32(f, d->q_norm, w->q_norm, D));
+            UP(upload_f32(f, d->k_norm, w->k_norm, D));
+        }
+        if (c->qkv_bias) {
+            UP(upload_f32(f, d->bqkv, w->bq, Q));
+            UP(upload_f32(f, d->bqkv + Q, w->bk, KV));
+            UP(upload_f32(f, d->bqkv + Q + KV, w->bv, KV));
+        }
+        UP(upload_bf16(f, d->wqkv, w->wq, Q * C, stage));
+        UP(upload_bf16(f, d->wqkv + Q * C, w->wk, KV * C, stage));
+        UP(upload_bf16(f, d->wqkv + (Q + KV) * C, w->wv, KV * C, stage));
+        UP(upload_bf16(f, d->wo, w->wo, C * Q, stage));
+        UP(upload_bf16(f, d->wgu, w->w_gate, F * C, stage));
+        UP(upload_bf16(f, d->wgu + F * C, w->w_up, F * C, stage));
+        UP(upload_bf16(f, d->wdown, w->w_down, C * F, stage));
+    }
+#undef UP
+    OSCAR_CUDA_TRY(cudaStreamSynchronize(f->stream));
+out:
+    cudaFree(stage);
+    return st;
+}
+
+// Tensor ids for the generator: 1 + 16 l + kind (0 for the embedding, 15 for the LM head).
+static enum oscar_status random_model(struct cuda_fwd * f, uint64_t seed) {
+    const struct oscar_model_config * c = &f->c;
+    const int64_t C = c->n_embd, D = c->head_dim, Q = (int64_t) c->n_head * D, KV = (int64_t) c->n_head_kv * D;
+    const int64_t F = c->n_ff, V = c->n_vocab, NQKV = Q + 2 * KV;
+    cudaStream_t s = f->stream;
+    OSCAR_CUDA_CHECK(osc_fwd_random_bf16(f->embd, V * C, seed, 0, s));
+    if (!c->tied_embeddings) OSCAR_CUDA_CHECK(osc_fwd_random_bf16(f->out_w, V * C, seed, 15, s));
+    OSCAR_CUDA_CHECK(osc_fwd_random_f32(f->out_norm, C, seed, 14, true, s));
+    for (int32_t l = 0; l < c->n_layer; l++) {
+        const struct dlayer * d = &f->layers[l];
+        const uint64_t id = 1 + 16 * (uint64_t) l;
+        OSCAR_CUDA_CHECK(osc_fwd_random_f32(d->attn_norm, C, seed, id + 0, true, s));
+        OSCAR_CUDA_CHECK(osc_fwd_random_f32(d->ffn_norm, C, seed, id + 1, true, s));
+        if (c->qk_norm) {
+            OSCAR_CUDA_CHECK(osc_fwd_random_f32(d->q_norm, D, seed, id + 2, true, s));
+            OSCAR_CUDA_CHECK(osc_fwd_random_f32(d->k_norm, D, seed, id + 3, true, s));
+        }
+        if (c->qkv_bias) OSCAR_CUDA_CHECK(osc_fwd_random_f32(d->bqkv, NQKV, seed, id + 4, false, s));
+        OSCAR_CUDA_CHECK(osc_fwd_random_bf16(d->wqkv, NQKV * C, seed, id + 5, s));
+        OSCAR_CUDA_CHECK(osc_fwd_random_bf16(d->wo, C * Q, seed, id + 6, s));
+        OSCAR_CUDA_CHECK(osc_fwd_random_bf16(d->wgu, 2 * F * C, seed, id + 7, s));
+        OSCAR_CUDA_CHECK(osc_fwd_random_bf16(d->wdown, C * F, seed, id + 8, s));
+    }
+    OSCAR_CUDA_CHECK(cudaStreamSynchronize(s));
+    return OSCAR_OK;
+}
+
+// ---- init / free ---------------------------------------------------------------------------
+
+static void cuda_free(void * ctx) {
+    struct cuda_fwd * f = (struct cuda_fwd *) ctx;
+    if (!f) return;
+    if (f->stream) cudaStreamSynchronize(f->stream);
+    for (int32_t i = 0; i < f->n_allocs; i++) cudaFree(f->allocs[i]);
+    if (f->blas) cublasDestroy(f->blas);
+    if (f->stream) cudaStreamDestroy(f->stream);
+    free(f->layers), free(f->h_pos), free(f->h_blocks);
+    free(f->hq), free(f->hk), free(f->hv), free(f->hatt), free(f->hx);
+    cudaGetLastError();
+    free(f);
+}
+
+static enum oscar_status check_config(const struct oscar_model_config * c, const struct oscar_fwd_params * p) {
+    if (c->n_layer <= 0 || c->n_embd <= 0 || c->n_head <= 0 || c->n_head_kv <= 0 || c->head_dim <= 0 ||
+        c->n_ff <= 0 || c->n_vocab <= 0 || c->n_head % c->n_head_kv != 0)
+        return osc_error(OSCAR_ERR_INVALID, "forward-cuda: bad model shape");
+    if (c->head_dim % 2 != 0 || c->head_dim > OSC_FWD_MAX_HEAD_DIM)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: head_dim %d (even, <= %d)", c->head_dim,
+                         OSC_FWD_MAX_HEAD_DIM);
+    if (!(c->rope_theta > 0.0f) || !(c->rms_eps >= 0.0f))
+        return osc_error(OSCAR_ERR_INVALID, "forward-cuda: bad rope_theta or rms_eps");
+    if (p->max_tokens <= 0) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: max_tokens %d", p->max_tokens);
+    if (p->attention) return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: attention overrides run on the cpu only");
+    if (p->stats) {
+        const struct oscar_stats_params sp = oscar_stats_get_params(p->stats);
+        if (sp.kinds & OSCAR_STATS_VATT)
+            return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: vatt capture runs on the cpu only");
+        if (sp.n_layer != c->n_layer || sp.n_head != c->n_head || sp.n_head_kv != c->n_head_kv ||
+            sp.head_dim != c->head_dim)
+            return osc_error(OSCAR_ERR_INVALID, "forward-cuda: stats shape does not match the model");
+        if (oscar_stats_phase(p->stats) == 3)
+            return osc_error(OSCAR_ERR_INVALID, "forward-cuda: the stats accumulator is already finished");
+    }
+    return OSCAR_OK;
+}
+
+static enum oscar_status alloc_workspace(struct cuda_fwd * f) {
+    const struct oscar_model_config * c = &f->c;
+    const size_t T = (size_t) f->max_tokens, C = (size_t) c->n_embd, D = (size_t) c->head_dim;
+    const size_t Q = (size_t) c->n_head * D, KV = (size_t) c->n_head_kv * D, F = (size_t) c->n_ff;
+    const size_t NQKV = Q + 2 * KV, L = (size_t) c->n_layer, H = (size_t) c->n_head_kv;
+    const size_t wide = NQKV > 2 * F ? NQKV : 2 * F;
+    const size_t lr = T < (size_t) LOGIT_ROWS ? T : (size_t) LOGIT_ROWS;
+    OSCAR_CUDA_CHECK(dalloc(f, &f->d_tok, T, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->d_pos, T, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->d_blocks, T, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->x, T * C, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->big, T * wide, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->q, T * Q, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->k, T * KV, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->v, T * KV, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->xn, T * C, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->att, T * Q, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->h, T * F, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->logit_buf, lr * (size_t) c->n_vocab, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->blas_ws, BLAS_WS_BYTES, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->inv_freq, D / 2, false));
+    if (f->p.stats) {
+        const uint32_t k = f->kinds;
+        const size_t mats = L * H * D * D;
+        if (k & OSCAR_STATS_KTK) OSCAR_CUDA_CHECK(dalloc(f, &f->acc_ktk, mats, false));
+        if (k & OSCAR_STATS_VTV) OSCAR_CUDA_CHECK(dalloc(f, &f->acc_vtv, mats, false));
+        if (k & OSCAR_STATS_QQT) OSCAR_CUDA_CHECK(dalloc(f, &f->acc_qqt, mats, false));
+        if (k & OSCAR_STATS_SST) {
+            OSCAR_CUDA_CHECK(dalloc(f, &f->acc_sst, mats, false));
+            OSCAR_CUDA_CHECK(dalloc(f, &f->acc_wsum, L * H, false));
+            OSCAR_CUDA_CHECK(dalloc(f, &f->acc_nneg, L * H, false));
+            OSCAR_CUDA_CHECK(dalloc(f, &f->amat, mats, false));
+            OSCAR_CUDA_CHECK(dalloc(f, &f->wbuf, H * T, false));
+            OSCAR_CUDA_CHECK(dalloc(f, &f->negbuf, H * T, false));
+        }
+        OSCAR_CUDA_CHECK(dalloc(f, &f->cbuf, H * D * D, false));
+    }
+    f->h_pos = (int32_t *) malloc(T * sizeof(int32_t));
+    f->h_blocks = (struct osc_att_block *) malloc(T * sizeof(struct osc_att_block));
+    if (f->p.hook) {
+        f->hq = (float *) malloc(T * Q * sizeof(float));
+        f->hk = (float *) malloc(T * KV * sizeof(float));
+        f->hv = (float *) malloc(T * KV * sizeof(float));
+        f->hatt = (float *) malloc(T * Q * sizeof(float));
+        f->hx = (float *) malloc(T * C * sizeof(float));
+        if (!f->hq || !f->hk || !f->hv || !f->hatt || !f->hx)
+            return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory for hook staging");
+    }
+    if (!f->h_pos || !f->h_blocks) return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
+    // Hugging Face: inv_freq = 1 / theta ** (arange(0, D, 2) / D), all in fp32 (as lib/model/forward.c).
+    float inv[OSC_FWD_MAX_HEAD_DIM / 2];
+    for (size_t i = 0; i < D / 2; i++) inv[i] = 1.0f / powf(c->rope_theta, (float) (2 * i) / (float) D);
+    OSCAR_CUDA_CHECK(cudaMemcpy(f->inv_freq, inv, D / 2 * sizeof(float), cudaMemcpyHostToDevice));
+    return OSCAR_OK;
+}
+
+static enum oscar_status zero_pass_acc(struct cuda_fwd * f);
+static enum oscar_status load_amat(struct cuda_fwd * f);
+
+static enum oscar_status cuda_init(const struct oscar_model * m, const struct oscar_model_config * cfg, uint64_t seed,
+                                   const struct oscar_fwd_params * p, void ** ctx) {
+    *ctx = NULL;
+    const struct oscar_model_config * c = m ? &m->config : cfg;
+    enum oscar_status st = check_config(c, p);
+    if (st != OSCAR_OK) return st;
+    struct cuda_fwd * f = (struct cuda_fwd *) calloc(1, sizeof *f);
+    if (!f) return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
+    f->c = *c;
+    f->p = *p;
+    f->max_tokens = p->max_tokens;
+    cudaDeviceProp prop;
+    int dev = 0;
+    OSCAR_CUDA_TRY(cudaGetDevice(&dev));
+    OSCAR_CUDA_TRY(cudaGetDeviceProperties(&prop, dev));
+    snprintf(f->name, sizeof f->name, "%.120s", prop.name);
+    OSCAR_CUDA_TRY(cudaStreamCreateWithFlags(&f->stream, cudaStreamNonBlocking));
+    BLAS_TRY(cublasCreate(&f->blas));
+    BLAS_TRY(cublasSetStream(f->blas, f->stream));
+    if (p->stats) {
+        f->kinds = oscar_stats_get_params(p->stats).kinds;
+        f->pass = oscar_stats_phase(p->stats);
+    }
+    st = alloc_weights(f);
+    if (st == OSCAR_OK) st = alloc_workspace(f);
+    if (st != OSCAR_OK) goto out;
+    BLAS_TRY(cublasSetWorkspace(f->blas, f->blas_ws, BLAS_WS_BYTES));
+    st = m ? upload_model(f, m) : random_model(f, seed);
+    if (st == OSCAR_OK && f->pass > 0) st = zero_pass_acc(f);
+    if (st == OSCAR_OK && f->pass == 2) st = load_amat(f); // a resumed accumulator: pass 1 already ended
+    note_used(f);
+out:
+    if (st != OSCAR_OK) {
+        cuda_free(f);
+        return osc_error_prefix(st, "forward-cuda init (%s)", m ? m->source : "random weights");
+    }
+    *ctx = f;
+    return OSCAR_OK;
+}
+
+// ---- the pass ------------------------------------------------------------------------------
+
+static enum oscar_status check_batch(const struct cuda_fwd * f, const struct oscar_batch * b) {
+    if (!b || b->n_seq <= 0 || !b->seq_start || !b->tokens)
+        return osc_error(OSCAR_ERR_INVALID, "forward-cuda: empty batch or missing seq_start/tokens");
+    if (b->seq_start[0] != 0)
+        return osc_error(OSCAR_ERR_INVALID, "forward-cuda: seq_start[0] = %d, not 0", b->seq_start[0]);
+    for (int32_t s = 0; s < b->n_seq; s++)
+        if (b->seq_start[s + 1] <= b->seq_start[s])
+            return osc_error(OSCAR_ERR_INVALID, "forward-cuda: sequence %d is empty or seq_start decreases", s);
+    const int32_t T = b->seq_start[b->n_seq];
+    if (T > f->max_tokens)
+        return osc_error(OSCAR_ERR_INVALID, "forward-cuda: batch of %d tokens exceeds max_tokens %d", T,
+                         f->max_tokens);
+    for (int32_t t = 0; t < T; t++) {
+        if (b->tokens[t] < 0 || b->tokens[t] >= f->c.n_vocab)
+            return osc_error(OSCAR_ERR_INVALID, "forward-cuda: token %d at index %d outside vocabulary of %d",
+                             b->tokens[t], t, f->c.n_vocab);
+        if (b->pos && b->pos[t] < 0) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: negative position at %d", t);
+    }
+    return OSCAR_OK;
+}
+
+static int cmp_blocks(const void * a, const void * b) {
+    const struct osc_att_block * x = (const struct osc_att_block *) a, * y = (const struct osc_att_block *) b;
+    const int32_t wx = x->q1 - x->s0, wy = y->q1 - y->s0; // keys the block reads: heaviest first
+    if (wx != wy) return wx > wy ? -1 : 1;
+    return x->q0 < y->q0 ? -1 : x->q0 > y->q0;
+}
+
+// Positions and attention work items of the batch; returns the number of items.
+static int32_t plan_batch(struct cuda_fwd * f, const struct oscar_batch * b) {
+    int32_t n = 0;
+    for (int32_t s = 0; s < b->n_seq; s++) {
+        const int32_t s0 = b->seq_start[s], s1 = b->seq_start[s + 1];
+        for (int32_t t = s0; t < s1; t++) f->h_pos[t] = b->pos ? b->pos[t] : t - s0;
+        for (int32_t q0 = s0; q0 < s1; q0 += OSC_ATT_BQ) {
+            struct osc_att_block blk = {q0, q0 + OSC_ATT_BQ < s1 ? q0 + OSC_ATT_BQ : s1, s0, 0};
+            f->h_blocks[n++] = blk;
+        }
+    }
+    qsort(f->h_blocks, (size_t) n, sizeof *f->h_blocks, cmp_blocks);
+    return n;
+}
+
+static enum oscar_status capture_layer(struct cuda_fwd * f, int32_t l, int32_t T) {
+    const int32_t D = f->c.head_dim, H = f->c.n_head_kv, Hq = f->c.n_head, g = Hq / H;
+    const int64_t DD = (int64_t) D * D, HDD = (int64_t) H * DD, lo = (int64_t) l * HDD;
+    const int32_t ldkv = H * D, ldq = Hq * D;
+    enum oscar_status st = OSCAR_OK;
+    if (f->pass == 1) {
+        if (f->kinds & OSCAR_STATS_KTK) {
+            BLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_T, D, D, T, f->k, ldkv, D, f->k, ldkv, D, 0.0f, f->cbuf, D, DD, H));
+            OSCAR_CUDA_TRY(osc_fwd_acc_add(f->acc_ktk + lo, f->cbuf, HDD, f->stream));
+        }
+        if (f->kinds & OSCAR_STATS_VTV) {
+            BLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_T, D, D, T, f->v, ldkv, D, f->v, ldkv, D, 0.0f, f->cbuf, D, DD, H));
+            OSCAR_CUDA_TRY(osc_fwd_acc_add(f->acc_vtv + lo, f->cbuf, HDD, f->stream));
+        }
+        if (f->kinds & OSCAR_STATS_QQT) {
+            // Σ over the g contiguous query heads of KV head h, fp32, then one fp64 add
+            for (int32_t j = 0; j < g; j++) {
+                const float * qj = f->q + (size_t) j * D;
+                BLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_T, D, D, T, qj, ldq, (long long) g * D, qj, ldq,
+                                          (long long) g * D, j ? 1.0f : 0.0f, f->cbuf, D, DD, H));
+            }
+            OSCAR_CUDA_TRY(osc_fwd_acc_add(f->acc_qqt + lo, f->cbuf, HDD, f->stream));
+        }
+    } else if (f->pass == 2) {
+        float * y = f->big;                              // [H, T, D]
+        float * z = f->big + (size_t) H * T * D;         // [H, T, D]
+        BLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_N, D, T, D, f->amat + lo, D, DD, f->k, ldkv, D, 0.0f, y, D,
+                                  (long long) T * D, H));
+        OSCAR_CUDA_TRY(osc_fwd_sst_weights(f->wbuf, f->negbuf, z, y, f->k, f->v, T, H, D, f->stream));
+        BLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_T, D, D, T, z, D, (long long) T * D, f->v, ldkv, D, 0.0f, f->cbuf, D,
+                                  DD, H));
+        OSCAR_CUDA_TRY(osc_fwd_acc_add(f->acc_sst + lo, f->cbuf, HDD, f->stream));
+        OSCAR_CUDA_TRY(osc_fwd_sst_reduce(f->acc_wsum + (size_t) l * H, f->acc_nneg + (size_t) l * H, f->wbuf,
+                                          f->negbuf, T, H, f->stream));
+    }
+out:
+    return st;
+}
+
+// Copies the layer's tensors to the host and calls the user's hook (tests; slow).
+static enum oscar_status host_hook(struct cuda_fwd * f, const struct oscar_batch * b, int32_t l, int32_t T) {
+    const struct oscar_capture_hook * hk = f->p.hook;
+    if (!hk || !hk->on_layer || (hk->want && !hk->want(hk->user, l))) return OSCAR_OK;
+    const size_t Q = (size_t) f->c.n_head * f->c.head_dim, KV = (size_t) f->c.n_head_kv * f->c.head_dim;
+    const size_t C = (size_t) f->c.n_embd;
+    OSCAR_CUDA_CHECK(osc_fwd_bf16_to_f32(f->big, f->att, (int64_t) T * (int64_t) Q, f->stream));
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hq, f->q, T * Q * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hk, f->k, T * KV * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hv, f->v, T * KV * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hatt, f->big, T * Q * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hx, f->x, T * C * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
+    OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));
+    struct oscar_capture_layer cap;
+    memset(&cap, 0, sizeof cap);
+    cap.layer = l, cap.n_tokens = T, cap.n_seq = b->n_seq, cap.seq_start = b->seq_start, cap.pos = f->h_pos;
+    cap.q = f->hq, cap.k = f->hk, cap.v = f->hv, cap.attn_out = f->hatt, cap.wo = NULL, cap.resid_out = f->hx;
+    cap.config = &f->c;
+    enum oscar_status st = hk->on_layer(hk->user, &cap);
+    if (st != OSCAR_OK) return osc_error_prefix(st, "layer %d: capture hook", l);
+    return OSCAR_OK;
+}
+
+static enum oscar_status run_layer(struct cuda_fwd * f, const struct oscar_batch * b, int32_t l, int32_t T,
+                                   int32_t n_blocks) {
+    const struct oscar_model_config * c = &f->c;
+    const struct dlayer * w = &f->layers[l];
+    const int32_t C = c->n_embd, D = c->head_dim, Q = c->n_head * D, KV = c->n_head_kv * D, F = c->n_ff;
+    const int32_t NQKV = Q + 2 * KV;
+    cudaStream_t s = f->stream;
+    enum oscar_status st = OSCAR_OK;
+    OSCAR_CUDA_TRY(osc_fwd_rmsnorm(f->xn, f->x, w->attn_norm, T, C, c->rms_eps, s));
+    BLAS_TRY(gemm_bf16(f, f->big, f->xn, w->wqkv, T, NQKV, C, 0.0f));
+    OSCAR_CUDA_TRY(osc_fwd_qkv_epilogue(f->q, f->k, f->v, f->big, w->bqkv, w->q_norm, w->k_norm, f->d_pos,
+                                        f->inv_freq, T, c->n_head, c->n_head_kv, D, c->rms_eps, s));
+    OSCAR_CUDA_TRY(osc_fwd_attention(f->att, f->q, f->k, f->v, f->d_blocks, n_blocks, c->n_head, c->n_head_kv, D, s));
+    BLAS_TRY(gemm_bf16(f, f->x, f->att, w->wo, T, C, Q, 1.0f)); // residual += attn . W_Oᵀ
+    OSCAR_CUDA_TRY(osc_fwd_rmsnorm(f->xn, f->x, w->ffn_norm, T, C, c->rms_eps, s));
+    BLAS_TRY(gemm_bf16(f, f->big, f->xn, w->wgu, T, 2 * F, C, 0.0f));
+    OSCAR_CUDA_TRY(osc_fwd_swiglu(f->h, f->big, T, F, s));
+    BLAS_TRY(gemm_bf16(f, f->x, f->h, w->wdown, T, C, F, 1.0f));
+    if (f->p.stats) st = capture_layer(f, l, T);
+    if (st == OSCAR_OK) st = host_hook(f, b, l, T);
+out:
+    return st;
+}
+
+static enum oscar_status lm_head(struct cuda_fwd * f, int32_t T, float * logits) {
+    const int32_t C = f->c.n_embd, V = f->c.n_vocab;
+    enum oscar_status st = OSCAR_OK;
+    OSCAR_CUDA_TRY(osc_fwd_rmsnorm(f->xn, f->x, f->out_norm, T, C, f->c.rms_eps, f->stream));
+    for (int32_t r0 = 0; r0 < T; r0 += LOGIT_ROWS) {
+        const int32_t n = T - r0 < LOGIT_ROWS ? T - r0 : LOGIT_ROWS;
+        BLAS_TRY(gemm_bf16(f, f->logit_buf, f->xn + (size_t) r0 * C, f->out_w, n, V, C, 0.0f));
+        OSCAR_CUDA_TRY(cudaMemcpyAsync(logits + (size_t) r0 * V, f->logit_buf, (size_t) n * V * sizeof(float),
+                                       cudaMemcpyDeviceToHost, f->stream));
+        OSCAR_CUDA_TRY(cudaStreamSynchronize(f->stream)); // logit_buf is reused
+    }
+    for (int32_t t = 0; t < T; t++)
+        for (int32_t i = 0; i < V; i += 97) // cheap NaN/Inf screen, as the CPU pass
+            if (!isfinite(logits[(size_t) t * V + i]))
+                return osc_error(OSCAR_ERR_NUMERIC, "forward-cuda: non-finite logit at token %d", t);
+out:
+    return st;
+}
+
+static enum oscar_status cuda_run(void * ctx, const struct oscar_batch * b, float * logits) {
+    struct cuda_fwd * f = (struct cuda_fwd *) ctx;
+    enum oscar_status st = check_batch(f, b);
+    if (st != OSCAR_OK) return st;
+    const int32_t T = b->seq_start[b->n_seq];
+    const int32_t n_blocks = plan_batch(f, b);
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->d_tok, b->tokens, T * sizeof(int32_t), cudaMemcpyHostToDevice, f->stream));
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->d_pos, f->h_pos, T * sizeof(int32_t), cudaMemcpyHostToDevice, f->stream));
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->d_blocks, f->h_blocks, n_blocks * sizeof(struct osc_att_block),
+                                     cudaMemcpyHostToDevice, f->stream));
+    OSCAR_CUDA_CHECK(osc_fwd_embed(f->x, f->embd, f->d_tok, T, f->c.n_embd, f->stream));
+    for (int32_t l = 0; l < f->c.n_layer && st == OSCAR_OK; l++) st = run_layer(f, b, l, T, n_blocks);
+    if (st == OSCAR_OK && logits) st = lm_head(f, T, logits);
+    if (st != OSCAR_OK) return st;
+    OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));
+    if (f->pass == 1 || f->pass == 2) f->n_tok += T;
+    note_used(f);
+    return OSCAR_OK;
+}
+
+// ---- passes ----------------------------------------------------------------------------------
+
+static enum oscar_status zero_pass_acc(struct cuda_fwd * f) {
+    const size_t mats = (size_t) f->c.n_layer * f->c.n_head_kv * f->c.head_dim * f->c.head_dim * sizeof(double);
+    const size_t lh = (size_t) f->c.n_layer * f->c.n_head_kv;
+    if (f->acc_ktk) OSCAR_CUDA_CHECK(cudaMemsetAsync(f->acc_ktk, 0, mats, f->stream));
+    if (f->acc_vtv) OSCAR_CUDA_CHECK(cudaMemsetAsync(f->acc_vtv, 0, mats, f->stream));
+    if (f->acc_qqt) OSCAR_CUDA_CHECK(cudaMemsetAsync(f->acc_qqt, 0, mats, f->stream));
+    if (f->acc_sst) {
+        OSCAR_CUDA_CHECK(cudaMemsetAsync(f->acc_sst, 0, mats, f->stream));
+        OSCAR_CUDA_CHECK(cudaMemsetAsync(f->acc_wsum, 0, lh * sizeof(double), f->stream));
+        OSCAR_CUDA_CHECK(cudaMemsetAsync(f->acc_nneg, 0, lh * sizeof(int64_t), f->stream));
+    }
+    OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));
+    f->n_tok = 0;
+    return OSCAR_OK;
+}
+
+// amat = fp32 A_h = the FINAL finalised QQT of every (layer, KV head), read back from
+// lib/stats so pass 2 weights exactly the matrices the CPU pass 2 would use.
+static enum oscar_status load_amat(struct cuda_fwd * f) {
+    const size_t D = (size_t) f->c.head_dim, DD = D * D, H = (size_t) f->c.n_head_kv, L = (size_t) f->c.n_layer;
+    double * a = (double *) malloc(DD * sizeof(double));
+    float * h = (float *) malloc(L * H * DD * sizeof(float));
+    enum oscar_status st = OSCAR_OK;
+    if (!a || !h) {
+        st = osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
+        goto out;
+    }
+    for (size_t l = 0; l < L && st == OSCAR_OK; l++) {
+        for (size_t hh = 0; hh < H && st == OSCAR_OK; hh++) {
+            st = oscar_stats_sigma(f->p.stats, OSCAR_STATS_QQT, (int32_t) l, (int32_t) hh, a);
+            for (size_t i = 0; i < DD; i++) h[(l * H + hh) * DD + i] = (float) a[i];
+        }
+    }
+    if (st == OSCAR_OK) OSCAR_CUDA_TRY(cudaMemcpy(f->amat, h, L * H * DD * sizeof(float), cudaMemcpyHostToDevice));
+out:
+    free(a), free(h);
+    return st;
+}
+
+static enum oscar_status download(double ** dst, const double * src, size_t n) {
+    *dst = NULL;
+    if (!src) return OSCAR_OK;
+    *dst = (double *) malloc(n * sizeof(double));
+    if (!*dst) return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory for capture sums");
+    OSCAR_CUDA_CHECK(cudaMemcpy(*dst, src, n * sizeof(double), cudaMemcpyDeviceToHost));
+    return OSCAR_OK;
+}
+
+static enum oscar_status cuda_end_pass(void * ctx) {
+    struct cuda_fwd * f = (struct cuda_fwd *) ctx;
+    if (!f->p.stats) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: end_pass without a stats accumulator");
+    if (f->pass != 1 && f->pass != 2) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: every pass has ended");
+    const size_t lh = (size_t) f->c.n_layer * f->c.n_head_kv, mats = lh * f->c.head_dim * f->c.head_dim;
+    double * ktk = NULL, * vtv = NULL, * qqt = NULL, * sst = NULL, * wsum = NULL;
+    int64_t * nneg = NULL;
+    struct oscar_stats_sums x;
+    memset(&x, 0, sizeof x);
+    x.pass = f->pass;
+    x.n_tokens = f->n_tok;
+    enum oscar_status st = OSCAR_OK;
+    if (f->pass == 1) {
+        st = download(&ktk, f->acc_ktk, mats);
+        if (st == OSCAR_OK) st = download(&vtv, f->acc_vtv, mats);
+        if (st == OSCAR_OK) st = download(&qqt, f->acc_qqt, mats);
+        x.ktk = ktk, x.vtv = vtv, x.qqt = qqt;
+    } else {
+        st = download(&sst, f->acc_sst, mats);
+        if (st == OSCAR_OK) st = download(&wsum, f->acc_wsum, lh);
+        if (st == OSCAR_OK) {
+            nneg = (int64_t *) malloc(lh * sizeof(int64_t));
+            if (!nneg) st = osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
+        }
+        if (st == OSCAR_OK) OSCAR_CUDA_TRY(cudaMemcpy(nneg, f->acc_nneg, lh * sizeof(int64_t), cudaMemcpyDeviceToHost));
+        x.sst = sst, x.sst_wsum = wsum, x.sst_nneg = nneg;
+    }
+    if (st == OSCAR_OK) st = oscar_stats_add_sums(f->p.stats, &x);
+    if (st == OSCAR_OK) st = oscar_stats_end_pass(f->p.stats);
+    if (st == OSCAR_OK) {
+        f->pass = oscar_stats_phase(f->p.stats);
+        if (f->pass == 2) st = load_amat(f);
+        if (st == OSCAR_OK && f->pass == 2) st = zero_pass_acc(f);
+    }
+out:
+    free(ktk), free(vtv), free(qqt), free(sst), free(wsum), free(nneg);
+    return st;
+}
+
+static void cuda_info(const void * ctx, struct oscar_fwd_info * out) {
+    const struct cuda_fwd * f = (const struct cuda_fwd *) ctx;
+    snprintf(out->device, sizeof out->device, "%.120s", f->name);
+    out->weight_bytes = f->weight_bytes;
+    out->workspace_bytes = f->work_bytes;
+    out->device_used_bytes = f->used_max;
+}
+
+static const struct osc_fwd_ops cuda_ops = {
+    "cuda", cuda_init, cuda_run, cuda_end_pass, cuda_info, cuda_free,
+};
+
+extern "C" enum oscar_status osc_fwd_ops_cuda(const struct osc_fwd_ops ** out) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    *out = NULL;
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward: no CUDA device (%s)",
+                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    }
+    *out = &cuda_ops;
+    return OSCAR_OK;
+}

@@ -1,0 +1,378 @@
+// fwd-kernels.cu - the device kernels of the CUDA forward pass (see fwd-kernels.cuh).
+// No fast-math intrinsics: expf/cosf/sinf/sqrt are the accurate versions, and every
+// reduction runs in a fixed order (results do not depend on scheduling).
+#include "kernels/fwd-kernels.cuh"
+
+#include <math.h>
+
+static inline unsigned grid_for(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned) (b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
+}
+
+// ---- elementwise --------------------------------------------------------------------
+
+__global__ void k_embed(float * x, const osc_bf16 * embd, const int32_t * tokens, int32_t C) {
+    const int32_t t = blockIdx.x;
+    const osc_bf16 * src = embd + (size_t) tokens[t] * C;
+    float * dst = x + (size_t) t * C;
+    for (int32_t i = threadIdx.x; i < C; i += blockDim.x) dst[i] = __bfloat162float(src[i]);
+}
+
+cudaError_t osc_fwd_embed(float * x, const osc_bf16 * embd, const int32_t * tokens, int32_t T, int32_t C,
+                          cudaStream_t s) {
+    k_embed<<<T, 256, 0, s>>>(x, embd, tokens, C);
+    return cudaGetLastError();
+}
+
+// Block-wide double sum in a fixed tree order; blockDim.x == 256.
+__device__ double block_sum_256(double v, double * sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int o = 128; o > 0; o >>= 1) {
+        if ((int) threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__global__ void __launch_bounds__(256) k_rmsnorm(osc_bf16 * y, const float * x, const float * w, int32_t C,
+                                                 float eps) {
+    __shared__ double sh[256];
+    const float * xr = x + (size_t) blockIdx.x * C;
+    osc_bf16 * yr = y + (size_t) blockIdx.x * C;
+    double ss = 0.0;
+    for (int32_t i = threadIdx.x; i < C; i += 256) ss += (double) xr[i] * (double) xr[i];
+    ss = block_sum_256(ss, sh);
+    const float r = (float) (1.0 / sqrt(ss / (double) C + (double) eps));
+    for (int32_t i = threadIdx.x; i < C; i += 256) yr[i] = __float2bfloat16(w[i] * (xr[i] * r));
+}
+
+cudaError_t osc_fwd_rmsnorm(osc_bf16 * y, const float * x, const float * w, int32_t T, int32_t C, float eps,
+                            cudaStream_t s) {
+    k_rmsnorm<<<T, 256, 0, s>>>(y, x, w, C, eps);
+    return cudaGetLastError();
+}
+
+__device__ double warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// One warp per (token, head) of the Hq + 2 Hkv heads; lane holds pairs (i, i + D/2).
+__global__ void __launch_bounds__(256) k_qkv_epilogue(float * q, float * k, float * v, const float * qkv,
+                                                      const float * bias, const float * qn, const float * kn,
+                                                      const int32_t * pos, const float * inv_freq, int32_t Hq,
+                                                      int32_t Hkv, int32_t D, float eps) {
+    const int32_t t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int32_t H = Hq + 2 * Hkv, h2 = D / 2, row = H * D;
+    const float p = (float) pos[t];
+    for (int32_t hh = warp; hh < H; hh += blockDim.x >> 5) {
+        const float * src = qkv + (size_t) t * row + (size_t) hh * D;
+        const float * b = bias ? bias + (size_t) hh * D : nullptr;
+        float a[OSC_FWD_MAX_HEAD_DIM / 64], c[OSC_FWD_MAX_HEAD_DIM / 64];
+        int32_t n = 0;
+        double ss = 0.0;
+        for (int32_t i = lane; i < h2; i += 32, n++) {
+            a[n] = src[i] + (b ? b[i] : 0.0f);
+            c[n] = src[i + h2] + (b ? b[i + h2] : 0.0f);
+            ss += (double) a[n] * (double) a[n] + (double) c[n] * (double) c[n];
+        }
+        if (hh >= Hq + Hkv) { // v: copy
+            float * dst = v + ((size_t) t * Hkv + (hh - Hq - Hkv)) * D;
+            n = 0;
+            for (int32_t i = lane; i < h2; i += 32, n++) dst[i] = a[n], dst[i + h2] = c[n];
+            continue;
+        }
+        const float * nw = hh < Hq ? qn : kn;
+        float * dst = hh < Hq ? q + ((size_t) t * Hq + hh) * D : k + ((size_t) t * Hkv + (hh - Hq)) * D;
+        ss = warp_sum_d(ss);
+        const float r = nw ? (float) (1.0 / sqrt(ss / (double) D + (double) eps)) : 1.0f;
+        n = 0;
+        for (int32_t i = lane; i < h2; i += 32, n++) {
+            float x0 = a[n], x1 = c[n];
+            if (nw) x0 = nw[i] * (x0 * r), x1 = nw[i + h2] * (x1 * r);
+            const float ang = inv_freq[i] * p; // fp32 angle, as transformers computes it
+            const float cs = cosf(ang), sn = sinf(ang);
+            dst[i] = x0 * cs - x1 * sn;
+            dst[i + h2] = x1 * cs + x0 * sn;
+        }
+    }
+}
+
+cudaError_t osc_fwd_qkv_epilogue(float * q, float * k, float * v, const float * qkv, const float * bias,
+                                 const float * qn, const float * kn, const int32_t * pos, const float * inv_freq,
+                                 int32_t T, int32_t Hq, int32_t Hkv, int32_t D, float eps, cudaStream_t s) {
+    k_qkv_epilogue<<<T, 256, 0, s>>>(q, k, v, qkv, bias, qn, kn, pos, inv_freq, Hq, Hkv, D, eps);
+    return cudaGetLastError();
+}
+
+__global__ void k_swiglu(osc_bf16 * h, const float * gu, int32_t F, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x) {
+        const int64_t t = i / F, j = i % F;
+        const float g = gu[t * 2 * F + j], u = gu[t * 2 * F + F + j];
+        h[i] = __float2bfloat16(g / (1.0f + expf(-g)) * u);
+    }
+}
+
+cudaError_t osc_fwd_swiglu(osc_bf16 * h, const float * gu, int32_t T, int32_t F, cudaStream_t s) {
+    const int64_t n = (int64_t) T * F;
+    k_swiglu<<<grid_for(n, 256), 256, 0, s>>>(h, gu, F, n);
+    return cudaGetLastError();
+}
+
+// ---- attention --------------------------------------------------------------------------
+// Block = (work item, query head), 256 threads as a 16 x 16 grid: thread (tr, tc) owns query
+// rows 4 tr .. 4 tr + 3 and, of every 64-key tile, keys tc + 16 j (j < 4); of the output it
+// owns columns tc + 16 c (c < DP/16). The 16 threads of a row group are one half-warp, so
+// row maxima and sums are half-warp shuffles. Shared: Q [64][DP+1], K [64][DP+1], V [64][DP],
+// P [64][65] (padding keeps the column reads conflict-free).
+enum { ATT_BK = 64, ATT_THREADS = 256 };
+
+template <int DP> static size_t att_smem_bytes() {
+    return sizeof(float) * (2 * OSC_ATT_BQ * (DP + 1) + ATT_BK * DP + OSC_ATT_BQ * (ATT_BK + 1));
+}
+
+template <int DP>
+__global__ void __launch_bounds__(ATT_THREADS) k_attention(osc_bf16 * out, const float * q, const float * k,
+                                                           const float * v, const struct osc_att_block * blocks,
+                                                           int32_t Hq, int32_t Hkv, int32_t D, float scale) {
+    extern __shared__ float sm[];
+    float * sQ = sm;                               // [BQ][DP+1]
+    float * sK = sQ + OSC_ATT_BQ * (DP + 1);       // [BK][DP+1]
+    float * sV = sK + ATT_BK * (DP + 1);           // [BK][DP]
+    float * sP = sV + ATT_BK * DP;                 // [BQ][BK+1]
+    const struct osc_att_block blk = blocks[blockIdx.x];
+    const int32_t h = blockIdx.y, kh = h / (Hq / Hkv);
+    const int32_t tid = threadIdx.x, tr = tid >> 4, tc = tid & 15;
+    constexpr int NC = DP / 16;
+
+    for (int32_t e = tid; e < OSC_ATT_BQ * DP; e += ATT_THREADS) {
+        const int32_t r = e / DP, d = e % DP, i = blk.q0 + r;
+        sQ[r * (DP + 1) + d] = (i < blk.q1 && d < D) ? q[((size_t) i * Hq + h) * D + d] : 0.0f;
+    }
+    float o[4][NC], m[4], l[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        m[i] = -INFINITY, l[i] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < NC; c++) o[i][c] = 0.0f;
+    }
+    for (int32_t j0 = blk.s0; j0 < blk.q1; j0 += ATT_BK) {
+        __syncthreads(); // the previous tile's K, V, P are no longer read
+        for (int32_t e = tid; e < ATT_BK * DP; e += ATT_THREADS) {
+            const int32_t r = e / DP, d = e % DP, j = j0 + r;
+            const bool ok = j < blk.q1 && d < D;
+            const size_t off = ((size_t) j * Hkv + kh) * D + d;
+            sK[r * (DP + 1) + d] = ok ? k[off] : 0.0f;
+            sV[r * DP + d] = ok ? v[off] : 0.0f;
+        }
+        __syncthreads();
+        float s[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) s[i][j] = 0.0f;
+        for (int d = 0; d < DP; d++) {
+            float qa[4], kb[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) qa[i] = sQ[(tr * 4 + i) * (DP + 1) + d];
+#pragma unroll
+            for (int j = 0; j < 4; j++) kb[j] = sK[(tc + 16 * j) * (DP + 1) + d];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) s[i][j] = fmaf(qa[i], kb[j], s[i][j]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int32_t qi = blk.q0 + tr * 4 + i;
+            float mt = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int32_t kj = j0 + tc + 16 * j;
+                s[i][j] = (kj <= qi && qi < blk.q1) ? s[i][j] * scale : -INFINITY;
+                mt = fmaxf(mt, s[i][j]);
+            }
+            for (int off = 8; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+            const float mn = fmaxf(m[i], mt);
+            const float alpha = mn == -INFINITY ? 1.0f : expf(m[i] - mn);
+            float ps = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float pj = mn == -INFINITY ? 0.0f : expf(s[i][j] - mn);
+                sP[(tr * 4 + i) * (ATT_BK + 1) + tc + 16 * j] = pj;
+                ps += pj;
+            }
+            for (int off = 8; off > 0; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+            l[i] = l[i] * alpha + ps;
+            m[i] = mn;
+#pragma unroll
+            for (int c = 0; c < NC; c++) o[i][c] *= alpha;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < ATT_BK; kk++) {
+            float pa[4], vb[NC];
+#pragma unroll
+            for (int i = 0; i < 4; i++) pa[i] = sP[(tr * 4 + i) * (ATT_BK + 1) + kk];
+#pragma unroll
+            for (int c = 0; c < NC; c++) vb[c] = sV[kk * DP + tc + 16 * c];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int c = 0; c < NC; c++) o[i][c] = fmaf(pa[i], vb[c], o[i][c]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int32_t qi = blk.q0 + tr * 4 + i;
+        if (qi >= blk.q1) continue;
+        const float inv = 1.0f / l[i];
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            const int32_t d = tc + 16 * c;
+            if (d < D) out[((size_t) qi * Hq + h) * D + d] = __float2bfloat16(o[i][c] * inv);
+        }
+    }
+}
+
+template <int DP>
+static cudaError_t launch_attention(osc_bf16 * out, const float * q, const float * k, const float * v,
+                                    const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
+                                    int32_t D, cudaStream_t s) {
+    const size_t smem = att_smem_bytes<DP>();
+    cudaError_t e = cudaFuncSetAttribute(k_attention<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned) n_blocks, (unsigned) Hq);
+    k_attention<DP><<<grid, ATT_THREADS, smem, s>>>(out, q, k, v, blocks, Hq, Hkv, D, 1.0f / sqrtf((float) D));
+    return cudaGetLastError();
+}
+
+cudaError_t osc_fwd_attention(osc_bf16 * out, const float * q, const float * k, const float * v,
+                              const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
+                              int32_t D, cudaStream_t s) {
+    if (n_blocks <= 0) return cudaSuccess;
+    if (D <= 64) return launch_attention<64>(out, q, k, v, blocks, n_blocks, Hq, Hkv, D, s);
+    if (D <= 128) return launch_attention<128>(out, q, k, v, blocks, n_blocks, Hq, Hkv, D, s);
+    if (D <= 256) return launch_attention<256>(out, q, k, v, blocks, n_blocks, Hq, Hkv, D, s);
+    return cudaErrorInvalidValue;
+}
+
+// ---- capture -------------------------------------------------------------------------
+
+__global__ void k_acc_add(double * acc, const float * src, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x)
+        acc[i] += (double) src[i];
+}
+
+cudaError_t osc_fwd_acc_add(double * acc, const float * src, int64_t n, cudaStream_t s) {
+    k_acc_add<<<grid_for(n, 256), 256, 0, s>>>(acc, src, n);
+    return cudaGetLastError();
+}
+
+// One warp per (head, token).
+__global__ void k_sst_weights(double * w, uint8_t * neg, float * z, const float * y, const float * k,
+                              const float * v, int32_t T, int32_t Hkv, int32_t D) {
+    const int64_t item = (int64_t) blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int32_t lane = threadIdx.x & 31;
+    if (item >= (int64_t) T * Hkv) return;
+    const int32_t h = (int32_t) (item / T), t = (int32_t) (item % T);
+    const float * yr = y + ((size_t) h * T + t) * D;
+    const float * kr = k + ((size_t) t * Hkv + h) * D;
+    const float * vr = v + ((size_t) t * Hkv + h) * D;
+    double acc = 0.0;
+    for (int32_t d = lane; d < D; d += 32) acc += (double) yr[d] * (double) kr[d];
+    acc = warp_sum_d(acc);
+    const bool clamp = acc < 0.0; // A_h is PSD: only rounding gets here (method.md §22 item 4)
+    if (clamp) acc = 0.0;
+    if (lane == 0) w[(size_t) h * T + t] = acc, neg[(size_t) h * T + t] = clamp ? 1 : 0;
+    const float wf = (float) acc;
+    float * zr = z + ((size_t) h * T + t) * D;
+    for (int32_t d = lane; d < D; d += 32) zr[d] = wf * vr[d];
+}
+
+cudaError_t osc_fwd_sst_weights(double * w, uint8_t * neg, float * z, const float * y, const float * k,
+                                const float * v, int32_t T, int32_t Hkv, int32_t D, cudaStream_t s) {
+    const int64_t items = (int64_t) T * Hkv;
+    k_sst_weights<<<(unsigned) ((items + 7) / 8), 256, 0, s>>>(w, neg, z, y, k, v, T, Hkv, D);
+    return cudaGetLastError();
+}
+
+__global__ void __launch_bounds__(256) k_sst_reduce(double * wsum, int64_t * nneg, const double * w,
+                                                    const uint8_t * neg, int32_t T) {
+    __shared__ double sh[256];
+    const int32_t h = blockIdx.x;
+    double a = 0.0, c = 0.0;
+    for (int32_t t = threadIdx.x; t < T; t += 256) a += w[(size_t) h * T + t], c += neg[(size_t) h * T + t];
+    a = block_sum_256(a, sh);
+    c = block_sum_256(c, sh);
+    if (threadIdx.x == 0) wsum[h] += a, nneg[h] += (int64_t) c;
+}
+
+cudaError_t osc_fwd_sst_reduce(double * wsum, int64_t * nneg, const double * w, const uint8_t * neg, int32_t T,
+                               int32_t Hkv, cudaStream_t s) {
+    k_sst_reduce<<<Hkv, 256, 0, s>>>(wsum, nneg, w, neg, T);
+    return cudaGetLastError();
+}
+
+// ---- weights ----------------------------------------------------------------------------
+
+__global__ void k_to_bf16(osc_bf16 * dst, const float * src, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16(src[i]);
+}
+
+cudaError_t osc_fwd_to_bf16(osc_bf16 * dst, const float * src, int64_t n, cudaStream_t s) {
+    k_to_bf16<<<grid_for(n, 256), 256, 0, s>>>(dst, src, n);
+    return cudaGetLastError();
+}
+
+__global__ void k_bf16_to_f32(float * dst, const osc_bf16 * src, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x)
+        dst[i] = __bfloat162float(src[i]);
+}
+
+cudaError_t osc_fwd_bf16_to_f32(float * dst, const osc_bf16 * src, int64_t n, cudaStream_t s) {
+    k_bf16_to_f32<<<grid_for(n, 256), 256, 0, s>>>(dst, src, n);
+    return cudaGetLastError();
+}
+
+__device__ uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// Normal(0, 0.02) for element i: Box-Muller on the two 32-bit halves of a hash of
+// (seed, tensor, i / 2); even i takes the cosine branch, odd i the sine branch.
+__device__ float random_normal(uint64_t seed, uint64_t tensor, int64_t i) {
+    const uint64_t r = splitmix64(seed ^ splitmix64(tensor * 0x100000001B3ull + (uint64_t) (i >> 1)));
+    const double u1 = ((double) (r >> 32) + 1.0) * (1.0 / 4294967296.0); // (0, 1]
+    const double u2 = (double) (r & 0xffffffffu) * (1.0 / 4294967296.0);
+    const double rad = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
+    return (float) (0.02 * rad * ((i & 1) ? sin(a) : cos(a)));
+}
+
+__global__ void k_random_bf16(osc_bf16 * dst, int64_t n, uint64_t seed, uint64_t tensor) {
+    for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16(random_normal(seed, tensor, i));
+}
+
+__global__ void k_random_f32(float * dst, int64_t n, uint64_t seed, uint64_t tensor, bool ones) {
+    for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x)
+        dst[i] = ones ? 1.0f : random_normal(seed, tensor, i);
+}
+
+cudaError_t osc_fwd_random_bf16(osc_bf16 * dst, int64_t n, uint64_t seed, uint64_t tensor, cudaStream_t s) {
+    k_random_bf16<<<grid_for(n, 256), 256, 0, s>>>(dst, n, seed, tensor);
+    return cudaGetLastError();
+}
+
+cudaError_t osc_fwd_random_f32(float * dst, int64_t n, uint64_t seed, uint64_t tensor, bool ones,
+                               cudaStream_t s) {
+    k_random_f32<<<grid_for(n, 256), 256, 0, s>>>(dst, n, seed, tensor, ones);
+    return cudaGetLastError();
+}

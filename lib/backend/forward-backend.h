@@ -1,0 +1,79 @@
+// forward-backend.h - the forward pass on a chosen device behind one API:
+// "cpu" is lib/model/forward.c (fp32, OpenBLAS), "cuda" is kernels/forward-cuda.cu
+// (bf16 weights on the device, cuBLAS GEMMs with fp32 accumulation, flash-style
+// causal attention, capture sums accumulated on the device). Same model
+// description (struct oscar_model), same batches, same capture semantics.
+//
+// Capture: set params.stats to an accumulator (lib/stats) and the pass feeds it.
+//   cpu:  every layer's q/k/v go through oscar_stats_add (as calibration does).
+//   cuda: KTK/VTV/QQT (pass 1) and SST (pass 2) are summed on the device (fp32
+//         GEMM per batch and KV head, added into fp64 device accumulators in a
+//         fixed order: deterministic) and added into params.stats at
+//         oscar_fwd_end_pass (oscar_stats_add_sums). VATT is refused on cuda.
+// In both cases the caller ends passes with oscar_fwd_end_pass, never with
+// oscar_stats_end_pass directly. A host hook (params.hook) also works on cuda,
+// but every wanted layer's tensors are then copied to the host (tests only).
+//
+// Usage (calibration):
+//   struct oscar_fwd_params p = oscar_fwd_default_params();
+//   p.device = "cuda"; p.max_tokens = 16384; p.stats = s;
+//   oscar_fwd_init(model, &p, &f);
+//   for each batch: oscar_fwd_run(f, &batch, NULL);      // pass 1
+//   oscar_fwd_end_pass(f);
+//   for each batch: oscar_fwd_run(f, &batch, NULL);      // pass 2 (SST)
+//   oscar_fwd_end_pass(f);
+//   oscar_fwd_free(f);                                   // s holds the sums
+#ifndef OSCAR_BACKEND_FORWARD_BACKEND_H
+#define OSCAR_BACKEND_FORWARD_BACKEND_H
+
+#include <stdint.h>
+
+#include "model/model.h"
+#include "stats/stats.h"
+#include "util/error.h"
+
+struct oscar_fwd_params {
+    const char * device;                                // "cpu" (NULL means cpu) or "cuda"
+    int32_t      n_threads;                             // cpu: 0 = all cores
+    int32_t      max_tokens;                            // largest batch; sizes every buffer once
+    const struct oscar_capture_hook *       hook;       // host hook (cuda: copies to the host)
+    const struct oscar_attention_override * attention;  // cpu only
+    struct oscar_stats *                    stats;      // NULL or the accumulator the pass feeds
+};
+
+struct oscar_fwd_params oscar_fwd_default_params(void);
+
+struct oscar_fwd;
+
+// Builds the pass for model m on params->device. cuda: converts the fp32
+// weights to bf16 on the device (m may be freed afterwards); fails with
+// OSCAR_ERR_UNSUPPORTED and "CUDA backend not compiled in" / "no CUDA device"
+// when CUDA is unavailable, and for shapes it does not handle (head_dim > 256).
+enum oscar_status oscar_fwd_init(const struct oscar_model * m, const struct oscar_fwd_params * params,
+                                 struct oscar_fwd ** out);
+
+// A model of shape cfg with seeded random weights (std 0.02, norms 1), for
+// shape benchmarks. cuda: generated directly as bf16 on the device from a
+// counter-based hash (no host copy, so an 8B shape needs ~16 GB of device
+// memory and no host memory); cpu: oscar_model_init_random (fp32 host copy,
+// owned by the pass). The two generators differ: same seed, different weights.
+enum oscar_status oscar_fwd_init_random(const struct oscar_model_config * cfg, uint64_t seed,
+                                        const struct oscar_fwd_params * params, struct oscar_fwd ** out);
+
+// Runs one batch. logits [T, V] on the host, or NULL (LM head skipped).
+enum oscar_status oscar_fwd_run(struct oscar_fwd * f, const struct oscar_batch * batch, float * logits);
+
+// Ends the current capture pass of params.stats (see above). Fails if no stats.
+enum oscar_status oscar_fwd_end_pass(struct oscar_fwd * f);
+
+struct oscar_fwd_info {
+    char    device[128];       // "cpu" or the GPU name
+    int64_t weight_bytes;      // device copy of the weights (cuda) / host fp32 weights (cpu)
+    int64_t workspace_bytes;   // activations, capture accumulators, cuBLAS workspace
+    int64_t device_used_bytes; // cuda: total - free of cudaMemGetInfo, largest seen (0 on cpu)
+};
+void oscar_fwd_info(const struct oscar_fwd * f, struct oscar_fwd_info * out);
+
+void oscar_fwd_free(struct oscar_fwd * f);
+
+#endif

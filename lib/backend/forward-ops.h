@@ -1,0 +1,24 @@
+// forward-ops.h - the vtable behind oscar_fwd_* (lib/backend/forward-backend.c).
+// registry.c hands out the instance for a device name; only it knows whether
+// the CUDA one was compiled in. Not a public API.
+#ifndef OSCAR_BACKEND_FORWARD_OPS_H
+#define OSCAR_BACKEND_FORWARD_OPS_H
+
+#include "backend/forward-backend.h"
+
+struct osc_fwd_ops {
+    const char * name;
+    // m == NULL: random weights of shape cfg from seed (cfg/seed unused otherwise).
+    enum oscar_status (*init)(const struct oscar_model * m, const struct oscar_model_config * cfg, uint64_t seed,
+                              const struct oscar_fwd_params * p, void ** ctx);
+    enum oscar_status (*run)(void * ctx, const struct oscar_batch * b, float * logits);
+    enum oscar_status (*end_pass)(void * ctx);
+    void (*info)(const void * ctx, struct oscar_fwd_info * out);
+    void (*free)(void * ctx);
+};
+
+enum oscar_status osc_fwd_ops_get(const char * device, const struct osc_fwd_ops ** out);
+const struct osc_fwd_ops * osc_fwd_ops_cpu(void);
+enum oscar_status osc_fwd_ops_cuda(const struct osc_fwd_ops ** out); // CUDA builds only
+
+#endif

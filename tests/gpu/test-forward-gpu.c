@@ -1,0 +1,351 @@
+// test-forward-gpu.c - the CUDA forward pass (oscar_fwd, device "cuda") against the CPU
+// reference, and its calibration-shape benchmark. Built and run by gpu-forward-check.sh.
+//
+//   test-forward-gpu check [--seed N] [--small]   correctness (exit 0 pass, 1 fail, 77 no device)
+//   test-forward-gpu bench [--seqs 15] [--len 2048] [--layers 36] [--reps 3] [--hf file.csv]
+//
+// check, per model (tiny-llama, tiny-qwen2, tiny-qwen3 fixtures, and a random-init
+// SmolLM2-135M-shaped model unless --small), on one batch of 3 sequences:
+//  1. logits: GPU vs CPU run with the same weights pre-rounded to bf16 (the GPU stores
+//     matrices and embeddings as bf16; norms and biases stay fp32 on both sides).
+//     Tolerance 1e-2 relative L2. Derivation: what remains different is the GPU's bf16
+//     activations at the GEMM inputs (normed x, attention output, SwiGLU output), each
+//     rounded with relative error <= 2^-9 (rms 2^-9/sqrt(3) ~ 1.1e-3). A K-term dot product
+//     of independently rounded terms keeps that relative rms (~1e-3); three roundings per
+//     layer add in quadrature (~2e-3) and the residual stream damps rather than compounds
+//     them, so a few 1e-3 is expected: 1e-2 leaves ~3x headroom, and a real bug (wrong RoPE
+//     pair, mask, GQA map) moves logits by O(1).
+//  2. capture on the same tokens: the device sums (KTK, VTV, grouped QQT, pass-2 SST) vs
+//     lib/stats fed on the host with the very q/k/v the GPU produced (through a host hook).
+//     Tolerance 1e-3 relative Frobenius (the bar). Expected: fp32 GEMM over T rows
+//     then fp64 adds, ~sqrt(T) 2^-24 ~ 1e-6; SST adds fp32 w·v (2^-24) -> ~1e-6.
+//  3. end-to-end capture: device sums vs lib/stats fed by the fp32 CPU forward pass (pre-
+//     rounded weights). Reported, and gated at 1e-2 (the same bf16-activation argument as 1:
+//     rounding noise in q/k/v is zero-mean, so sums of outer products see it squared).
+//  4. determinism: a second GPU run gives bit-identical logits and capture sums.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/forward-backend.h"
+#include "model/model.h"
+#include "stats/stats.h"
+
+static uint64_t rng_state;
+static uint64_t rnd_u64(void) {
+    uint64_t x = rng_state;
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return rng_state = x;
+}
+
+static int g_fail = 0;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + 1e-9 * (double) ts.tv_nsec;
+}
+
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return x;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+static void round_tensor(float * w, size_t n) {
+    for (size_t i = 0; i < n; i++) w[i] = bf16_round(w[i]);
+}
+
+// Rounds the tensors the GPU keeps as bf16 (matrices, embeddings) in place.
+static void round_model(struct oscar_model * m) {
+    const struct oscar_model_config * c = &m->config;
+    const size_t C = (size_t) c->n_embd, D = (size_t) c->head_dim, Q = (size_t) c->n_head * D;
+    const size_t KV = (size_t) c->n_head_kv * D, F = (size_t) c->n_ff, V = (size_t) c->n_vocab;
+    round_tensor(m->tok_embd, V * C);
+    if (m->output != m->tok_embd) round_tensor(m->output, V * C);
+    for (int32_t l = 0; l < c->n_layer; l++) {
+        struct oscar_layer_weights * w = &m->layers[l];
+        round_tensor(w->wq, Q * C), round_tensor(w->wk, KV * C), round_tensor(w->wv, KV * C);
+        round_tensor(w->wo, C * Q), round_tensor(w->w_gate, F * C), round_tensor(w->w_up, F * C);
+        round_tensor(w->w_down, C * F);
+    }
+}
+
+static double rel_l2(const float * a, const float * b, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double) a[i] - (double) b[i];
+        num += d * d, den += (double) b[i] * (double) b[i];
+    }
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
+static const uint32_t KINDS = OSCAR_STATS_KTK | OSCAR_STATS_VTV | OSCAR_STATS_QQT | OSCAR_STATS_SST;
+
+static struct oscar_stats * new_stats(const struct oscar_model_config * c) {
+    struct oscar_stats_params sp = oscar_stats_default_params();
+    sp.n_layer = c->n_layer, sp.n_head = c->n_head, sp.n_head_kv = c->n_head_kv, sp.head_dim = c->head_dim;
+    sp.kinds = KINDS;
+    struct oscar_stats * s = NULL;
+    if (oscar_stats_init(&sp, &s) != OSCAR_OK) {
+        fprintf(stderr, "stats: %s\n", oscar_last_error());
+        exit(1);
+    }
+    return s;
+}
+
+// Largest relative Frobenius difference over layers of one kind (per-layer matrices).
+static double stats_diff(const struct oscar_stats * a, const struct oscar_stats * b, enum oscar_stats_kind kind,
+                         int32_t L, int32_t D, bool * bit_equal) {
+    double * x = malloc(sizeof(double) * (size_t) D * D), * y = malloc(sizeof(double) * (size_t) D * D), worst = 0.0;
+    *bit_equal = true;
+    for (int32_t l = 0; l < L; l++) {
+        if (oscar_stats_sigma(a, kind, l, -1, x) != OSCAR_OK || oscar_stats_sigma(b, kind, l, -1, y) != OSCAR_OK) {
+            fprintf(stderr, "sigma: %s\n", oscar_last_error());
+            worst = INFINITY;
+            break;
+        }
+        double num = 0.0, den = 0.0;
+        for (int32_t i = 0; i < D * D; i++) num += (x[i] - y[i]) * (x[i] - y[i]), den += y[i] * y[i];
+        if (memcmp(x, y, sizeof(double) * (size_t) D * D) != 0) *bit_equal = false;
+        const double r = den > 0.0 ? sqrt(num / den) : sqrt(num);
+        if (!(r <= worst)) worst = r;
+    }
+    free(x), free(y);
+    return worst;
+}
+
+struct hook_feed { struct oscar_stats * s; };
+static enum oscar_status feed(void * user, const struct oscar_capture_layer * cap) {
+    struct hook_feed * h = user;
+    const struct oscar_stats_chunk c = {cap->layer, cap->n_tokens, cap->n_seq, cap->seq_start, cap->q, cap->k, cap->v};
+    return oscar_stats_add(h->s, &c);
+}
+
+#define TRY(x)                                                                              \
+    do {                                                                                    \
+        if ((x) != OSCAR_OK) {                                                              \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, oscar_last_error()); \
+            exit(1);                                                                        \
+        }                                                                                   \
+    } while (0)
+
+// Two passes over one batch on device dev; logits of pass 1 into logits.
+static void run_passes(const struct oscar_model * m, const char * dev, const struct oscar_batch * b, int32_t T,
+                       struct oscar_stats * s, struct oscar_stats * hook_s, float * logits, double * secs) {
+    struct oscar_fwd_params p = oscar_fwd_default_params();
+    p.device = dev, p.max_tokens = T, p.stats = s;
+    struct hook_feed hf = {hook_s};
+    struct oscar_capture_hook hk = {NULL, feed, &hf};
+    if (hook_s) p.hook = &hk;
+    struct oscar_fwd * f = NULL;
+    TRY(oscar_fwd_init(m, &p, &f));
+    const double t0 = now_s();
+    TRY(oscar_fwd_run(f, b, logits));
+    *secs = now_s() - t0;
+    TRY(oscar_fwd_end_pass(f));
+    if (hook_s) TRY(oscar_stats_end_pass(hook_s));
+    TRY(oscar_fwd_run(f, b, NULL));
+    TRY(oscar_fwd_end_pass(f));
+    if (hook_s) TRY(oscar_stats_end_pass(hook_s));
+    oscar_fwd_free(f);
+}
+
+static void check_model(const char * name, struct oscar_model * m, const int32_t * lens, int32_t n_seq) {
+    round_model(m);
+    const struct oscar_model_config * c = &m->config;
+    int32_t seq_start[8] = {0};
+    for (int32_t s = 0; s < n_seq; s++) seq_start[s + 1] = seq_start[s] + lens[s];
+    const int32_t T = seq_start[n_seq];
+    const size_t V = (size_t) c->n_vocab;
+    int32_t * tok = malloc(sizeof(int32_t) * (size_t) T);
+    for (int32_t t = 0; t < T; t++) tok[t] = (int32_t) (rnd_u64() % V);
+    const struct oscar_batch b = {n_seq, seq_start, tok, NULL};
+    float * lc = malloc(sizeof(float) * T * V), * lg = malloc(sizeof(float) * T * V), * lg2 = malloc(sizeof(float) * T * V);
+    struct oscar_stats * s_cpu = new_stats(c), * s_gpu = new_stats(c), * s_hook = new_stats(c), * s_gpu2 = new_stats(c);
+    double t_cpu, t_gpu, t_gpu2;
+    run_passes(m, "cpu", &b, T, s_cpu, NULL, lc, &t_cpu);
+    run_passes(m, "cuda", &b, T, s_gpu, s_hook, lg, &t_gpu);
+    run_passes(m, "cuda", &b, T, s_gpu2, NULL, lg2, &t_gpu2);
+    const double e_logit = rel_l2(lg, lc, (size_t) T * V);
+    const bool det_logits = memcmp(lg, lg2, sizeof(float) * T * V) == 0;
+    printf("| %s | %d | %.2e | %s |", name, T, e_logit, det_logits ? "yes" : "NO");
+    if (!(e_logit <= 1e-2) || !det_logits) g_fail = 1;
+    const enum oscar_stats_kind kinds[4] = {OSCAR_STATS_KTK, OSCAR_STATS_VTV, OSCAR_STATS_QQT, OSCAR_STATS_SST};
+    bool all_det = true;
+    for (int i = 0; i < 4; i++) {
+        bool eq, det;
+        const double same = stats_diff(s_gpu, s_hook, kinds[i], c->n_layer, c->head_dim, &eq);
+        const double e2e = stats_diff(s_gpu, s_cpu, kinds[i], c->n_layer, c->head_dim, &eq);
+        stats_diff(s_gpu, s_gpu2, kinds[i], c->n_layer, c->head_dim, &det);
+        all_det = all_det && det;
+        printf(" %.1e / %.1e |", same, e2e);
+        if (!(same <= 1e-3) || !(e2e <= 1e-2)) g_fail = 1;
+    }
+    printf(" %s | %.3f / %.3f |\n", all_det ? "yes" : "NO", t_cpu, t_gpu2);
+    if (!all_det) g_fail = 1;
+    fflush(stdout);
+    oscar_stats_free(s_cpu), oscar_stats_free(s_gpu), oscar_stats_free(s_hook), oscar_stats_free(s_gpu2);
+    free(tok), free(lc), free(lg), free(lg2);
+}
+
+static int do_check(bool small) {
+    struct oscar_fwd_params p = oscar_fwd_default_params();
+    p.device = "cuda";
+    struct oscar_model * m = NULL;
+    TRY(oscar_model_load("tests/fixtures/models/tiny-qwen3", &m));
+    struct oscar_fwd * f = NULL;
+    if (oscar_fwd_init(m, &p, &f) != OSCAR_OK) {
+        printf("no CUDA forward pass: %s\n", oscar_last_error());
+        oscar_model_free(m);
+        return 77;
+    }
+    oscar_fwd_free(f);
+    oscar_model_free(m);
+    printf("| model | T | logits rel L2 (bf16-rounded CPU) | logits deterministic | KTK same-tok / e2e |"
+           " VTV | QQT | SST | capture deterministic | CPU s / GPU s (pass 1) |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    const int32_t lens[3] = {100, 37, 190};
+    const char * tiny[3] = {"tiny-llama", "tiny-qwen2", "tiny-qwen3"};
+    for (int i = 0; i < 3; i++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, "tests/fixtures/models/%s", tiny[i]);
+        TRY(oscar_model_load(dir, &m));
+        check_model(tiny[i], m, lens, 3);
+        oscar_model_free(m);
+    }
+    if (!small) {
+        struct oscar_model_config c;
+        memset(&c, 0, sizeof c);
+        c.arch = OSCAR_ARCH_LLAMA, c.n_layer = 30, c.n_embd = 576, c.n_head = 9, c.n_head_kv = 3, c.head_dim = 64;
+        c.n_ff = 1536, c.n_vocab = 49152, c.n_ctx_train = 8192, c.rope_theta = 100000.0f, c.rms_eps = 1e-5f;
+        c.tied_embeddings = true;
+        snprintf(c.name, sizeof c.name, "SmolLM2-135M shape (random)");
+        TRY(oscar_model_init_random(&c, rnd_u64(), &m));
+        const int32_t slens[3] = {256, 128, 201};
+        check_model("smollm2-135m-random", m, slens, 3);
+        oscar_model_free(m);
+    }
+    printf("check: %s\n", g_fail ? "FAIL" : "PASS");
+    return g_fail;
+}
+
+// ---- bench -------------------------------------------------------------------------------
+
+static double bench_runs(struct oscar_fwd * f, const struct oscar_batch * b, int reps) {
+    double best = INFINITY;
+    for (int r = 0; r < reps; r++) {
+        const double t0 = now_s();
+        TRY(oscar_fwd_run(f, b, NULL));
+        const double dt = now_s() - t0;
+        if (dt < best) best = dt;
+    }
+    return best;
+}
+
+static int do_bench(int32_t n_seq, int32_t len, int32_t layers, int reps, const char * hf_csv) {
+    struct oscar_model_config c;
+    memset(&c, 0, sizeof c);
+    c.arch = OSCAR_ARCH_QWEN3, c.n_layer = layers, c.n_embd = 4096, c.n_head = 32, c.n_head_kv = 8, c.head_dim = 128;
+    c.n_ff = 12288, c.n_vocab = 151936, c.n_ctx_train = 40960, c.rope_theta = 1000000.0f, c.rms_eps = 1e-6f;
+    c.qk_norm = true;
+    const int32_t T = n_seq * len;
+    int32_t * seq_start = malloc(sizeof(int32_t) * (size_t) (n_seq + 1)), * tok = malloc(sizeof(int32_t) * (size_t) T);
+    for (int32_t s = 0; s <= n_seq; s++) seq_start[s] = s * len;
+    for (int32_t t = 0; t < T; t++) tok[t] = (int32_t) (rnd_u64() % (uint64_t) c.n_vocab);
+    const struct oscar_batch b = {n_seq, seq_start, tok, NULL};
+    struct oscar_fwd_params p = oscar_fwd_default_params();
+    p.device = "cuda", p.max_tokens = T;
+    struct oscar_fwd * f = NULL;
+    struct oscar_fwd_info info;
+    double t0 = now_s();
+    if (oscar_fwd_init_random(&c, 42, &p, &f) != OSCAR_OK) {
+        printf("bench: %s\n", oscar_last_error());
+        return 77;
+    }
+    const double t_init = now_s() - t0;
+    TRY(oscar_fwd_run(f, &b, NULL)); // warm-up (cuBLAS heuristics, module load)
+    const double t_bare = bench_runs(f, &b, reps);
+    oscar_fwd_info(f, &info);
+    const struct oscar_fwd_info bare = info;
+    oscar_fwd_free(f);
+
+    struct oscar_stats * s = new_stats(&c);
+    p.stats = s;
+    TRY(oscar_fwd_init_random(&c, 42, &p, &f));
+    TRY(oscar_fwd_run(f, &b, NULL));
+    const double t_p1 = bench_runs(f, &b, reps);
+    t0 = now_s();
+    TRY(oscar_fwd_end_pass(f));
+    const double t_end1 = now_s() - t0;
+    TRY(oscar_fwd_run(f, &b, NULL)); // pass 2 must see as many tokens as pass 1 (warm-up + reps)
+    const double t_p2 = bench_runs(f, &b, reps);
+    t0 = now_s();
+    TRY(oscar_fwd_end_pass(f));
+    const double t_end2 = now_s() - t0;
+    oscar_fwd_info(f, &info);
+    oscar_fwd_free(f);
+    oscar_stats_free(s);
+
+    const double GiB = 1024.0 * 1024.0 * 1024.0;
+    printf("\nQwen3-8B shape (%d layers, random bf16 weights on the device, init %.1f s), %d x %d = %d tokens, "
+           "best of %d, device %s\n\n", layers, t_init, n_seq, len, T, reps, bare.device);
+    printf("| run | seconds | tokens/s | overhead vs bare | device memory used (GiB) |\n|---|---|---|---|---|\n");
+    printf("| oscar bare prefill (no LM head) | %.3f | %.0f | - | %.1f (weights %.1f, workspace %.1f) |\n", t_bare,
+           T / t_bare, (double) bare.device_used_bytes / GiB, (double) bare.weight_bytes / GiB,
+           (double) bare.workspace_bytes / GiB);
+    printf("| oscar capture pass 1 (KTK, VTV, QQT) | %.3f | %.0f | %+.1f%% | %.1f |\n", t_p1, T / t_p1,
+           100.0 * (t_p1 / t_bare - 1.0), (double) info.device_used_bytes / GiB);
+    printf("| oscar capture pass 2 (SST) | %.3f | %.0f | %+.1f%% | %.1f |\n", t_p2, T / t_p2,
+           100.0 * (t_p2 / t_bare - 1.0), (double) info.device_used_bytes / GiB);
+    printf("| end_pass 1 / 2 (download + lib/stats) | %.3f / %.3f | | | |\n", t_end1, t_end2);
+    if (hf_csv) { // written by bench-prefill-hf.py: label,seconds,tokens,peak_gib
+        FILE * fp = fopen(hf_csv, "r");
+        char label[128];
+        double sec, peak;
+        long tokens;
+        while (fp && fscanf(fp, "%127[^,],%lf,%ld,%lf\n", label, &sec, &tokens, &peak) == 4)
+            printf("| %s | %.3f | %.0f | %+.1f%% vs oscar bare | %.1f (torch peak allocated) |\n", label, sec,
+                   (double) tokens / sec, 100.0 * (sec / t_bare - 1.0), peak);
+        if (fp) fclose(fp);
+        else printf("| transformers | (no %s) | | | |\n", hf_csv);
+    }
+    free(seq_start), free(tok);
+    return 0;
+}
+
+int main(int argc, char ** argv) {
+    uint64_t seed = (uint64_t) time(NULL);
+    bool small = false;
+    int32_t n_seq = 15, len = 2048, layers = 36, reps = 3;
+    const char * hf = NULL;
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s check|bench [options]\n", argv[0]);
+        return 2;
+    }
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--small")) small = true;
+        else if (!strcmp(argv[i], "--seqs") && i + 1 < argc) n_seq = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--len") && i + 1 < argc) len = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--hf") && i + 1 < argc) hf = argv[++i];
+        else {
+            fprintf(stderr, "unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    printf("seed %llu\n", (unsigned long long) seed);
+    rng_state = seed | 1;
+    if (!strcmp(argv[1], "check")) return do_check(small);
+    if (!strcmp(argv[1], "bench")) return do_bench(n_seq, len, layers, reps, hf);
+    fprintf(stderr, "unknown mode %s\n", argv[1]);
+    return 2;
+}

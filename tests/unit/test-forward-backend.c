@@ -1,0 +1,282 @@
+// test-forward-backend.c - the device seam of the forward pass without a GPU:
+// oscar_fwd on "cpu" is lib/model/forward.c bit for bit (logits, capture into
+// lib/stats), "cuda" fails cleanly (UNSUPPORTED, a message naming CUDA) when no
+// device or no CUDA build is there, unknown devices are refused, and
+// oscar_stats_add_sums (the door through which device sums enter lib/stats)
+// reproduces what oscar_stats_add accumulates. The GPU itself is tested by
+// tests/gpu/gpu-forward-check.sh.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/forward-backend.h"
+#include "stats/stats-sums.h"
+
+static uint64_t rng_state;
+static double rnd_unif(void) {
+    uint64_t x = rng_state;
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    rng_state = x;
+    return (double) (x >> 11) * (1.0 / 9007199254740992.0);
+}
+static float rnd_normal(void) {
+    double u = rnd_unif() + 1e-300, v = rnd_unif();
+    return (float) (sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+#define T_TOK 37
+static const int32_t seq_start[3] = {0, 20, T_TOK};
+
+static struct oscar_model * load_tiny(void) {
+    struct oscar_model * m = NULL;
+    if (oscar_model_load("tests/fixtures/models/tiny-qwen3", &m) != OSCAR_OK) fprintf(stderr, "%s\n", oscar_last_error());
+    assert_non_null(m);
+    return m;
+}
+
+static void make_tokens(int32_t * tok, int32_t V) {
+    for (int32_t t = 0; t < T_TOK; t++) tok[t] = (int32_t) ((t * 131 + 7) % V);
+}
+
+static void test_cpu_logits_identical(void ** state) {
+    (void) state;
+    struct oscar_model * m = load_tiny();
+    const size_t V = (size_t) m->config.n_vocab;
+    int32_t tok[T_TOK];
+    make_tokens(tok, (int32_t) V);
+    const struct oscar_batch b = {2, seq_start, tok, NULL};
+    float * a = malloc(T_TOK * V * sizeof(float)), * r = malloc(T_TOK * V * sizeof(float));
+    assert_non_null(a);
+    assert_non_null(r);
+    struct oscar_forward_params fp = oscar_forward_default_params();
+    fp.n_threads = 1;
+    fp.max_tokens = 64;
+    struct oscar_forward * fw = NULL;
+    assert_int_equal(oscar_forward_init(m, &fp, &fw), OSCAR_OK);
+    assert_int_equal(oscar_forward_run(fw, &b, r), OSCAR_OK);
+    oscar_forward_free(fw);
+    struct oscar_fwd_params p = oscar_fwd_default_params();
+    p.n_threads = 1;
+    p.max_tokens = 64;
+    struct oscar_fwd * f = NULL;
+    assert_int_equal(oscar_fwd_init(m, &p, &f), OSCAR_OK);
+    assert_int_equal(oscar_fwd_run(f, &b, a), OSCAR_OK);
+    assert_memory_equal(a, r, T_TOK * V * sizeof(float));
+    struct oscar_fwd_info info;
+    oscar_fwd_info(f, &info);
+    assert_string_equal(info.device, "cpu");
+    assert_true(info.weight_bytes > 0);
+    assert_int_equal(oscar_fwd_end_pass(f), OSCAR_ERR_INVALID); // no stats accumulator
+    oscar_fwd_free(f);
+    free(a), free(r);
+    oscar_model_free(m);
+}
+
+// Capture through oscar_fwd (params.stats) equals feeding oscar_stats_add from a hook.
+struct hook_ctx { struct oscar_stats * s; };
+static enum oscar_status feed(void * user, const struct oscar_capture_layer * cap) {
+    struct hook_ctx * h = user;
+    const struct oscar_stats_chunk c = {cap->layer, cap->n_tokens, cap->n_seq, cap->seq_start, cap->q, cap->k, cap->v};
+    return oscar_stats_add(h->s, &c);
+}
+
+static struct oscar_stats * new_stats(const struct oscar_model_config * c) {
+    struct oscar_stats_params sp = oscar_stats_default_params();
+    sp.n_layer = c->n_layer, sp.n_head = c->n_head, sp.n_head_kv = c->n_head_kv, sp.head_dim = c->head_dim;
+    sp.kinds = OSCAR_STATS_KTK | OSCAR_STATS_VTV | OSCAR_STATS_QQT | OSCAR_STATS_SST;
+    sp.n_threads = 1;
+    struct oscar_stats * s = NULL;
+    assert_int_equal(oscar_stats_init(&sp, &s), OSCAR_OK);
+    return s;
+}
+
+static void test_cpu_capture_identical(void ** state) {
+    (void) state;
+    struct oscar_model * m = load_tiny();
+    const struct oscar_model_config * c = &m->config;
+    int32_t tok[T_TOK];
+    make_tokens(tok, c->n_vocab);
+    const struct oscar_batch b = {2, seq_start, tok, NULL};
+    struct oscar_stats * s_ref = new_stats(c), * s_fwd = new_stats(c);
+    // reference: the plain forward pass with a hook
+    struct hook_ctx hc = {s_ref};
+    struct oscar_capture_hook hk = {NULL, feed, &hc};
+    struct oscar_forward_params fp = oscar_forward_default_params();
+    fp.n_threads = 1, fp.max_tokens = 64, fp.hook = &hk;
+    struct oscar_forward * fw = NULL;
+    assert_int_equal(oscar_forward_init(m, &fp, &fw), OSCAR_OK);
+    for (int pass = 0; pass < 2; pass++) {
+        assert_int_equal(oscar_forward_run(fw, &b, NULL), OSCAR_OK);
+        assert_int_equal(oscar_stats_end_pass(s_ref), OSCAR_OK);
+    }
+    oscar_forward_free(fw);
+    struct oscar_fwd_params p = oscar_fwd_default_params();
+    p.n_threads = 1, p.max_tokens = 64, p.stats = s_fwd;
+    struct oscar_fwd * f = NULL;
+    assert_int_equal(oscar_fwd_init(m, &p, &f), OSCAR_OK);
+    for (int pass = 0; pass < 2; pass++) {
+        assert_int_equal(oscar_fwd_run(f, &b, NULL), OSCAR_OK);
+        assert_int_equal(oscar_fwd_end_pass(f), OSCAR_OK);
+    }
+    assert_int_equal(oscar_stats_phase(s_fwd), 3);
+    oscar_fwd_free(f);
+    const size_t DD = (size_t) c->head_dim * (size_t) c->head_dim;
+    double * x = malloc(DD * sizeof(double)), * y = malloc(DD * sizeof(double));
+    const enum oscar_stats_kind kinds[4] = {OSCAR_STATS_KTK, OSCAR_STATS_VTV, OSCAR_STATS_QQT, OSCAR_STATS_SST};
+    for (int32_t l = 0; l < c->n_layer; l++) {
+        for (int i = 0; i < 4; i++) {
+            assert_int_equal(oscar_stats_sigma(s_ref, kinds[i], l, -1, x), OSCAR_OK);
+            assert_int_equal(oscar_stats_sigma(s_fwd, kinds[i], l, -1, y), OSCAR_OK);
+            assert_memory_equal(x, y, DD * sizeof(double));
+        }
+    }
+    free(x), free(y);
+    oscar_stats_free(s_ref), oscar_stats_free(s_fwd);
+    oscar_model_free(m);
+}
+
+static void test_cuda_unavailable_or_ok(void ** state) {
+    (void) state;
+    struct oscar_model * m = load_tiny();
+    struct oscar_fwd_params p = oscar_fwd_default_params();
+    p.device = "cuda";
+    p.max_tokens = 64;
+    struct oscar_fwd * f = NULL;
+    enum oscar_status st = oscar_fwd_init(m, &p, &f);
+    if (st == OSCAR_OK) { // a CUDA build on a GPU machine: it must at least run a batch
+        printf("cuda device present: running one batch\n");
+        int32_t tok[T_TOK];
+        make_tokens(tok, m->config.n_vocab);
+        const struct oscar_batch b = {2, seq_start, tok, NULL};
+        assert_int_equal(oscar_fwd_run(f, &b, NULL), OSCAR_OK);
+        oscar_fwd_free(f);
+    } else {
+        printf("cuda: %s\n", oscar_last_error());
+        assert_int_equal(st, OSCAR_ERR_UNSUPPORTED);
+        assert_null(f);
+        assert_non_null(strstr(oscar_last_error(), "CUDA"));
+        // random-init on the device fails the same way, without touching host memory for 8B weights
+        struct oscar_model_config big = m->config;
+        big.n_layer = 36, big.n_embd = 4096, big.n_ff = 12288, big.n_vocab = 151936;
+        assert_int_equal(oscar_fwd_init_random(&big, 1, &p, &f), OSCAR_ERR_UNSUPPORTED);
+        assert_null(f);
+    }
+    p.device = "tpu";
+    assert_int_equal(oscar_fwd_init(m, &p, &f), OSCAR_ERR_INVALID);
+    assert_null(f);
+    oscar_model_free(m);
+}
+
+// Random rows through oscar_stats_add vs. their sums (computed here in double) through
+// oscar_stats_add_sums. Both reduce exactly-representable fp32 inputs in fp64, in a
+// different order: the difference is fp64 rounding, ~n * 2^-53 relative (n = 300 rows
+// -> ~3e-14); 1e-12 allows for the sum of magnitudes exceeding the result.
+static void test_add_sums(void ** state) {
+    (void) state;
+    uint64_t seed = (uint64_t) time(NULL);
+    printf("seed %llu\n", (unsigned long long) seed);
+    rng_state = seed | 1;
+    enum { L = 2, HQ = 4, HKV = 2, D = 8, N = 300, G = HQ / HKV };
+    struct oscar_stats_params sp = oscar_stats_default_params();
+    sp.n_layer = L, sp.n_head = HQ, sp.n_head_kv = HKV, sp.head_dim = D, sp.n_threads = 1;
+    sp.kinds = OSCAR_STATS_KTK | OSCAR_STATS_VTV | OSCAR_STATS_QQT | OSCAR_STATS_SST;
+    struct oscar_stats * a = NULL, * b = NULL;
+    assert_int_equal(oscar_stats_init(&sp, &a), OSCAR_OK);
+    assert_int_equal(oscar_stats_init(&sp, &b), OSCAR_OK);
+    float * q = malloc(sizeof(float) * N * HQ * D), * k = malloc(sizeof(float) * N * HKV * D);
+    float * v = malloc(sizeof(float) * N * HKV * D);
+    for (size_t i = 0; i < (size_t) N * HQ * D; i++) q[i] = rnd_normal();
+    for (size_t i = 0; i < (size_t) N * HKV * D; i++) k[i] = rnd_normal(), v[i] = rnd_normal() * 2.0f;
+    const size_t M = (size_t) L * HKV * D * D;
+    double * ktk = calloc(M, sizeof(double)), * vtv = calloc(M, sizeof(double)), * qqt = calloc(M, sizeof(double));
+    double * sst = calloc(M, sizeof(double)), * wsum = calloc(L * HKV, sizeof(double));
+    int64_t nneg[L * HKV] = {0};
+    for (int32_t l = 0; l < L; l++) {
+        const struct oscar_stats_chunk c = {l, N, 0, NULL, q, k, v};
+        assert_int_equal(oscar_stats_add(a, &c), OSCAR_OK);
+        for (int32_t h = 0; h < HKV; h++)
+            for (int32_t t = 0; t < N; t++)
+                for (int32_t i = 0; i < D; i++)
+                    for (int32_t j = 0; j < D; j++) {
+                        const size_t o = (((size_t) l * HKV + h) * D + i) * D + j;
+                        const float * kr = k + ((size_t) t * HKV + h) * D, * vr = v + ((size_t) t * HKV + h) * D;
+                        ktk[o] += (double) kr[i] * (double) kr[j];
+                        vtv[o] += (double) vr[i] * (double) vr[j];
+                        for (int32_t g = 0; g < G; g++) {
+                            const float * qr = q + ((size_t) t * HQ + h * G + g) * D;
+                            qqt[o] += (double) qr[i] * (double) qr[j];
+                        }
+                    }
+    }
+    struct oscar_stats_sums x = {0};
+    x.pass = 2; // wrong pass: refused, nothing changes
+    assert_int_equal(oscar_stats_add_sums(b, &x), OSCAR_ERR_INVALID);
+    x.pass = 1, x.n_tokens = N, x.ktk = ktk, x.vtv = vtv; // qqt missing: refused
+    assert_int_equal(oscar_stats_add_sums(b, &x), OSCAR_ERR_INVALID);
+    x.qqt = qqt;
+    assert_int_equal(oscar_stats_add_sums(b, &x), OSCAR_OK);
+    assert_int_equal(oscar_stats_end_pass(a), OSCAR_OK);
+    assert_int_equal(oscar_stats_end_pass(b), OSCAR_OK);
+    // pass 2: w = k A_h kᵀ with the finalised A_h of b
+    double A[D * D];
+    for (int32_t l = 0; l < L; l++) {
+        const struct oscar_stats_chunk c = {l, N, 0, NULL, q, k, v};
+        assert_int_equal(oscar_stats_add(a, &c), OSCAR_OK);
+        for (int32_t h = 0; h < HKV; h++) {
+            assert_int_equal(oscar_stats_sigma(b, OSCAR_STATS_QQT, l, h, A), OSCAR_OK);
+            for (int32_t t = 0; t < N; t++) {
+                const float * kr = k + ((size_t) t * HKV + h) * D, * vr = v + ((size_t) t * HKV + h) * D;
+                double w = 0.0;
+                for (int32_t i = 0; i < D; i++)
+                    for (int32_t j = 0; j < D; j++) w += (double) kr[i] * A[i * D + j] * (double) kr[j];
+                if (w < 0.0) w = 0.0, nneg[l * HKV + h]++;
+                wsum[l * HKV + h] += w;
+                for (int32_t i = 0; i < D; i++)
+                    for (int32_t j = 0; j < D; j++)
+                        sst[(((size_t) l * HKV + h) * D + i) * D + j] += w * (double) vr[i] * (double) vr[j];
+            }
+        }
+    }
+    struct oscar_stats_sums y = {0};
+    y.pass = 2, y.n_tokens = N, y.sst = sst, y.sst_wsum = wsum, y.sst_nneg = nneg;
+    assert_int_equal(oscar_stats_add_sums(b, &y), OSCAR_OK);
+    assert_int_equal(oscar_stats_end_pass(a), OSCAR_OK);
+    assert_int_equal(oscar_stats_end_pass(b), OSCAR_OK);
+    double sa[D * D], sb[D * D];
+    const enum oscar_stats_kind kinds[4] = {OSCAR_STATS_KTK, OSCAR_STATS_VTV, OSCAR_STATS_QQT, OSCAR_STATS_SST};
+    for (int32_t l = 0; l < L; l++) {
+        for (int i = 0; i < 4; i++) {
+            assert_int_equal(oscar_stats_sigma(a, kinds[i], l, -1, sa), OSCAR_OK);
+            assert_int_equal(oscar_stats_sigma(b, kinds[i], l, -1, sb), OSCAR_OK);
+            double num = 0.0, den = 0.0;
+            for (int32_t e = 0; e < D * D; e++) num += (sa[e] - sb[e]) * (sa[e] - sb[e]), den += sa[e] * sa[e];
+            assert_true(den > 0.0);
+            if (sqrt(num / den) > 1e-12) fail_msg("layer %d kind %d: rel %.3g", l, i, sqrt(num / den));
+        }
+        struct oscar_stats_layer_info ia, ib;
+        assert_int_equal(oscar_stats_layer_info(a, l, &ia), OSCAR_OK);
+        assert_int_equal(oscar_stats_layer_info(b, l, &ib), OSCAR_OK);
+        assert_int_equal(ia.n_tokens_pass2, ib.n_tokens_pass2);
+        assert_true(fabs(ia.sst_weight_sum - ib.sst_weight_sum) <= 1e-12 * ia.sst_weight_sum);
+    }
+    free(q), free(k), free(v), free(ktk), free(vtv), free(qqt), free(sst), free(wsum);
+    oscar_stats_free(a), oscar_stats_free(b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cpu_logits_identical),
+        cmocka_unit_test(test_cpu_capture_identical),
+        cmocka_unit_test(test_cuda_unavailable_or_ok),
+        cmocka_unit_test(test_add_sums),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
