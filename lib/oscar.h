@@ -9,12 +9,37 @@
 //   T = n_tokens, L = n_layer, Hq = n_head, Hkv = n_head_kv,
 //   D = head_dim, g = Hq / Hkv (query heads per KV head), C = n_embd.
 // Arrays are row-major; "[T, Hkv, D]" means D varies fastest.
+//
+// The pipeline, stage by stage (see cmd/oscar-calibrate.c):
+//   oscar_model_load -> oscar_tokenizer_load -> oscar_corpus_tokenize
+//   -> oscar_forward_run with an oscar_capture_hook feeding oscar_stats_add
+//   -> oscar_fit_stats (rotations) -> clip search + gate (lib/calibrate)
+//   -> oscar_artifact_write; oscar-verify measures an artifact (lib/verify),
+//   oscar-zoo moves it (lib/hub) and exports it (formats/oscar-export.h).
 #ifndef OSCAR_H
 #define OSCAR_H
+
+#include "util/version.h"
 
 #include "util/error.h"
 #include "util/log.h"
 
-#define OSCAR_VERSION "0.1.0"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/corpus.h"
+#include "stats/stats.h"
+#include "rotation/rotation.h"
+#include "rotation/fit.h"
+#include "quant/quant.h"
+#include "attention/attention.h"
+#include "attention/kv-cache.h"
+#include "calibrate/calibrate.h"
+#include "verify/metrics.h"
+#include "verify/report.h"
+#include "hub/hub.h"
+#include "backend/backend.h"
+#include "backend/forward-backend.h"
+#include "formats/oscar-artifact.h"
+#include "formats/oscar-export.h"
 
 #endif

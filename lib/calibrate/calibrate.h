@@ -27,8 +27,9 @@
 #include "stats/stats.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "util/version.h"
 
-#define OSCAR_CALIBRATE_VERSION "0.1.0"
+#define OSCAR_CALIBRATE_VERSION OSCAR_VERSION
 #define OSCAR_CLIP_GRID_MAX 128
 
 struct oscar_calib_params {

@@ -11,7 +11,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "oscar.h"
+#include "util/version.h"
 #include "util/fs.h"
 
 static const char * env(const char * name) {
