@@ -92,8 +92,18 @@ void osc_http_parse_header(struct osc_http_resp * r, const char * line, size_t l
         r->restarted   = rs;
         r->write_errno = we;
         r->final_url   = fu;
-        const char * sp = memchr(line, ' ', len);
-        r->status       = sp ? strtol(sp + 1, NULL, 10) : 0;
+        // The status code is the digits after the first space; libcurl's
+        // header lines are not NUL-terminated, so parse within len.
+        const char * sp     = memchr(line, ' ', len);
+        long         status = 0;
+        for (const char * c = sp ? sp + 1 : line + len; c < line + len && *c >= '0' && *c <= '9'; c++) {
+            status = status * 10 + (*c - '0');
+            if (status > 999) {
+                status = 0; // not an HTTP status code
+                break;
+            }
+        }
+        r->status = status;
         return;
     }
     const char * colon = memchr(line, ':', len);

@@ -81,6 +81,28 @@ static void parse_lines(struct osc_http_resp * r, const char * const * lines) {
     }
 }
 
+// Found by fuzz-hub-response: a status line without a code, passed without
+// a terminating NUL (as libcurl passes header lines), must not be read past
+// its length.
+static void test_status_line_bounds(void ** state) {
+    (void) state;
+    struct osc_http_resp r;
+    osc_http_resp_reset(&r);
+    char * exact = malloc(7);
+    memcpy(exact, "HTTP/: ", 7); // no NUL
+    osc_http_parse_header(&r, exact, 7);
+    assert_int_equal(r.status, 0);
+    memcpy(exact, "HTTP/2 ", 7);
+    osc_http_parse_header(&r, exact, 7);
+    assert_int_equal(r.status, 0);
+    osc_http_parse_header(&r, "HTTP/1.1 20000 x", 16);
+    assert_int_equal(r.status, 0);
+    osc_http_parse_header(&r, "HTTP/1.1 404", 12);
+    assert_int_equal(r.status, 404);
+    free(exact);
+    osc_http_resp_free(&r);
+}
+
 static void test_header_parsing(void ** state) {
     (void) state;
     struct osc_http_resp r;
@@ -355,7 +377,7 @@ static void test_env_config(void ** state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_url_building),   cmocka_unit_test(test_token_host_rule),
-        cmocka_unit_test(test_header_parsing), cmocka_unit_test(test_retry_after),
+        cmocka_unit_test(test_header_parsing), cmocka_unit_test(test_status_line_bounds), cmocka_unit_test(test_retry_after),
         cmocka_unit_test(test_cache_paths),    cmocka_unit_test(test_cache_refs_and_lookup),
         cmocka_unit_test(test_ndjson),         cmocka_unit_test(test_hashes_base64),
         cmocka_unit_test(test_card_check),     cmocka_unit_test(test_env_config),
