@@ -599,6 +599,7 @@ __global__ void __launch_bounds__(AD) decode_merge_kernel(struct oscar_cuda_deco
 extern "C" void oscar_cuda_decode_splits(int32_t n_seq, int32_t n_head_kv, int32_t n_sm, const int64_t max_len[3],
                                          int32_t splits[3]) {
     int64_t base = (int64_t) n_seq * n_head_kv, want = ((int64_t) n_sm * 16 + base - 1) / base;
+    if (want > 64) want = 64;   // the merge walks the splits serially: more costs more than it fills (batch 1)
     for (int t = 0; t < 3; t++) {
         int64_t cap = (max_len[t] + 255) / 256, s = want < cap ? want : cap;
         splits[t] = (int32_t) (s < 1 ? 1 : s);
