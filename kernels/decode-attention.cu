@@ -1,17 +1,13 @@
 // decode-attention.cu - fused split-K decode attention over the tiered cache
 // (contract in decode-attention.cuh).
 //
-// Stage 1: one CTA of 4 warps per (split, KV head, sequence). Each warp walks
-// 16-token tiles (warp w takes tiles w, w+4, ...) with mma.sync m16n8k16 bf16:
-//   QK:  A = q rows (rows 0..7: bf16 hi part of the g heads, rows 8..15: lo part),
-//        B = K^T (16 dims x 8 tokens), two n-tiles per 16 tokens;
-//   PV:  A = softmax weights (same hi/lo rows, 16 tokens), B = V (16 tokens x 8 dims).
-// q is permuted once into the crumb-plane order of the packed bytes, so INT2 K
-// is never re-interleaved: a thread's 8 code bytes unpack to bf16 pairs with one
-// shift and one LOP3 ((w >> s) & 0x00030003 | 0x43004300 = 128 + c, exactly).
-// The +128 offset and the zero point are removed with per-head scalars:
-//   q.k^ = scale * (sum q(128+c) - (zero+128) * sum q)
-//   sum_t p v^_t = sum_t (p scale)(128+c_t) - sum_t (p scale)(zero_t+128).
+// Stage 1: two kernels, one CTA of 4 warps per (split, KV head, sequence).
+// The BF16 tiers (sink, recent) use mma.sync m16n8k16 bf16 with A = q rows
+// (rows 0..7 bf16 hi part of the g heads, 8..15 lo part) and B = K^T / V; the
+// INT2 tier uses the transposed form (A = codes, B = q^T / P^T with hi/lo
+// columns), cp.async-staged code tiles and in-place crumb masking (see the INT2
+// section below). q is permuted once into the crumb-plane order of the packed
+// bytes, so INT2 K is never re-interleaved.
 // Scores are kept in log2 units (q pre-scaled by D^-1/2 * log2 e).
 // Stage 2: one CTA per (query head, sequence) merges the splits by the
 // running-max log-sum-exp recurrence of attention.h and applies R_V^T.
@@ -24,7 +20,6 @@
 #define TOK     16    // tokens per tile
 #define NWARP   4
 #define MAXG    8
-#define NT_INT2 4     // INT2 tiles fetched together per warp iteration (bytes in flight)
 
 struct frag_q { uint32_t a[8][4]; float qsum; };
 
@@ -52,9 +47,6 @@ static __device__ __forceinline__ int k_dim(int j, int P) {
 // Dim of output column n' of n-tile nt in the V layout: byte 4n' + nt/4, crumb nt%4.
 static __device__ __forceinline__ int v_dim(int nt, int n) { return 4 * n + (nt >> 2) + 32 * (nt & 3); }
 
-static __device__ __forceinline__ uint32_t crumbs(uint32_t w, int shift) {
-    return ((w >> shift) & 0x00030003u) | 0x43004300u;
-}
 
 struct tier_ref {
     const int32_t * pt;   // this sequence's block table
@@ -114,78 +106,6 @@ static __device__ __forceinline__ void tile_update(state & st, const float S[4],
         vb(nt, b0, b1);
         mma_bf16(st.acc[nt], pa, b0, b1);
     }
-}
-
-// ---- INT2 tiles --------------------------------------------------------------------
-
-struct int2_raw {
-    uint2 k[2];          // code bytes 8j..8j+7 of tokens n and n+8 (n = lane/4)
-    uint32_t v[4];       // code bytes 4n..4n+3 of tokens 2j, 2j+1, 2j+8, 2j+9
-    float2 meta;         // lanes 0-15: K (scale, zero) of token lane; 16-31: V of token lane-16
-};
-
-static __device__ __forceinline__ float2 load_meta(const void * meta, int bf16, int32_t row) {
-    if (bf16) {
-        uint32_t w = __ldg((const uint32_t *) meta + row);
-        return make_float2(bf16_val(w & 0xffffu), bf16_val(w >> 16));
-    }
-    return __ldg((const float2 *) meta + row);
-}
-
-static __device__ __forceinline__ void int2_fetch(const struct oscar_cuda_kv_view & kv, const tier_ref & t, int h,
-                                                  int lps, int32_t tb, int32_t end, int lane, int2_raw & r) {
-    int32_t idx = tb + (lane & 15);
-    int32_t row = tier_row(kv, t, idx < end ? idx : tb, h, lps);
-    int n = lane >> 2, j = lane & 3;
-    int32_t rk0 = __shfl_sync(0xffffffffu, row, n), rk1 = __shfl_sync(0xffffffffu, row, n + 8);
-    int32_t rv[4] = { __shfl_sync(0xffffffffu, row, 2 * j), __shfl_sync(0xffffffffu, row, 2 * j + 1),
-                      __shfl_sync(0xffffffffu, row, 2 * j + 8), __shfl_sync(0xffffffffu, row, 2 * j + 9) };
-    r.k[0] = __ldg((const uint2 *) (kv.q_k + (int64_t) rk0 * (AD / 4) + 8 * j));
-    r.k[1] = __ldg((const uint2 *) (kv.q_k + (int64_t) rk1 * (AD / 4) + 8 * j));
-#pragma unroll
-    for (int i = 0; i < 4; i++) r.v[i] = __ldg((const uint32_t *) (kv.q_v + (int64_t) rv[i] * (AD / 4) + 4 * n));
-    r.meta = load_meta(lane < 16 ? kv.q_k_meta : kv.q_v_meta, kv.meta_bf16, row);
-}
-
-static __device__ __forceinline__ void int2_compute(state & st, const frag_q & q, const int2_raw & r, int32_t tb,
-                                                    int32_t end, int lane) {
-    int j = lane & 3;
-    float S[4];
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        float c[4] = { 0.f, 0.f, 0.f, 0.f };
-#pragma unroll
-        for (int kk = 0; kk < 8; kk++) {
-            const int P0 = 2 * kk, P1 = 2 * kk + 1;
-            uint32_t w0 = (P0 >> 3) ? r.k[half].y : r.k[half].x, w1 = (P1 >> 3) ? r.k[half].y : r.k[half].x;
-            mma_bf16(c, q.a[kk], crumbs(w0, 8 * ((P0 >> 2) & 1) + 2 * (P0 & 3)),
-                     crumbs(w1, 8 * ((P1 >> 2) & 1) + 2 * (P1 & 3)));
-        }
-        S[2 * half] = c[0] + c[2];
-        S[2 * half + 1] = c[1] + c[3];
-    }
-    const int tok[4] = { 2 * j, 2 * j + 1, 2 * j + 8, 2 * j + 9 };
-    float ks[4], kz[4], vs[4], vz[4];
-    bool valid[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        ks[i] = __shfl_sync(0xffffffffu, r.meta.x, tok[i]);
-        kz[i] = __shfl_sync(0xffffffffu, r.meta.y, tok[i]) + 128.0f;
-        vs[i] = __shfl_sync(0xffffffffu, r.meta.x, tok[i] + 16);
-        vz[i] = __shfl_sync(0xffffffffu, r.meta.y, tok[i] + 16) + 128.0f;
-        valid[i] = tb + tok[i] < end;
-    }
-    uint32_t z[4][2];
-#pragma unroll
-    for (int a = 0; a < 4; a++) {
-        uint32_t sel = a | a << 4 | (4 + a) << 8 | (4 + a) << 12;
-        z[a][0] = __byte_perm(r.v[0], r.v[1], sel);
-        z[a][1] = __byte_perm(r.v[2], r.v[3], sel);
-    }
-    tile_update(st, S, ks, kz, vs, vz, valid, q.qsum, [&](int nt, uint32_t & b0, uint32_t & b1) {
-        b0 = crumbs(z[nt >> 2][0], 2 * (nt & 3));
-        b1 = crumbs(z[nt >> 2][1], 2 * (nt & 3));
-    });
 }
 
 // ---- BF16 tiles ----------------------------------------------------------------------
@@ -274,19 +194,52 @@ static __device__ void build_q(frag_q & f, const float * qh, int g, int lane, fl
     f.qsum = sum;
 }
 
-__global__ void __launch_bounds__(NWARP * 32, 3) decode_split_kernel(struct oscar_cuda_decode_args a) {
+// Split geometry shared by both stage-1 kernels: the token range [begin, end)
+// of split `split` (global split index) in tier `tier`.
+static __device__ __forceinline__ void split_range(const struct oscar_cuda_decode_args & a, int tier, int sp, int b,
+                                                   int32_t & begin, int32_t & end) {
+    int32_t n_t = a.kv.seq_info[4 * b + tier], S_t = a.splits[tier];
+    int32_t per = (n_t + S_t - 1) / S_t, sl = (per + TOK - 1) / TOK * TOK;
+    begin = sp * sl, end = min(begin + sl, n_t);
+}
+
+// Merges the NWARP warp partials in shared memory (un-normalized o, m, l per
+// head, log2 units) into o_part / lse_part of this split. Caller synchronizes first.
+static __device__ __forceinline__ void finish_split(const struct oscar_cuda_decode_args & a, const float * sm_o,
+                                                    const float * sm_m, const float * sm_l, int b, int h, int g,
+                                                    int split, int S_tot) {
+    int d = threadIdx.x;
+    for (int hh = 0; hh < g; hh++) {
+        float M = -INFINITY;
+        for (int ww = 0; ww < NWARP; ww++) M = fmaxf(M, sm_m[ww * MAXG + hh]);
+        float L = 0.0f, o = 0.0f;
+        for (int ww = 0; ww < NWARP; ww++) {
+            if (sm_m[ww * MAXG + hh] == -INFINITY) continue;
+            float e = exp2f(sm_m[ww * MAXG + hh] - M);
+            L += e * sm_l[ww * MAXG + hh];
+            o += e * sm_o[(ww * MAXG + hh) * AD + d];
+        }
+        int64_t row = ((int64_t) b * a.n_head + h * g + hh) * S_tot + split;
+        a.o_part[row * AD + d] = L > 0.0f ? o / L : 0.0f;
+        if (d == 0) a.lse_part[row] = L > 0.0f ? (M + log2f(L)) * 0.6931471805599453f : -INFINITY;
+    }
+}
+
+// BF16 tiers (sink, recent; or a whole BF16 cache in tier 0). Grid x covers the
+// splits of tiers 0 and 2 (block x -> split x, or x + splits[1] past tier 0).
+__global__ void __launch_bounds__(NWARP * 32, 3) decode_split_hp_kernel(struct oscar_cuda_decode_args a) {
     const struct oscar_cuda_kv_view & kv = a.kv;
     __shared__ float sm_o[NWARP][MAXG][AD];
     __shared__ float sm_m[NWARP][MAXG], sm_l[NWARP][MAXG];
-    int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int split = blockIdx.x < (unsigned) a.splits[0] ? blockIdx.x : blockIdx.x + a.splits[1];
+    int h = blockIdx.y, b = blockIdx.z;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     int Hkv = kv.n_head_kv, g = a.n_head / Hkv, S_tot = a.splits[0] + a.splits[1] + a.splits[2];
-    int tier = split < a.splits[0] ? 0 : split < a.splits[0] + a.splits[1] ? 1 : 2;
-    int sp = split - (tier > 0 ? a.splits[0] : 0) - (tier > 1 ? a.splits[1] : 0);
+    int tier = split < a.splits[0] ? 0 : 2;
+    int sp = split - (tier > 0 ? a.splits[0] + a.splits[1] : 0);
     const int32_t * si = kv.seq_info + 4 * b;
-    int32_t n_t = si[tier], S_t = a.splits[tier];
-    int32_t per = (n_t + S_t - 1) / S_t, sl = (per + TOK - 1) / TOK * TOK;
-    int32_t begin = sp * sl, end = min(begin + sl, n_t);
+    int32_t begin, end;
+    split_range(a, tier, sp, b, begin, end);
     float * lse_out = a.lse_part + ((int64_t) b * a.n_head + h * g) * S_tot + split;
     if (begin >= end) {
         if (threadIdx.x < g) lse_out[(int64_t) threadIdx.x * S_tot] = -INFINITY;
@@ -294,9 +247,7 @@ __global__ void __launch_bounds__(NWARP * 32, 3) decode_split_kernel(struct osca
     }
     int lps = __ffs(kv.page_size) - 1;
     tier_ref t;
-    t.pt = tier == 0 ? kv.sink_pt + (int64_t) b * kv.sink_pt_stride
-         : tier == 1 ? kv.int2_pt + (int64_t) b * kv.int2_pt_stride
-                     : kv.recent_pt + (int64_t) b * kv.recent_pt_stride;
+    t.pt = tier == 0 ? kv.sink_pt + (int64_t) b * kv.sink_pt_stride : kv.recent_pt + (int64_t) b * kv.recent_pt_stride;
     t.pos0 = si[0] + si[1];
     t.ring = tier == 2 ? kv.ring_slots : 0;
 
@@ -308,30 +259,12 @@ __global__ void __launch_bounds__(NWARP * 32, 3) decode_split_kernel(struct osca
     for (int nt = 0; nt < 16; nt++)
 #pragma unroll
         for (int c = 0; c < 4; c++) st.acc[nt][c] = 0.0f;
-
-    if (tier == 1) {
-        for (int32_t tb = begin + w * TOK; tb < end; tb += NWARP * TOK * NT_INT2) {
-            int2_raw raw[NT_INT2];
-#pragma unroll
-            for (int i = 0; i < NT_INT2; i++) {
-                int32_t ti = tb + i * NWARP * TOK;
-                if (ti < end) int2_fetch(kv, t, h, lps, ti, end, lane, raw[i]);
-            }
-#pragma unroll
-            for (int i = 0; i < NT_INT2; i++) {
-                int32_t ti = tb + i * NWARP * TOK;
-                if (ti < end) int2_compute(st, q, raw[i], ti, end, lane);
-            }
-        }
-    } else {
-        for (int32_t tb = begin + w * TOK; tb < end; tb += NWARP * TOK) {
-            hp_raw raw;
-            hp_fetch(kv, t, h, lps, tb, end, lane, raw);
-            hp_compute(st, q, raw, tb, end, lane);
-        }
+    for (int32_t tb = begin + w * TOK; tb < end; tb += NWARP * TOK) {
+        hp_raw raw;
+        hp_fetch(kv, t, h, lps, tb, end, lane, raw);
+        hp_compute(st, q, raw, tb, end, lane);
     }
 
-    // Warp results -> shared memory (un-normalized o, m, l per head).
     st.l += __shfl_xor_sync(0xffffffffu, st.l, 1);
     st.l += __shfl_xor_sync(0xffffffffu, st.l, 2);
     st.corr += __shfl_xor_sync(0xffffffffu, st.corr, 1);
@@ -345,21 +278,293 @@ __global__ void __launch_bounds__(NWARP * 32, 3) decode_split_kernel(struct osca
         if (j == 0) sm_m[w][r] = st.m, sm_l[w][r] = st.l;
     }
     __syncthreads();
-    int d = threadIdx.x;
-    for (int hh = 0; hh < g; hh++) {
-        float M = -INFINITY;
-        for (int ww = 0; ww < NWARP; ww++) M = fmaxf(M, sm_m[ww][hh]);
-        float L = 0.0f, o = 0.0f;
-        for (int ww = 0; ww < NWARP; ww++) {
-            if (sm_m[ww][hh] == -INFINITY) continue;
-            float e = exp2f(sm_m[ww][hh] - M);
-            L += e * sm_l[ww][hh];
-            o += e * sm_o[ww][hh][d];
+    finish_split(a, &sm_o[0][0][0], &sm_m[0][0], &sm_l[0][0], b, h, g, split, S_tot);
+}
+
+// ---- INT2 tier ---------------------------------------------------------------------------
+// Transposed tiles: QK is S^T = K q^T with A = K codes (16 tokens x 16 dims, rows
+// tokens) and B = q^T (16 dims x 8 columns: column 2c = bf16 hi part of head c,
+// 2c + 1 = lo part; NQ column tiles of 4 heads), so one m16n8k16 covers 16 tokens
+// of 4 heads with no padding rows; PV is O^T = V^T P^T with A = V codes (16 dims x
+// 16 tokens) and B = P^T (same hi/lo columns): 8 + 8 MMAs per 16 tokens for g <= 4.
+// Codes become bf16 by masking in place: (w & (3 << 2u)) | 0x4300 = 128 + 4^u c for
+// u = 0, 1, 2 (mantissa bits 0..5), so a word needs two shifts (by 6 and 12)
+// instead of one per crumb; the factor 4^u is divided out of q (exact, a power of
+// two) for K and out of the output column for V, and the 128 offset and the zero
+// point are removed per head:
+//   S = sum_d (q_d / m_d)(128 + m_d c_d) = q.c + qoff,  qoff = 128 sum_d q_d / m_d
+//   q.k^ = scale (S - qoff - zero sum_d q_d)
+//   o_d = (sum_t w_t (128 + m_d c_t,d) - 128 sum_t w_t) / m_d - sum_t w_t zero_t, w_t = p_t scale_t.
+// Code tiles (K, V codes and metadata, 1280 B per 16 tokens) are staged per warp
+// in a ring of NS shared-memory stages with cp.async, NS - 1 tiles ahead.
+#define NS       6                    // cp.async stages per warp
+#define STG      1280                 // bytes per stage: K [16][32], V [16][32], K meta [16][8], V meta [16][8]
+#define MAGIC    0x43004300u
+
+template <int NQ> struct i2_q {
+    uint32_t b[NQ][8][2];             // B fragments of q^T / m_d (column lane/4)
+    float qoff[NQ], qsum[NQ];         // of head lane%4 + 4 nt
+};
+
+// Position of crumb pair P (0..15) inside a K code word: shift s = 8*((P>>2)&1) + 2*(P&3).
+static __device__ __forceinline__ int k_shift(int P) { return 8 * ((P >> 2) & 1) + 2 * (P & 3); }
+// In-place multiplier 4^u of that pair after the pre-shift by 0, 6 or 12.
+static __device__ __forceinline__ float k_mult(int P) {
+    int s = k_shift(P), u = (s < 6 ? s : s < 12 ? s - 6 : s - 12) >> 1;
+    return (float) (1 << (2 * u));
+}
+static __device__ __forceinline__ uint32_t k_crumbs(uint32_t w, uint32_t w6, uint32_t w12, int P) {
+    int s = k_shift(P);
+    return s < 6 ? (w & (0x00030003u << s)) | MAGIC
+         : s < 12 ? (w6 & (0x00030003u << (s - 6))) | MAGIC : (w12 & (0x00030003u << (s - 12))) | MAGIC;
+}
+// V: crumb plane kc of an interleaved pair word; multiplier 4^kc for kc < 3, 1 for kc = 3 (shifted).
+static __device__ __forceinline__ uint32_t v_crumbs(uint32_t z, int kc) {
+    return kc < 3 ? (z & (0x00030003u << (2 * kc))) | MAGIC : ((z >> 6) & 0x00030003u) | MAGIC;
+}
+static __device__ __forceinline__ float v_mult(int kc) { return kc < 3 ? (float) (1 << (2 * kc)) : 1.0f; }
+
+template <int NQ> static __device__ void build_q2(i2_q<NQ> & f, const float * qh, int g, int lane, float qscale) {
+    int n = lane >> 2, j = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NQ; nt++) {
+        int head = 4 * nt + (n >> 1);
+        float ps = 0.0f, po = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int P = 2 * kk + e;
+                const float m = k_mult(P);
+                uint32_t bits[2];
+#pragma unroll
+                for (int hl = 0; hl < 2; hl++) {
+                    int d = k_dim(j, P) + 2 * hl;
+                    float x = head < g ? qh[head * AD + d] * qscale : 0.0f;
+                    uint32_t hi, lo;
+                    split_hilo(x, hi, lo);
+                    float part = bf16_val((n & 1) ? lo : hi);
+                    ps += part, po += part / m;
+                    bits[hl] = bf16_bits(part / m);
+                }
+                f.b[nt][kk][e] = bits[0] | bits[1] << 16;
+            }
         }
-        int64_t row = ((int64_t) b * a.n_head + h * g + hh) * S_tot + split;
-        a.o_part[row * AD + d] = L > 0.0f ? o / L : 0.0f;
-        if (d == 0) a.lse_part[row] = L > 0.0f ? (M + log2f(L)) * 0.6931471805599453f : -INFINITY;
+        ps += __shfl_xor_sync(0xffffffffu, ps, 1), po += __shfl_xor_sync(0xffffffffu, po, 1);
+        ps += __shfl_xor_sync(0xffffffffu, ps, 2), po += __shfl_xor_sync(0xffffffffu, po, 2);
+        ps += __shfl_xor_sync(0xffffffffu, ps, 4), po += __shfl_xor_sync(0xffffffffu, po, 4);
+        // lane 8c holds head c's sums (hi + lo); thread j needs head j.
+        f.qsum[nt] = __shfl_sync(0xffffffffu, ps, 8 * j);
+        f.qoff[nt] = 128.0f * __shfl_sync(0xffffffffu, po, 8 * j);
     }
+}
+
+static __device__ __forceinline__ void cp_async16(uint32_t dst, const void * src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+static __device__ __forceinline__ void cp_async8(uint32_t dst, const void * src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
+}
+static __device__ __forceinline__ void cp_async4(uint32_t dst, const void * src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+}
+static __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> static __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Stages the 16-token tile at INT2 index tb (tokens >= end repeat token tb) into stage address st.
+static __device__ __forceinline__ void int2_issue(const struct oscar_cuda_kv_view & kv, const int32_t * pt, int h,
+                                                  int lps, int32_t tb, int32_t end, int lane, uint32_t st) {
+    int32_t idx = tb + (lane & 15);
+    idx = idx < end ? idx : tb;
+    int32_t slot = (__ldg(pt + (idx >> lps)) << lps) | (idx & ((1 << lps) - 1));
+    int32_t row = slot * kv.n_head_kv + h;
+    int tok = lane >> 1, half = lane & 1;
+    int64_t rt = __shfl_sync(0xffffffffu, row, tok);
+    cp_async16(st + tok * 32 + half * 16, kv.q_k + rt * (AD / 4) + half * 16);
+    cp_async16(st + 512 + tok * 32 + half * 16, kv.q_v + rt * (AD / 4) + half * 16);
+    uint32_t md = st + 1024 + (lane >> 4) * 128 + (lane & 15) * 8;
+    const void * mb = lane < 16 ? kv.q_k_meta : kv.q_v_meta;
+    if (kv.meta_bf16) cp_async4(md, (const uint32_t *) mb + row);
+    else cp_async8(md, (const float2 *) mb + row);
+}
+
+static __device__ __forceinline__ float2 meta_at(const uint8_t * p, int bf16) {
+    if (bf16) {
+        uint32_t w = *(const uint32_t *) p;
+        return make_float2(bf16_val(w & 0xffffu), bf16_val(w >> 16));
+    }
+    return *(const float2 *) p;
+}
+
+template <int NQ> struct i2_state {
+    float m[NQ], l[NQ], wsum[NQ], zsum[NQ];
+    float acc[NQ][8][4];
+};
+
+template <int NQ>
+static __device__ __forceinline__ void int2_tile(i2_state<NQ> & st, const i2_q<NQ> & q, const uint8_t * stg,
+                                                 int meta_bf16, int32_t tb, int32_t end, int lane) {
+    int n = lane >> 2, j = lane & 3;
+    // ---- S^T = K q^T
+    uint2 k0 = *(const uint2 *) (stg + n * 32 + 8 * j), k1 = *(const uint2 *) (stg + (n + 8) * 32 + 8 * j);
+    uint32_t kw[2][2] = { { k0.x, k0.y }, { k1.x, k1.y } }, kw6[2][2], kw12[2][2];
+#pragma unroll
+    for (int t = 0; t < 2; t++)
+#pragma unroll
+        for (int x = 0; x < 2; x++) kw6[t][x] = kw[t][x] >> 6, kw12[t][x] = kw[t][x] >> 12;
+    float c[2][NQ][4];
+#pragma unroll
+    for (int p = 0; p < 2; p++)
+#pragma unroll
+        for (int nt = 0; nt < NQ; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) c[p][nt][i] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++) {
+        const int P0 = 2 * kk, P1 = 2 * kk + 1, x = kk >> 2;
+        uint32_t A[4] = { k_crumbs(kw[0][x], kw6[0][x], kw12[0][x], P0), k_crumbs(kw[1][x], kw6[1][x], kw12[1][x], P0),
+                          k_crumbs(kw[0][x], kw6[0][x], kw12[0][x], P1), k_crumbs(kw[1][x], kw6[1][x], kw12[1][x], P1) };
+#pragma unroll
+        for (int nt = 0; nt < NQ; nt++) mma_bf16(c[kk & 1][nt], A, q.b[nt][kk][0], q.b[nt][kk][1]);
+    }
+    // ---- metadata of tokens n, n + 8
+    float2 km0 = meta_at(stg + 1024 + n * 8, meta_bf16), km1 = meta_at(stg + 1024 + (n + 8) * 8, meta_bf16);
+    float2 vm0 = meta_at(stg + 1152 + n * 8, meta_bf16), vm1 = meta_at(stg + 1152 + (n + 8) * 8, meta_bf16);
+    bool ok0 = tb + n < end, ok1 = tb + n + 8 < end;
+    // ---- V codes: tokens 2j, 2j+1, 2j+8, 2j+9, bytes 4n .. 4n+3; z[a][hf] = byte a of a token pair
+    uint32_t v[4];
+    const int vt[4] = { 2 * j, 2 * j + 1, 2 * j + 8, 2 * j + 9 };
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[i] = *(const uint32_t *) (stg + 512 + vt[i] * 32 + 4 * n);
+    uint32_t z[4][2];
+#pragma unroll
+    for (int a = 0; a < 4; a++) {
+        uint32_t sel = a | a << 4 | (4 + a) << 8 | (4 + a) << 12;
+        z[a][0] = __byte_perm(v[0], v[1], sel);
+        z[a][1] = __byte_perm(v[2], v[3], sel);
+    }
+#pragma unroll
+    for (int nt = 0; nt < NQ; nt++) {
+        float S0 = (c[0][nt][0] + c[0][nt][1]) + (c[1][nt][0] + c[1][nt][1]);
+        float S1 = (c[0][nt][2] + c[0][nt][3]) + (c[1][nt][2] + c[1][nt][3]);
+        float s0 = ok0 ? km0.x * (S0 - (q.qoff[nt] + km0.y * q.qsum[nt])) : -INFINITY;
+        float s1 = ok1 ? km1.x * (S1 - (q.qoff[nt] + km1.y * q.qsum[nt])) : -INFINITY;
+        float mx = fmaxf(s0, s1);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        if (mx > st.m[nt]) {
+            float alpha = exp2f(st.m[nt] - mx);
+            st.l[nt] *= alpha, st.wsum[nt] *= alpha, st.zsum[nt] *= alpha;
+#pragma unroll
+            for (int mt = 0; mt < 8; mt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) st.acc[nt][mt][i] *= alpha;
+            st.m[nt] = mx;
+        }
+        float p0 = exp2f(s0 - st.m[nt]), p1 = exp2f(s1 - st.m[nt]);
+        st.l[nt] += p0 + p1;
+        uint32_t h0, l0, h1, l1;
+        split_hilo(p0 * vm0.x, h0, l0);
+        split_hilo(p1 * vm1.x, h1, l1);
+        float w0 = bf16_val(h0) + bf16_val(l0), w1 = bf16_val(h1) + bf16_val(l1);
+        st.wsum[nt] += w0 + w1;
+        st.zsum[nt] += w0 * vm0.y + w1 * vm1.y;
+        // P^T B fragment: column n = head n/2 part n%2, tokens 2j, 2j+1 (b0) and 2j+8, 2j+9 (b1).
+        uint32_t H = h0 | h1 << 16, Lw = l0 | l1 << 16;
+        int src0 = 8 * j + (n >> 1), src1 = src0 + 4;
+        uint32_t H0 = __shfl_sync(0xffffffffu, H, src0), L0 = __shfl_sync(0xffffffffu, Lw, src0);
+        uint32_t H1 = __shfl_sync(0xffffffffu, H, src1), L1 = __shfl_sync(0xffffffffu, Lw, src1);
+        uint32_t x0 = (n & 1) ? L0 : H0, x1 = (n & 1) ? L1 : H1;
+        uint32_t b0 = __byte_perm(x0, x1, 0x5410), b1 = __byte_perm(x0, x1, 0x7632);
+#pragma unroll
+        for (int mt = 0; mt < 8; mt++) {
+            const int a = mt >> 1, kc0 = 2 * (mt & 1), kc1 = kc0 + 1;
+            uint32_t A[4] = { v_crumbs(z[a][0], kc0), v_crumbs(z[a][0], kc1), v_crumbs(z[a][1], kc0),
+                              v_crumbs(z[a][1], kc1) };
+            mma_bf16(st.acc[nt][mt], A, b0, b1);
+        }
+    }
+}
+
+template <int NQ>
+__global__ void __launch_bounds__(NWARP * 32, NQ == 1 ? 5 : 2) decode_split_int2_kernel(struct oscar_cuda_decode_args a) {
+    const struct oscar_cuda_kv_view & kv = a.kv;
+    __shared__ __align__(16) uint8_t smem[NWARP * NS * STG > NWARP * MAXG * AD * 4 ? NWARP * NS * STG
+                                                                                  : NWARP * MAXG * AD * 4];
+    __shared__ float sm_m[NWARP * MAXG], sm_l[NWARP * MAXG];
+    int sp = blockIdx.x, split = a.splits[0] + sp, h = blockIdx.y, b = blockIdx.z;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int Hkv = kv.n_head_kv, g = a.n_head / Hkv, S_tot = a.splits[0] + a.splits[1] + a.splits[2];
+    int32_t begin, end;
+    split_range(a, 1, sp, b, begin, end);
+    if (begin >= end) {
+        if (threadIdx.x < g) a.lse_part[((int64_t) b * a.n_head + h * g + threadIdx.x) * S_tot + split] = -INFINITY;
+        return;
+    }
+    int lps = __ffs(kv.page_size) - 1;
+    const int32_t * pt = kv.int2_pt + (int64_t) b * kv.int2_pt_stride;
+    i2_q<NQ> q;
+    build_q2<NQ>(q, a.q + ((int64_t) b * a.n_head + h * g) * AD, g, lane, rsqrtf((float) AD) * 1.4426950408889634f);
+    i2_state<NQ> st;
+#pragma unroll
+    for (int nt = 0; nt < NQ; nt++) {
+        st.m[nt] = -INFINITY, st.l[nt] = 0.0f, st.wsum[nt] = 0.0f, st.zsum[nt] = 0.0f;
+#pragma unroll
+        for (int mt = 0; mt < 8; mt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) st.acc[nt][mt][i] = 0.0f;
+    }
+    uint8_t * ring = smem + w * NS * STG;
+    uint32_t ring_s = (uint32_t) __cvta_generic_to_shared(ring);
+    const int32_t step = NWARP * TOK, tw = begin + w * TOK;
+    int32_t ntiles = tw < end ? (end - tw + step - 1) / step : 0;
+#pragma unroll
+    for (int s = 0; s < NS - 1; s++) {
+        if (s < ntiles) int2_issue(kv, pt, h, lps, tw + s * step, end, lane, ring_s + s * STG);
+        cp_commit();
+    }
+    for (int32_t i = 0; i < ntiles; i++) {
+        int32_t nx = i + NS - 1;
+        if (nx < ntiles) int2_issue(kv, pt, h, lps, tw + nx * step, end, lane, ring_s + (nx % NS) * STG);
+        cp_commit();
+        cp_wait<NS - 1>();
+        __syncwarp();
+        int2_tile<NQ>(st, q, ring + (i % NS) * STG, kv.meta_bf16, tw + i * step, end, lane);
+        __syncwarp();
+    }
+    cp_wait<0>();
+    int n = lane >> 2, j = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NQ; nt++) {
+#pragma unroll
+        for (int x = 4; x < 32; x <<= 1) {
+            st.l[nt] += __shfl_xor_sync(0xffffffffu, st.l[nt], x);
+            st.wsum[nt] += __shfl_xor_sync(0xffffffffu, st.wsum[nt], x);
+            st.zsum[nt] += __shfl_xor_sync(0xffffffffu, st.zsum[nt], x);
+        }
+    }
+    __syncthreads();   // every warp is done with its ring: smem becomes sm_o
+    float * sm_o = (float *) smem;   // [NWARP][MAXG][AD]
+#pragma unroll
+    for (int nt = 0; nt < NQ; nt++) {
+        int hh = 4 * nt + j;
+        if (hh >= g) continue;
+        float off = 128.0f * st.wsum[nt];
+#pragma unroll
+        for (int mt = 0; mt < 8; mt++) {
+#pragma unroll
+            for (int rh = 0; rh < 2; rh++) {
+                const int kc = 2 * (mt & 1) + rh;
+                int d = 4 * n + (mt >> 1) + 32 * kc;
+                float acc = st.acc[nt][mt][2 * rh] + st.acc[nt][mt][2 * rh + 1];
+                sm_o[(w * MAXG + hh) * AD + d] = (acc - off) / v_mult(kc) - st.zsum[nt];
+            }
+        }
+        if (n == 0) sm_m[w * MAXG + hh] = st.m[nt], sm_l[w * MAXG + hh] = st.l[nt];
+    }
+    __syncthreads();
+    finish_split(a, sm_o, sm_m, sm_l, b, h, g, split, S_tot);
 }
 
 // ---- stage 2 ---------------------------------------------------------------------------
@@ -393,7 +598,8 @@ __global__ void __launch_bounds__(AD) decode_merge_kernel(struct oscar_cuda_deco
 
 extern "C" void oscar_cuda_decode_splits(int32_t n_seq, int32_t n_head_kv, int32_t n_sm, const int64_t max_len[3],
                                          int32_t splits[3]) {
-    int64_t base = (int64_t) n_seq * n_head_kv, want = ((int64_t) n_sm * 4 + base - 1) / base;
+    int64_t base = (int64_t) n_seq * n_head_kv, want = ((int64_t) n_sm * 16 + base - 1) / base;
+    if (want > 64) want = 64;   // the merge walks the splits serially: more costs more than it fills (batch 1)
     for (int t = 0; t < 3; t++) {
         int64_t cap = (max_len[t] + 255) / 256, s = want < cap ? want : cap;
         splits[t] = (int32_t) (s < 1 ? 1 : s);
@@ -410,8 +616,12 @@ extern "C" enum oscar_status oscar_cuda_decode_attention(const struct oscar_cuda
     if (ps < 1 || (ps & (ps - 1)) != 0) return osc_error(OSCAR_ERR_UNSUPPORTED, "cuda decode: page size %d", ps);
     if (a->splits[0] < 1 || a->splits[1] < 1 || a->splits[2] < 1 || a->n_seq < 1)
         return osc_error(OSCAR_ERR_INVALID, "cuda decode: splits and batch must be >= 1");
-    dim3 g1(a->splits[0] + a->splits[1] + a->splits[2], kv->n_head_kv, a->n_seq);
-    decode_split_kernel<<<g1, NWARP * 32, 0, (cudaStream_t) stream>>>(*a);
+    cudaStream_t s = (cudaStream_t) stream;
+    dim3 gi(a->splits[1], kv->n_head_kv, a->n_seq), gh(a->splits[0] + a->splits[2], kv->n_head_kv, a->n_seq);
+    if (a->n_head / kv->n_head_kv <= 4) decode_split_int2_kernel<1><<<gi, NWARP * 32, 0, s>>>(*a);
+    else decode_split_int2_kernel<2><<<gi, NWARP * 32, 0, s>>>(*a);
+    OSCAR_CUDA_CHECK_LAUNCH();
+    decode_split_hp_kernel<<<gh, NWARP * 32, 0, s>>>(*a);
     OSCAR_CUDA_CHECK_LAUNCH();
     decode_merge_kernel<<<dim3(a->n_head, a->n_seq), AD, 0, (cudaStream_t) stream>>>(*a);
     OSCAR_CUDA_CHECK_LAUNCH();

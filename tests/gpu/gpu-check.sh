@@ -52,6 +52,9 @@ cuda_home=$(dirname "$(dirname "$(command -v nvcc)")")
 cc -std=c11 -D_GNU_SOURCE -O2 -g -I. -Ilib -Wall -Wextra -Werror -fopenmp tests/gpu/test-kernels.c build/liboscar.a \
     -o build/test-kernels $libs -L"$cuda_home/lib64" -lcudart -lstdc++ >>"$logdir/build.log" 2>&1 \
     || { tail -20 "$logdir/build.log"; echo "gpu-check: test-kernels build failed"; exit 1; }
+cc -std=c11 -D_GNU_SOURCE -O2 -g -I. -Ilib -Wall -Wextra -Werror -fopenmp tests/gpu/test-verify-sim.c build/liboscar.a \
+    -o build/test-verify-sim $libs -L"$cuda_home/lib64" -lcudart -lstdc++ >>"$logdir/build.log" 2>&1 \
+    || { tail -20 "$logdir/build.log"; echo "gpu-check: test-verify-sim build failed"; exit 1; }
 nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -I. -Ilib tests/gpu/bench-decode.cu build/liboscar.a \
     -o build/bench-decode $libs -lgomp >>"$logdir/build.log" 2>&1 \
     || { tail -20 "$logdir/build.log"; echo "gpu-check: bench-decode build failed"; exit 1; }
@@ -64,6 +67,11 @@ echo "gpu-check: test-kernels"
 ./build/test-kernels "${seed_args[@]}" 2>&1 | tee "$logdir/test-kernels.log"
 r=${PIPESTATUS[0]}
 [ "$r" -eq 0 ] || { echo "gpu-check: test-kernels FAILED (exit $r)"; rc=1; }
+
+echo "gpu-check: test-verify-sim (kv sim through the CUDA kernels vs the CPU sim)"
+./build/test-verify-sim "${seed_args[@]}" 2>&1 | tee "$logdir/test-verify-sim.log"
+r=${PIPESTATUS[0]}
+[ "$r" -eq 0 ] || { echo "gpu-check: test-verify-sim FAILED (exit $r)"; rc=1; }
 
 echo "gpu-check: compute-sanitizer memcheck (small cases)"
 if command -v compute-sanitizer >/dev/null; then
