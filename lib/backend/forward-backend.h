@@ -80,6 +80,11 @@ struct oscar_fwd_info {
 };
 void oscar_fwd_info(const struct oscar_fwd * f, struct oscar_fwd_info * out);
 
+// out [C, Hq D] fp32 = layer's attention output projection W_O as the pass uses it (cpu:
+// the model's matrix; cuda: the bf16 device copy widened). For held-out error metrics of
+// models that live only on the device (oscar_fwd_init_random).
+enum oscar_status oscar_fwd_copy_wo(struct oscar_fwd * f, int32_t layer, float * out);
+
 void oscar_fwd_free(struct oscar_fwd * f);
 
 #endif
