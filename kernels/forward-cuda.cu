@@ -29,6 +29,10 @@ enum { MAX_ALLOCS = 64 };
 static const int32_t LOGIT_ROWS = 512; // LM-head rows per GEMM (logits leave the device in chunks)
 static const size_t STAGE_FLOATS = (size_t) 16 << 20; // 64 MB of fp32 staging for weight conversion
 static const size_t BLAS_WS_BYTES = (size_t) 32 << 20;
+// Pass-1 Gram matrices: T is cut into at most GRAM_MAX_CHUNKS chunks of >= GRAM_MIN_ROWS
+// rows so that chunks x matrices fills the GPU (one D x D tile per matrix and chunk
+// is too little parallelism for cuBLAS); chunk sums are fp32, then added in fp64.
+enum { GRAM_MAX_CHUNKS = 16, GRAM_MIN_ROWS = 256, GRAM_TARGET_TILES = 528, N_STAGES = 6 };
 
 struct dlayer {
     float * attn_norm;   // [C]
@@ -67,6 +71,10 @@ struct cuda_fwd {
     float * q;            // [T, Hq, D]
     float * k;            // [T, Hkv, D]
     float * v;            // [T, Hkv, D]
+    osc_bf16 * qb;        // [T, Hq, D] bf16 copies of q/k/v (tensor-core attention, pass-1 GEMMs)
+    osc_bf16 * kb;        // [T, Hkv, D]
+    osc_bf16 * vb;        // [T, Hkv, D]
+    bool att_tc;          // tensor-core attention (head_dim % 8 == 0, <= 128)
     osc_bf16 * xn;        // [T, C]
     osc_bf16 * att;       // [T, Q]
     osc_bf16 * h;         // [T, F]
@@ -84,6 +92,22 @@ struct cuda_fwd {
     float * amat;         // [L, Hkv, D, D] fp32 A_h for pass 2
     double * wbuf;        // [Hkv, T]
     uint8_t * negbuf;     // [Hkv, T]
+    // pass-1 Gram matrices (bf16 inputs, fp32 chunk sums): slots [K heads | V heads | Q heads]
+    int32_t n_kv_slot, n_slot, n_gout;  // KTK + VTV slots, all slots, fp64 outputs per layer
+    float * gpart;                      // [GRAM_MAX_CHUNKS + 1, n_slot, D, D]
+    const void ** g_ab;                 // device [2 groups][GRAM_MAX_CHUNKS + 1][n_slot]: X pointers
+    void ** g_c;                        // device, same shape: part pointers
+    const void ** h_ab;                 // host staging of g_ab / g_c
+    void ** h_c;
+    int32_t * g_first, * g_per;         // device [n_gout]
+    double ** g_acc;                    // device [L, n_gout]: fp64 accumulator of each output
+    int32_t g_T;                        // T the pointer tables were built for (0 none)
+    float * spart;                      // pass 2: [GRAM_MAX_CHUNKS + 1, Hkv, D, D] chunk sums of zᵀv
+    int32_t * s_first, * s_per;         // device [Hkv]: 0..Hkv-1, 1
+    double ** s_acc;                    // device [L, Hkv]: SST accumulators
+    // profile (OSCAR_FWD_PROFILE=1)
+    cudaEvent_t * ev;                   // [L, N_STAGES + 1] or NULL
+    double stage_ms[N_STAGES];
     // host hook staging
     float * hq, * hk, * hv, * hatt, * hx;
 };
@@ -129,14 +153,15 @@ static cublasStatus_t gemm_bf16(struct cuda_fwd * f, float * Y, const osc_bf16 *
                         Y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
-// C_b [D, D] = A_b . B_bᵀ (or A_b . B_b) for b < batch, strict fp32 (no TF32), column-major.
+// C_b [D, D] = A_b . B_bᵀ (or A_b . B_b) for b < batch, fp32 (CUBLAS_COMPUTE_32F with the
+// default math mode: no TF32; not _PEDANTIC, which measured ~4 TFLOP/s here), column-major.
 static cublasStatus_t gemm_f32_batched(struct cuda_fwd * f, cublasOperation_t tb, int32_t m, int32_t n, int32_t k,
                                        const float * A, int32_t lda, long long sa, const float * B, int32_t ldb,
                                        long long sb, float beta, float * C, int32_t ldc, long long sc,
                                        int32_t batch) {
     const float one = 1.0f;
     return cublasGemmStridedBatchedEx(f->blas, CUBLAS_OP_N, tb, m, n, k, &one, A, CUDA_R_32F, lda, sa, B, CUDA_R_32F,
-                                      ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F_PEDANTIC,
+                                      ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F,
                                       CUBLAS_GEMM_DEFAULT);
 }
 
@@ -270,6 +295,10 @@ static void cuda_free(void * ctx) {
     for (int32_t i = 0; i < f->n_allocs; i++) cudaFree(f->allocs[i]);
     if (f->blas) cublasDestroy(f->blas);
     if (f->stream) cudaStreamDestroy(f->stream);
+    if (f->ev)
+        for (int32_t i = 0; i < f->c.n_layer * (N_STAGES + 1); i++)
+            if (f->ev[i]) cudaEventDestroy(f->ev[i]);
+    free(f->ev), free(f->h_ab), free(f->h_c);
     free(f->layers), free(f->h_pos), free(f->h_blocks);
     free(f->hq), free(f->hk), free(f->hv), free(f->hatt), free(f->hx);
     cudaGetLastError();
@@ -300,6 +329,75 @@ static enum oscar_status check_config(const struct oscar_model_config * c, const
     return OSCAR_OK;
 }
 
+// Slot and output tables of the pass-1 Gram matrices (see capture_pass1).
+static enum oscar_status alloc_gram(struct cuda_fwd * f) {
+    const struct oscar_model_config * c = &f->c;
+    const int32_t H = c->n_head_kv, Hq = c->n_head, g = Hq / H, L = c->n_layer;
+    const int64_t DD = (int64_t) c->head_dim * c->head_dim, HDD = H * DD;
+    const uint32_t k = f->kinds;
+    f->n_kv_slot = ((k & OSCAR_STATS_KTK) ? H : 0) + ((k & OSCAR_STATS_VTV) ? H : 0);
+    f->n_slot = f->n_kv_slot + ((k & OSCAR_STATS_QQT) ? Hq : 0);
+    f->n_gout = f->n_kv_slot + ((k & OSCAR_STATS_QQT) ? H : 0);
+    if (k & OSCAR_STATS_SST) {
+        int32_t idx[OSC_FWD_MAX_HEAD_DIM], one[OSC_FWD_MAX_HEAD_DIM];
+        double ** sa = (double **) calloc((size_t) L * H, sizeof(double *));
+        if (!sa || H > OSC_FWD_MAX_HEAD_DIM) {
+            free(sa);
+            return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory (or > %d KV heads)",
+                             OSC_FWD_MAX_HEAD_DIM);
+        }
+        for (int32_t h = 0; h < H; h++) idx[h] = h, one[h] = 1;
+        for (int32_t l = 0; l < L; l++)
+            for (int32_t h = 0; h < H; h++) sa[(size_t) l * H + h] = f->acc_sst + l * HDD + h * DD;
+        cudaError_t e = dalloc(f, &f->spart, (size_t) (GRAM_MAX_CHUNKS + 1) * HDD, false);
+        if (e == cudaSuccess) e = dalloc(f, &f->s_first, (size_t) H, false);
+        if (e == cudaSuccess) e = dalloc(f, &f->s_per, (size_t) H, false);
+        if (e == cudaSuccess) e = dalloc(f, &f->s_acc, (size_t) L * H, false);
+        if (e == cudaSuccess) e = cudaMemcpy(f->s_first, idx, H * sizeof(int32_t), cudaMemcpyHostToDevice);
+        if (e == cudaSuccess) e = cudaMemcpy(f->s_per, one, H * sizeof(int32_t), cudaMemcpyHostToDevice);
+        if (e == cudaSuccess) e = cudaMemcpy(f->s_acc, sa, (size_t) L * H * sizeof(double *), cudaMemcpyHostToDevice);
+        free(sa);
+        OSCAR_CUDA_CHECK(e);
+    }
+    if (f->n_slot == 0) return OSCAR_OK;
+    const size_t n_ptr = 2 * (size_t) (GRAM_MAX_CHUNKS + 1) * f->n_slot;
+    OSCAR_CUDA_CHECK(dalloc(f, &f->gpart, (size_t) (GRAM_MAX_CHUNKS + 1) * f->n_slot * DD, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->g_ab, n_ptr, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->g_c, n_ptr, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->g_first, (size_t) f->n_gout, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->g_per, (size_t) f->n_gout, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->g_acc, (size_t) L * f->n_gout, false));
+    f->h_ab = (const void **) calloc(n_ptr, sizeof(void *));
+    f->h_c = (void **) calloc(n_ptr, sizeof(void *));
+    int32_t * first = (int32_t *) calloc((size_t) f->n_gout, sizeof(int32_t));
+    int32_t * per = (int32_t *) calloc((size_t) f->n_gout, sizeof(int32_t));
+    double ** acc = (double **) calloc((size_t) L * f->n_gout, sizeof(double *));
+    enum oscar_status st = OSCAR_OK;
+    if (!f->h_ab || !f->h_c || !first || !per || !acc) {
+        st = osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
+        goto out;
+    }
+    for (int32_t l = 0; l < L; l++) {
+        int32_t o = 0, slot = 0;
+        double ** a = acc + (size_t) l * f->n_gout;
+        for (int32_t kind = 0; kind < 3; kind++) {
+            double * base = kind == 0 ? f->acc_ktk : kind == 1 ? f->acc_vtv : f->acc_qqt;
+            if (!base) continue;
+            for (int32_t h = 0; h < H; h++, o++) {
+                a[o] = base + l * HDD + h * DD;
+                first[o] = slot, per[o] = kind == 2 ? g : 1;
+                slot += per[o];
+            }
+        }
+    }
+    OSCAR_CUDA_TRY(cudaMemcpy(f->g_first, first, f->n_gout * sizeof(int32_t), cudaMemcpyHostToDevice));
+    OSCAR_CUDA_TRY(cudaMemcpy(f->g_per, per, f->n_gout * sizeof(int32_t), cudaMemcpyHostToDevice));
+    OSCAR_CUDA_TRY(cudaMemcpy(f->g_acc, acc, (size_t) L * f->n_gout * sizeof(double *), cudaMemcpyHostToDevice));
+out:
+    free(first), free(per), free(acc);
+    return st;
+}
+
 static enum oscar_status alloc_workspace(struct cuda_fwd * f) {
     const struct oscar_model_config * c = &f->c;
     const size_t T = (size_t) f->max_tokens, C = (size_t) c->n_embd, D = (size_t) c->head_dim;
@@ -315,6 +413,9 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f) {
     OSCAR_CUDA_CHECK(dalloc(f, &f->q, T * Q, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->k, T * KV, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->v, T * KV, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->qb, T * Q, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->kb, T * KV, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &f->vb, T * KV, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->xn, T * C, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->att, T * Q, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->h, T * F, false));
@@ -336,6 +437,8 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f) {
             OSCAR_CUDA_CHECK(dalloc(f, &f->negbuf, H * T, false));
         }
         OSCAR_CUDA_CHECK(dalloc(f, &f->cbuf, H * D * D, false));
+        enum oscar_status st = alloc_gram(f);
+        if (st != OSCAR_OK) return st;
     }
     f->h_pos = (int32_t *) malloc(T * sizeof(int32_t));
     f->h_blocks = (struct osc_att_block *) malloc(T * sizeof(struct osc_att_block));
@@ -386,6 +489,20 @@ static enum oscar_status cuda_init(const struct oscar_model * m, const struct os
     if (st == OSCAR_OK) st = alloc_workspace(f);
     if (st != OSCAR_OK) goto out;
     BLAS_TRY(cublasSetWorkspace(f->blas, f->blas_ws, BLAS_WS_BYTES));
+    {
+        const char * att = getenv("OSCAR_FWD_ATT"); // "fp32" forces the fp32 kernel (benchmarks)
+        f->att_tc = osc_fwd_attention_tc_ok(c->head_dim) && !(att && !strcmp(att, "fp32"));
+        const char * prof = getenv("OSCAR_FWD_PROFILE");
+        if (prof && !strcmp(prof, "1")) {
+            const int32_t n = c->n_layer * (N_STAGES + 1);
+            f->ev = (cudaEvent_t *) calloc((size_t) n, sizeof(cudaEvent_t));
+            if (!f->ev) {
+                st = osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
+                goto out;
+            }
+            for (int32_t i = 0; i < n; i++) OSCAR_CUDA_TRY(cudaEventCreate(&f->ev[i]));
+        }
+    }
     st = m ? upload_model(f, m) : random_model(f, seed);
     if (st == OSCAR_OK && f->pass > 0) st = zero_pass_acc(f);
     if (st == OSCAR_OK && f->pass == 2) st = load_amat(f); // a resumed accumulator: pass 1 already ended
@@ -444,38 +561,115 @@ static int32_t plan_batch(struct cuda_fwd * f, const struct oscar_batch * b) {
     return n;
 }
 
+// Pointer tables of the pass-1 Gram GEMMs for batches of T rows: group 0 = the K/V slots
+// (row stride Hkv D), group 1 = the Q slots (row stride Hq D); entry (c, e) of a group is
+// chunk c (rows [c R, c R + R), the remainder rows as chunk n_chunk) of slot e.
+static void gram_plan(const struct cuda_fwd * f, int32_t T, int32_t * n_chunk, int32_t * rows) {
+    int32_t n = (GRAM_TARGET_TILES + f->n_slot - 1) / f->n_slot;
+    const int32_t by_rows = (T + GRAM_MIN_ROWS - 1) / GRAM_MIN_ROWS;
+    if (n > by_rows) n = by_rows;
+    if (n > GRAM_MAX_CHUNKS) n = GRAM_MAX_CHUNKS;
+    if (n < 1) n = 1;
+    *n_chunk = n, *rows = T / n;
+}
+
+static enum oscar_status gram_tables(struct cuda_fwd * f, int32_t T) {
+    const int32_t D = f->c.head_dim, H = f->c.n_head_kv, Hq = f->c.n_head, S = f->n_slot;
+    const int64_t DD = (int64_t) D * D;
+    const size_t per_group = (size_t) (GRAM_MAX_CHUNKS + 1) * S;
+    int32_t n_chunk, R;
+    gram_plan(f, T, &n_chunk, &R);
+    for (int32_t c = 0; c <= n_chunk; c++) {
+        const size_t r0 = (size_t) c * R;
+        for (int32_t e = 0; e < S; e++) {
+            const osc_bf16 * x;
+            size_t grp, idx;
+            if (e < f->n_kv_slot) { // K heads first (if KTK), then V heads
+                const bool is_k = (f->kinds & OSCAR_STATS_KTK) && e < H;
+                const int32_t h = is_k ? e : e - ((f->kinds & OSCAR_STATS_KTK) ? H : 0);
+                x = (is_k ? f->kb : f->vb) + r0 * H * D + (size_t) h * D;
+                grp = 0, idx = (size_t) c * f->n_kv_slot + e;
+            } else {
+                x = f->qb + r0 * Hq * D + (size_t) (e - f->n_kv_slot) * D;
+                grp = 1, idx = (size_t) c * (S - f->n_kv_slot) + (e - f->n_kv_slot);
+            }
+            f->h_ab[grp * per_group + idx] = x;
+            f->h_c[grp * per_group + idx] = f->gpart + ((size_t) c * S + e) * DD;
+        }
+    }
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->g_ab, f->h_ab, 2 * per_group * sizeof(void *), cudaMemcpyHostToDevice,
+                                     f->stream));
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->g_c, f->h_c, 2 * per_group * sizeof(void *), cudaMemcpyHostToDevice,
+                                     f->stream));
+    f->g_T = T;
+    return OSCAR_OK;
+}
+
+// One group's Gram GEMMs: C_i [D, D] = X_iᵀ X_i, X_i [rows, D] bf16 with row stride ld, fp32
+// accumulation and output (cuBLAS views X_i as the D x rows column-major matrix X_iᵀ).
+static cublasStatus_t gram_batched(struct cuda_fwd * f, size_t off, int32_t rows, int32_t ld, int32_t count) {
+    const float one = 1.0f, zero = 0.0f;
+    const int32_t D = f->c.head_dim;
+    return cublasGemmBatchedEx(f->blas, CUBLAS_OP_N, CUBLAS_OP_T, D, D, rows, &one, f->g_ab + off, CUDA_R_16BF, ld,
+                               f->g_ab + off, CUDA_R_16BF, ld, &zero, f->g_c + off, CUDA_R_32F, D, count,
+                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+// Pass 1 of layer l: KTK, VTV and grouped QQT from the bf16 copies of k, v, q. Per chunk,
+// one GEMM per slot (fp32 sums over <= T/n_chunk rows); then the fp64 accumulators get
+// Σ_chunk Σ_(query heads of the group) in a fixed order (osc_fwd_gram_reduce).
+static enum oscar_status capture_pass1(struct cuda_fwd * f, int32_t l, int32_t T) {
+    const int32_t D = f->c.head_dim, H = f->c.n_head_kv, Hq = f->c.n_head, S = f->n_slot;
+    const size_t per_group = (size_t) (GRAM_MAX_CHUNKS + 1) * S;
+    int32_t n_chunk, R;
+    enum oscar_status st = OSCAR_OK;
+    if (S == 0) return OSCAR_OK;
+    if (f->g_T != T) {
+        st = gram_tables(f, T);
+        if (st != OSCAR_OK) return st;
+    }
+    gram_plan(f, T, &n_chunk, &R);
+    const int32_t rem = T - n_chunk * R, nq = S - f->n_kv_slot;
+    if (f->n_kv_slot) {
+        BLAS_TRY(gram_batched(f, 0, R, H * D, n_chunk * f->n_kv_slot));
+        if (rem) BLAS_TRY(gram_batched(f, (size_t) n_chunk * f->n_kv_slot, rem, H * D, f->n_kv_slot));
+    }
+    if (nq) {
+        BLAS_TRY(gram_batched(f, per_group, R, Hq * D, n_chunk * nq));
+        if (rem) BLAS_TRY(gram_batched(f, per_group + (size_t) n_chunk * nq, rem, Hq * D, nq));
+    }
+    OSCAR_CUDA_TRY(osc_fwd_gram_reduce(f->g_acc + (size_t) l * f->n_gout, f->gpart, f->g_first, f->g_per, f->n_gout,
+                                       n_chunk + (rem ? 1 : 0), S, (int64_t) D * D, f->stream));
+out:
+    return st;
+}
+
 static enum oscar_status capture_layer(struct cuda_fwd * f, int32_t l, int32_t T) {
-    const int32_t D = f->c.head_dim, H = f->c.n_head_kv, Hq = f->c.n_head, g = Hq / H;
+    const int32_t D = f->c.head_dim, H = f->c.n_head_kv;
     const int64_t DD = (int64_t) D * D, HDD = (int64_t) H * DD, lo = (int64_t) l * HDD;
-    const int32_t ldkv = H * D, ldq = Hq * D;
+    const int32_t ldkv = H * D;
     enum oscar_status st = OSCAR_OK;
     if (f->pass == 1) {
-        if (f->kinds & OSCAR_STATS_KTK) {
-            BLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_T, D, D, T, f->k, ldkv, D, f->k, ldkv, D, 0.0f, f->cbuf, D, DD, H));
-            OSCAR_CUDA_TRY(osc_fwd_acc_add(f->acc_ktk + lo, f->cbuf, HDD, f->stream));
-        }
-        if (f->kinds & OSCAR_STATS_VTV) {
-            BLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_T, D, D, T, f->v, ldkv, D, f->v, ldkv, D, 0.0f, f->cbuf, D, DD, H));
-            OSCAR_CUDA_TRY(osc_fwd_acc_add(f->acc_vtv + lo, f->cbuf, HDD, f->stream));
-        }
-        if (f->kinds & OSCAR_STATS_QQT) {
-            // Σ over the g contiguous query heads of KV head h, fp32, then one fp64 add
-            for (int32_t j = 0; j < g; j++) {
-                const float * qj = f->q + (size_t) j * D;
-                BLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_T, D, D, T, qj, ldq, (long long) g * D, qj, ldq,
-                                          (long long) g * D, j ? 1.0f : 0.0f, f->cbuf, D, DD, H));
-            }
-            OSCAR_CUDA_TRY(osc_fwd_acc_add(f->acc_qqt + lo, f->cbuf, HDD, f->stream));
-        }
+        st = capture_pass1(f, l, T);
     } else if (f->pass == 2) {
         float * y = f->big;                              // [H, T, D]
         float * z = f->big + (size_t) H * T * D;         // [H, T, D]
         BLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_N, D, T, D, f->amat + lo, D, DD, f->k, ldkv, D, 0.0f, y, D,
                                   (long long) T * D, H));
         OSCAR_CUDA_TRY(osc_fwd_sst_weights(f->wbuf, f->negbuf, z, y, f->k, f->v, T, H, D, f->stream));
-        BLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_T, D, D, T, z, D, (long long) T * D, f->v, ldkv, D, 0.0f, f->cbuf, D,
-                                  DD, H));
-        OSCAR_CUDA_TRY(osc_fwd_acc_add(f->acc_sst + lo, f->cbuf, HDD, f->stream));
+        // Σ_t z_t v_tᵀ per head in row chunks (parallelism, as pass 1), strict fp32 per chunk
+        const int32_t n_chunk = T < GRAM_MAX_CHUNKS * GRAM_MIN_ROWS ? (T + GRAM_MIN_ROWS - 1) / GRAM_MIN_ROWS
+                                                                     : GRAM_MAX_CHUNKS;
+        const int32_t R = T / n_chunk, rem = T - n_chunk * R;
+        for (int32_t c = 0; c <= n_chunk; c++) {
+            const int32_t rows = c < n_chunk ? R : rem;
+            if (rows == 0) continue;
+            const size_t r0 = (size_t) c * R;
+            BLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_T, D, D, rows, z + r0 * D, D, (long long) T * D,
+                                      f->v + r0 * ldkv, ldkv, D, 0.0f, f->spart + (size_t) c * HDD, D, DD, H));
+        }
+        OSCAR_CUDA_TRY(osc_fwd_gram_reduce(f->s_acc + (size_t) l * H, f->spart, f->s_first, f->s_per, H,
+                                           n_chunk + (rem ? 1 : 0), H, DD, f->stream));
         OSCAR_CUDA_TRY(osc_fwd_sst_reduce(f->acc_wsum + (size_t) l * H, f->acc_nneg + (size_t) l * H, f->wbuf,
                                           f->negbuf, T, H, f->stream));
     }
@@ -514,17 +708,34 @@ static enum oscar_status run_layer(struct cuda_fwd * f, const struct oscar_batch
     const int32_t NQKV = Q + 2 * KV;
     cudaStream_t s = f->stream;
     enum oscar_status st = OSCAR_OK;
+    cudaEvent_t * ev = f->ev ? f->ev + (size_t) l * (N_STAGES + 1) : NULL;
+    const bool bf16_copies = f->att_tc || (f->pass == 1 && f->n_slot > 0);
+#define STAGE(i) do { if (ev) OSCAR_CUDA_TRY(cudaEventRecord(ev[i], s)); } while (0)
+    STAGE(0);
     OSCAR_CUDA_TRY(osc_fwd_rmsnorm(f->xn, f->x, w->attn_norm, T, C, c->rms_eps, s));
     BLAS_TRY(gemm_bf16(f, f->big, f->xn, w->wqkv, T, NQKV, C, 0.0f));
-    OSCAR_CUDA_TRY(osc_fwd_qkv_epilogue(f->q, f->k, f->v, f->big, w->bqkv, w->q_norm, w->k_norm, f->d_pos,
+    STAGE(1);
+    OSCAR_CUDA_TRY(osc_fwd_qkv_epilogue(f->q, f->k, f->v, bf16_copies ? f->qb : NULL, bf16_copies ? f->kb : NULL,
+                                        bf16_copies ? f->vb : NULL, f->big, w->bqkv, w->q_norm, w->k_norm, f->d_pos,
                                         f->inv_freq, T, c->n_head, c->n_head_kv, D, c->rms_eps, s));
-    OSCAR_CUDA_TRY(osc_fwd_attention(f->att, f->q, f->k, f->v, f->d_blocks, n_blocks, c->n_head, c->n_head_kv, D, s));
+    STAGE(2);
+    if (f->att_tc)
+        OSCAR_CUDA_TRY(osc_fwd_attention_tc(f->att, f->qb, f->kb, f->vb, f->d_blocks, n_blocks, c->n_head,
+                                            c->n_head_kv, D, s));
+    else
+        OSCAR_CUDA_TRY(osc_fwd_attention(f->att, f->q, f->k, f->v, f->d_blocks, n_blocks, c->n_head, c->n_head_kv,
+                                         D, s));
+    STAGE(3);
     BLAS_TRY(gemm_bf16(f, f->x, f->att, w->wo, T, C, Q, 1.0f)); // residual += attn . W_Oᵀ
+    STAGE(4);
     OSCAR_CUDA_TRY(osc_fwd_rmsnorm(f->xn, f->x, w->ffn_norm, T, C, c->rms_eps, s));
     BLAS_TRY(gemm_bf16(f, f->big, f->xn, w->wgu, T, 2 * F, C, 0.0f));
     OSCAR_CUDA_TRY(osc_fwd_swiglu(f->h, f->big, T, F, s));
     BLAS_TRY(gemm_bf16(f, f->x, f->h, w->wdown, T, C, F, 1.0f));
+    STAGE(5);
     if (f->p.stats) st = capture_layer(f, l, T);
+    if (st == OSCAR_OK) STAGE(6);
+#undef STAGE
     if (st == OSCAR_OK) st = host_hook(f, b, l, T);
 out:
     return st;
@@ -564,6 +775,14 @@ static enum oscar_status cuda_run(void * ctx, const struct oscar_batch * b, floa
     if (st == OSCAR_OK && logits) st = lm_head(f, T, logits);
     if (st != OSCAR_OK) return st;
     OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));
+    if (f->ev)
+        for (int32_t l = 0; l < f->c.n_layer; l++)
+            for (int32_t i = 0; i < N_STAGES; i++) {
+                float ms = 0.0f;
+                cudaEvent_t * e = f->ev + (size_t) l * (N_STAGES + 1);
+                OSCAR_CUDA_CHECK(cudaEventElapsedTime(&ms, e[i], e[i + 1]));
+                f->stage_ms[i] += (double) ms;
+            }
     if (f->pass == 1 || f->pass == 2) f->n_tok += T;
     note_used(f);
     return OSCAR_OK;
@@ -664,10 +883,28 @@ static void cuda_info(const void * ctx, struct oscar_fwd_info * out) {
     out->weight_bytes = f->weight_bytes;
     out->workspace_bytes = f->work_bytes;
     out->device_used_bytes = f->used_max;
+    for (int i = 0; i < N_STAGES; i++) out->stage_ms[i] = f->stage_ms[i];
+    out->attention_tc = f->att_tc ? 1 : 0;
+}
+
+static enum oscar_status cuda_copy_wo(void * ctx, int32_t layer, float * out) {
+    struct cuda_fwd * f = (struct cuda_fwd *) ctx;
+    if (layer < 0 || layer >= f->c.n_layer)
+        return osc_error(OSCAR_ERR_INVALID, "forward-cuda: layer %d out of range", layer);
+    const size_t n = (size_t) f->c.n_embd * (size_t) f->c.n_head * (size_t) f->c.head_dim;
+    float * d = NULL;
+    enum oscar_status st = OSCAR_OK;
+    OSCAR_CUDA_CHECK(cudaMalloc((void **) &d, n * sizeof(float)));
+    OSCAR_CUDA_TRY(osc_fwd_bf16_to_f32(d, f->layers[layer].wo, (int64_t) n, f->stream));
+    OSCAR_CUDA_TRY(cudaMemcpyAsync(out, d, n * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
+    OSCAR_CUDA_TRY(cudaStreamSynchronize(f->stream));
+out:
+    cudaFree(d);
+    return st;
 }
 
 static const struct osc_fwd_ops cuda_ops = {
-    "cuda", cuda_init, cuda_run, cuda_end_pass, cuda_info, cuda_free,
+    "cuda", cuda_init, cuda_run, cuda_end_pass, cuda_info, cuda_free, cuda_copy_wo,
 };
 
 extern "C" enum oscar_status osc_fwd_ops_cuda(const struct osc_fwd_ops ** out) {

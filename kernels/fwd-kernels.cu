@@ -62,7 +62,8 @@ __device__ double warp_sum_d(double v) {
 }
 
 // One warp per (token, head) of the Hq + 2 Hkv heads; lane holds pairs (i, i + D/2).
-__global__ void __launch_bounds__(256) k_qkv_epilogue(float * q, float * k, float * v, const float * qkv,
+__global__ void __launch_bounds__(256) k_qkv_epilogue(float * q, float * k, float * v, osc_bf16 * qb,
+                                                      osc_bf16 * kb, osc_bf16 * vb, const float * qkv,
                                                       const float * bias, const float * qn, const float * kn,
                                                       const int32_t * pos, const float * inv_freq, int32_t Hq,
                                                       int32_t Hkv, int32_t D, float eps) {
@@ -81,13 +82,19 @@ __global__ void __launch_bounds__(256) k_qkv_epilogue(float * q, float * k, floa
             ss += (double) a[n] * (double) a[n] + (double) c[n] * (double) c[n];
         }
         if (hh >= Hq + Hkv) { // v: copy
-            float * dst = v + ((size_t) t * Hkv + (hh - Hq - Hkv)) * D;
+            const size_t o = ((size_t) t * Hkv + (hh - Hq - Hkv)) * D;
             n = 0;
-            for (int32_t i = lane; i < h2; i += 32, n++) dst[i] = a[n], dst[i + h2] = c[n];
+            for (int32_t i = lane; i < h2; i += 32, n++) v[o + i] = a[n], v[o + i + h2] = c[n];
+            n = 0;
+            if (vb)
+                for (int32_t i = lane; i < h2; i += 32, n++)
+                    vb[o + i] = __float2bfloat16(a[n]), vb[o + i + h2] = __float2bfloat16(c[n]);
             continue;
         }
         const float * nw = hh < Hq ? qn : kn;
-        float * dst = hh < Hq ? q + ((size_t) t * Hq + hh) * D : k + ((size_t) t * Hkv + (hh - Hq)) * D;
+        const size_t o = hh < Hq ? ((size_t) t * Hq + hh) * D : ((size_t) t * Hkv + (hh - Hq)) * D;
+        float * dst = (hh < Hq ? q : k) + o;
+        osc_bf16 * dstb = qb ? (hh < Hq ? qb : kb) + o : nullptr;
         ss = warp_sum_d(ss);
         const float r = nw ? (float) (1.0 / sqrt(ss / (double) D + (double) eps)) : 1.0f;
         n = 0;
@@ -96,16 +103,18 @@ __global__ void __launch_bounds__(256) k_qkv_epilogue(float * q, float * k, floa
             if (nw) x0 = nw[i] * (x0 * r), x1 = nw[i + h2] * (x1 * r);
             const float ang = inv_freq[i] * p; // fp32 angle, as transformers computes it
             const float cs = cosf(ang), sn = sinf(ang);
-            dst[i] = x0 * cs - x1 * sn;
-            dst[i + h2] = x1 * cs + x0 * sn;
+            const float y0 = x0 * cs - x1 * sn, y1 = x1 * cs + x0 * sn;
+            dst[i] = y0, dst[i + h2] = y1;
+            if (dstb) dstb[i] = __float2bfloat16(y0), dstb[i + h2] = __float2bfloat16(y1);
         }
     }
 }
 
-cudaError_t osc_fwd_qkv_epilogue(float * q, float * k, float * v, const float * qkv, const float * bias,
+cudaError_t osc_fwd_qkv_epilogue(float * q, float * k, float * v, osc_bf16 * qb, osc_bf16 * kb, osc_bf16 * vb,
+                                 const float * qkv, const float * bias,
                                  const float * qn, const float * kn, const int32_t * pos, const float * inv_freq,
                                  int32_t T, int32_t Hq, int32_t Hkv, int32_t D, float eps, cudaStream_t s) {
-    k_qkv_epilogue<<<T, 256, 0, s>>>(q, k, v, qkv, bias, qn, kn, pos, inv_freq, Hq, Hkv, D, eps);
+    k_qkv_epilogue<<<T, 256, 0, s>>>(q, k, v, qb, kb, vb, qkv, bias, qn, kn, pos, inv_freq, Hq, Hkv, D, eps);
     return cudaGetLastError();
 }
 
@@ -269,6 +278,28 @@ __global__ void k_acc_add(double * acc, const float * src, int64_t n) {
 
 cudaError_t osc_fwd_acc_add(double * acc, const float * src, int64_t n, cudaStream_t s) {
     k_acc_add<<<grid_for(n, 256), 256, 0, s>>>(acc, src, n);
+    return cudaGetLastError();
+}
+
+__global__ void k_gram_reduce(double * const * acc_ptrs, const float * part, const int32_t * first,
+                              const int32_t * per, int32_t n_part, int32_t n_slot, int64_t DD) {
+    const int32_t o = blockIdx.y;
+    const int32_t f0 = first[o], np = per[o];
+    double * acc = acc_ptrs[o];
+    for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < DD; i += (int64_t) gridDim.x * blockDim.x) {
+        double a = 0.0;
+        for (int32_t p = 0; p < n_part; p++)
+            for (int32_t j = 0; j < np; j++) a += (double) part[((int64_t) p * n_slot + f0 + j) * DD + i];
+        acc[i] += a;
+    }
+}
+
+cudaError_t osc_fwd_gram_reduce(double * const * acc_ptrs, const float * part, const int32_t * first,
+                                const int32_t * per, int32_t n_out, int32_t n_part, int32_t n_slot, int64_t DD,
+                                cudaStream_t s) {
+    if (n_out <= 0) return cudaSuccess;
+    const dim3 grid((unsigned) ((DD + 255) / 256), (unsigned) n_out);
+    k_gram_reduce<<<grid, 256, 0, s>>>(acc_ptrs, part, first, per, n_part, n_slot, DD);
     return cudaGetLastError();
 }
 

@@ -27,8 +27,10 @@ cudaError_t osc_fwd_rmsnorm(osc_bf16 * y, const float * x, const float * w, int3
                             cudaStream_t s);
 // qkv [T, (Hq + 2 Hkv) D] fp32 (+ bias [(Hq + 2 Hkv) D] or NULL) -> q [T, Hq, D], k [T, Hkv, D]
 // after optional per-head RMSNorm (qn/kn [D] or NULL) and RoPE at pos [T] with inv_freq [D/2];
-// v [T, Hkv, D] = the raw v part (+ bias).
-cudaError_t osc_fwd_qkv_epilogue(float * q, float * k, float * v, const float * qkv, const float * bias,
+// v [T, Hkv, D] = the raw v part (+ bias). qb/kb/vb (same shapes, bf16, or all NULL) get
+// bf16 copies of q/k/v (the tensor-core attention and the pass-1 capture GEMMs read them).
+cudaError_t osc_fwd_qkv_epilogue(float * q, float * k, float * v, osc_bf16 * qb, osc_bf16 * kb, osc_bf16 * vb,
+                                 const float * qkv, const float * bias,
                                  const float * qn, const float * kn, const int32_t * pos, const float * inv_freq,
                                  int32_t T, int32_t Hq, int32_t Hkv, int32_t D, float eps, cudaStream_t s);
 // h [T, F] bf16 = silu(gu[:, :F]) * gu[:, F:], gu [T, 2F] fp32
@@ -44,6 +46,21 @@ struct osc_att_block {
 cudaError_t osc_fwd_attention(osc_bf16 * out, const float * q, const float * k, const float * v,
                               const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
                               int32_t D, cudaStream_t s);
+
+// Tensor-core variant (kernels/fwd-attention-tc.cu): bf16 q/k/v, P rounded to bf16 for
+// P.V, fp32 accumulation and softmax. Only where osc_fwd_attention_tc_ok(D).
+bool osc_fwd_attention_tc_ok(int32_t D);
+cudaError_t osc_fwd_attention_tc(osc_bf16 * out, const osc_bf16 * q, const osc_bf16 * k, const osc_bf16 * v,
+                                 const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
+                                 int32_t D, cudaStream_t s);
+
+// Pass-1 capture reduction: part [n_part, n_slot, DD] fp32 holds per-chunk Gram matrices;
+// acc[o] [DD] fp64 += Σ_p Σ_{i < per[o]} part[p, first[o] + i] for each output o < n_out,
+// summed in that fixed order (p outer, i inner). first/per [n_out] in device memory;
+// acc_ptrs [n_out] device pointers to the fp64 accumulators.
+cudaError_t osc_fwd_gram_reduce(double * const * acc_ptrs, const float * part, const int32_t * first,
+                                const int32_t * per, int32_t n_out, int32_t n_part, int32_t n_slot, int64_t DD,
+                                cudaStream_t s);
 
 // acc [n] fp64 += src [n] fp32
 cudaError_t osc_fwd_acc_add(double * acc, const float * src, int64_t n, cudaStream_t s);

@@ -56,6 +56,10 @@ enum oscar_status oscar_fwd_run(struct oscar_fwd * f, const struct oscar_batch *
 
 enum oscar_status oscar_fwd_end_pass(struct oscar_fwd * f) { return f->ops->end_pass(f->ctx); }
 
+enum oscar_status oscar_fwd_copy_wo(struct oscar_fwd * f, int32_t layer, float * out) {
+    return f->ops->copy_wo(f->ctx, layer, out);
+}
+
 void oscar_fwd_info(const struct oscar_fwd * f, struct oscar_fwd_info * out) {
     memset(out, 0, sizeof *out);
     f->ops->info(f->ctx, out);
@@ -150,6 +154,14 @@ static enum oscar_status cpu_end_pass(void * ctx) {
     return oscar_stats_end_pass(c->stats);
 }
 
+static enum oscar_status cpu_copy_wo(void * ctx, int32_t layer, float * out) {
+    const struct cpu_fwd * c = ctx;
+    const struct oscar_model_config * mc = &c->m->config;
+    if (layer < 0 || layer >= mc->n_layer) return osc_error(OSCAR_ERR_INVALID, "forward: layer %d out of range", layer);
+    memcpy(out, c->m->layers[layer].wo, sizeof(float) * (size_t) mc->n_embd * (size_t) mc->n_head * mc->head_dim);
+    return OSCAR_OK;
+}
+
 static void cpu_info(const void * ctx, struct oscar_fwd_info * out) {
     const struct cpu_fwd * c = ctx;
     const struct oscar_model_config * g = &c->m->config;
@@ -162,6 +174,7 @@ static void cpu_info(const void * ctx, struct oscar_fwd_info * out) {
 
 static const struct osc_fwd_ops cpu_ops = {
     .name = "cpu", .init = cpu_init, .run = cpu_run, .end_pass = cpu_end_pass, .info = cpu_info, .free = cpu_free,
+    .copy_wo = cpu_copy_wo,
 };
 
 const struct osc_fwd_ops * osc_fwd_ops_cpu(void) { return &cpu_ops; }

@@ -71,8 +71,19 @@ struct oscar_fwd_info {
     int64_t weight_bytes;      // device copy of the weights (cuda) / host fp32 weights (cpu)
     int64_t workspace_bytes;   // activations, capture accumulators, cuBLAS workspace
     int64_t device_used_bytes; // cuda: total - free of cudaMemGetInfo, largest seen (0 on cpu)
+    // cuda with OSCAR_FWD_PROFILE=1 in the environment at init: device milliseconds per stage
+    // summed over every run so far (cudaEvents between stages; adds sync-free event records).
+    // Stages: 0 rmsnorm + qkv GEMM, 1 q/k/v epilogue, 2 attention, 3 o GEMM, 4 MLP (norm,
+    // gate/up GEMM, SwiGLU, down GEMM), 5 capture. All 0 otherwise.
+    double  stage_ms[6];
+    int32_t attention_tc;      // cuda: 1 if the tensor-core attention runs (0: fp32 kernel)
 };
 void oscar_fwd_info(const struct oscar_fwd * f, struct oscar_fwd_info * out);
+
+// out [C, Hq D] fp32 = layer's attention output projection W_O as the pass uses it (cpu:
+// the model's matrix; cuda: the bf16 device copy widened). For held-out error metrics of
+// models that live only on the device (oscar_fwd_init_random).
+enum oscar_status oscar_fwd_copy_wo(struct oscar_fwd * f, int32_t layer, float * out);
 
 void oscar_fwd_free(struct oscar_fwd * f);
 

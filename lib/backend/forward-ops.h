@@ -15,6 +15,7 @@ struct osc_fwd_ops {
     enum oscar_status (*end_pass)(void * ctx);
     void (*info)(const void * ctx, struct oscar_fwd_info * out);
     void (*free)(void * ctx);
+    enum oscar_status (*copy_wo)(void * ctx, int32_t layer, float * out); // [C, Hq D] fp32
 };
 
 enum oscar_status osc_fwd_ops_get(const char * device, const struct osc_fwd_ops ** out);

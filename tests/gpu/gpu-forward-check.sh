@@ -6,7 +6,9 @@
 # benchmark (oscar bare / capture pass 1 / pass 2, transformers sdpa bf16 baseline).
 # Prints markdown tables; about 3-5 minutes of GPU time.
 #
-#   bash tests/gpu/gpu-forward-check.sh [--no-bench] [--seed N] [--seqs 15] [--len 2048]
+#   bash tests/gpu/gpu-forward-check.sh [--no-bench] [--no-hf] [--profile] [--seed N] [--seqs 15] [--len 2048]
+# --profile: OSCAR_FWD_PROFILE=1 for the oscar bench (per-stage cudaEvent table, and the
+# attention stage of the fp32 kernel for comparison); --no-hf skips the transformers baseline.
 # Env: OSCAR_DEBS (folder of .debs for libraries pkg-config cannot find; default
 # ../../../debs relative to this script), OUT (logs are copied there if set),
 # JOBS (make -j, default nproc). Exit 0 only if the build and every check pass.
@@ -15,16 +17,20 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root"
 bench=1
+hf=1
+profile=0
 seed_args=()
 seqs=15
 len=2048
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-bench) bench=0 ;;
+        --no-hf) hf=0 ;;
+        --profile) profile=1 ;;
         --seed) seed_args=(--seed "$2"); shift ;;
         --seqs) seqs=$2; shift ;;
         --len) len=$2; shift ;;
-        *) echo "usage: $0 [--no-bench] [--seed N] [--seqs N] [--len N]" >&2; exit 2 ;;
+        *) echo "usage: $0 [--no-bench] [--no-hf] [--profile] [--seed N] [--seqs N] [--len N]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -87,13 +93,23 @@ fi
 
 # --- benchmark ----------------------------------------------------------------------------------
 if [ "$bench" -eq 1 ]; then
-    echo "gpu-forward-check: transformers baseline (Qwen3-8B shape, $seqs x $len)"
-    PYTHONUNBUFFERED=1 timeout 300 python3 tests/gpu/bench-prefill-hf.py --csv "$logdir/hf.csv" --seqs "$seqs" \
-        --len "$len" 2>&1 | tee "$logdir/hf.log" || echo "gpu-forward-check: transformers baseline failed (continuing)"
+    if [ "$hf" -eq 1 ]; then
+        echo "gpu-forward-check: transformers baseline (Qwen3-8B shape, $seqs x $len)"
+        PYTHONUNBUFFERED=1 timeout 300 python3 tests/gpu/bench-prefill-hf.py --csv "$logdir/hf.csv" --seqs "$seqs" \
+            --len "$len" 2>&1 | tee "$logdir/hf.log" || echo "gpu-forward-check: transformers baseline failed (continuing)"
+    fi
     echo "gpu-forward-check: oscar bench"
-    timeout 300 ./build/test-forward-gpu bench --seqs "$seqs" --len "$len" --hf "$logdir/hf.csv" "${seed_args[@]}" 2>&1 \
+    OSCAR_FWD_PROFILE=$profile timeout 300 ./build/test-forward-gpu bench --seqs "$seqs" --len "$len" --hf "$logdir/hf.csv" "${seed_args[@]}" 2>&1 \
         | tee "$logdir/bench.md"
     [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu-forward-check: bench FAILED"; rc=1; }
+fi
+if [ "$bench" -eq 1 ]; then
+    echo "gpu-forward-check: end-to-end calibration (lib/calibrate/capture-device.c, random-init qwen3-8b)"
+    timeout 180 ./build/bin/bench-calibrate-device --device cuda --random-init qwen3-8b --tokens $((seqs * len)) \
+        --seq-len "$len" --batch "$seqs" --heldout 1 >"$logdir/e2e.md" 2>"$logdir/e2e.log"
+    r=$?
+    cat "$logdir/e2e.md"
+    [ "$r" -eq 0 ] || { tail -5 "$logdir/e2e.log"; echo "gpu-forward-check: end-to-end calibration FAILED (exit $r)"; rc=1; }
 fi
 echo "gpu-forward-check: $([ $rc -eq 0 ] && echo PASS || echo FAIL)"
 exit $rc
