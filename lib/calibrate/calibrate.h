@@ -4,8 +4,8 @@
 //   plan.c       tokens -> calibration sequences (--tokens, --seq-len) + held-out sequences
 //   capture.c    forward passes with the capture hook: held-out rows, pass 1 (qqt/ktk/vtv/vatt),
 //                pass 2 (sst with the final A_h); checkpoint/resume every N tokens
-//   metrics.c    attention-aware errors on held-out rows (K logit error, V post-W_O error,
-//                post-W_O relative attention error through the tiered INT2 cache)
+//   calib-verify.c  the held-out rows / methods as lib/verify inputs (every error
+//                metric is lib/verify's: logit error, post-W_O relative error)
 //   clip.c       clip-ratio search per layer x {K, V} (x KV head)
 //   gate.c       OSCAR vs Hadamard vs naive INT2 gate table
 //   artifact.c   assembling struct oscar_artifact (metadata, summary, model card)
@@ -128,26 +128,6 @@ struct oscar_calib_fit {
 enum oscar_status oscar_calib_fit_rotations(const struct oscar_stats * s, const struct oscar_calib_params * p,
                                             struct oscar_calib_fit * out, struct oscar_calib_timing * t);
 void oscar_calib_fit_free(struct oscar_calib_fit * f);
-
-// ---- metrics (metrics.c) --------------------------------------------------------------------
-// Rotation of KV head h of layer l (R [D,D]); NULL = identity.
-typedef const float * (*oscar_calib_rot_fn)(const void * user, int32_t layer, int32_t head, bool is_v);
-struct oscar_calib_method {
-    const char * name;
-    oscar_calib_rot_fn rot;  // NULL = no rotation
-    const void * user;
-    enum oscar_int2_scheme scheme;
-    const float * k_clip;    // [L, Nc] or NULL (use k_clip_const)
-    const float * v_clip;
-    int32_t n_clip;          // 1 or Hkv
-    double k_clip_const, v_clip_const;
-};
-// Post-W_O relative attention error of one layer over the held-out sequences:
-// Σ‖(ô − o) W_Oᵀ‖² / Σ‖o W_Oᵀ‖², ô from the tiered cache (BF16 sink/recent,
-// INT2 middle, quantized as the engine does), o exact (method.md §16).
-enum oscar_status oscar_calib_postwo_error(const struct oscar_calib_heldout * h, int32_t layer,
-                                           const struct oscar_calib_method * m, const struct oscar_calib_params * p,
-                                           double * rel_err);
 
 // ---- clip search (clip.c) ----------------------------------------------------------------
 struct oscar_calib_clip {
