@@ -28,6 +28,8 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
+struct oscar_actstore;
+
 #define OSCAR_CALIBRATE_VERSION "0.1.0"
 #define OSCAR_CLIP_GRID_MAX 128
 
@@ -53,6 +55,8 @@ struct oscar_calib_params {
     int64_t  checkpoint_every; // tokens; 0 = no checkpoints
     const char * checkpoint_path; // NULL = no checkpoints
     bool     resume;
+    bool     capture_bf16;     // round captured q/k/v to bf16 (as the reference captures) before use
+    struct oscar_actstore * act_out; // pass-1 and held-out rows go here too (not owned; NULL = off)
 };
 
 struct oscar_calib_params oscar_calib_default_params(void);
@@ -104,6 +108,7 @@ void oscar_calib_heldout_free(struct oscar_calib_heldout * h);
 // ---- timings ----------------------------------------------------------------------------
 struct oscar_calib_timing {
     double forward, accumulate, eigh, clip, gate, heldout, total;
+    double store;             // activation store writes (--save-activations) or reads (--from-activations)
     int64_t tokens_forwarded; // both passes
 };
 
@@ -117,6 +122,21 @@ enum oscar_status oscar_calib_capture_heldout(const struct oscar_model * m, cons
 enum oscar_status oscar_calib_accumulate(const struct oscar_model * m, const struct oscar_calib_plan * plan,
                                          const struct oscar_calib_params * p, struct oscar_stats ** out,
                                          struct oscar_calib_timing * t);
+
+// ---- from an activation store (replay.c; actstore.h) ------------------------------------
+// The plan (sequence boundaries of the stored calibration and held-out rows),
+// the held-out rows (W_O from m, whose shapes must match the store) and both
+// passes' statistics, replaying the stored pass-1 rows in the batches a
+// forward run would use: with the same capture dtype the statistics equal the
+// two-pass ones bit for bit. No forward pass.
+enum oscar_status oscar_calib_plan_from_store(struct oscar_actstore * s, struct oscar_calib_plan * out);
+enum oscar_status oscar_calib_heldout_from_store(struct oscar_actstore * s, const struct oscar_model * m,
+                                                 struct oscar_calib_heldout * out, struct oscar_calib_timing * t);
+enum oscar_status oscar_calib_accumulate_from_store(struct oscar_actstore * s, const struct oscar_calib_plan * plan,
+                                                    const struct oscar_calib_params * p, struct oscar_stats ** out,
+                                                    struct oscar_calib_timing * t);
+// Peak resident set size of this process so far (getrusage), MiB.
+double oscar_calib_peak_rss_mb(void);
 
 // ---- fit ----------------------------------------------------------------------------------
 struct oscar_calib_fit {
