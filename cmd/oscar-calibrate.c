@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "calibrate/actstore.h"
 #include "calibrate/calibrate.h"
 #include "formats/oscar-artifact.h"
 #include "hub/hub.h"
@@ -16,7 +17,7 @@
 #include "util/log.h"
 
 struct opts {
-    const char * model, * corpus, * jsonl_field, * out;
+    const char * model, * corpus, * jsonl_field, * out, * save_act, * from_act;
     bool strict, json;
 };
 
@@ -25,7 +26,7 @@ static void usage(FILE * f) {
             "usage: oscar-calibrate --model M --corpus C --out DIR [options]\n"
             "  -m, --model PATH|ID       .gguf file, HF model directory, or Hub owner/name[@rev][:path]\n"
             "                            (pulled into the shared HF cache; HF_HUB_OFFLINE=1 uses the cache)\n"
-            "  -f, --corpus PATH         text file, .jsonl, or directory of them\n"
+            "  -f, --corpus PATH         text file, .jsonl, or directory of them (not with --from-activations)\n"
             "      --jsonl-field NAME    [text]\n"
             "  -o, --out DIR             artifact directory\n"
             "      --tokens N            calibration tokens [20000]\n"
@@ -46,12 +47,17 @@ static void usage(FILE * f) {
             "      --resume              continue from OUT.ckpt\n"
             "      --strict              refuse to write when OSCAR does not beat Hadamard and naive INT2\n"
             "      --seed N              [0]\n"
+            "      --capture-dtype bf16|fp32  round captured q/k/v to bf16 like the reference [fp32]\n"
+            "      --save-activations FILE  also write pass-1 and held-out q/k/v to an HDF5 store\n"
+            "                            (stored in the capture dtype, so a replay is exact)\n"
+            "      --from-activations FILE  fit, clip search and gate from a store: no forward pass\n"
+            "                            (--model still gives W_O and the provenance; it must match)\n"
             "  -q, --quiet               --json  summary on stdout\n");
 }
 
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_params * p) {
     enum { O_TOK = 256, O_HELD, O_SHORT, O_GRP, O_KOBJ, O_VOBJ, O_COMP, O_GS, O_SD, O_SINK, O_REC, O_CLIP, O_CS,
-           O_CKPT, O_RES, O_STRICT, O_SEED, O_JSON, O_JF };
+           O_CKPT, O_RES, O_STRICT, O_SEED, O_JSON, O_JF, O_CDT, O_SAVE, O_FROM };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"corpus", 1, 0, 'f'}, {"out", 1, 0, 'o'}, {"tokens", 1, 0, O_TOK},
         {"seq-len", 1, 0, 'c'}, {"batch", 1, 0, 'b'}, {"heldout", 1, 0, O_HELD}, {"allow-short", 0, 0, O_SHORT},
@@ -60,7 +66,8 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         {"sink", 1, 0, O_SINK}, {"recent", 1, 0, O_REC}, {"clip", 1, 0, O_CLIP}, {"clip-search", 1, 0, O_CS},
         {"threads", 1, 0, 't'}, {"checkpoint-every", 1, 0, O_CKPT}, {"resume", 0, 0, O_RES},
         {"strict", 0, 0, O_STRICT}, {"seed", 1, 0, O_SEED}, {"quiet", 0, 0, 'q'}, {"json", 0, 0, O_JSON},
-        {"jsonl-field", 1, 0, O_JF}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"jsonl-field", 1, 0, O_JF}, {"capture-dtype", 1, 0, O_CDT}, {"save-activations", 1, 0, O_SAVE},
+        {"from-activations", 1, 0, O_FROM}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:f:o:c:b:t:qh", lo, NULL)) != -1) {
         switch (c) {
@@ -116,12 +123,28 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         case O_SEED: p->seed = strtoull(optarg, NULL, 10); break;
         case 'q': oscar_log_set_level(OSCAR_LOG_ERROR); break;
         case O_JSON: o->json = true; break;
+        case O_CDT:
+            if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) return fprintf(stderr, "bad --capture-dtype\n"), 2;
+            p->capture_bf16 = !strcmp(optarg, "bf16");
+            break;
+        case O_SAVE: o->save_act = optarg; break;
+        case O_FROM: o->from_act = optarg; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return 2;
         }
     }
-    if (!o->model || !o->corpus || !o->out || optind != argc || p->batch < 1 || p->seq_len < 16 || p->n_tokens < 1) {
+    if (!o->model || (!o->corpus == !o->from_act) || !o->out || optind != argc || p->batch < 1 || p->seq_len < 16 ||
+        p->n_tokens < 1) {
+        if (o->corpus && o->from_act) fprintf(stderr, "--corpus and --from-activations exclude each other\n");
         usage(stderr);
+        return 2;
+    }
+    if (o->from_act && (o->save_act || p->checkpoint_every > 0 || p->resume)) {
+        fprintf(stderr, "--from-activations does not take --save-activations, --checkpoint-every or --resume\n");
+        return 2;
+    }
+    if (o->save_act && p->resume) {
+        fprintf(stderr, "--save-activations needs pass 1 from the start: not with --resume\n");
         return 2;
     }
     return 0;
@@ -136,6 +159,74 @@ static void print_gate(const struct oscar_calib_gate * g, const struct oscar_cal
             g->pass ? "PASS" : "FAIL: OSCAR is not below Hadamard and naive INT2");
 }
 
+// Corpus -> plan -> held-out rows -> both passes (forward), writing the store if asked.
+static enum oscar_status from_forward(const struct opts * o, const struct oscar_model * m, struct oscar_tokenizer * tok,
+                                      struct oscar_calib_params * p, struct oscar_calib_corpus * corpus,
+                                      struct oscar_calib_plan * plan, struct oscar_calib_heldout * held,
+                                      struct oscar_stats ** st, struct oscar_calib_timing * t) {
+    enum oscar_status rc;
+    struct oscar_actstore * w = NULL;
+    if ((rc = oscar_calib_corpus_load(tok, o->corpus, o->jsonl_field, p->n_tokens + (int64_t) p->n_heldout * p->seq_len,
+                                      corpus)) ||
+        (rc = oscar_calib_plan_make(corpus, p, plan)))
+        return rc;
+    if (o->save_act) {
+        const struct oscar_model_config * c = &m->config;
+        struct oscar_actstore_info in = {.n_layer = c->n_layer, .n_head = c->n_head, .n_head_kv = c->n_head_kv,
+                                         .head_dim = c->head_dim, .n_embd = c->n_embd, .seq_len = p->seq_len,
+                                         .rope_theta = (double) c->rope_theta, .bf16 = p->capture_bf16};
+        snprintf(in.model, sizeof(in.model), "%s", c->name[0] ? c->name : "unknown");
+        snprintf(in.model_sha256, sizeof(in.model_sha256), "%s", m->source_sha256);
+        snprintf(in.tokenizer_hash, sizeof(in.tokenizer_hash), "%016llx",
+                 (unsigned long long) oscar_tokenizer_hash_fnv1a64(tok));
+        snprintf(in.corpus, sizeof(in.corpus), "%s", corpus->name);
+        snprintf(in.corpus_sha256, sizeof(in.corpus_sha256), "%s", corpus->sha256);
+        snprintf(in.oscar_version, sizeof(in.oscar_version), "%s", OSCAR_CALIBRATE_VERSION);
+        if ((rc = oscar_actstore_create(o->save_act, &in, &w)) != OSCAR_OK) return rc;
+        p->act_out = w;
+    }
+    if ((rc = oscar_calib_capture_heldout(m, plan, p, held, t)) == OSCAR_OK &&
+        (rc = oscar_calib_accumulate(m, plan, p, st, t)) == OSCAR_OK && w) {
+        double t0 = osc_now();
+        rc = oscar_actstore_commit(w);   // frees w
+        t->store += osc_now() - t0;
+        w = NULL;
+        if (rc == OSCAR_OK) osc_info("wrote activation store %s", o->save_act);
+    }
+    oscar_actstore_free(w);   // failure: removes the temporary file
+    p->act_out = NULL;
+    return rc;
+}
+
+// Store -> plan, held-out rows, both passes' statistics (no forward pass).
+static enum oscar_status from_store(const struct opts * o, const struct oscar_model * m, struct oscar_tokenizer * tok,
+                                    struct oscar_calib_params * p, struct oscar_actstore ** store,
+                                    struct oscar_calib_corpus * corpus, struct oscar_calib_plan * plan,
+                                    struct oscar_calib_heldout * held, struct oscar_stats ** st,
+                                    struct oscar_calib_timing * t) {
+    enum oscar_status rc = oscar_actstore_open(o->from_act, store);
+    if (rc != OSCAR_OK) return rc;
+    const struct oscar_actstore_info * in = oscar_actstore_get_info(*store);
+    char th[17];
+    snprintf(th, sizeof(th), "%016llx", (unsigned long long) oscar_tokenizer_hash_fnv1a64(tok));
+    if (in->model_sha256[0] && m->source_sha256[0] && strcmp(in->model_sha256, m->source_sha256))
+        return osc_error(OSCAR_ERR_INVALID, "%s: made with model sha256 %.12s..., --model %s has %.12s...", o->from_act,
+                         in->model_sha256, o->model, m->source_sha256);
+    if (strcmp(in->tokenizer_hash, th))
+        return osc_error(OSCAR_ERR_INVALID, "%s: made with tokenizer %s, --model's is %s", o->from_act,
+                         in->tokenizer_hash, th);
+    snprintf(corpus->name, sizeof(corpus->name), "%s", in->corpus);
+    snprintf(corpus->sha256, sizeof(corpus->sha256), "%s", in->corpus_sha256);
+    p->seq_len = in->seq_len;
+    p->capture_bf16 = in->bf16;
+    if ((rc = oscar_calib_plan_from_store(*store, plan)) != OSCAR_OK) return rc;
+    p->n_heldout = plan->n_heldout;
+    osc_info("%s: %lld calibration rows in %d sequences, %d held-out sequences, %s", o->from_act,
+             (long long) plan->n_tokens, (int) plan->n_seq, (int) plan->n_heldout, in->bf16 ? "bfloat16" : "float32");
+    if ((rc = oscar_calib_heldout_from_store(*store, m, held, t)) != OSCAR_OK) return rc;
+    return oscar_calib_accumulate_from_store(*store, plan, p, st, t);
+}
+
 int main(int argc, char ** argv) {
     struct opts o = {0};
     struct oscar_calib_params p = oscar_calib_default_params();
@@ -147,7 +238,7 @@ int main(int argc, char ** argv) {
     struct oscar_model * m = NULL; struct oscar_tokenizer * tok = NULL; struct oscar_stats * st = NULL;
     struct oscar_calib_corpus corpus = {0}; struct oscar_calib_plan plan = {0}; struct oscar_calib_heldout held = {0};
     struct oscar_calib_fit fit = {0}; struct oscar_calib_clip clip = {0}; struct oscar_calib_gate gate = {0};
-    struct oscar_calib_timing t = {0}; struct oscar_artifact * art = NULL;
+    struct oscar_calib_timing t = {0}; struct oscar_artifact * art = NULL; struct oscar_actstore * store = NULL;
     double t0 = osc_now();
     char * model_path = NULL;
     struct oscar_hub hub;
@@ -170,10 +261,10 @@ int main(int argc, char ** argv) {
     if (strcmp(model_path, o.model)) osc_info("--model %s -> %s", o.model, model_path);
     o.model = model_path;
     if (oscar_model_load(o.model, &m) || oscar_tokenizer_load(o.model, &tok) ||
-        oscar_calib_corpus_load(tok, o.corpus, o.jsonl_field, p.n_tokens + (int64_t) p.n_heldout * p.seq_len, &corpus) ||
-        oscar_calib_plan_make(&corpus, &p, &plan) || oscar_calib_capture_heldout(m, &plan, &p, &held, &t) ||
-        oscar_calib_accumulate(m, &plan, &p, &st, &t) || oscar_calib_fit_rotations(st, &p, &fit, &t) ||
-        oscar_calib_clip_search(&held, &fit, &p, &clip, &t) || oscar_calib_gate_run(&held, &fit, &clip, &p, &gate, &t)) {
+        (o.from_act ? from_store(&o, m, tok, &p, &store, &corpus, &plan, &held, &st, &t)
+                    : from_forward(&o, m, tok, &p, &corpus, &plan, &held, &st, &t)) ||
+        oscar_calib_fit_rotations(st, &p, &fit, &t) || oscar_calib_clip_search(&held, &fit, &p, &clip, &t) ||
+        oscar_calib_gate_run(&held, &fit, &clip, &p, &gate, &t)) {
         fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
         goto out;
     }
@@ -192,20 +283,25 @@ int main(int argc, char ** argv) {
     }
     if (p.checkpoint_path) remove(ckpt);
     fprintf(stderr, "timing: forward %.2fs  accumulate %.2fs  eigh %.2fs  clip %.2fs  gate %.2fs  held-out %.2fs  "
-            "total %.2fs  (%.1f tok/s over both passes)\nwrote %s (%s)\n", t.forward, t.accumulate, t.eigh, t.clip,
-            t.gate, t.heldout, t.total, t.tokens_forwarded / (t.forward + t.accumulate), o.out,
+            "store %.2fs  total %.2fs  (%.1f tok/s over both passes)\nwrote %s (%s)\n", t.forward, t.accumulate,
+            t.eigh, t.clip, t.gate, t.heldout, t.store, t.total,
+            t.tokens_forwarded > 0 ? t.tokens_forwarded / (t.forward + t.accumulate) : 0.0, o.out,
             oscar_artifact_get_meta(art, "oscar.calib_tag"));
-    if (o.json) printf("{\"out\": \"%s\", \"tokens\": %lld, \"sequences\": %d, \"orth_err_max\": %.3g, \"timing_s\": "
-                       "{\"forward\": %.3f, \"accumulate\": %.3f, \"eigh\": %.3f, \"clip\": %.3f, \"gate\": %.3f, "
-                       "\"heldout\": %.3f, \"total\": %.3f, \"tokens_per_s\": %.2f}, \"summary\": %s}\n",
-                       o.out, (long long) plan.n_tokens, (int) plan.n_seq, fit.orth_err_max, t.forward, t.accumulate,
-                       t.eigh, t.clip, t.gate, t.heldout, t.total, t.tokens_forwarded / (t.forward + t.accumulate),
+    double rss = oscar_calib_peak_rss_mb();
+    fprintf(stderr, "peak RSS %.1f MiB\n", rss);
+    if (o.json) printf("{\"out\": \"%s\", \"source\": \"%s\", \"tokens\": %lld, \"sequences\": %d, \"orth_err_max\": %.3g, "
+                       "\"peak_rss_mb\": %.1f, \"timing_s\": {\"forward\": %.3f, \"accumulate\": %.3f, \"eigh\": %.3f, "
+                       "\"clip\": %.3f, \"gate\": %.3f, \"heldout\": %.3f, \"store\": %.3f, \"total\": %.3f, "
+                       "\"tokens_per_s\": %.2f}, \"summary\": %s}\n",
+                       o.out, o.from_act ? "activations" : "forward", (long long) plan.n_tokens, (int) plan.n_seq,
+                       fit.orth_err_max, rss, t.forward, t.accumulate, t.eigh, t.clip, t.gate, t.heldout, t.store,
+                       t.total, t.tokens_forwarded > 0 ? t.tokens_forwarded / (t.forward + t.accumulate) : 0.0,
                        art->summary_json);
     rc = 0;
 out:
     oscar_artifact_free(art); oscar_calib_gate_free(&gate); oscar_calib_clip_free(&clip); oscar_calib_fit_free(&fit);
     oscar_stats_free(st); oscar_calib_heldout_free(&held); oscar_calib_plan_free(&plan); oscar_calib_corpus_free(&corpus);
-    oscar_tokenizer_free(tok); oscar_model_free(m);
+    oscar_tokenizer_free(tok); oscar_model_free(m); oscar_actstore_free(store);
     oscar_hub_free(&hub); free(model_path);
     return rc;
 }

@@ -4,8 +4,8 @@
 //   plan.c       tokens -> calibration sequences (--tokens, --seq-len) + held-out sequences
 //   capture.c    forward passes with the capture hook: held-out rows, pass 1 (qqt/ktk/vtv/vatt),
 //                pass 2 (sst with the final A_h); checkpoint/resume every N tokens
-//   metrics.c    attention-aware errors on held-out rows (K logit error, V post-W_O error,
-//                post-W_O relative attention error through the tiered INT2 cache)
+//   calib-verify.c  the held-out rows / methods as lib/verify inputs (every error
+//                metric is lib/verify's: logit error, post-W_O relative error)
 //   clip.c       clip-ratio search per layer x {K, V} (x KV head)
 //   gate.c       OSCAR vs Hadamard vs naive INT2 gate table
 //   artifact.c   assembling struct oscar_artifact (metadata, summary, model card)
@@ -28,6 +28,8 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/version.h"
+
+struct oscar_actstore;
 
 #define OSCAR_CALIBRATE_VERSION OSCAR_VERSION
 #define OSCAR_CLIP_GRID_MAX 128
@@ -54,6 +56,8 @@ struct oscar_calib_params {
     int64_t  checkpoint_every; // tokens; 0 = no checkpoints
     const char * checkpoint_path; // NULL = no checkpoints
     bool     resume;
+    bool     capture_bf16;     // round captured q/k/v to bf16 (as the reference captures) before use
+    struct oscar_actstore * act_out; // pass-1 and held-out rows go here too (not owned; NULL = off)
 };
 
 struct oscar_calib_params oscar_calib_default_params(void);
@@ -105,6 +109,7 @@ void oscar_calib_heldout_free(struct oscar_calib_heldout * h);
 // ---- timings ----------------------------------------------------------------------------
 struct oscar_calib_timing {
     double forward, accumulate, eigh, clip, gate, heldout, total;
+    double store;             // activation store writes (--save-activations) or reads (--from-activations)
     int64_t tokens_forwarded; // both passes
 };
 
@@ -119,6 +124,21 @@ enum oscar_status oscar_calib_accumulate(const struct oscar_model * m, const str
                                          const struct oscar_calib_params * p, struct oscar_stats ** out,
                                          struct oscar_calib_timing * t);
 
+// ---- from an activation store (replay.c; actstore.h) ------------------------------------
+// The plan (sequence boundaries of the stored calibration and held-out rows),
+// the held-out rows (W_O from m, whose shapes must match the store) and both
+// passes' statistics, replaying the stored pass-1 rows in the batches a
+// forward run would use: with the same capture dtype the statistics equal the
+// two-pass ones bit for bit. No forward pass.
+enum oscar_status oscar_calib_plan_from_store(struct oscar_actstore * s, struct oscar_calib_plan * out);
+enum oscar_status oscar_calib_heldout_from_store(struct oscar_actstore * s, const struct oscar_model * m,
+                                                 struct oscar_calib_heldout * out, struct oscar_calib_timing * t);
+enum oscar_status oscar_calib_accumulate_from_store(struct oscar_actstore * s, const struct oscar_calib_plan * plan,
+                                                    const struct oscar_calib_params * p, struct oscar_stats ** out,
+                                                    struct oscar_calib_timing * t);
+// Peak resident set size of this process so far (getrusage), MiB.
+double oscar_calib_peak_rss_mb(void);
+
 // ---- fit ----------------------------------------------------------------------------------
 struct oscar_calib_fit {
     int32_t n_layer, n_rot, head_dim;   // n_rot = 1 or Hkv
@@ -129,26 +149,6 @@ struct oscar_calib_fit {
 enum oscar_status oscar_calib_fit_rotations(const struct oscar_stats * s, const struct oscar_calib_params * p,
                                             struct oscar_calib_fit * out, struct oscar_calib_timing * t);
 void oscar_calib_fit_free(struct oscar_calib_fit * f);
-
-// ---- metrics (metrics.c) --------------------------------------------------------------------
-// Rotation of KV head h of layer l (R [D,D]); NULL = identity.
-typedef const float * (*oscar_calib_rot_fn)(const void * user, int32_t layer, int32_t head, bool is_v);
-struct oscar_calib_method {
-    const char * name;
-    oscar_calib_rot_fn rot;  // NULL = no rotation
-    const void * user;
-    enum oscar_int2_scheme scheme;
-    const float * k_clip;    // [L, Nc] or NULL (use k_clip_const)
-    const float * v_clip;
-    int32_t n_clip;          // 1 or Hkv
-    double k_clip_const, v_clip_const;
-};
-// Post-W_O relative attention error of one layer over the held-out sequences:
-// Σ‖(ô − o) W_Oᵀ‖² / Σ‖o W_Oᵀ‖², ô from the tiered cache (BF16 sink/recent,
-// INT2 middle, quantized as the engine does), o exact (method.md §16).
-enum oscar_status oscar_calib_postwo_error(const struct oscar_calib_heldout * h, int32_t layer,
-                                           const struct oscar_calib_method * m, const struct oscar_calib_params * p,
-                                           double * rel_err);
 
 // ---- clip search (clip.c) ----------------------------------------------------------------
 struct oscar_calib_clip {

@@ -1,5 +1,7 @@
 // capture.c - forward passes with the capture hook: held-out rows, pass 1
-// (qqt / ktk / vtv / vatt) and pass 2 (sst with the final A_h), checkpoints.
+// (qqt / ktk / vtv / vatt) and pass 2 (sst with the final A_h), checkpoints;
+// optional bf16 rounding of the captured rows and their copy into the HDF5
+// activation store; the replay of a store instead of the forward pass.
 //
 // Checkpoint file (native little-endian, written atomically):
 //   "OSCCALCK" | u32 version 1 | u32 pass (1|2) | i32 next_seq | i32 n_seq |
@@ -13,7 +15,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
+
+#include "calibrate/actstore.h"
 #include "calibrate/calibrate.h"
+#include "quant/quant.h"
 #include "util/fs.h"
 #include "util/log.h"
 
@@ -38,27 +44,59 @@ struct hook_ctx {
     struct oscar_stats * stats;        // accumulate mode
     struct oscar_calib_heldout * held; // held-out mode
     int64_t row0;                      // held-out row offset of this batch
-    double t_accum;
+    double t_accum, t_store;
     enum oscar_status err;
+    float * rq, * rk, * rv;            // bf16-rounded rows [max_tokens, H, D] (capture_bf16) or NULL
+    struct oscar_actstore * store;     // copy rows here when set
+    enum oscar_actstore_set store_set;
 };
+
+static void round_rows(const float * x, size_t n, float * out) {
+    for (size_t i = 0; i < n; i++) out[i] = oscar_bf16_round(x[i]);
+}
+
+static bool hook_bufs(struct hook_ctx * h, const struct oscar_calib_params * p, const struct oscar_model_config * c) {
+    if (!p->capture_bf16) return true;
+    size_t T = (size_t) p->batch * (size_t) p->seq_len, D = (size_t) c->head_dim;
+    h->rq = malloc(T * (size_t) c->n_head * D * sizeof(float));
+    h->rk = malloc(T * (size_t) c->n_head_kv * D * sizeof(float));
+    h->rv = malloc(T * (size_t) c->n_head_kv * D * sizeof(float));
+    return h->rq && h->rk && h->rv;
+}
+
+static void hook_free(struct hook_ctx * h) {
+    free(h->rq); free(h->rk); free(h->rv);
+    h->rq = h->rk = h->rv = NULL;
+}
 
 static enum oscar_status on_layer(void * user, const struct oscar_capture_layer * cap) {
     struct hook_ctx * h = user;
     const struct oscar_model_config * c = cap->config;
+    size_t T = (size_t) cap->n_tokens, D = (size_t) c->head_dim;
+    size_t nq = T * (size_t) c->n_head * D, nk = T * (size_t) c->n_head_kv * D;
+    const float * q = cap->q, * k = cap->k, * v = cap->v;
+    if (h->rq) { // the reference captures bf16: every consumer sees the rounded rows
+        round_rows(q, nq, h->rq), round_rows(k, nk, h->rk), round_rows(v, nk, h->rv);
+        q = h->rq, k = h->rk, v = h->rv;
+    }
+    if (h->store) {
+        double t0 = osc_now();
+        enum oscar_status st = oscar_actstore_append(h->store, h->store_set, cap->layer, cap->n_tokens, cap->n_seq,
+                                                     cap->seq_start, q, k, v);
+        h->t_store += osc_now() - t0;
+        if (st != OSCAR_OK) return st;
+    }
     if (h->held) {
-        size_t T = (size_t) cap->n_tokens, D = (size_t) c->head_dim;
         size_t r0 = (size_t) h->row0;
-        memcpy(h->held->q[cap->layer] + r0 * (size_t) c->n_head * D, cap->q, T * (size_t) c->n_head * D * sizeof(float));
-        memcpy(h->held->k[cap->layer] + r0 * (size_t) c->n_head_kv * D, cap->k,
-               T * (size_t) c->n_head_kv * D * sizeof(float));
-        memcpy(h->held->v[cap->layer] + r0 * (size_t) c->n_head_kv * D, cap->v,
-               T * (size_t) c->n_head_kv * D * sizeof(float));
+        memcpy(h->held->q[cap->layer] + r0 * (size_t) c->n_head * D, q, nq * sizeof(float));
+        memcpy(h->held->k[cap->layer] + r0 * (size_t) c->n_head_kv * D, k, nk * sizeof(float));
+        memcpy(h->held->v[cap->layer] + r0 * (size_t) c->n_head_kv * D, v, nk * sizeof(float));
         return OSCAR_OK;
     }
     double t0 = osc_now();
     struct oscar_stats_chunk ch = {
         .layer = cap->layer, .n_tokens = cap->n_tokens, .n_seq = cap->n_seq, .seq_start = cap->seq_start,
-        .q = cap->q, .k = cap->k, .v = cap->v,
+        .q = q, .k = k, .v = v,
     };
     enum oscar_status st = oscar_stats_add(h->stats, &ch);
     h->t_accum += osc_now() - t0;
@@ -102,6 +140,7 @@ enum oscar_status oscar_calib_capture_heldout(const struct oscar_model * m, cons
     enum oscar_status st = OSCAR_ERR_NOMEM;
     struct oscar_forward * f = NULL;
     int32_t * sbuf = NULL;
+    struct hook_ctx hc = {0};
     double t0 = osc_now();
     memset(h, 0, sizeof(*h));
     h->n_layer = c->n_layer;
@@ -127,7 +166,8 @@ enum oscar_status oscar_calib_capture_heldout(const struct oscar_model * m, cons
         if (!h->q[l] || !h->k[l] || !h->v[l]) goto fail;
     }
     for (int32_t s = 0; s <= h->n_seq; s++) h->seq_start[s] = plan->heldout_start[s] - plan->heldout_start[0];
-    struct hook_ctx hc = {.held = h};
+    hc.held = h, hc.store = p->act_out, hc.store_set = OSCAR_ACT_HELDOUT;
+    if (!hook_bufs(&hc, p, c)) goto fail;
     struct oscar_capture_hook hook = {.want = NULL, .on_layer = on_layer, .user = &hc};
     struct oscar_forward_params fp = fwd_params(p, &hook);
     if ((st = oscar_forward_init(m, &fp, &f)) != OSCAR_OK) goto fail;
@@ -138,12 +178,14 @@ enum oscar_status oscar_calib_capture_heldout(const struct oscar_model * m, cons
     }
     oscar_forward_free(f);
     free(sbuf);
+    hook_free(&hc);
     if (t) t->heldout += osc_now() - t0;
     return OSCAR_OK;
 fail:
     if (st == OSCAR_ERR_NOMEM) osc_error(OSCAR_ERR_NOMEM, "held-out rows: out of memory (%zu rows)", T);
     oscar_forward_free(f);
     free(sbuf);
+    hook_free(&hc);
     oscar_calib_heldout_free(h);
     return st;
 }
@@ -237,10 +279,10 @@ static enum oscar_status run_pass(struct oscar_forward * f, struct hook_ctx * hc
     enum oscar_status st = OSCAR_OK;
     for (int32_t s0 = first_seq; s0 < plan->n_seq; s0 += p->batch) {
         int32_t s1 = s0 + p->batch < plan->n_seq ? s0 + p->batch : plan->n_seq;
-        double t0 = osc_now(), a0 = hc->t_accum;
+        double t0 = osc_now(), a0 = hc->t_accum, w0 = hc->t_store;
         if ((st = run_batch(f, plan->tokens, plan->seq_start, s0, s1, sbuf)) != OSCAR_OK) return st;
         int64_t nt = plan->seq_start[s1] - plan->seq_start[s0];
-        t->forward += osc_now() - t0 - (hc->t_accum - a0);
+        t->forward += osc_now() - t0 - (hc->t_accum - a0) - (hc->t_store - w0);
         t->tokens_forwarded += nt;
         since += nt;
         osc_progress_update(&pr, plan->seq_start[s1]);
@@ -274,8 +316,9 @@ enum oscar_status oscar_calib_accumulate(const struct oscar_model * m, const str
     enum oscar_status st = OSCAR_ERR_NOMEM;
     uint32_t pass = 1;
     int32_t next_seq = 0;
+    struct hook_ctx hc = {0};
     *out = NULL;
-    if (!sbuf) goto out;
+    if (!sbuf || !hook_bufs(&hc, p, c)) goto out;
     if (p->resume && p->checkpoint_path && access(p->checkpoint_path, F_OK) == 0) {
         if ((st = load_ckpt(p->checkpoint_path, plan, p, &s, &pass, &next_seq)) != OSCAR_OK) goto out;
         osc_info("resuming pass %u at sequence %d/%d from %s", pass, (int) next_seq, (int) plan->n_seq,
@@ -291,7 +334,13 @@ enum oscar_status oscar_calib_accumulate(const struct oscar_model * m, const str
         sp.max_tokens = p->batch * p->seq_len;
         if ((st = oscar_stats_init(&sp, &s)) != OSCAR_OK) goto out;
     }
-    struct hook_ctx hc = {.stats = s};
+    hc.stats = s;
+    hc.store = pass == 1 && next_seq == 0 ? p->act_out : NULL;   // pass-1 rows only, from the start
+    hc.store_set = OSCAR_ACT_CALIB;
+    if (p->act_out && !hc.store) {
+        st = osc_error(OSCAR_ERR_INVALID, "--save-activations needs pass 1 from the start (not a resumed run)");
+        goto out;
+    }
     struct oscar_capture_hook hook = {.want = NULL, .on_layer = on_layer, .user = &hc};
     struct oscar_forward_params fp = fwd_params(p, &hook);
     if ((st = oscar_forward_init(m, &fp, &f)) != OSCAR_OK) goto out;
@@ -299,8 +348,10 @@ enum oscar_status oscar_calib_accumulate(const struct oscar_model * m, const str
         if ((st = run_pass(f, &hc, plan, p, 1, next_seq, sbuf, t)) != OSCAR_OK) goto out;
         next_seq = 0;
     }
+    hc.store = NULL;
     if (oscar_stats_phase(s) == 2 && (st = run_pass(f, &hc, plan, p, 2, next_seq, sbuf, t)) != OSCAR_OK) goto out;
     t->accumulate += hc.t_accum;
+    t->store += hc.t_store;
     *out = s;
     s = NULL;
     st = OSCAR_OK;
@@ -309,5 +360,142 @@ out:
     oscar_forward_free(f);
     oscar_stats_free(s);
     free(sbuf);
+    hook_free(&hc);
+    return st;
+}
+
+// ---- replay from an activation store ---------------------------------------------------------
+double oscar_calib_peak_rss_mb(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0.0;
+    return (double) ru.ru_maxrss / 1024.0;   // Linux: KiB
+}
+
+static int32_t * offsets(const int32_t * lens, int32_t n) {
+    int32_t * o = malloc(((size_t) n + 1) * sizeof(int32_t));
+    if (!o) return NULL;
+    o[0] = 0;
+    for (int32_t i = 0; i < n; i++) o[i + 1] = o[i] + lens[i];
+    return o;
+}
+
+enum oscar_status oscar_calib_plan_from_store(struct oscar_actstore * s, struct oscar_calib_plan * plan) {
+    int32_t nc, nh;
+    const int32_t * lc = oscar_actstore_seq_lens(s, OSCAR_ACT_CALIB, &nc), * lh = oscar_actstore_seq_lens(s, OSCAR_ACT_HELDOUT, &nh);
+    memset(plan, 0, sizeof(*plan));
+    if (nc < 1 || nh < 1)
+        return osc_error(OSCAR_ERR_FORMAT, "activation store: %d calibration and %d held-out sequences (need >= 1 each)",
+                         (int) nc, (int) nh);
+    plan->n_seq = nc;
+    plan->n_heldout = nh;
+    plan->seq_start = offsets(lc, nc);
+    plan->heldout_start = offsets(lh, nh);
+    if (!plan->seq_start || !plan->heldout_start) {
+        oscar_calib_plan_free(plan);
+        return osc_error(OSCAR_ERR_NOMEM, "activation store: out of memory");
+    }
+    plan->n_tokens = plan->seq_start[nc];
+    return OSCAR_OK;
+}
+
+static enum oscar_status check_model(const struct oscar_actstore_info * in, const struct oscar_model_config * c) {
+    if (in->n_layer != c->n_layer || in->n_head != c->n_head || in->n_head_kv != c->n_head_kv ||
+        in->head_dim != c->head_dim || in->n_embd != c->n_embd)
+        return osc_error(OSCAR_ERR_INVALID, "activation store: made for L %d Hq %d Hkv %d D %d C %d, model has %d %d %d %d %d",
+                         (int) in->n_layer, (int) in->n_head, (int) in->n_head_kv, (int) in->head_dim, (int) in->n_embd,
+                         (int) c->n_layer, (int) c->n_head, (int) c->n_head_kv, (int) c->head_dim, (int) c->n_embd);
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_calib_heldout_from_store(struct oscar_actstore * s, const struct oscar_model * m,
+                                                 struct oscar_calib_heldout * h, struct oscar_calib_timing * t) {
+    const struct oscar_model_config * c = &m->config;
+    double t0 = osc_now();
+    memset(h, 0, sizeof(*h));
+    enum oscar_status st = check_model(oscar_actstore_get_info(s), c);
+    if (st != OSCAR_OK) return st;
+    int32_t nh;
+    const int32_t * lens = oscar_actstore_seq_lens(s, OSCAR_ACT_HELDOUT, &nh);
+    h->n_layer = c->n_layer, h->n_head = c->n_head, h->n_head_kv = c->n_head_kv, h->head_dim = c->head_dim;
+    h->n_embd = c->n_embd;
+    h->n_seq = nh;
+    h->seq_start = offsets(lens, nh);
+    size_t L = (size_t) c->n_layer, D = (size_t) c->head_dim;
+    h->q = calloc(L, sizeof(float *)), h->k = calloc(L, sizeof(float *)), h->v = calloc(L, sizeof(float *));
+    h->wo = calloc(L, sizeof(float *));
+    if (!h->seq_start || !h->q || !h->k || !h->v || !h->wo) goto nomem;
+    h->n_rows = h->seq_start[nh];
+    size_t T = (size_t) h->n_rows;
+    for (size_t l = 0; l < L && st == OSCAR_OK; l++) {
+        h->q[l] = malloc(T * (size_t) c->n_head * D * sizeof(float) + 1);
+        h->k[l] = malloc(T * (size_t) c->n_head_kv * D * sizeof(float) + 1);
+        h->v[l] = malloc(T * (size_t) c->n_head_kv * D * sizeof(float) + 1);
+        h->wo[l] = m->layers[l].wo;
+        if (!h->q[l] || !h->k[l] || !h->v[l]) goto nomem;
+        st = oscar_actstore_read(s, OSCAR_ACT_HELDOUT, (int32_t) l, 0, (int32_t) T, h->q[l], h->k[l], h->v[l]);
+    }
+    if (st != OSCAR_OK) oscar_calib_heldout_free(h);
+    if (t) t->store += osc_now() - t0;
+    return st;
+nomem:
+    oscar_calib_heldout_free(h);
+    return osc_error(OSCAR_ERR_NOMEM, "held-out rows from the store: out of memory");
+}
+
+enum oscar_status oscar_calib_accumulate_from_store(struct oscar_actstore * s, const struct oscar_calib_plan * plan,
+                                                    const struct oscar_calib_params * p, struct oscar_stats ** out,
+                                                    struct oscar_calib_timing * t) {
+    const struct oscar_actstore_info * in = oscar_actstore_get_info(s);
+    struct oscar_stats_params sp = oscar_stats_default_params();
+    sp.n_layer = in->n_layer, sp.n_head = in->n_head, sp.n_head_kv = in->n_head_kv, sp.head_dim = in->head_dim;
+    sp.kinds = stats_kinds(p);
+    sp.n_threads = p->n_threads;
+    int32_t maxrows = 0;   // rows of the largest batch, as a forward run would batch them
+    for (int32_t s0 = 0; s0 < plan->n_seq; s0 += p->batch) {
+        int32_t s1 = s0 + p->batch < plan->n_seq ? s0 + p->batch : plan->n_seq;
+        if (plan->seq_start[s1] - plan->seq_start[s0] > maxrows) maxrows = plan->seq_start[s1] - plan->seq_start[s0];
+    }
+    sp.max_tokens = maxrows;
+    size_t D = (size_t) in->head_dim, R = (size_t) maxrows;
+    float * q = malloc(R * (size_t) in->n_head * D * sizeof(float) + 1);
+    float * k = malloc(R * (size_t) in->n_head_kv * D * sizeof(float) + 1);
+    float * v = malloc(R * (size_t) in->n_head_kv * D * sizeof(float) + 1);
+    int32_t * sbuf = malloc(((size_t) p->batch + 1) * sizeof(int32_t));
+    struct oscar_stats * st_acc = NULL;
+    enum oscar_status st = OSCAR_OK;
+    *out = NULL;
+    if (!q || !k || !v || !sbuf) {
+        st = osc_error(OSCAR_ERR_NOMEM, "replay: out of memory (%d rows)", (int) maxrows);
+        goto out;
+    }
+    if ((st = oscar_stats_init(&sp, &st_acc)) != OSCAR_OK) goto out;
+    for (int pass = 1; pass <= 2 && st == OSCAR_OK; pass++) {
+        if (pass == 2 && oscar_stats_phase(st_acc) != 2) break;
+        for (int32_t s0 = 0; s0 < plan->n_seq && st == OSCAR_OK; s0 += p->batch) {
+            int32_t s1 = s0 + p->batch < plan->n_seq ? s0 + p->batch : plan->n_seq;
+            int32_t r0 = plan->seq_start[s0], n = plan->seq_start[s1] - r0;
+            for (int32_t i = s0; i <= s1; i++) sbuf[i - s0] = plan->seq_start[i] - r0;
+            for (int32_t l = 0; l < in->n_layer && st == OSCAR_OK; l++) {
+                double t0 = osc_now();
+                if ((st = oscar_actstore_read(s, OSCAR_ACT_CALIB, l, r0, n, q, k, v)) != OSCAR_OK) break;
+                double t1 = osc_now();
+                struct oscar_stats_chunk ch = {.layer = l, .n_tokens = n, .n_seq = s1 - s0, .seq_start = sbuf,
+                                               .q = q, .k = k, .v = v};
+                st = oscar_stats_add(st_acc, &ch);
+                t->store += t1 - t0;
+                t->accumulate += osc_now() - t1;
+            }
+        }
+        double t0 = osc_now();
+        if (st == OSCAR_OK) st = oscar_stats_end_pass(st_acc);
+        t->accumulate += osc_now() - t0;
+    }
+    if (st == OSCAR_OK) {
+        *out = st_acc;
+        st_acc = NULL;
+    }
+out:
+    oscar_stats_free(st_acc);
+    free(q); free(k); free(v); free(sbuf);
     return st;
 }

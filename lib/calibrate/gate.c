@@ -1,66 +1,57 @@
 // gate.c - the pre-write gate: post-W_O relative attention error on held-out
-// rows, per layer, for naive INT2 (no rotation, symmetric, no clip), Hadamard
-// (data-free Sylvester H, asymmetric, reference clips 0.96 / 0.92) and OSCAR
-// (fitted rotations, the chosen clips). Passes when OSCAR's mean is below both.
+// rows (lib/verify's out_rel, method.md §16: Σ‖(ô − o)·W_Oᵀ‖² / Σ‖o·W_Oᵀ‖²,
+// BF16 sink/recent kept, INT2 middle), per layer, for naive INT2 (no rotation,
+// symmetric, no clip), Hadamard (data-free Sylvester H, asymmetric, reference
+// clips 0.96 / 0.92) and OSCAR (fitted rotations, the chosen clips). Passes
+// when OSCAR's mean is below both. Refuses nothing beyond lib/verify's checks.
 #include <stdlib.h>
 #include <string.h>
 
-#include "calibrate/calibrate-internal.h"
-#include "rotation/rotation.h"
+#include "calibrate/calib-verify.h"
 #include "util/log.h"
-
-struct gate_rot {
-    const struct oscar_calib_fit * f;
-    const float * had; // [D, D]
-};
-
-static const float * had_fn(const void * user, int32_t layer, int32_t head, bool is_v) {
-    (void) layer; (void) head; (void) is_v;
-    return ((const struct gate_rot *) user)->had;
-}
-
-static const float * oscar_fn(const void * user, int32_t layer, int32_t head, bool is_v) {
-    const struct oscar_calib_fit * f = ((const struct gate_rot *) user)->f;
-    size_t D = (size_t) f->head_dim, r = f->n_rot > 1 ? (size_t) head : 0;
-    return (is_v ? f->v_rot : f->k_rot) + ((size_t) layer * (size_t) f->n_rot + r) * D * D;
-}
 
 void oscar_calib_gate_free(struct oscar_calib_gate * g) {
     free(g->naive); free(g->hadamard); free(g->oscar);
     memset(g, 0, sizeof(*g));
 }
 
+static enum oscar_status layer_out_rel(const struct oscar_kv_transform * tf, const struct oscar_layer_input * in,
+                                       int32_t n_threads, double * out) {
+    struct oscar_layer_metrics m;
+    enum oscar_status st = oscar_verify_layer_metrics(tf, in, n_threads, &m);
+    *out = m.out_rel;
+    return st;
+}
+
 enum oscar_status oscar_calib_gate_run(const struct oscar_calib_heldout * h, const struct oscar_calib_fit * f,
                                        const struct oscar_calib_clip * c, const struct oscar_calib_params * p,
                                        struct oscar_calib_gate * g, struct oscar_calib_timing * t) {
     double t0 = osc_now();
-    int32_t L = h->n_layer, D = h->head_dim;
+    int32_t L = h->n_layer, Hkv = h->n_head_kv, D = h->head_dim;
     memset(g, 0, sizeof(*g));
     g->n_layer = L;
     g->naive = calloc((size_t) L, sizeof(double));
     g->hadamard = calloc((size_t) L, sizeof(double));
     g->oscar = calloc((size_t) L, sizeof(double));
-    float * had = malloc((size_t) D * (size_t) D * sizeof(float));
     enum oscar_status st = OSCAR_OK;
-    if (!g->naive || !g->hadamard || !g->oscar || !had) {
+    if (!g->naive || !g->hadamard || !g->oscar) {
         st = osc_error(OSCAR_ERR_NOMEM, "gate: out of memory");
         goto out;
     }
-    if ((st = oscar_hadamard_matrix_f32(D, had)) != OSCAR_OK) goto out;
-    struct gate_rot gr = {f, had};
-    struct oscar_calib_method naive = {.name = "naive", .scheme = OSCAR_INT2_SYM};
-    struct oscar_calib_method hm = {.name = "hadamard", .rot = had_fn, .user = &gr, .scheme = OSCAR_INT2_ASYM,
-                                    .k_clip_const = 0.96, .v_clip_const = 0.92};
-    struct oscar_calib_method om = {.name = "oscar", .rot = oscar_fn, .user = &gr, .scheme = OSCAR_INT2_ASYM,
-                                    .k_clip = c->k, .v_clip = c->v, .n_clip = c->n_clip};
+    struct oscar_kv_transform naive, had, osc;
+    if ((st = osc_calib_transform("naive", p, NULL, NULL, L, Hkv, D, &naive)) != OSCAR_OK ||
+        (st = osc_calib_transform("hadamard", p, NULL, NULL, L, Hkv, D, &had)) != OSCAR_OK ||
+        (st = osc_calib_transform("oscar-searched", p, f, c, L, Hkv, D, &osc)) != OSCAR_OK)
+        goto out;
+    had.k_clip = 0.96, had.v_clip = 0.92;   // the reference's fixed ratios (method.md §9.5)
     struct osc_progress pr;
     osc_progress_init(&pr, "gate", "layer", L);
     for (int32_t l = 0; l < L && st == OSCAR_OK; l++) {
-        if ((st = oscar_calib_postwo_error(h, l, &naive, p, &g->naive[l])) != OSCAR_OK ||
-            (st = oscar_calib_postwo_error(h, l, &hm, p, &g->hadamard[l])) != OSCAR_OK ||
-            (st = oscar_calib_postwo_error(h, l, &om, p, &g->oscar[l])) != OSCAR_OK) {
+        struct oscar_layer_input in = osc_calib_layer_input(h, l);
+        if ((st = layer_out_rel(&naive, &in, p->n_threads, &g->naive[l])) != OSCAR_OK ||
+            (st = layer_out_rel(&had, &in, p->n_threads, &g->hadamard[l])) != OSCAR_OK ||
+            (st = layer_out_rel(&osc, &in, p->n_threads, &g->oscar[l])) != OSCAR_OK)
             break;
-        }
         g->mean_naive += g->naive[l] / L;
         g->mean_hadamard += g->hadamard[l] / L;
         g->mean_oscar += g->oscar[l] / L;
@@ -69,7 +60,6 @@ enum oscar_status oscar_calib_gate_run(const struct oscar_calib_heldout * h, con
     osc_progress_finish(&pr);
     g->pass = g->mean_oscar < g->mean_hadamard && g->mean_oscar < g->mean_naive;
 out:
-    free(had);
     if (st != OSCAR_OK) oscar_calib_gate_free(g);
     if (t) t->gate += osc_now() - t0;
     return st;

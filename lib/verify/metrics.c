@@ -314,3 +314,170 @@ struct oscar_attention_override oscar_kv_sim_override(struct oscar_kv_sim * s) {
     struct oscar_attention_override o = {.attend = sim_attend, .user = s};
     return o;
 }
+
+// ---- candidate errors ------------------------------------------------------------------
+// e [D] = x − ref; returns eᵀ S e (S [D, D] symmetric, fp64).
+static double quad_err(const double * S, const float * x, const float * ref, int32_t D) {
+    double e[OSCAR_MAX_HEAD_DIM], r = 0.0;
+    for (int32_t a = 0; a < D; a++) e[a] = ref ? (double) x[a] - (double) ref[a] : (double) x[a];
+    for (int32_t a = 0; a < D; a++) {
+        double sa = 0.0;
+        for (int32_t b = 0; b < D; b++) sa += S[(size_t) a * D + b] * e[b];
+        r += e[a] * sa;
+    }
+    return r;
+}
+
+// K errors of one (sequence s, KV head h): walking t backwards, S_t = Σ_{i ≥ t}
+// Σ_{j ∈ J(h)} q_{i,j} q_{i,j}ᵀ, so the logit error of key row t summed over
+// every query that sees it is e_tᵀ S_t e_t (the INT2 set is query-independent).
+// num [n_cand], den: this pair's sums (unscaled by 1/D).
+static void cand_k_pair(const struct oscar_layer_input * in, const struct oscar_tiering * tr, int32_t s, int32_t h,
+                        int32_t n_cand, const float * k_hp, const float * const * k_q, double * S, double * num,
+                        double * den) {
+    int32_t D = in->head_dim, Hq = in->n_head, Hkv = in->n_head_kv, g = Hq / Hkv;
+    int64_t b = in->seq_start[s], len = in->seq_start[s + 1] - b, lo, hi;
+    size_t krs = (size_t) Hkv * D, qrs = (size_t) Hq * D;
+    oscar_tier_int2_range(tr, len - 1, len, &lo, &hi);
+    memset(S, 0, sizeof(double) * (size_t) D * D);
+    for (int32_t c = 0; c < n_cand; c++) num[c] = 0.0;
+    *den = 0.0;
+    for (int64_t t = len - 1; t >= 0; t--) {
+        for (int32_t j = h * g; j < (h + 1) * g; j++) {
+            const float * q = in->q + (size_t) (b + t) * qrs + (size_t) j * D;
+            for (int32_t a = 0; a < D; a++)
+                for (int32_t c = 0; c < D; c++) S[(size_t) a * D + c] += (double) q[a] * (double) q[c];
+        }
+        size_t ko = (size_t) (b + t) * krs + (size_t) h * D;
+        const float * k = in->k + ko;
+        *den += quad_err(S, k, NULL, D);
+        if (t >= lo && t < hi) {
+            for (int32_t c = 0; c < n_cand; c++) num[c] += quad_err(S, k_q[c] + ko, k, D);
+        } else {
+            double e = quad_err(S, k_hp + ko, k, D);   // HP rows: the same for every candidate
+            for (int32_t c = 0; c < n_cand; c++) num[c] += e;
+        }
+    }
+}
+
+// Exact attention weights of (sequence, query head j): P [len, len], row t =
+// softmax(q_t·k_pᵀ/√D) over p <= t (fp64 exp, as metrics_head), zeros above.
+static void cand_probs(const struct oscar_layer_input * in, int64_t b, int64_t len, int32_t j, int32_t nt, float * P) {
+    int32_t D = in->head_dim, Hq = in->n_head, h = j / (Hq / in->n_head_kv);
+    size_t krs = (size_t) in->n_head_kv * D, qrs = (size_t) Hq * D;
+    double scale = 1.0 / sqrt((double) D);
+#pragma omp parallel for schedule(dynamic, 8) num_threads(nt)
+    for (int64_t t = 0; t < len; t++) {
+        const float * q = in->q + (size_t) (b + t) * qrs + (size_t) j * D;
+        float * row = P + (size_t) t * len;
+        double m = -INFINITY, z = 0.0;
+        for (int64_t p = 0; p <= t; p++) {
+            double x = (double) dotf(q, in->k + (size_t) (b + p) * krs + (size_t) h * D, D) * scale;
+            row[p] = (float) x;   // held as float only until rescaled below
+            if (x > m) m = x;
+        }
+        for (int64_t p = 0; p <= t; p++) z += exp((double) row[p] - m);
+        double lz = m + log(z);
+        for (int64_t p = 0; p <= t; p++) row[p] = (float) exp((double) row[p] - lz);
+        for (int64_t p = t + 1; p < len; p++) row[p] = 0.0f;
+    }
+}
+
+static double energy_wo(const float * o, int32_t lda, int32_t T, int32_t K, const float * wo, int32_t ldw, int32_t C,
+                        float * y) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, C, K, 1.0f, o, lda, wo, ldw, 0.0f, y, C);
+    return sq_rows(y, NULL, (size_t) T * C);
+}
+
+enum oscar_status oscar_verify_candidate_errors(const struct oscar_layer_input * in,
+                                                const struct oscar_tiering * tr, int32_t n_cand,
+                                                const float * k_hp, const float * v_hp,
+                                                const float * const * k_q, const float * const * v_q,
+                                                bool v_per_head, int32_t n_threads, double * k_num,
+                                                double * k_den, double * v_num, double * v_den) {
+    enum oscar_status st = check_input(in);
+    if (st != OSCAR_OK) return st;
+    if (tr->mode == OSCAR_TIERS_DECODE)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "candidate errors: layer %d: the DECODE tiering is query-dependent",
+                         in->layer);
+    if (!in->wo || n_cand < 1)
+        return osc_error(OSCAR_ERR_INVALID, "candidate errors: layer %d: need W_O and at least one candidate",
+                         in->layer);
+    int32_t T = in->n_tokens, Hq = in->n_head, Hkv = in->n_head_kv, D = in->head_dim, C = in->n_embd;
+    int32_t g = Hq / Hkv, nt = n_threads > 0 ? n_threads : omp_get_max_threads(), W = (n_cand + 1) * D;
+    size_t krs = (size_t) Hkv * D, qrs = (size_t) Hq * D, TQ = (size_t) T * qrs;
+    int32_t maxlen = 0;
+    for (int32_t s = 0; s < in->n_seq; s++)
+        if (in->seq_start[s + 1] - in->seq_start[s] > maxlen) maxlen = in->seq_start[s + 1] - in->seq_start[s];
+    int64_t nkp = (int64_t) in->n_seq * Hkv;
+    double * kpart = calloc((size_t) nkp * (size_t) (n_cand + 1) + 1, sizeof(double));
+    double * Sbuf = malloc(sizeof(double) * (size_t) D * D * (size_t) nt);
+    float * P = malloc(sizeof(float) * ((size_t) maxlen * maxlen + 1));
+    float * E = malloc(sizeof(float) * ((size_t) maxlen * W + 1)), * O = malloc(sizeof(float) * ((size_t) maxlen * W + 1));
+    float * oe = malloc(sizeof(float) * (TQ * (size_t) (n_cand + 1) + 1));   // [n_cand + 1][T, Hq, D]; 0 = exact o
+    float * y = malloc(sizeof(float) * ((size_t) T * C + 1));
+    if (!kpart || !Sbuf || !P || !E || !O || !oe || !y) {
+        st = osc_error(OSCAR_ERR_NOMEM, "candidate errors: layer %d: %d candidates x %d tokens", in->layer, n_cand, T);
+        goto out;
+    }
+    // K: one task per (sequence, KV head), own partial sums, fixed-order reduction.
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int64_t i = 0; i < nkp; i++) {
+        double * pp = kpart + (size_t) i * (size_t) (n_cand + 1);
+        cand_k_pair(in, tr, (int32_t) (i / Hkv), (int32_t) (i % Hkv), n_cand, k_hp, k_q,
+                    Sbuf + (size_t) omp_get_thread_num() * D * D, pp, pp + n_cand);
+    }
+    for (int32_t c = 0; c < n_cand * Hkv; c++) k_num[c] = 0.0;
+    for (int32_t hh = 0; hh < Hkv; hh++) k_den[hh] = 0.0;
+    for (int64_t i = 0; i < nkp; i++) {
+        const double * pp = kpart + (size_t) i * (size_t) (n_cand + 1);
+        int32_t hh = (int32_t) (i % Hkv);
+        for (int32_t c = 0; c < n_cand; c++) k_num[(size_t) c * Hkv + hh] += pp[c] / D;   // (q·e)²·scale², scale² = 1/D
+        k_den[hh] += pp[n_cand] / D;
+    }
+    // V: per (sequence, query head) the exact weights P, then [o | A·E_0 | ... ] = P·[v | E_0 | ...].
+    for (int32_t s = 0; s < in->n_seq; s++) {
+        int64_t b = in->seq_start[s], len = in->seq_start[s + 1] - b, lo, hi;
+        if (len == 0) continue;
+        oscar_tier_int2_range(tr, len - 1, len, &lo, &hi);
+        for (int32_t j = 0; j < Hq; j++) {
+            int32_t h = j / g;
+            cand_probs(in, b, len, j, nt, P);
+            for (int64_t p = 0; p < len; p++) {
+                size_t ko = (size_t) (b + p) * krs + (size_t) h * D;
+                const float * v = in->v + ko;
+                float * er = E + (size_t) p * W;
+                memcpy(er, v, sizeof(float) * (size_t) D);
+                for (int32_t c = 0; c < n_cand; c++) {
+                    const float * vh = (p >= lo && p < hi ? v_q[c] : v_hp) + ko;
+                    for (int32_t d = 0; d < D; d++) er[(size_t) (c + 1) * D + d] = vh[d] - v[d];
+                }
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int) len, W, (int) len, 1.0f, P, (int) len, E, W,
+                        0.0f, O, W);
+            for (int64_t t = 0; t < len; t++)
+                for (int32_t c = 0; c <= n_cand; c++)
+                    memcpy(oe + (size_t) c * TQ + (size_t) (b + t) * qrs + (size_t) j * D, O + (size_t) t * W + (size_t) c * D,
+                           sizeof(float) * (size_t) D);
+        }
+    }
+    *v_den = T > 0 ? energy_wo(oe, (int32_t) qrs, T, (int32_t) qrs, in->wo, (int32_t) qrs, C, y) : 0.0;
+    for (int32_t c = 0; c < n_cand; c++) {
+        const float * ec = oe + (size_t) (c + 1) * TQ;
+        double * vn = v_num + (size_t) c * (Hkv + 1);
+        vn[Hkv] = T > 0 ? energy_wo(ec, (int32_t) qrs, T, (int32_t) qrs, in->wo, (int32_t) qrs, C, y) : 0.0;
+        for (int32_t hh = 0; hh < Hkv; hh++)
+            vn[hh] = v_per_head && T > 0 ? energy_wo(ec + (size_t) hh * g * D, (int32_t) qrs, T, g * D,
+                                                     in->wo + (size_t) hh * g * D, (int32_t) qrs, C, y)
+                                         : 0.0;
+    }
+out:
+    free(kpart);
+    free(Sbuf);
+    free(P);
+    free(E);
+    free(O);
+    free(oe);
+    free(y);
+    return st;
+}

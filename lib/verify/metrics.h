@@ -191,6 +191,32 @@ enum oscar_status oscar_verify_metrics_explicit(const struct oscar_layer_input *
 void oscar_layer_metrics_add(struct oscar_layer_metrics * dst, const struct oscar_layer_metrics * src);
 void oscar_layer_metrics_finish(struct oscar_layer_metrics * m);   // ratios from the sums
 
+// ---- candidate errors (ranking many variants of one layer's cache) ----------------
+// Errors of n_cand transformed versions of one layer's K and V on the same
+// rows, cheap enough to rank a clip-ratio grid. The tiering's INT2 set must not
+// depend on the query (NONE or STATIC; DECODE: OSCAR_ERR_UNSUPPORTED).
+// k_hp / v_hp: the HP-tier rows (shared by all candidates); k_q[c] / v_q[c]: the
+// INT2-tier rows of candidate c; all [T, Hkv, D], unrotated, e.g. from
+// oscar_kv_transform_layer. in->wo is required. Per candidate c and KV head h:
+//   k_num[c·Hkv + h] = Σ (q·k̂_p − q·k_p)²/D over causal pairs (t, p) and the
+//                      query heads of h; k_den[h] = Σ (q·k_p)²/D. Σ_h k_num / Σ_h
+//                      k_den is logit_err of oscar_verify_metrics_explicit with
+//                      the candidate's K.
+//   v_num[c·(Hkv+1) + Hkv] = ‖(A·(V̂ − V))·W_Oᵀ‖² with the EXACT attention weights
+//                      A (V's error alone; attention is linear in V);
+//                      v_den = ‖o·W_Oᵀ‖². v_num/v_den is out_rel of
+//                      oscar_verify_metrics_explicit with exact K and the candidate's V.
+//   v_num[c·(Hkv+1) + h] (only when v_per_head, else 0): the same with V̂ − V kept
+//                      in KV head h only (its query heads' W_O columns).
+// All sums fp64 (the A·E products are sgemm in fp32). Results do not depend on
+// n_threads. Memory: O(n_cand · T · Hq · D) floats + one [len, len] matrix.
+enum oscar_status oscar_verify_candidate_errors(const struct oscar_layer_input * in,
+                                                const struct oscar_tiering * tiers, int32_t n_cand,
+                                                const float * k_hp, const float * v_hp,
+                                                const float * const * k_q, const float * const * v_q,
+                                                bool v_per_head, int32_t n_threads, double * k_num,
+                                                double * k_den, double * v_num, double * v_den);
+
 // ---- simulated quantized-cache attention (for oscar_perplexity / forward) --------
 // An oscar_attention_override: every batch must hold complete sequences from
 // position 0 (whole perplexity windows). Each query attends to the HP or INT2

@@ -1,0 +1,27 @@
+// calib-verify.c - calibrate's bridge to lib/verify (see calib-verify.h).
+#include "calibrate/calib-verify.h"
+
+struct oscar_tiering osc_calib_tiering(const struct oscar_calib_params * p) {
+    struct oscar_tiering t = {.mode = OSCAR_TIERS_STATIC, .n_sink = p->sink, .n_recent = p->recent, .n_flush = 8,
+                              .prompt_len = 0, .block = 1};
+    return t;
+}
+
+struct oscar_layer_input osc_calib_layer_input(const struct oscar_calib_heldout * h, int32_t layer) {
+    struct oscar_layer_input in = {
+        .layer = layer, .n_tokens = (int32_t) h->n_rows, .n_seq = h->n_seq, .seq_start = h->seq_start,
+        .q = h->q[layer], .k = h->k[layer], .v = h->v[layer], .wo = h->wo[layer],
+        .n_head = h->n_head, .n_head_kv = h->n_head_kv, .head_dim = h->head_dim, .n_embd = h->n_embd,
+    };
+    return in;
+}
+
+enum oscar_status osc_calib_transform(const char * preset, const struct oscar_calib_params * p,
+                                      const struct oscar_calib_fit * f, const struct oscar_calib_clip * c,
+                                      int32_t n_layer, int32_t n_head_kv, int32_t head_dim,
+                                      struct oscar_kv_transform * out) {
+    struct oscar_tiering tr = osc_calib_tiering(p);
+    return oscar_kv_transform_preset(preset, n_layer, n_head_kv, head_dim, p->group_size, p->scale_dtype, &tr,
+                                     f && f->n_rot > 1, f ? f->k_rot : NULL, f ? f->v_rot : NULL,
+                                     c && c->n_clip > 1, c ? c->k : NULL, c ? c->v : NULL, out);
+}

@@ -1,0 +1,145 @@
+// test-verify-cand.c - oscar_verify_candidate_errors (the clip search's fast
+// ranking, lib/verify/metrics.c) against oscar_verify_metrics_explicit on the
+// same rows: K sums equal logit_err's sums with V exact, V sums equal out_rel's
+// sums with K exact, the per-head V sums equal out_rel when only that head's
+// rows are perturbed; thread-count invariance; DECODE tiering refused.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "verify/metrics.h"
+
+#define SEED 424242u
+
+static uint64_t rng = SEED;
+static double urand(void) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double) (rng >> 11) / 9007199254740992.0;
+}
+static double nrand(void) { return sqrt(-2 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand()); }
+static float * rnd(size_t n, double s) {
+    float * x = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) x[i] = (float) (s * nrand());
+    return x;
+}
+
+enum { T = 96, HQ = 4, HKV = 2, D = 64, CE = 48, NC = 3 };
+#define N ((size_t) T * HKV * D)
+
+// Tolerances. K: verify forms each logit as an fp32 dot of D = 64 terms
+// (relative rounding <= D·2^-24 ≈ 4e-6 of |q||k|) and squares the difference
+// of two such logits; the INT2 error e has |e| ≈ 0.1-0.3 |k|, so one squared
+// difference carries up to ~4e-6·√D/0.1 ≈ 3e-4 relative error. These errors
+// have random signs over the ~9.5e3 (pair, head) terms, so the sum's relative
+// error is ~3e-4/√9.5e3 ≈ 3e-6: K_TOL 1e-5. V: verify takes ô − o in fp32
+// (|ô − o| ≈ 0.1|o|: ~1e-6 relative per element) while candidate errors form
+// A·E in fp32 over <= 56 keys (<= 56·2^-24 ≈ 3e-6); over T·C = 4608 squared
+// outputs with random signs: ~3e-6/√4608 ≈ 5e-8: V_TOL 1e-6.
+// (Observed: 4e-9 and 1e-8.)
+#define K_TOL 1e-5
+#define V_TOL 1e-6
+
+static void close_rel(double a, double b, double tol, const char * what) {
+    double r = fabs(a - b) / (fabs(b) > 0 ? fabs(b) : 1.0);
+    if (r > tol) fail_msg("%s: %.10g vs %.10g (rel %.3g > %.3g)", what, a, b, r, tol);
+}
+
+struct fixture {
+    float * q, * k, * v, * wo, * k_hp, * v_hp, * kq[NC], * vq[NC];
+    int32_t ss[3];
+    struct oscar_layer_input in;
+    struct oscar_tiering tr;
+};
+
+static void setup(struct fixture * f) {
+    f->q = rnd((size_t) T * HQ * D, 1.0), f->k = rnd(N, 1.0), f->v = rnd(N, 1.0), f->wo = rnd((size_t) CE * HQ * D, 0.1);
+    f->ss[0] = 0, f->ss[1] = 40, f->ss[2] = T;
+    f->in = (struct oscar_layer_input){.layer = 0, .n_tokens = T, .n_seq = 2, .seq_start = f->ss, .q = f->q,
+                                       .k = f->k, .v = f->v, .wo = f->wo, .n_head = HQ, .n_head_kv = HKV,
+                                       .head_dim = D, .n_embd = CE};
+    f->tr = (struct oscar_tiering){.mode = OSCAR_TIERS_STATIC, .n_sink = 4, .n_recent = 8, .n_flush = 8, .block = 1};
+    f->k_hp = malloc(sizeof(float) * N), f->v_hp = malloc(sizeof(float) * N);
+    struct oscar_kv_transform tf;
+    assert_int_equal(oscar_kv_transform_preset("hadamard", 1, HKV, D, 0, OSCAR_META_F32, &f->tr, false, NULL, NULL,
+                                               false, NULL, NULL, &tf), OSCAR_OK);
+    const double ratios[NC] = {1.0, 0.9, 0.8};
+    for (int c = 0; c < NC; c++) {
+        f->kq[c] = malloc(sizeof(float) * N), f->vq[c] = malloc(sizeof(float) * N);
+        tf.k_clip = tf.v_clip = ratios[c];
+        assert_int_equal(oscar_kv_transform_layer(&tf, 0, T, 2, f->ss, f->k, f->v, f->k_hp, f->v_hp, f->kq[c],
+                                                  f->vq[c], NULL), OSCAR_OK);
+    }
+}
+
+static void teardown(struct fixture * f) {
+    free(f->q), free(f->k), free(f->v), free(f->wo), free(f->k_hp), free(f->v_hp);
+    for (int c = 0; c < NC; c++) free(f->kq[c]), free(f->vq[c]);
+}
+
+static void test_vs_explicit(void ** state) {
+    (void) state;
+    printf("seed %u\n", SEED);
+    struct fixture f;
+    setup(&f);
+    double kn[NC * HKV], kd[HKV], vn[NC * (HKV + 1)], vd;
+    assert_int_equal(oscar_verify_candidate_errors(&f.in, &f.tr, NC, f.k_hp, f.v_hp, (const float * const *) f.kq,
+                                                   (const float * const *) f.vq, true, 2, kn, kd, vn, &vd), OSCAR_OK);
+    float * vh = malloc(sizeof(float) * N), * vqh = malloc(sizeof(float) * N);
+    for (int c = 0; c < NC; c++) {
+        struct oscar_layer_metrics m;
+        assert_int_equal(oscar_verify_metrics_explicit(&f.in, &f.tr, f.k_hp, f.v, f.kq[c], f.v, 1, &m), OSCAR_OK);
+        close_rel(kn[c * HKV] + kn[c * HKV + 1], m.logit_num, K_TOL, "K numerator");
+        close_rel(kd[0] + kd[1], m.logit_den, K_TOL, "K denominator");
+        assert_true(kn[c * HKV] > 0 && kn[c * HKV + 1] > 0);
+        assert_int_equal(oscar_verify_metrics_explicit(&f.in, &f.tr, f.k, f.v_hp, f.k, f.vq[c], 1, &m), OSCAR_OK);
+        close_rel(vn[c * (HKV + 1) + HKV], m.out_num, V_TOL, "V numerator");
+        close_rel(vd, m.out_den, V_TOL, "V denominator");
+        for (int h = 0; h < HKV; h++) {   // only head h perturbed
+            memcpy(vh, f.v, sizeof(float) * N), memcpy(vqh, f.v, sizeof(float) * N);
+            for (int t = 0; t < T; t++) {
+                size_t o = ((size_t) t * HKV + (size_t) h) * D;
+                memcpy(vh + o, f.v_hp + o, sizeof(float) * D), memcpy(vqh + o, f.vq[c] + o, sizeof(float) * D);
+            }
+            assert_int_equal(oscar_verify_metrics_explicit(&f.in, &f.tr, f.k, vh, f.k, vqh, 1, &m), OSCAR_OK);
+            close_rel(vn[c * (HKV + 1) + h], m.out_num, V_TOL, "V per-head numerator");
+        }
+    }
+    // the clip grid must matter: ratio 0.8 and 1.0 give different K errors
+    assert_true(fabs(kn[0] - kn[2 * HKV]) > 1e-6 * kn[0]);
+    free(vh), free(vqh);
+    teardown(&f);
+}
+
+static void test_threads_and_refusal(void ** state) {
+    (void) state;
+    struct fixture f;
+    setup(&f);
+    double kn[2][NC * HKV], kd[2][HKV], vn[2][NC * (HKV + 1)], vd[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(oscar_verify_candidate_errors(&f.in, &f.tr, NC, f.k_hp, f.v_hp, (const float * const *) f.kq,
+                                                       (const float * const *) f.vq, false, i + 1, kn[i], kd[i], vn[i],
+                                                       &vd[i]), OSCAR_OK);
+    assert_memory_equal(kn[0], kn[1], sizeof kn[0]);
+    assert_memory_equal(kd[0], kd[1], sizeof kd[0]);
+    assert_memory_equal(vn[0], vn[1], sizeof vn[0]);
+    assert_memory_equal(&vd[0], &vd[1], sizeof vd[0]);
+    for (int c = 0; c < NC; c++) assert_true(vn[0][c * (HKV + 1)] == 0.0);   // no per-head sums requested
+    struct oscar_tiering dec = f.tr;
+    dec.mode = OSCAR_TIERS_DECODE;
+    assert_int_equal(oscar_verify_candidate_errors(&f.in, &dec, NC, f.k_hp, f.v_hp, (const float * const *) f.kq,
+                                                   (const float * const *) f.vq, false, 1, kn[0], kd[0], vn[0], &vd[0]),
+                     OSCAR_ERR_UNSUPPORTED);
+    teardown(&f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_vs_explicit), cmocka_unit_test(test_threads_and_refusal)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
