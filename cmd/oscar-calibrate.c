@@ -11,6 +11,7 @@
 
 #include "calibrate/actstore.h"
 #include "calibrate/calibrate.h"
+#include "calibrate/capture-device.h"
 #include "formats/oscar-artifact.h"
 #include "hub/hub.h"
 #include "util/fs.h"
@@ -18,6 +19,7 @@
 
 struct opts {
     const char * model, * corpus, * jsonl_field, * out, * save_act, * from_act;
+    const char * device, * random_init; // NULL: the classic CPU capture path
     bool strict, json;
 };
 
@@ -52,12 +54,16 @@ static void usage(FILE * f) {
             "                            (stored in the capture dtype, so a replay is exact)\n"
             "      --from-activations FILE  fit, clip search and gate from a store: no forward pass\n"
             "                            (--model still gives W_O and the provenance; it must match)\n"
+            "      --device cpu|cuda     run both capture passes through the forward backend on this device\n"
+            "                            (sums kept on the device; no checkpoints or activation store)\n"
+            "      --random-init NAME    random-weight model of a named shape (qwen3-8b, smollm2-135m) on\n"
+            "                            synthetic tokens, instead of --model/--corpus: for benchmarks only\n"
             "  -q, --quiet               --json  summary on stdout\n");
 }
 
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_params * p) {
     enum { O_TOK = 256, O_HELD, O_SHORT, O_GRP, O_KOBJ, O_VOBJ, O_COMP, O_GS, O_SD, O_SINK, O_REC, O_CLIP, O_CS,
-           O_CKPT, O_RES, O_STRICT, O_SEED, O_JSON, O_JF, O_CDT, O_SAVE, O_FROM };
+           O_CKPT, O_RES, O_STRICT, O_SEED, O_JSON, O_JF, O_CDT, O_SAVE, O_FROM, O_DEV, O_RAND };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"corpus", 1, 0, 'f'}, {"out", 1, 0, 'o'}, {"tokens", 1, 0, O_TOK},
         {"seq-len", 1, 0, 'c'}, {"batch", 1, 0, 'b'}, {"heldout", 1, 0, O_HELD}, {"allow-short", 0, 0, O_SHORT},
@@ -67,7 +73,8 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         {"threads", 1, 0, 't'}, {"checkpoint-every", 1, 0, O_CKPT}, {"resume", 0, 0, O_RES},
         {"strict", 0, 0, O_STRICT}, {"seed", 1, 0, O_SEED}, {"quiet", 0, 0, 'q'}, {"json", 0, 0, O_JSON},
         {"jsonl-field", 1, 0, O_JF}, {"capture-dtype", 1, 0, O_CDT}, {"save-activations", 1, 0, O_SAVE},
-        {"from-activations", 1, 0, O_FROM}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"from-activations", 1, 0, O_FROM}, {"device", 1, 0, O_DEV}, {"random-init", 1, 0, O_RAND},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:f:o:c:b:t:qh", lo, NULL)) != -1) {
         switch (c) {
@@ -129,12 +136,28 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
             break;
         case O_SAVE: o->save_act = optarg; break;
         case O_FROM: o->from_act = optarg; break;
+        case O_DEV:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) return fprintf(stderr, "bad --device\n"), 2;
+            o->device = optarg;
+            break;
+        case O_RAND: o->random_init = optarg; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return 2;
         }
     }
-    if (!o->model || (!o->corpus == !o->from_act) || !o->out || optind != argc || p->batch < 1 || p->seq_len < 16 ||
-        p->n_tokens < 1) {
+    if (o->random_init) {
+        if (o->model || o->corpus || o->from_act) {
+            fprintf(stderr, "--random-init replaces --model, --corpus and --from-activations\n");
+            return 2;
+        }
+        if (!o->device) o->device = "cpu";
+    }
+    if (o->device && (o->from_act || o->save_act || p->checkpoint_every > 0 || p->resume)) {
+        fprintf(stderr, "--device / --random-init take no --from/--save-activations, --checkpoint-every or --resume\n");
+        return 2;
+    }
+    if ((!o->random_init && (!o->model || (!o->corpus == !o->from_act))) || !o->out || optind != argc ||
+        p->batch < 1 || p->seq_len < 16 || p->n_tokens < 1) {
         if (o->corpus && o->from_act) fprintf(stderr, "--corpus and --from-activations exclude each other\n");
         usage(stderr);
         return 2;
@@ -198,6 +221,23 @@ static enum oscar_status from_forward(const struct opts * o, const struct oscar_
     return rc;
 }
 
+// Corpus (or synthetic tokens) -> plan -> held-out rows -> both passes through
+// the forward backend on o->device (lib/calibrate/capture-device.h).
+static enum oscar_status from_device(const struct opts * o, const struct oscar_model * m,
+                                     const struct oscar_model_config * random, struct oscar_tokenizer * tok,
+                                     struct oscar_calib_params * p, struct oscar_calib_corpus * corpus,
+                                     struct oscar_calib_plan * plan, struct oscar_calib_heldout * held,
+                                     struct oscar_stats ** st, struct oscar_calib_timing * t) {
+    int64_t need = p->n_tokens + (int64_t) p->n_heldout * p->seq_len;
+    enum oscar_status rc = random ? oscar_calib_synthetic_corpus(need, random->n_vocab, p->seed, corpus)
+                                  : oscar_calib_corpus_load(tok, o->corpus, o->jsonl_field, need, corpus);
+    if (rc == OSCAR_OK) rc = oscar_calib_plan_make(corpus, p, plan);
+    if (rc != OSCAR_OK) return rc;
+    struct oscar_calib_device d = {.device = o->device, .model = m, .random = random, .seed = p->seed};
+    if ((rc = oscar_calib_device_heldout(&d, plan, p, held, t)) != OSCAR_OK) return rc;
+    return oscar_calib_device_accumulate(&d, plan, p, st, t);
+}
+
 // Store -> plan, held-out rows, both passes' statistics (no forward pass).
 static enum oscar_status from_store(const struct opts * o, const struct oscar_model * m, struct oscar_tokenizer * tok,
                                     struct oscar_calib_params * p, struct oscar_actstore ** store,
@@ -254,15 +294,26 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "oscar-calibrate: output directory %s is not writable\n", parent);
         goto out;
     }
-    if (oscar_hub_resolve_local(&hub, o.model, &model_path) != OSCAR_OK) {
-        fprintf(stderr, "oscar-calibrate: --model: %s\n", oscar_last_error());
-        goto out;
+    struct oscar_model shape = {0}; // the random-init model's description (no host weights)
+    if (o.random_init) {
+        if (oscar_calib_random_config(o.random_init, &shape.config) != OSCAR_OK) {
+            fprintf(stderr, "oscar-calibrate: --random-init: %s\n", oscar_last_error());
+            rc = 2;
+            goto out;
+        }
+        snprintf(shape.config.name, sizeof shape.config.name, "random-init:%s", o.random_init);
+    } else {
+        if (oscar_hub_resolve_local(&hub, o.model, &model_path) != OSCAR_OK) {
+            fprintf(stderr, "oscar-calibrate: --model: %s\n", oscar_last_error());
+            goto out;
+        }
+        if (strcmp(model_path, o.model)) osc_info("--model %s -> %s", o.model, model_path);
+        o.model = model_path;
     }
-    if (strcmp(model_path, o.model)) osc_info("--model %s -> %s", o.model, model_path);
-    o.model = model_path;
-    if (oscar_model_load(o.model, &m) || oscar_tokenizer_load(o.model, &tok) ||
-        (o.from_act ? from_store(&o, m, tok, &p, &store, &corpus, &plan, &held, &st, &t)
-                    : from_forward(&o, m, tok, &p, &corpus, &plan, &held, &st, &t)) ||
+    if ((!o.random_init && (oscar_model_load(o.model, &m) || oscar_tokenizer_load(o.model, &tok))) ||
+        (o.device    ? from_device(&o, m, o.random_init ? &shape.config : NULL, tok, &p, &corpus, &plan, &held, &st, &t)
+         : o.from_act ? from_store(&o, m, tok, &p, &store, &corpus, &plan, &held, &st, &t)
+                      : from_forward(&o, m, tok, &p, &corpus, &plan, &held, &st, &t)) ||
         oscar_calib_fit_rotations(st, &p, &fit, &t) || oscar_calib_clip_search(&held, &fit, &p, &clip, &t) ||
         oscar_calib_gate_run(&held, &fit, &clip, &p, &gate, &t)) {
         fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
@@ -276,7 +327,8 @@ int main(int argc, char ** argv) {
     if (!gate.pass) osc_warn("WARNING: the gate FAILED (OSCAR mean %.4g vs Hadamard %.4g, naive %.4g); writing anyway",
                              gate.mean_oscar, gate.mean_hadamard, gate.mean_naive);
     t.total = osc_now() - t0;
-    if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){m, tok, &corpus, &plan}, &p, &fit, &clip, &gate, &t, &art) ||
+    if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){m ? m : &shape, tok, &corpus, &plan}, &p, &fit,
+                                   &clip, &gate, &t, &art) ||
         oscar_artifact_write(art, o.out)) {
         fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
         goto out;
@@ -293,14 +345,15 @@ int main(int argc, char ** argv) {
                        "\"peak_rss_mb\": %.1f, \"timing_s\": {\"forward\": %.3f, \"accumulate\": %.3f, \"eigh\": %.3f, "
                        "\"clip\": %.3f, \"gate\": %.3f, \"heldout\": %.3f, \"store\": %.3f, \"total\": %.3f, "
                        "\"tokens_per_s\": %.2f}, \"summary\": %s}\n",
-                       o.out, o.from_act ? "activations" : "forward", (long long) plan.n_tokens, (int) plan.n_seq,
+                       o.out, o.from_act ? "activations" : o.device ? o.device : "forward", (long long) plan.n_tokens, (int) plan.n_seq,
                        fit.orth_err_max, rss, t.forward, t.accumulate, t.eigh, t.clip, t.gate, t.heldout, t.store,
                        t.total, t.tokens_forwarded > 0 ? t.tokens_forwarded / (t.forward + t.accumulate) : 0.0,
                        art->summary_json);
     rc = 0;
 out:
     oscar_artifact_free(art); oscar_calib_gate_free(&gate); oscar_calib_clip_free(&clip); oscar_calib_fit_free(&fit);
-    oscar_stats_free(st); oscar_calib_heldout_free(&held); oscar_calib_plan_free(&plan); oscar_calib_corpus_free(&corpus);
+    oscar_stats_free(st);
+    if (o.device) oscar_calib_device_heldout_free(&held); else oscar_calib_heldout_free(&held); oscar_calib_plan_free(&plan); oscar_calib_corpus_free(&corpus);
     oscar_tokenizer_free(tok); oscar_model_free(m); oscar_actstore_free(store);
     oscar_hub_free(&hub); free(model_path);
     return rc;

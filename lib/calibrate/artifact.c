@@ -167,7 +167,11 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
     SETF("oscar.calib_heldout_tokens", "%d",
          (int) (prov->plan->heldout_start[prov->plan->n_heldout] - prov->plan->heldout_start[0]));
     SETF("oscar.seq_len", "%d", (int) p->seq_len);
-    SETF("oscar.tokenizer_hash", "%016llx", (unsigned long long) oscar_tokenizer_hash_fnv1a64(prov->tok));
+    if (prov->tok) {
+        SETF("oscar.tokenizer_hash", "%016llx", (unsigned long long) oscar_tokenizer_hash_fnv1a64(prov->tok));
+    } else {
+        SETF("oscar.tokenizer_hash", "%s", "none (synthetic tokens)");
+    }
     SETF("oscar.seed", "%llu", (unsigned long long) p->seed);
     SETF("oscar.tool", "oscar-calibrate %s", OSCAR_CALIBRATE_VERSION);
     st = summary(p, c, g, t, a);
