@@ -39,21 +39,7 @@ mkdir -p "$logdir"
 jobs=${JOBS:-$(nproc)}
 
 # --- libraries the GPU image lacks (jansson, pcre2, utf8proc, cmocka): as gpu-check.sh ---
-if ! pkg-config --exists jansson libpcre2-8 libutf8proc 2>/dev/null; then
-    debs=${OSCAR_DEBS:-$here/../../../debs}
-    dst=/tmp/oscar-deps
-    echo "gpu-forward-check: unpacking $(ls "$debs"/*.deb 2>/dev/null | wc -l) .debs from $debs into $dst"
-    for d in "$debs"/*.deb; do dpkg -x "$d" "$dst" || exit 1; done
-    for pc in $(find "$dst" -name '*.pc'); do
-        sed -i "s|^prefix=.*|prefix=$dst/usr|" "$pc"
-    done
-    pcdirs=$(find "$dst" -type d -name pkgconfig | tr '\n' ':')
-    libdirs=$(find "$dst" -type d \( -path '*/lib/x86_64-linux-gnu' -o -path '*/usr/lib' \) | tr '\n' ':')
-    export PKG_CONFIG_PATH="${pcdirs}${PKG_CONFIG_PATH:-}"
-    export LD_LIBRARY_PATH="${libdirs}${LD_LIBRARY_PATH:-}"
-    export LIBRARY_PATH="${libdirs}${LIBRARY_PATH:-}"
-    export CPATH="$dst/usr/include:${CPATH:-}"
-fi
+. "$here/gpu-deps.sh"
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv 2>&1 | tee "$logdir/nvidia-smi.txt"
 
