@@ -11,6 +11,7 @@ run() { echo; echo "\$ $*"; "$@"; }
 [ -f "$MODEL" ] && run "$B/bin/bench-forward" "$MODEL" --reps 5
 run "$B/bin/bench-decode-attention" 32768 10
 [ -x "$B/bin/bench-stats" ] && run "$B/bin/bench-stats"
-[ -f "$MODEL" ] && run "$B/bin/oscar-tokenize" --bench --tokenizer "$MODEL" "$CACHE"/corpora/austen/*.txt
+# the ids go to stdout; the throughput line to stderr
+[ -f "$MODEL" ] && run "$B/bin/oscar-tokenize" --bench --tokenizer "$MODEL" "$CACHE"/corpora/austen/*.txt >/dev/null
 run "$B/bin/oscar-tokenize" --bench --tokenizer "${OSCAR_SHARED:-../shared}/data/tokenizers/qwen3/tokenizer.json" \
-    "$CACHE"/corpora/austen/*.txt
+    "$CACHE"/corpora/austen/*.txt >/dev/null
