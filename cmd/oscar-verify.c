@@ -32,6 +32,8 @@ static void usage(FILE * f) {
             "  -c, --ctx N              perplexity window [2048]\n"
             "      --sink N --recent N  BF16 tiers [32, 128]\n"
             "      --page N             decode demotion page [8]\n"
+            "      --prompt N           prefill chunk per window, >= sink [sink]; INT2 rows written by prefill\n"
+            "                           use the method's quantizer (oscar-lm: Lloyd-Max), demoted rows the flush rule\n"
             "      --group-size N       INT2 group [head_dim]\n"
             "      --scale-dtype float32|float16|bfloat16 [float32]\n"
             "      --methods LIST       [%s with --rotations,\n"
@@ -53,10 +55,10 @@ static int bad(const char * what) {
 }
 
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_params * p, bool * quiet) {
-    enum { O_JF = 256, O_SINK, O_REC, O_PAGE, O_GS, O_SD, O_METH, O_TOK, O_MT, O_JSON, O_CARD };
+    enum { O_JF = 256, O_SINK, O_REC, O_PAGE, O_PROMPT, O_GS, O_SD, O_METH, O_TOK, O_MT, O_JSON, O_CARD };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"rotations", 1, 0, 'r'}, {"corpus", 1, 0, 'f'}, {"jsonl-field", 1, 0, O_JF},
-        {"ctx", 1, 0, 'c'}, {"sink", 1, 0, O_SINK}, {"recent", 1, 0, O_REC}, {"page", 1, 0, O_PAGE},
+        {"ctx", 1, 0, 'c'}, {"sink", 1, 0, O_SINK}, {"recent", 1, 0, O_REC}, {"page", 1, 0, O_PAGE}, {"prompt", 1, 0, O_PROMPT},
         {"group-size", 1, 0, O_GS}, {"scale-dtype", 1, 0, O_SD}, {"methods", 1, 0, O_METH},
         {"tokens", 1, 0, O_TOK}, {"metric-tokens", 1, 0, O_MT}, {"report", 1, 0, 'o'},
         {"update-card", 0, 0, O_CARD}, {"threads", 1, 0, 't'}, {"json", 0, 0, O_JSON}, {"quiet", 0, 0, 'q'},
@@ -72,6 +74,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_pa
         case O_SINK: p->sink = atoi(optarg); break;
         case O_REC: p->recent = atoi(optarg); break;
         case O_PAGE: p->page = atoi(optarg); break;
+        case O_PROMPT: p->prompt = atoi(optarg); break;
         case O_GS: p->group_size = atoi(optarg); break;
         case O_SD:
             if (!strcmp(optarg, "float32")) p->scale_dtype = OSCAR_META_F32;
@@ -94,7 +97,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_pa
     if (optind != argc) return bad("unexpected argument");
     if (!o->model || !o->corpus) return bad("--model and --corpus are required");
     if (p->ctx < 2 || p->sink < 0 || p->recent < 0 || p->page < 1 || p->metric_tokens < 2 || p->tokens < 0 ||
-        p->group_size < 0 || p->n_threads < 0)
+        p->group_size < 0 || p->n_threads < 0 || p->prompt < 0 || (p->prompt && p->prompt < p->sink) || p->prompt > p->ctx)
         return bad("a numeric option is out of range");
     struct stat sb;
     if (o->update_card && (!o->rotations || stat(o->rotations, &sb) != 0 || !S_ISDIR(sb.st_mode)))

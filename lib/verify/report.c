@@ -50,10 +50,10 @@ static json_t * layer_json(const struct oscar_layer_metrics * m, double drift) {
 
 static json_t * report_json(const struct oscar_verify_report * r) {
     json_t * root = json_pack(
-        "{s:i,s:s,s:s,s:s,s:s,s:s,s:{s:i,s:i,s:i,s:i,s:i,s:s,s:i,s:i,s:s},s:I,s:f}", "version",
+        "{s:i,s:s,s:s,s:s,s:s,s:s,s:{s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:i,s:i,s:s},s:I,s:f}", "version",
         OSCAR_VERIFY_REPORT_VERSION, "model", r->model, "model_name", r->model_name, "rotations", r->rotations,
         "corpus", r->corpus, "corpus_sha256", r->corpus_sha256, "config", "ctx", r->ctx, "sink", r->sink, "recent",
-        r->recent, "page_size", r->n_flush, "group_size", r->group_size, "scale_dtype", r->scale_dtype, "windows",
+        r->recent, "page_size", r->n_flush, "prompt", r->prompt, "group_size", r->group_size, "scale_dtype", r->scale_dtype, "windows",
         r->n_windows, "metric_tokens", r->metric_tokens, "tiering", "decode", "corpus_tokens", (json_int_t) r->n_tokens,
         "wall_seconds", r->wall_seconds);
     if (!root) return NULL;
@@ -162,8 +162,8 @@ enum oscar_status oscar_verify_markdown(const struct oscar_verify_report * r, ch
     struct sbuf b = {0};
     sb_printf(&b, "### KV-cache quantization quality (oscar-verify)\n\n");
     sb_printf(&b, "Model `%s`, held-out corpus `%s`, %d window(s) of %d tokens, BF16 sink %d + recent %d "
-                  "(page %d, decode demotion), group size %d, %s scale/zero.\n\n",
-              r->model_name, r->corpus, r->n_windows, r->ctx, r->sink, r->recent, r->n_flush, r->group_size,
+                  "(page %d, decode demotion after a %d-token prefill), group size %d, %s scale/zero.\n\n",
+              r->model_name, r->corpus, r->n_windows, r->ctx, r->sink, r->recent, r->n_flush, r->prompt, r->group_size,
               r->scale_dtype);
     sb_printf(&b, "| method | BPE | perplexity | Δppl vs bf16 | K relMSE | V relMSE | KL (nats) | post-W_O rel. err "
                   "| hidden drift (last layer) |\n");

@@ -27,6 +27,7 @@ struct oscar_verify_report {
     char model[512], model_name[128], rotations[512], corpus[512];
     char corpus_sha256[65];                 // of the corpus bytes read (lib/tokenizer/corpus.h), or ""
     int32_t n_layer, ctx, sink, recent, n_flush, group_size, n_windows, metric_tokens;
+    int32_t prompt;                         // prefill chunk per window (>= sink)
     char scale_dtype[16];
     int64_t n_tokens;                       // corpus tokens available
     double wall_seconds;

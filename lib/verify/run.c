@@ -77,7 +77,7 @@ static enum oscar_status setup_methods(struct vrun * r, const struct oscar_artif
     enum oscar_status st = oscar_verify_parse_methods(p->methods, art != NULL, names, &r->nm);
     if (st != OSCAR_OK) return st;
     struct oscar_tiering tr = {.mode = OSCAR_TIERS_DECODE, .n_sink = p->sink, .n_recent = p->recent,
-                               .n_flush = p->page, .prompt_len = p->sink, .block = 1};
+                               .n_flush = p->page, .prompt_len = p->prompt ? p->prompt : p->sink, .block = 1};
     r->ms = calloc((size_t) r->nm, sizeof *r->ms);
     if (!r->ms) return osc_error(OSCAR_ERR_NOMEM, "method table");
     for (int32_t i = 0; i < r->nm && st == OSCAR_OK; i++) {
@@ -221,10 +221,10 @@ static enum oscar_status check_params(const struct oscar_model * m, const struct
                                       size_t n_ids, const struct oscar_verify_params * p) {
     const struct oscar_model_config * c = &m->config;
     if (p->ctx < 2 || p->sink < 0 || p->recent < 0 || p->page < 1 || p->metric_tokens < 2 || p->tokens < 0 ||
-        p->group_size < 0)
-        return osc_error(OSCAR_ERR_INVALID, "verify: ctx %d sink %d recent %d page %d metric_tokens %d tokens %lld "
-                         "group_size %d out of range", p->ctx, p->sink, p->recent, p->page, p->metric_tokens,
-                         (long long) p->tokens, p->group_size);
+        p->group_size < 0 || p->prompt < 0 || (p->prompt && p->prompt < p->sink) || p->prompt > p->ctx)
+        return osc_error(OSCAR_ERR_INVALID, "verify: ctx %d sink %d recent %d page %d prompt %d metric_tokens %d "
+                         "tokens %lld group_size %d out of range", p->ctx, p->sink, p->recent, p->page, p->prompt,
+                         p->metric_tokens, (long long) p->tokens, p->group_size);
     if ((size_t) p->ctx > n_ids)
         return osc_error(OSCAR_ERR_INVALID, "verify: the corpus has %zu tokens, need at least one window of %d",
                          n_ids, p->ctx);
@@ -263,7 +263,7 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
     *rep = (struct oscar_verify_report){
         .n_layer = r.L, .ctx = T, .sink = p->sink, .recent = p->recent, .n_flush = p->page,
         .group_size = p->group_size ? p->group_size : m->config.head_dim, .n_windows = (int32_t) n_win,
-        .metric_tokens = r.MT, .n_tokens = (int64_t) n_ids, .n_methods = r.nm, .methods = r.ms};
+        .metric_tokens = r.MT, .prompt = p->prompt ? p->prompt : p->sink, .n_tokens = (int64_t) n_ids, .n_methods = r.nm, .methods = r.ms};
     snprintf(rep->model_name, sizeof rep->model_name, "%s", m->config.name);
     snprintf(rep->scale_dtype, sizeof rep->scale_dtype, "%s",
              p->scale_dtype == OSCAR_META_F16 ? "float16" : p->scale_dtype == OSCAR_META_BF16 ? "bfloat16" : "float32");
@@ -318,7 +318,7 @@ void oscar_verify_print_table(const struct oscar_verify_report * rep, FILE * f) 
                 m->ppl, m->ppl - base, a.k_rel_mse, a.v_rel_mse, a.kl, a.out_rel,
                 rep->n_layer ? m->drift[rep->n_layer - 1] : 0.0, m->seconds, t_bf16 > 0 ? m->seconds / t_bf16 : 0.0);
     }
-    fprintf(f, "%d window(s) x %d tokens of %s; sink %d recent %d page %d group %d %s; metrics on %d tokens; "
-            "wall %.1f s\n", rep->n_windows, rep->ctx, rep->corpus, rep->sink, rep->recent, rep->n_flush,
-            rep->group_size, rep->scale_dtype, rep->metric_tokens, rep->wall_seconds);
+    fprintf(f, "%d window(s) x %d tokens of %s; sink %d recent %d page %d prompt %d group %d %s; metrics on %d "
+            "tokens; wall %.1f s\n", rep->n_windows, rep->ctx, rep->corpus, rep->sink, rep->recent, rep->n_flush,
+            rep->prompt, rep->group_size, rep->scale_dtype, rep->metric_tokens, rep->wall_seconds);
 }

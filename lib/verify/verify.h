@@ -44,6 +44,12 @@ struct oscar_verify_params {
     int32_t ctx;                          // window length [2048]
     int32_t sink, recent;                 // BF16 tiers [32, 128]
     int32_t page;                         // decode demotion page (flush period) [8]
+    int32_t prompt;                       // tokens of each window served as the prefill chunk, 0 = sink.
+                                          // INT2 rows written by prefill use the method's quantizer (for
+                                          // oscar-lm: Lloyd-Max); rows demoted in decode use the uniform
+                                          // flush quantizer (method.md §10), so with prompt = sink
+                                          // oscar-lm equals oscar-fixed. Queries inside the prompt see
+                                          // bf16 rows only (prefill attention).
     int32_t group_size;                   // INT2 group, 0 = head_dim
     enum oscar_quant_meta_dtype scale_dtype; // [float32]
     int64_t tokens;                       // perplexity tokens, 0 = ctx (one window)

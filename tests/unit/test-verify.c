@@ -373,6 +373,34 @@ static void test_run_random_model(void ** state) {
     assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &rep), OSCAR_ERR_INVALID);
     p.ctx = 128, p.methods = "bf16,oscar";
     assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &rep), OSCAR_ERR_INVALID);
+    // artifact methods: rotations = a row permutation of H (orthogonal), clips 0.96 / 0.92 like oscar-fixed.
+    // With prompt = sink every INT2 row is decode-demoted, which uses the uniform flush quantizer, so
+    // oscar-lm must equal oscar-fixed exactly; with a 96-token prefill the middle [4, 80) is Lloyd-Max.
+    struct oscar_artifact * art;
+    assert_int_equal(oscar_artifact_init(2, 4, 2, 32, false, false, false, &art), OSCAR_OK);
+    float H[32 * 32];
+    assert_int_equal(oscar_hadamard_matrix_f32(32, H), OSCAR_OK);
+    for (int l = 0; l < 2; l++) {
+        for (int i = 0; i < 32; i++) {
+            memcpy(art->k_rotation + (l * 32 + i) * 32, H + ((i * 5) % 32) * 32, sizeof(float) * 32);
+            memcpy(art->v_rotation + (l * 32 + i) * 32, H + ((i * 7) % 32) * 32, sizeof(float) * 32);
+        }
+        art->k_clip[l] = 0.96f, art->v_clip[l] = 0.92f;
+    }
+    p.methods = "oscar,oscar-fixed,oscar-lm", p.sink = 4, p.recent = 16, p.prompt = 0;
+    assert_int_equal(oscar_verify_run(m, art, toks, NT, &p, &rep), OSCAR_OK);
+    assert_true(rep.methods[1].nll_sum == rep.methods[2].nll_sum);
+    assert_true(fabs(rep.methods[0].nll_sum - rep.methods[1].nll_sum) < 1e-6 * rep.methods[1].nll_sum); // fp32 clips
+    oscar_verify_report_free(&rep);
+    p.prompt = 96;
+    assert_int_equal(oscar_verify_run(m, art, toks, NT, &p, &rep), OSCAR_OK);
+    printf("prompt 96: oscar-fixed nll %.8f oscar-lm %.8f\n", rep.methods[1].nll_sum, rep.methods[2].nll_sum);
+    assert_int_equal(rep.prompt, 96);
+    assert_true(rep.methods[1].nll_sum != rep.methods[2].nll_sum);
+    oscar_verify_report_free(&rep);
+    p.prompt = 2;   // shorter than the sink
+    assert_int_equal(oscar_verify_run(m, art, toks, NT, &p, &rep), OSCAR_ERR_INVALID);
+    oscar_artifact_free(art);
     oscar_model_free(m);
 }
 
@@ -385,7 +413,7 @@ static void fake_report(struct oscar_verify_report * r, struct oscar_verify_meth
     snprintf(r->corpus, sizeof r->corpus, "held.txt");
     snprintf(r->scale_dtype, sizeof r->scale_dtype, "float32");
     r->n_layer = 3, r->ctx = 64, r->sink = 4, r->recent = 8, r->n_flush = 8, r->group_size = 16, r->n_windows = 2;
-    r->metric_tokens = 32, r->n_tokens = 1000, r->n_methods = 2, r->methods = ms;
+    r->metric_tokens = 32, r->prompt = 4, r->n_tokens = 1000, r->n_methods = 2, r->methods = ms;
     for (int i = 0; i < 2; i++) {
         memset(&ms[i], 0, sizeof ms[i]);
         snprintf(ms[i].name, sizeof ms[i].name, "%s", i ? "oscar" : "bf16");
@@ -421,7 +449,7 @@ static void test_report_json_schema(void ** state) {
                                        "config", "corpus_tokens", "wall_seconds", "methods"};
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) assert_non_null(json_object_get(j, top[i]));
     assert_int_equal(json_integer_value(json_object_get(j, "version")), OSCAR_VERIFY_REPORT_VERSION);
-    static const char * const cfgk[] = {"ctx", "sink", "recent", "page_size", "group_size", "scale_dtype", "windows",
+    static const char * const cfgk[] = {"ctx", "sink", "recent", "page_size", "prompt", "group_size", "scale_dtype", "windows",
                                         "metric_tokens", "tiering"};
     json_t * cfgj = json_object_get(j, "config");
     for (size_t i = 0; i < sizeof cfgk / sizeof cfgk[0]; i++) assert_non_null(json_object_get(cfgj, cfgk[i]));
