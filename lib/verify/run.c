@@ -245,6 +245,9 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
     if (n_win < 1) n_win = 1;
     if (n_win * T > (int64_t) n_ids) n_win = (int64_t) n_ids / T;
     r.MT = (size_t) p->metric_tokens < n_ids ? p->metric_tokens : (int32_t) n_ids;
+    if (r.MT <= p->sink + p->recent)
+        osc_warn("verify: metric_tokens %d <= sink %d + recent %d: nothing is INT2 in the metrics pass, the "
+                 "per-layer metrics and drift only show the bf16 rounding", r.MT, p->sink, p->recent);
     st = setup_methods(&r, art, T > r.MT ? T : r.MT);
     size_t nres = (size_t) r.L * (size_t) r.MT * (size_t) r.C;
     if (st == OSCAR_OK) {
