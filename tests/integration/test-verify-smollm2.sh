@@ -2,7 +2,7 @@
 # test-verify-smollm2.sh - calibrate -> verify end to end on SmolLM2-135M: the real oscar-calibrate on
 # Pride and Prejudice (4096 tokens, 512-token sequences, clip search over 1.00/0.96/0.92/0.88), then
 # oscar-verify with EVERY method in one run on held-out Persuasion (1 window of 2048 tokens, sink 32,
-# recent 128, metrics on 128 tokens). About 8 CPU-minutes (2 cores: ~4 minutes).
+# recent 128, metrics on 256 tokens > sink + recent). About 8 CPU-minutes (2 cores: ~4 minutes).
 # Checks the perplexity ordering bf16 <= oscar < hadamard < naive (and the same for oscar-fixed, the
 # artifact's rotations with clips 0.96/0.92), BPE per method (INT2 methods < INT4 < 16), the report.json
 # schema keys (lib/verify/README.md), hidden drift per layer, and that layers.svg parses as XML with one
@@ -17,7 +17,7 @@ T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 "$B/bin/oscar-calibrate" -m "$M" -f "$C/corpora/austen/prideprejudice.txt" --tokens 4096 -c 512 \
     --clip-search 1.00,0.96,0.92,0.88 -o "$T/art" -q
 "$B/bin/oscar-verify" --model "$M" --rotations "$T/art" --corpus "$C/corpora/austen/persuasion.txt" \
-    --ctx 2048 --tokens 2048 --sink 32 --recent 128 --metric-tokens 128 --report "$T/rep" --update-card
+    --ctx 2048 --tokens 2048 --sink 32 --recent 128 --metric-tokens 256 --report "$T/rep" --update-card
 grep -q "oscar-verify:begin" "$T/art/README.md"
 "$PY" - "$T/rep" <<'PYEOF'
 import json, math, sys, xml.etree.ElementTree as ET
