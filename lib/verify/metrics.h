@@ -43,7 +43,7 @@
 //   out_rel   = Σ‖(ô − o)·W_Oᵀ‖² / Σ‖o·W_Oᵀ‖²  (o: exact fp32 attention, ô: over
 //               the transformed cache; W_O [C, Hq·D], all heads together)
 // All sums fp64. Hidden drift needs a full forward and lives in the driver
-// (lib/verify/driver.h).
+// (lib/verify/verify.h, run.c).
 //
 // Shapes: T tokens, Hq / Hkv heads, D head_dim, C n_embd, L layers. GQA is
 // contiguous: KV head h serves query heads [h·g, (h+1)·g), g = Hq/Hkv.

@@ -48,14 +48,15 @@ static json_t * layer_json(const struct oscar_layer_metrics * m, double drift) {
                      (json_int_t) m->n_pairs, "n_pairs_int2", (json_int_t) m->n_pairs_int2);
 }
 
-enum oscar_status oscar_verify_write_json(const struct oscar_verify_report * r, const char * path) {
+static json_t * report_json(const struct oscar_verify_report * r) {
     json_t * root = json_pack(
-        "{s:i,s:s,s:s,s:s,s:s,s:{s:i,s:i,s:i,s:i,s:i,s:s,s:i,s:i,s:s},s:I,s:f}", "version",
+        "{s:i,s:s,s:s,s:s,s:s,s:s,s:{s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:i,s:i,s:s},s:I,s:f}", "version",
         OSCAR_VERIFY_REPORT_VERSION, "model", r->model, "model_name", r->model_name, "rotations", r->rotations,
-        "corpus", r->corpus, "config", "ctx", r->ctx, "sink", r->sink, "recent", r->recent, "page_size", r->n_flush,
-        "group_size", r->group_size, "scale_dtype", r->scale_dtype, "windows", r->n_windows, "metric_tokens",
-        r->metric_tokens, "tiering", "decode", "corpus_tokens", (json_int_t) r->n_tokens, "wall_seconds",
-        r->wall_seconds);
+        "corpus", r->corpus, "corpus_sha256", r->corpus_sha256, "config", "ctx", r->ctx, "sink", r->sink, "recent",
+        r->recent, "page_size", r->n_flush, "prompt", r->prompt, "group_size", r->group_size, "scale_dtype", r->scale_dtype, "windows",
+        r->n_windows, "metric_tokens", r->metric_tokens, "tiering", "decode", "corpus_tokens", (json_int_t) r->n_tokens,
+        "wall_seconds", r->wall_seconds);
+    if (!root) return NULL;
     json_t * ms = json_array();
     for (int32_t i = 0; i < r->n_methods; i++) {
         const struct oscar_verify_method * m = &r->methods[i];
@@ -78,10 +79,20 @@ enum oscar_status oscar_verify_write_json(const struct oscar_verify_report * r, 
         json_array_append_new(ms, o);
     }
     json_object_set_new(root, "methods", ms);
-    char * txt = json_dumps(root, JSON_INDENT(1) | JSON_REAL_PRECISION(10));
+    return root;
+}
+
+enum oscar_status oscar_verify_json_text(const struct oscar_verify_report * r, char ** out) {
+    json_t * root = report_json(r);
+    *out = root ? json_dumps(root, JSON_INDENT(1) | JSON_REAL_PRECISION(10)) : NULL;
     json_decref(root);
-    if (!txt) return osc_error(OSCAR_ERR_NOMEM, "%s: JSON encoding failed", path);
-    enum oscar_status st = osc_write_file_atomic(path, txt, strlen(txt));
+    return *out ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "report JSON encoding failed");
+}
+
+enum oscar_status oscar_verify_write_json(const struct oscar_verify_report * r, const char * path) {
+    char * txt = NULL;
+    enum oscar_status st = oscar_verify_json_text(r, &txt);
+    if (st == OSCAR_OK) st = osc_write_file_atomic(path, txt, strlen(txt));
     free(txt);
     return st;
 }
@@ -151,19 +162,25 @@ enum oscar_status oscar_verify_markdown(const struct oscar_verify_report * r, ch
     struct sbuf b = {0};
     sb_printf(&b, "### KV-cache quantization quality (oscar-verify)\n\n");
     sb_printf(&b, "Model `%s`, held-out corpus `%s`, %d window(s) of %d tokens, BF16 sink %d + recent %d "
-                  "(page %d, decode demotion), group size %d, %s scale/zero.\n\n",
-              r->model_name, r->corpus, r->n_windows, r->ctx, r->sink, r->recent, r->n_flush, r->group_size,
+                  "(page %d, decode demotion after a %d-token prefill), group size %d, %s scale/zero.\n\n",
+              r->model_name, r->corpus, r->n_windows, r->ctx, r->sink, r->recent, r->n_flush, r->prompt, r->group_size,
               r->scale_dtype);
-    sb_printf(&b, "| method | BPE | perplexity | Δppl vs bf16 | mean post-W_O rel. err | mean KL (nats) | hidden drift (last layer) |\n");
-    sb_printf(&b, "|---|---|---|---|---|---|---|\n");
+    sb_printf(&b, "| method | BPE | perplexity | Δppl vs bf16 | K relMSE | V relMSE | KL (nats) | post-W_O rel. err "
+                  "| hidden drift (last layer) |\n");
+    sb_printf(&b, "|---|---|---|---|---|---|---|---|---|\n");
     double base = r->n_methods ? r->methods[0].ppl : 0;
+    for (int32_t i = 0; i < r->n_methods; i++)
+        if (!strcmp(r->methods[i].name, "bf16")) base = r->methods[i].ppl;
     for (int32_t i = 0; i < r->n_methods; i++) {
         const struct oscar_verify_method * m = &r->methods[i];
         struct oscar_layer_metrics all = {0};
         for (int32_t l = 0; l < r->n_layer; l++) oscar_layer_metrics_add(&all, &m->layers[l]);
-        sb_printf(&b, "| %s | %.3f | %.4f | %+.4f | %.3e | %.3e | %.3e |\n", m->name, m->bpe, m->ppl, m->ppl - base,
-                  all.out_rel, all.kl, r->n_layer ? m->drift[r->n_layer - 1] : 0.0);
+        sb_printf(&b, "| %s | %.3f | %.4f | %+.4f | %.3e | %.3e | %.3e | %.3e | %.3e |\n", m->name, m->bpe, m->ppl,
+                  m->ppl - base, all.k_rel_mse, all.v_rel_mse, all.kl, all.out_rel,
+                  r->n_layer ? m->drift[r->n_layer - 1] : 0.0);
     }
+    sb_printf(&b, "\nMetrics (means over layers) on the first %d tokens; perplexity over %d × %d tokens.\n",
+              r->metric_tokens, r->n_windows, r->ctx);
     if (b.oom) {
         free(b.s);
         return osc_error(OSCAR_ERR_NOMEM, "markdown summary");
@@ -183,7 +200,8 @@ enum oscar_status oscar_verify_update_card(const char * readme, const char * md)
     struct sbuf b = {0};
     char * s = strstr(old, CARD_BEGIN), * e = s ? strstr(s, CARD_END) : NULL;
     if (s && e) {
-        sb_printf(&b, "%.*s%s\n%s%s", (int) (s - old), old, CARD_BEGIN, md, e);
+        // same bytes as the append branch below: BEGIN \n md \n END
+        sb_printf(&b, "%.*s%s\n%s\n%s", (int) (s - old), old, CARD_BEGIN, md, e);
     } else {
         sb_printf(&b, "%s%s\n%s\n%s\n%s\n", old, (n && old[n - 1] != '\n') ? "\n" : "", CARD_BEGIN, md, CARD_END);
     }

@@ -25,7 +25,9 @@ struct oscar_verify_method {
 
 struct oscar_verify_report {
     char model[512], model_name[128], rotations[512], corpus[512];
+    char corpus_sha256[65];                 // of the corpus bytes read (lib/tokenizer/corpus.h), or ""
     int32_t n_layer, ctx, sink, recent, n_flush, group_size, n_windows, metric_tokens;
+    int32_t prompt;                         // prefill chunk per window (>= sink)
     char scale_dtype[16];
     int64_t n_tokens;                       // corpus tokens available
     double wall_seconds;
@@ -34,12 +36,15 @@ struct oscar_verify_report {
 };
 
 enum oscar_status oscar_verify_write_json(const struct oscar_verify_report * r, const char * path);
+// The same JSON text (malloc'ed, caller frees).
+enum oscar_status oscar_verify_json_text(const struct oscar_verify_report * r, char ** out);
 // Per-layer post-W_O relative error (log10 y axis), one polyline per method.
 enum oscar_status oscar_verify_write_svg(const struct oscar_verify_report * r, const char * path);
 // Markdown summary (malloc'ed, caller frees).
 enum oscar_status oscar_verify_markdown(const struct oscar_verify_report * r, char ** out);
 // Replaces the text between "<!-- oscar-verify:begin -->" and
 // "<!-- oscar-verify:end -->" in readme (appends the block when absent), atomically.
+// Idempotent: a second call with the same markdown leaves the file byte-identical.
 enum oscar_status oscar_verify_update_card(const char * readme, const char * markdown);
 
 #endif

@@ -1,7 +1,9 @@
 // test-verify.c - lib/verify: metrics on cases with known answers, the tiering
 // rule against lib/attention's tier simulator, the simulated quantized-cache
 // attention against a token-by-token paged-cache decode, and quantized-cache
-// perplexity with every tier bf16 against plain perplexity.
+// perplexity with every tier bf16 against plain perplexity; the driver
+// (oscar_verify_run) against oscar_perplexity and its own invariants; the
+// report.json schema keys, the SVG and the model-card update idempotence.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +19,12 @@
 #include "attention/kv-cache.h"
 #include "rotation/rotation.h"
 #include "verify/metrics.h"
+#include "verify/report.h"
+#include "verify/verify.h"
+
+#include <jansson.h>
+#include <unistd.h>
+#include "util/fs.h"
 
 #define SEED 12345u
 
@@ -288,11 +296,256 @@ static void test_bpe(void ** state) {
                                                NULL, NULL, &tf), OSCAR_ERR_INVALID);   // no rotations
 }
 
+
+// ---- driver ------------------------------------------------------------------------------
+static void test_parse_methods(void ** state) {
+    (void) state;
+    char names[OSCAR_VERIFY_MAX_METHODS][32];
+    int32_t n = 0;
+    assert_int_equal(oscar_verify_parse_methods(OSCAR_VERIFY_METHODS_ALL, true, names, &n), OSCAR_OK);
+    assert_int_equal(n, 8);
+    assert_string_equal(names[3], "oscar");
+    assert_string_equal(names[4], "oscar-fixed");
+    assert_int_equal(oscar_verify_parse_methods(OSCAR_VERIFY_METHODS_NO_ARTIFACT, false, names, &n), OSCAR_OK);
+    assert_int_equal(n, 5);
+    assert_int_equal(oscar_verify_parse_methods("bf16,oscar-lm", false, names, &n), OSCAR_ERR_INVALID);
+    assert_int_equal(oscar_verify_parse_methods("bf16,nope", true, names, &n), OSCAR_ERR_INVALID);
+    assert_int_equal(oscar_verify_parse_methods("naive,naive", true, names, &n), OSCAR_ERR_INVALID);
+    assert_int_equal(oscar_verify_parse_methods(",", true, names, &n), OSCAR_ERR_INVALID);
+}
+
+// oscar_verify_run on a random 2-layer model: the bf16 method's perplexity is exactly
+// oscar_perplexity's with stride = ctx (same forward and logits; only the order of the fp64 NLL
+// sum over 254 terms may differ: <= 254 * 2^-53 relative ~ 3e-14, so 1e-12); bf16 has zero
+// metrics and drift; a quantized
+// method has positive K relMSE and drift after every layer; with sink + recent >= ctx nothing is
+// INT2 so every method's perplexity equals bf16's up to the bf16 rounding of the HP rows.
+static void test_run_random_model(void ** state) {
+    (void) state;
+    struct oscar_model_config cfg = {.arch = OSCAR_ARCH_LLAMA, .n_layer = 2, .n_embd = 128, .n_head = 4,
+                                     .n_head_kv = 2, .head_dim = 32, .n_ff = 96, .n_vocab = 128, .n_ctx_train = 256,
+                                     .rope_theta = 10000.0f, .rms_eps = 1e-5f};
+    struct oscar_model * m;
+    assert_int_equal(oscar_model_init_random(&cfg, SEED, &m), OSCAR_OK);
+    enum { NT = 300 };
+    int32_t toks[NT];
+    for (int i = 0; i < NT; i++) toks[i] = (int32_t) (urand() * 128) % 128;
+    struct oscar_verify_params p = oscar_verify_default_params();
+    p.methods = "bf16,naive,hadamard,int4-bdh,kivi";
+    p.ctx = 128, p.tokens = 256, p.sink = 4, p.recent = 16, p.metric_tokens = 96, p.n_threads = 1;
+    struct oscar_verify_report rep;
+    enum oscar_status st = oscar_verify_run(m, NULL, toks, NT, &p, &rep);
+    if (st != OSCAR_OK) printf("oscar_verify_run: %s\n", oscar_last_error());
+    assert_int_equal(st, OSCAR_OK);
+    assert_int_equal(rep.n_methods, 5);
+    assert_int_equal(rep.n_windows, 2);
+    struct oscar_ppl_params pp = {.n_ctx = 128, .stride = 128, .n_threads = 1, .max_windows = 2};
+    struct oscar_ppl_result ref;
+    assert_int_equal(oscar_perplexity(m, toks, 256, &pp, &ref), OSCAR_OK);
+    printf("driver bf16 nll %.10f (%lld), oscar_perplexity %.10f (%lld)\n", rep.methods[0].nll_sum,
+           (long long) rep.methods[0].n_scored, ref.nll_sum, (long long) ref.n_scored);
+    assert_int_equal(rep.methods[0].n_scored, 2 * 127);
+    assert_true(fabs(rep.methods[0].nll_sum - ref.nll_sum) < 1e-12 * fabs(ref.nll_sum));
+    for (int32_t l = 0; l < 2; l++) {
+        assert_true(rep.methods[0].drift[l] == 0 && rep.methods[0].layers[l].k_rel_mse == 0);
+        for (int32_t i = 1; i < 5; i++) {
+            assert_true(rep.methods[i].drift[l] > 0);
+            assert_true(rep.methods[i].layers[l].k_rel_mse > 0);
+            assert_true(rep.methods[i].layers[l].n_rows_int2 > 0);
+        }
+    }
+    assert_true(rep.methods[1].bpe < 16 && rep.methods[3].bpe > rep.methods[2].bpe);
+    oscar_verify_report_free(&rep);
+    // nothing INT2: every method equals bf16 up to the bf16 rounding of the cache rows (rel <= 2^-9 per
+    // element, so each attention score and value moves by <= 2^-9 ~ 2e-3 relative, and the NLL, a
+    // smooth function of them, by about that times its sensitivity; through 2 random layers we
+    // bound the relative NLL change by 2^-9 / 2 ~ 1e-3 (observed ~2e-6: the errors have random signs)
+    p.sink = 64, p.recent = 128;
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &rep), OSCAR_OK);
+    for (int32_t i = 1; i < 5; i++) {
+        printf("all-HP %s: nll %.8f vs bf16 %.8f\n", rep.methods[i].name, rep.methods[i].nll_sum, rep.methods[0].nll_sum);
+        assert_int_equal(rep.methods[i].k_stats.n_rows, 0);
+        assert_true(fabs(rep.methods[i].nll_sum - rep.methods[0].nll_sum) < 1e-3 * rep.methods[0].nll_sum);
+    }
+    oscar_verify_report_free(&rep);
+    // too few tokens for one window, oscar without an artifact
+    p.ctx = 512;
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &rep), OSCAR_ERR_INVALID);
+    p.ctx = 128, p.methods = "bf16,oscar";
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &rep), OSCAR_ERR_INVALID);
+    // artifact methods: rotations = a row permutation of H (orthogonal), clips 0.96 / 0.92 like oscar-fixed.
+    // With prompt = sink every INT2 row is decode-demoted, which uses the uniform flush quantizer, so
+    // oscar-lm must equal oscar-fixed exactly; with a 96-token prefill the middle [4, 80) is Lloyd-Max.
+    struct oscar_artifact * art;
+    assert_int_equal(oscar_artifact_init(2, 4, 2, 32, false, false, false, &art), OSCAR_OK);
+    float H[32 * 32];
+    assert_int_equal(oscar_hadamard_matrix_f32(32, H), OSCAR_OK);
+    for (int l = 0; l < 2; l++) {
+        for (int i = 0; i < 32; i++) {
+            memcpy(art->k_rotation + (l * 32 + i) * 32, H + ((i * 5) % 32) * 32, sizeof(float) * 32);
+            memcpy(art->v_rotation + (l * 32 + i) * 32, H + ((i * 7) % 32) * 32, sizeof(float) * 32);
+        }
+        art->k_clip[l] = 0.96f, art->v_clip[l] = 0.92f;
+    }
+    p.methods = "oscar,oscar-fixed,oscar-lm", p.sink = 4, p.recent = 16, p.prompt = 0;
+    assert_int_equal(oscar_verify_run(m, art, toks, NT, &p, &rep), OSCAR_OK);
+    assert_true(rep.methods[1].nll_sum == rep.methods[2].nll_sum);
+    assert_true(fabs(rep.methods[0].nll_sum - rep.methods[1].nll_sum) < 1e-6 * rep.methods[1].nll_sum); // fp32 clips
+    oscar_verify_report_free(&rep);
+    p.prompt = 96;
+    assert_int_equal(oscar_verify_run(m, art, toks, NT, &p, &rep), OSCAR_OK);
+    printf("prompt 96: oscar-fixed nll %.8f oscar-lm %.8f\n", rep.methods[1].nll_sum, rep.methods[2].nll_sum);
+    assert_int_equal(rep.prompt, 96);
+    assert_true(rep.methods[1].nll_sum != rep.methods[2].nll_sum);
+    oscar_verify_report_free(&rep);
+    p.prompt = 2;   // shorter than the sink
+    assert_int_equal(oscar_verify_run(m, art, toks, NT, &p, &rep), OSCAR_ERR_INVALID);
+    oscar_artifact_free(art);
+    oscar_model_free(m);
+}
+
+// ---- report files --------------------------------------------------------------------------
+static void fake_report(struct oscar_verify_report * r, struct oscar_verify_method * ms, struct oscar_layer_metrics * lm,
+                        double * drift) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->model, sizeof r->model, "m.gguf");
+    snprintf(r->model_name, sizeof r->model_name, "tiny");
+    snprintf(r->corpus, sizeof r->corpus, "held.txt");
+    snprintf(r->scale_dtype, sizeof r->scale_dtype, "float32");
+    r->n_layer = 3, r->ctx = 64, r->sink = 4, r->recent = 8, r->n_flush = 8, r->group_size = 16, r->n_windows = 2;
+    r->metric_tokens = 32, r->prompt = 4, r->n_tokens = 1000, r->n_methods = 2, r->methods = ms;
+    for (int i = 0; i < 2; i++) {
+        memset(&ms[i], 0, sizeof ms[i]);
+        snprintf(ms[i].name, sizeof ms[i].name, "%s", i ? "oscar" : "bf16");
+        ms[i].bpe = i ? 2.5 : 16, ms[i].ppl = 10 + i, ms[i].n_scored = 126, ms[i].layers = lm + 3 * i;
+        ms[i].drift = drift + 3 * i;
+        for (int l = 0; l < 3; l++) {
+            struct oscar_layer_metrics * x = &lm[3 * i + l];
+            memset(x, 0, sizeof *x);
+            x->k_err = i * (l + 1.0), x->k_ref = 10, x->v_err = i, x->v_ref = 10, x->out_num = i * 1e-3 * (l + 1),
+            x->out_den = 1, x->kl_sum = i * 0.5, x->n_queries = 4, x->logit_num = i, x->logit_den = 4;
+            oscar_layer_metrics_finish(x);
+            drift[3 * i + l] = i * 1e-3 * (l + 1);
+        }
+    }
+}
+
+static void test_report_json_schema(void ** state) {
+    (void) state;
+    struct oscar_verify_report r;
+    struct oscar_verify_method ms[2];
+    struct oscar_layer_metrics lm[6];
+    double drift[6];
+    fake_report(&r, ms, lm, drift);
+    char dir[] = "/tmp/oscar-test-verify-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(oscar_verify_write_dir(&r, dir), OSCAR_OK);
+    char p[256];
+    snprintf(p, sizeof p, "%s/report.json", dir);
+    json_error_t je;
+    json_t * j = json_load_file(p, 0, &je);
+    assert_non_null(j);
+    static const char * const top[] = {"version", "model", "model_name", "rotations", "corpus", "corpus_sha256",
+                                       "config", "corpus_tokens", "wall_seconds", "methods"};
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) assert_non_null(json_object_get(j, top[i]));
+    assert_int_equal(json_integer_value(json_object_get(j, "version")), OSCAR_VERIFY_REPORT_VERSION);
+    static const char * const cfgk[] = {"ctx", "sink", "recent", "page_size", "prompt", "group_size", "scale_dtype", "windows",
+                                        "metric_tokens", "tiering"};
+    json_t * cfgj = json_object_get(j, "config");
+    for (size_t i = 0; i < sizeof cfgk / sizeof cfgk[0]; i++) assert_non_null(json_object_get(cfgj, cfgk[i]));
+    assert_int_equal(json_integer_value(json_object_get(cfgj, "recent")), 8);
+    json_t * jm = json_object_get(j, "methods");
+    assert_int_equal(json_array_size(jm), 2);
+    static const char * const mk[] = {"name", "bpe", "ppl", "nll_sum", "n_scored", "seconds", "mean", "layers",
+                                      "k_quant", "v_quant"};
+    static const char * const lk[] = {"k_rel_mse", "v_rel_mse", "logit_err", "kl", "out_rel", "hidden_drift",
+                                      "n_rows", "n_rows_int2", "n_pairs", "n_pairs_int2"};
+    for (size_t i = 0; i < 2; i++) {
+        json_t * m = json_array_get(jm, i);
+        for (size_t k = 0; k < sizeof mk / sizeof mk[0]; k++) assert_non_null(json_object_get(m, mk[k]));
+        json_t * layers = json_object_get(m, "layers");
+        assert_int_equal(json_array_size(layers), 3);
+        for (size_t l = 0; l < 3; l++)
+            for (size_t k = 0; k < sizeof lk / sizeof lk[0]; k++)
+                assert_non_null(json_object_get(json_array_get(layers, l), lk[k]));
+        // values round-trip: layer 2 K relMSE = i * 3 / 10, drift = i * 3e-3; mean drift = last layer
+        assert_true(fabs(json_real_value(json_object_get(json_array_get(layers, 2), "k_rel_mse")) - 0.3 * (double) i) < 1e-12);
+        assert_true(fabs(json_real_value(json_object_get(json_object_get(m, "mean"), "hidden_drift")) - 3e-3 * (double) i) < 1e-12);
+    }
+    json_decref(j);
+    // SVG: one polyline per method with its name, 3 points each
+    char * svg = NULL;
+    size_t n = 0;
+    snprintf(p, sizeof p, "%s/layers.svg", dir);
+    assert_int_equal(osc_read_file(p, 1 << 20, &svg, &n), OSCAR_OK);
+    assert_non_null(strstr(svg, "data-method=\"bf16\""));
+    assert_non_null(strstr(svg, "data-method=\"oscar\""));
+    int lines = 0;
+    for (const char * q = svg; (q = strstr(q, "<polyline")); q++) lines++;
+    assert_int_equal(lines, 2);
+    assert_non_null(strstr(svg, "</svg>"));
+    free(svg);
+    const char * files[] = {"report.json", "layers.svg", "summary.md"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        assert_int_equal(unlink(p), 0);
+    }
+    assert_int_equal(rmdir(dir), 0);
+}
+
+static int count(const char * s, const char * pat) {
+    int c = 0;
+    for (const char * q = s; (q = strstr(q, pat)); q++) c++;
+    return c;
+}
+
+static void test_update_card_idempotent(void ** state) {
+    (void) state;
+    char path[] = "/tmp/oscar-test-card-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    const char * card = "---\nlicense: apache-2.0\n---\n# rotations\n\nSome text.";   // no final newline
+    assert_int_equal(osc_write_file_atomic(path, card, strlen(card)), OSCAR_OK);
+    struct oscar_verify_report r;
+    struct oscar_verify_method ms[2];
+    struct oscar_layer_metrics lm[6];
+    double drift[6];
+    fake_report(&r, ms, lm, drift);
+    char * md = NULL, * a = NULL, * b = NULL, * c = NULL;
+    size_t na, nb, nc;
+    assert_int_equal(oscar_verify_markdown(&r, &md), OSCAR_OK);
+    assert_non_null(strstr(md, "| oscar | 2.500 | 11.0000 | +1.0000 |"));
+    assert_int_equal(oscar_verify_update_card(path, md), OSCAR_OK);
+    assert_int_equal(osc_read_file(path, 1 << 20, &a, &na), OSCAR_OK);
+    assert_int_equal(oscar_verify_update_card(path, md), OSCAR_OK);
+    assert_int_equal(osc_read_file(path, 1 << 20, &b, &nb), OSCAR_OK);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, na);                       // byte-identical after the second run
+    assert_int_equal(count(b, "<!-- oscar-verify:begin -->"), 1);
+    assert_int_equal(count(b, "<!-- oscar-verify:end -->"), 1);
+    assert_int_equal(strncmp(b, card, strlen(card)), 0); // the card before the block is kept
+    // a different summary replaces the block, the rest stays
+    ms[1].ppl = 12;
+    free(md);
+    assert_int_equal(oscar_verify_markdown(&r, &md), OSCAR_OK);
+    assert_int_equal(oscar_verify_update_card(path, md), OSCAR_OK);
+    assert_int_equal(osc_read_file(path, 1 << 20, &c, &nc), OSCAR_OK);
+    assert_int_equal(count(c, "<!-- oscar-verify:begin -->"), 1);
+    assert_non_null(strstr(c, "| oscar | 2.500 | 12.0000 |"));
+    assert_null(strstr(c, "| oscar | 2.500 | 11.0000 |"));
+    assert_int_equal(nc, nb);
+    free(md), free(a), free(b), free(c);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identity_zero), cmocka_unit_test(test_scaling),   cmocka_unit_test(test_constant_shift),
         cmocka_unit_test(test_tier_rule),     cmocka_unit_test(test_sim_vs_cache), cmocka_unit_test(test_ppl_all_bf16),
-        cmocka_unit_test(test_bpe),
+        cmocka_unit_test(test_bpe),           cmocka_unit_test(test_parse_methods),
+        cmocka_unit_test(test_run_random_model), cmocka_unit_test(test_report_json_schema),
+        cmocka_unit_test(test_update_card_idempotent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

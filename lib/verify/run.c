@@ -1,0 +1,327 @@
+// run.c - the oscar-verify driver (verify.h): method list, per-layer metrics
+// and hidden drift pass, quantized-cache perplexity of every method on the
+// same windows, report files and the stdout table. No file reading here; no
+// exit() on bad input.
+#include "verify/verify.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/fs.h"
+#include "util/log.h"
+
+struct oscar_verify_params oscar_verify_default_params(void) {
+    return (struct oscar_verify_params){.methods = NULL, .ctx = 2048, .sink = 32, .recent = 128, .page = 8,
+                                        .group_size = 0, .scale_dtype = OSCAR_META_F32, .tokens = 0,
+                                        .metric_tokens = 512, .n_threads = 0};
+}
+
+// ---- methods --------------------------------------------------------------------------
+// CLI name -> lib/verify/kv-transform.c preset name.
+static const struct { const char * name, * preset; bool needs_art; } method_table[] = {
+    {"bf16", "bf16", false},         {"naive", "naive", false},       {"hadamard", "hadamard", false},
+    {"oscar", "oscar-searched", true}, {"oscar-fixed", "oscar", true}, {"oscar-lm", "oscar-lm", true},
+    {"int4-bdh", "int4-bdh", false}, {"kivi", "kivi", false},
+};
+enum { N_METHOD_TABLE = (int) (sizeof method_table / sizeof method_table[0]) };
+
+static int method_index(const char * name) {
+    for (int i = 0; i < N_METHOD_TABLE; i++)
+        if (!strcmp(method_table[i].name, name)) return i;
+    return -1;
+}
+
+enum oscar_status oscar_verify_parse_methods(const char * list, bool have_artifact,
+                                             char names[OSCAR_VERIFY_MAX_METHODS][32], int32_t * n) {
+    char buf[512];
+    *n = 0;
+    if (!list || strlen(list) >= sizeof buf) return osc_error(OSCAR_ERR_INVALID, "--methods: empty or too long");
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char * sp = NULL, * name = strtok_r(buf, ",", &sp); name; name = strtok_r(NULL, ",", &sp)) {
+        int k = method_index(name);
+        if (k < 0)
+            return osc_error(OSCAR_ERR_INVALID, "--methods: unknown method '%s' (known: %s)", name,
+                             OSCAR_VERIFY_METHODS_ALL);
+        if (method_table[k].needs_art && !have_artifact)
+            return osc_error(OSCAR_ERR_INVALID, "--methods: '%s' needs --rotations", name);
+        for (int32_t i = 0; i < *n; i++)
+            if (!strcmp(names[i], name)) return osc_error(OSCAR_ERR_INVALID, "--methods: '%s' given twice", name);
+        if (*n == OSCAR_VERIFY_MAX_METHODS)
+            return osc_error(OSCAR_ERR_INVALID, "--methods: more than %d methods", OSCAR_VERIFY_MAX_METHODS);
+        snprintf(names[(*n)++], 32, "%s", name);
+    }
+    if (*n == 0) return osc_error(OSCAR_ERR_INVALID, "--methods: empty list");
+    return OSCAR_OK;
+}
+
+// ---- per-run state ----------------------------------------------------------------------
+struct vrun {
+    const struct oscar_model * m;
+    const struct oscar_verify_params * p;
+    int32_t nm, L, C, MT;
+    struct oscar_kv_transform tfs[OSCAR_VERIFY_MAX_METHODS];
+    struct oscar_kv_sim * sims[OSCAR_VERIFY_MAX_METHODS];
+    struct oscar_verify_method * ms;   // [nm] (owned by the report)
+    float * resid_ref;                 // [L, MT, C] reference residual stream after each layer
+    float * resid_cur;                 // [L, MT, C] the same under one method
+    float * logits;                    // [LOGIT_BLOCK, V]
+};
+enum { LOGIT_BLOCK = 64 };
+
+static enum oscar_status setup_methods(struct vrun * r, const struct oscar_artifact * art, int32_t maxT) {
+    const struct oscar_model_config * c = &r->m->config;
+    const struct oscar_verify_params * p = r->p;
+    char names[OSCAR_VERIFY_MAX_METHODS][32];
+    enum oscar_status st = oscar_verify_parse_methods(p->methods, art != NULL, names, &r->nm);
+    if (st != OSCAR_OK) return st;
+    struct oscar_tiering tr = {.mode = OSCAR_TIERS_DECODE, .n_sink = p->sink, .n_recent = p->recent,
+                               .n_flush = p->page, .prompt_len = p->prompt ? p->prompt : p->sink, .block = 1};
+    r->ms = calloc((size_t) r->nm, sizeof *r->ms);
+    if (!r->ms) return osc_error(OSCAR_ERR_NOMEM, "method table");
+    for (int32_t i = 0; i < r->nm && st == OSCAR_OK; i++) {
+        const char * preset = method_table[method_index(names[i])].preset;
+        st = oscar_kv_transform_preset(preset, r->L, c->n_head_kv, c->head_dim, p->group_size, p->scale_dtype, &tr,
+                                       art ? art->per_head : false, art ? art->k_rotation : NULL,
+                                       art ? art->v_rotation : NULL, art ? art->clip_per_head : false,
+                                       art ? art->k_clip : NULL, art ? art->v_clip : NULL, &r->tfs[i]);
+        if (st != OSCAR_OK) break;
+        struct oscar_verify_method * mt = &r->ms[i];
+        snprintf(mt->name, sizeof mt->name, "%s", names[i]);
+        mt->bpe = oscar_kv_transform_bpe(&r->tfs[i], p->ctx);
+        mt->layers = calloc((size_t) r->L, sizeof *mt->layers);
+        mt->drift = calloc((size_t) r->L, sizeof(double));
+        if (!mt->layers || !mt->drift) st = osc_error(OSCAR_ERR_NOMEM, "method %s: layer tables", names[i]);
+        if (st == OSCAR_OK && r->tfs[i].quant != OSCAR_KVQ_IDENTITY)
+            st = oscar_kv_sim_init(&r->tfs[i], c, maxT, p->n_threads, &r->sims[i]);
+    }
+    return st;
+}
+
+// ---- (1) metrics and hidden drift -----------------------------------------------------------
+struct ref_hook { struct vrun * r; bool metrics; float * resid; };
+
+static enum oscar_status on_layer(void * user, const struct oscar_capture_layer * cl) {
+    struct ref_hook * h = user;
+    struct vrun * r = h->r;
+    size_t n = (size_t) cl->n_tokens * (size_t) r->C;
+    memcpy(h->resid + (size_t) cl->layer * n, cl->resid_out, sizeof(float) * n);
+    if (!h->metrics) return OSCAR_OK;
+    const struct oscar_model_config * c = cl->config;
+    struct oscar_layer_input in = {.layer = cl->layer, .n_tokens = cl->n_tokens, .n_seq = cl->n_seq,
+                                   .seq_start = cl->seq_start, .q = cl->q, .k = cl->k, .v = cl->v, .wo = cl->wo,
+                                   .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
+                                   .n_embd = c->n_embd};
+    for (int32_t i = 0; i < r->nm; i++) {
+        enum oscar_status st = oscar_verify_layer_metrics(&r->tfs[i], &in, r->p->n_threads,
+                                                          &r->ms[i].layers[cl->layer]);
+        if (st != OSCAR_OK) return st;
+    }
+    return OSCAR_OK;
+}
+
+// One forward over the metric slice; method < 0: the exact model with the metrics hook.
+static enum oscar_status metric_forward(struct vrun * r, const int32_t * ids, int32_t method) {
+    struct ref_hook h = {.r = r, .metrics = method < 0, .resid = method < 0 ? r->resid_ref : r->resid_cur};
+    struct oscar_capture_hook hk = {.on_layer = on_layer, .user = &h};
+    struct oscar_attention_override ov = {0};
+    struct oscar_forward_params fp = oscar_forward_default_params();
+    fp.n_threads = r->p->n_threads, fp.max_tokens = r->MT, fp.hook = &hk;
+    if (method >= 0) ov = oscar_kv_sim_override(r->sims[method]), fp.attention = &ov;
+    int32_t ss[2] = {0, r->MT};
+    struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = ids, .pos = NULL};
+    struct oscar_forward * f = NULL;
+    enum oscar_status st = oscar_forward_init(r->m, &fp, &f);
+    if (st == OSCAR_OK) st = oscar_forward_run(f, &b, NULL);
+    oscar_forward_free(f);
+    return st;
+}
+
+static void drift_of(const struct vrun * r, double * drift) {
+    size_t n = (size_t) r->MT * (size_t) r->C;
+    for (int32_t l = 0; l < r->L; l++) {
+        const float * a = r->resid_cur + (size_t) l * n, * b = r->resid_ref + (size_t) l * n;
+        double num = 0, den = 0;
+        for (size_t j = 0; j < n; j++) {
+            double d = (double) a[j] - (double) b[j];
+            num += d * d, den += (double) b[j] * (double) b[j];
+        }
+        drift[l] = den > 0 ? num / den : 0;
+    }
+}
+
+static enum oscar_status metrics_pass(struct vrun * r, const int32_t * ids) {
+    struct osc_progress pg;
+    osc_progress_init(&pg, "metrics", "methods", r->nm);
+    enum oscar_status st = metric_forward(r, ids, -1);
+    for (int32_t i = 0; i < r->nm && st == OSCAR_OK; i++) {
+        if (r->sims[i]) { // identity methods have zero drift by construction
+            st = metric_forward(r, ids, i);
+            if (st == OSCAR_OK) drift_of(r, r->ms[i].drift);
+        }
+        osc_progress_update(&pg, i + 1);
+    }
+    osc_progress_finish(&pg);
+    return st;
+}
+
+// ---- (2) perplexity --------------------------------------------------------------------------
+// NLL of targets 1..T-1 from the final hidden states [T, C], LOGIT_BLOCK rows at a time.
+static double window_nll(const struct oscar_model * m, const float * hidden, const int32_t * tok, int32_t T,
+                         float * logits) {
+    int32_t C = m->config.n_embd, V = m->config.n_vocab;
+    double nll = 0;
+    for (int32_t r0 = 0; r0 < T - 1; r0 += LOGIT_BLOCK) {
+        int32_t nb = T - 1 - r0 < LOGIT_BLOCK ? T - 1 - r0 : LOGIT_BLOCK;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, V, C, 1.0f, hidden + (size_t) r0 * C, C, m->output,
+                    C, 0.0f, logits, V);
+        for (int32_t i = 0; i < nb; i++) {
+            const float * lg = logits + (size_t) i * V;
+            double mx = -INFINITY, z = 0;
+            for (int32_t j = 0; j < V; j++) mx = fmax(mx, (double) lg[j]);
+            for (int32_t j = 0; j < V; j++) z += exp((double) lg[j] - mx);
+            nll += mx + log(z) - (double) lg[tok[r0 + i + 1]];
+        }
+    }
+    return nll;
+}
+
+static enum oscar_status ppl_method(struct vrun * r, int32_t i, const int32_t * ids, int64_t n_win,
+                                    struct osc_progress * pg) {
+    int32_t T = r->p->ctx;
+    struct oscar_verify_method * mt = &r->ms[i];
+    struct oscar_attention_override ov = {0};
+    struct oscar_forward_params fp = oscar_forward_default_params();
+    fp.n_threads = r->p->n_threads, fp.max_tokens = T;
+    if (r->sims[i]) ov = oscar_kv_sim_override(r->sims[i]), fp.attention = &ov;
+    struct oscar_forward * f = NULL;
+    enum oscar_status st = oscar_forward_init(r->m, &fp, &f);
+    double t0 = osc_now();
+    for (int64_t w = 0; w < n_win && st == OSCAR_OK; w++) {
+        int32_t ss[2] = {0, T}, th = 0;
+        struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = ids + w * T, .pos = NULL};
+        st = oscar_forward_run(f, &b, NULL);
+        const float * hid = st == OSCAR_OK ? oscar_forward_hidden(f, &th) : NULL;
+        if (st == OSCAR_OK && (!hid || th != T)) st = osc_error(OSCAR_ERR_NUMERIC, "method %s: no hidden state", mt->name);
+        if (st != OSCAR_OK) break;
+        mt->nll_sum += window_nll(r->m, hid, ids + w * T, T, r->logits);
+        mt->n_scored += T - 1;
+        osc_progress_update(pg, ((int64_t) i * n_win + w + 1) * T);
+    }
+    mt->seconds = osc_now() - t0;
+    mt->ppl = mt->n_scored ? exp(mt->nll_sum / (double) mt->n_scored) : 0;
+    if (r->sims[i]) oscar_kv_sim_stats(r->sims[i], &mt->k_stats, &mt->v_stats);
+    oscar_forward_free(f);
+    return st;
+}
+
+// ---- driver ------------------------------------------------------------------------------------
+static enum oscar_status check_params(const struct oscar_model * m, const struct oscar_artifact * art,
+                                      size_t n_ids, const struct oscar_verify_params * p) {
+    const struct oscar_model_config * c = &m->config;
+    if (p->ctx < 2 || p->sink < 0 || p->recent < 0 || p->page < 1 || p->metric_tokens < 2 || p->tokens < 0 ||
+        p->group_size < 0 || p->prompt < 0 || (p->prompt && p->prompt < p->sink) || p->prompt > p->ctx)
+        return osc_error(OSCAR_ERR_INVALID, "verify: ctx %d sink %d recent %d page %d prompt %d metric_tokens %d "
+                         "tokens %lld group_size %d out of range", p->ctx, p->sink, p->recent, p->page, p->prompt,
+                         p->metric_tokens, (long long) p->tokens, p->group_size);
+    if ((size_t) p->ctx > n_ids)
+        return osc_error(OSCAR_ERR_INVALID, "verify: the corpus has %zu tokens, need at least one window of %d",
+                         n_ids, p->ctx);
+    if (art) return oscar_artifact_check_shape(art, c->n_layer, c->n_head, c->n_head_kv, c->head_dim, c->name);
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct oscar_artifact * art,
+                                   const int32_t * ids, size_t n_ids, const struct oscar_verify_params * p,
+                                   struct oscar_verify_report * rep) {
+    double t0 = osc_now();
+    memset(rep, 0, sizeof *rep);
+    struct vrun r = {.m = m, .p = p, .L = m->config.n_layer, .C = m->config.n_embd};
+    enum oscar_status st = check_params(m, art, n_ids, p);
+    if (st != OSCAR_OK) return st;
+    int32_t T = p->ctx;
+    int64_t n_win = (p->tokens ? p->tokens : T) / T;
+    if (n_win < 1) n_win = 1;
+    if (n_win * T > (int64_t) n_ids) n_win = (int64_t) n_ids / T;
+    r.MT = (size_t) p->metric_tokens < n_ids ? p->metric_tokens : (int32_t) n_ids;
+    if (r.MT <= p->sink + p->recent)
+        osc_warn("verify: metric_tokens %d <= sink %d + recent %d: nothing is INT2 in the metrics pass, the "
+                 "per-layer metrics and drift only show the bf16 rounding", r.MT, p->sink, p->recent);
+    st = setup_methods(&r, art, T > r.MT ? T : r.MT);
+    size_t nres = (size_t) r.L * (size_t) r.MT * (size_t) r.C;
+    if (st == OSCAR_OK) {
+        r.resid_ref = malloc(sizeof(float) * nres);
+        r.resid_cur = malloc(sizeof(float) * nres);
+        r.logits = malloc(sizeof(float) * LOGIT_BLOCK * (size_t) m->config.n_vocab);
+        if (!r.resid_ref || !r.resid_cur || !r.logits) st = osc_error(OSCAR_ERR_NOMEM, "verify: buffers");
+    }
+    if (st == OSCAR_OK) st = metrics_pass(&r, ids);
+    if (st == OSCAR_OK) {
+        struct osc_progress pg;
+        osc_progress_init(&pg, "perplexity", "tokens", n_win * T * r.nm);
+        for (int32_t i = 0; i < r.nm && st == OSCAR_OK; i++) st = ppl_method(&r, i, ids, n_win, &pg);
+        osc_progress_finish(&pg);
+    }
+    *rep = (struct oscar_verify_report){
+        .n_layer = r.L, .ctx = T, .sink = p->sink, .recent = p->recent, .n_flush = p->page,
+        .group_size = p->group_size ? p->group_size : m->config.head_dim, .n_windows = (int32_t) n_win,
+        .metric_tokens = r.MT, .prompt = p->prompt ? p->prompt : p->sink, .n_tokens = (int64_t) n_ids, .n_methods = r.nm, .methods = r.ms};
+    snprintf(rep->model_name, sizeof rep->model_name, "%s", m->config.name);
+    snprintf(rep->scale_dtype, sizeof rep->scale_dtype, "%s",
+             p->scale_dtype == OSCAR_META_F16 ? "float16" : p->scale_dtype == OSCAR_META_BF16 ? "bfloat16" : "float32");
+    for (int32_t i = 0; i < OSCAR_VERIFY_MAX_METHODS; i++) oscar_kv_sim_free(r.sims[i]);
+    free(r.resid_ref);
+    free(r.resid_cur);
+    free(r.logits);
+    rep->wall_seconds = osc_now() - t0;
+    if (st != OSCAR_OK) oscar_verify_report_free(rep);
+    return st;
+}
+
+void oscar_verify_report_free(struct oscar_verify_report * rep) {
+    if (!rep) return;
+    for (int32_t i = 0; rep->methods && i < rep->n_methods; i++) {
+        free(rep->methods[i].layers);
+        free(rep->methods[i].drift);
+    }
+    free(rep->methods);
+    rep->methods = NULL;
+    rep->n_methods = 0;
+}
+
+// ---- outputs ---------------------------------------------------------------------------------
+enum oscar_status oscar_verify_write_dir(const struct oscar_verify_report * rep, const char * dir) {
+    char p[4096];
+    char * md = NULL;
+    enum oscar_status st = osc_mkdirs(dir);
+    if (st == OSCAR_OK && snprintf(p, sizeof p, "%s/report.json", dir) >= (int) sizeof p)
+        st = osc_error(OSCAR_ERR_INVALID, "%s: path too long", dir);
+    if (st == OSCAR_OK) st = oscar_verify_write_json(rep, p);
+    snprintf(p, sizeof p, "%s/layers.svg", dir);
+    if (st == OSCAR_OK) st = oscar_verify_write_svg(rep, p);
+    snprintf(p, sizeof p, "%s/summary.md", dir);
+    if (st == OSCAR_OK) st = oscar_verify_markdown(rep, &md);
+    if (st == OSCAR_OK) st = osc_write_file_atomic(p, md, strlen(md));
+    free(md);
+    return st;
+}
+
+void oscar_verify_print_table(const struct oscar_verify_report * rep, FILE * f) {
+    double base = rep->n_methods ? rep->methods[0].ppl : 0, t_bf16 = 0;
+    for (int32_t i = 0; i < rep->n_methods; i++)
+        if (!strcmp(rep->methods[i].name, "bf16")) base = rep->methods[i].ppl, t_bf16 = rep->methods[i].seconds;
+    fprintf(f, "%-12s %6s %9s %9s %10s %10s %10s %10s %10s %8s %6s\n", "method", "BPE", "ppl", "dppl", "K relMSE",
+            "V relMSE", "KL", "postWO", "drift", "sec", "cost");
+    for (int32_t i = 0; i < rep->n_methods; i++) {
+        const struct oscar_verify_method * m = &rep->methods[i];
+        struct oscar_layer_metrics a = {0};
+        for (int32_t l = 0; l < rep->n_layer; l++) oscar_layer_metrics_add(&a, &m->layers[l]);
+        fprintf(f, "%-12s %6.3f %9.4f %+9.4f %10.3e %10.3e %10.3e %10.3e %10.3e %8.1f %5.2fx\n", m->name, m->bpe,
+                m->ppl, m->ppl - base, a.k_rel_mse, a.v_rel_mse, a.kl, a.out_rel,
+                rep->n_layer ? m->drift[rep->n_layer - 1] : 0.0, m->seconds, t_bf16 > 0 ? m->seconds / t_bf16 : 0.0);
+    }
+    fprintf(f, "%d window(s) x %d tokens of %s; sink %d recent %d page %d prompt %d group %d %s; metrics on %d "
+            "tokens; wall %.1f s\n", rep->n_windows, rep->ctx, rep->corpus, rep->sink, rep->recent, rep->n_flush,
+            rep->prompt, rep->group_size, rep->scale_dtype, rep->metric_tokens, rep->wall_seconds);
+}

@@ -1,0 +1,87 @@
+// verify.h - the oscar-verify driver: every KV-cache method of a run evaluated
+// on the same tokens, in one process (method.md §16).
+//
+// oscar_verify_run does, for each method of params.methods:
+//   (1) per-layer metrics (K/V relMSE, logit error, attention KL, post-W_O
+//       error; lib/verify/metrics.h) and the hidden-state drift after every
+//       layer, on the first metric_tokens tokens (one sequence, decode tiering);
+//   (2) perplexity over n_windows = floor(tokens / ctx) non-overlapping windows
+//       of ctx tokens (targets 1..ctx-1 of each, the HF stride = ctx
+//       convention); quantized methods run through oscar_kv_sim, i.e. a BF16
+//       sink + recent and an INT2 (or INT4 / KIVI) middle written by prefill
+//       and by decode demotion in pages of `page` tokens.
+// It reads nothing from disk and writes nothing: the caller loads the model,
+// artifact and tokens, and writes the report (report.h).
+#ifndef OSCAR_VERIFY_VERIFY_H
+#define OSCAR_VERIFY_VERIFY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "formats/oscar-artifact.h"
+#include "model/model.h"
+#include "verify/report.h"
+
+#define OSCAR_VERIFY_MAX_METHODS 16
+
+// Method names accepted in params.methods (comma separated):
+//   bf16         the exact model (no cache quantization)
+//   naive        symmetric INT2, no rotation, no clip
+//   hadamard     asymmetric INT2 after a Hadamard rotation, no clip
+//   oscar        the artifact's rotations + its (searched) per-layer clips
+//   oscar-fixed  the artifact's rotations + fixed clips 0.96 (K) / 0.92 (V)
+//   oscar-lm     the artifact's rotations + Lloyd-Max INT2 (group = head_dim)
+//   int4-bdh     SAW-INT4: block Hadamard + per-row INT4
+//   kivi         KIVI INT2: per-channel K over 32-token blocks, per-token V
+// The oscar* methods need an artifact.
+#define OSCAR_VERIFY_METHODS_ALL "bf16,naive,hadamard,oscar,oscar-fixed,oscar-lm,int4-bdh,kivi"
+#define OSCAR_VERIFY_METHODS_NO_ARTIFACT "bf16,naive,hadamard,int4-bdh,kivi"
+
+struct oscar_verify_params {
+    const char * methods;                 // comma list (see above)
+    int32_t ctx;                          // window length [2048]
+    int32_t sink, recent;                 // BF16 tiers [32, 128]
+    int32_t page;                         // decode demotion page (flush period) [8]
+    int32_t prompt;                       // tokens of each window served as the prefill chunk, 0 = sink.
+                                          // INT2 rows written by prefill use the method's quantizer (for
+                                          // oscar-lm: Lloyd-Max); rows demoted in decode use the uniform
+                                          // flush quantizer (method.md §10), so with prompt = sink
+                                          // oscar-lm equals oscar-fixed. Queries inside the prompt see
+                                          // bf16 rows only (prefill attention).
+    int32_t group_size;                   // INT2 group, 0 = head_dim
+    enum oscar_quant_meta_dtype scale_dtype; // [float32]
+    int64_t tokens;                       // perplexity tokens, 0 = ctx (one window)
+    int32_t metric_tokens;                // tokens of the metrics / drift pass [512]
+    int32_t n_threads;                    // 0 = all cores
+};
+
+struct oscar_verify_params oscar_verify_default_params(void);
+
+// Splits and checks a method list: names[i] get the canonical names, *n the
+// count. OSCAR_ERR_INVALID for an unknown or repeated name, an empty list,
+// more than OSCAR_VERIFY_MAX_METHODS, or an oscar* method when !have_artifact.
+enum oscar_status oscar_verify_parse_methods(const char * list, bool have_artifact,
+                                             char names[OSCAR_VERIFY_MAX_METHODS][32], int32_t * n);
+
+// Runs the evaluation on tokens ids[0..n_ids). art may be NULL (then no
+// oscar* method). Fills *rep (numbers and config; the caller sets the model,
+// rotations and corpus labels); free it with oscar_verify_report_free.
+// Errors: OSCAR_ERR_INVALID for bad parameters, too few tokens for one
+// window, or an artifact whose shape does not match the model.
+enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct oscar_artifact * art,
+                                   const int32_t * ids, size_t n_ids, const struct oscar_verify_params * p,
+                                   struct oscar_verify_report * rep);
+
+void oscar_verify_report_free(struct oscar_verify_report * rep);
+
+// Writes dir/report.json, dir/layers.svg and dir/summary.md (creates dir).
+enum oscar_status oscar_verify_write_dir(const struct oscar_verify_report * rep, const char * dir);
+
+// The human table: one row per method (BPE, perplexity, Δ vs the first
+// method, mean K/V relMSE, KL, post-W_O error, last-layer drift, seconds and
+// cost relative to bf16), then a line with the run's settings.
+void oscar_verify_print_table(const struct oscar_verify_report * rep, FILE * f);
+
+#endif
