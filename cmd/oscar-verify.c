@@ -43,6 +43,8 @@ static void usage(FILE * f) {
             "  -o, --report DIR         write report.json, layers.svg, summary.md\n"
             "      --update-card        put summary.md into the artifact's README.md (local artifact only)\n"
             "  -t, --threads N          [all cores]\n"
+            "      --device cpu|cuda    where the quantized-cache attention runs [cpu]; cuda: the INT2 write\n"
+            "                           and fused tiered decode kernels (INT2 methods, group = head_dim 128)\n"
             "      --json               report JSON on stdout instead of the table\n"
             "  -q, --quiet              no table, errors only\n",
             OSCAR_VERIFY_METHODS_ALL, OSCAR_VERIFY_METHODS_NO_ARTIFACT);
@@ -55,13 +57,13 @@ static int bad(const char * what) {
 }
 
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_params * p, bool * quiet) {
-    enum { O_JF = 256, O_SINK, O_REC, O_PAGE, O_PROMPT, O_GS, O_SD, O_METH, O_TOK, O_MT, O_JSON, O_CARD };
+    enum { O_JF = 256, O_SINK, O_REC, O_PAGE, O_PROMPT, O_GS, O_SD, O_METH, O_TOK, O_MT, O_JSON, O_CARD, O_DEV };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"rotations", 1, 0, 'r'}, {"corpus", 1, 0, 'f'}, {"jsonl-field", 1, 0, O_JF},
         {"ctx", 1, 0, 'c'}, {"sink", 1, 0, O_SINK}, {"recent", 1, 0, O_REC}, {"page", 1, 0, O_PAGE}, {"prompt", 1, 0, O_PROMPT},
         {"group-size", 1, 0, O_GS}, {"scale-dtype", 1, 0, O_SD}, {"methods", 1, 0, O_METH},
         {"tokens", 1, 0, O_TOK}, {"metric-tokens", 1, 0, O_MT}, {"report", 1, 0, 'o'},
-        {"update-card", 0, 0, O_CARD}, {"threads", 1, 0, 't'}, {"json", 0, 0, O_JSON}, {"quiet", 0, 0, 'q'},
+        {"update-card", 0, 0, O_CARD}, {"device", 1, 0, O_DEV}, {"threads", 1, 0, 't'}, {"json", 0, 0, O_JSON}, {"quiet", 0, 0, 'q'},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:r:f:c:o:t:qh", lo, NULL)) != -1) {
@@ -88,6 +90,10 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_pa
         case 'o': o->report_dir = optarg; break;
         case O_CARD: o->update_card = true; break;
         case 't': p->n_threads = atoi(optarg); break;
+        case O_DEV:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) return fprintf(stderr, "oscar-verify: bad --device\n"), 2;
+            p->device = optarg;
+            break;
         case O_JSON: o->json = true; break;
         case 'q': *quiet = true; break;
         case 'h': usage(stdout); exit(0);

@@ -11,6 +11,7 @@
 
 #include "util/fs.h"
 #include "util/log.h"
+#include "verify/kv-sim-device.h"
 
 struct oscar_verify_params oscar_verify_default_params(void) {
     return (struct oscar_verify_params){.methods = NULL, .ctx = 2048, .sink = 32, .recent = 128, .page = 8,
@@ -63,6 +64,7 @@ struct vrun {
     int32_t nm, L, C, MT;
     struct oscar_kv_transform tfs[OSCAR_VERIFY_MAX_METHODS];
     struct oscar_kv_sim * sims[OSCAR_VERIFY_MAX_METHODS];
+    struct oscar_kv_sim_dev * dsims[OSCAR_VERIFY_MAX_METHODS]; // with p->device: the backend's simulation
     struct oscar_verify_method * ms;   // [nm] (owned by the report)
     float * resid_ref;                 // [L, MT, C] reference residual stream after each layer
     float * resid_cur;                 // [L, MT, C] the same under one method
@@ -95,8 +97,20 @@ static enum oscar_status setup_methods(struct vrun * r, const struct oscar_artif
         if (!mt->layers || !mt->drift) st = osc_error(OSCAR_ERR_NOMEM, "method %s: layer tables", names[i]);
         if (st == OSCAR_OK && r->tfs[i].quant != OSCAR_KVQ_IDENTITY)
             st = oscar_kv_sim_init(&r->tfs[i], c, maxT, p->n_threads, &r->sims[i]);
+        if (st == OSCAR_OK && r->sims[i] && p->device && strcmp(p->device, "cpu") != 0) {
+            st = oscar_kv_sim_dev_init(p->device, &r->tfs[i], c, maxT, &r->dsims[i]);
+            if (st != OSCAR_OK) osc_error_prefix(st, "method %s on %s", names[i], p->device);
+        }
     }
     return st;
+}
+
+// The attention a quantized method runs through: the backend's simulation when
+// a device was asked for, else the CPU one. Zero (exact attention) for bf16.
+static struct oscar_attention_override method_override(const struct vrun * r, int32_t i) {
+    if (r->dsims[i]) return oscar_kv_sim_dev_override(r->dsims[i]);
+    if (r->sims[i]) return oscar_kv_sim_override(r->sims[i]);
+    return (struct oscar_attention_override){0};
 }
 
 // ---- (1) metrics and hidden drift -----------------------------------------------------------
@@ -128,7 +142,7 @@ static enum oscar_status metric_forward(struct vrun * r, const int32_t * ids, in
     struct oscar_attention_override ov = {0};
     struct oscar_forward_params fp = oscar_forward_default_params();
     fp.n_threads = r->p->n_threads, fp.max_tokens = r->MT, fp.hook = &hk;
-    if (method >= 0) ov = oscar_kv_sim_override(r->sims[method]), fp.attention = &ov;
+    if (method >= 0) ov = method_override(r, method), fp.attention = ov.attend ? &ov : NULL;
     int32_t ss[2] = {0, r->MT};
     struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = ids, .pos = NULL};
     struct oscar_forward * f = NULL;
@@ -194,7 +208,8 @@ static enum oscar_status ppl_method(struct vrun * r, int32_t i, const int32_t * 
     struct oscar_attention_override ov = {0};
     struct oscar_forward_params fp = oscar_forward_default_params();
     fp.n_threads = r->p->n_threads, fp.max_tokens = T;
-    if (r->sims[i]) ov = oscar_kv_sim_override(r->sims[i]), fp.attention = &ov;
+    ov = method_override(r, i);
+    if (ov.attend) fp.attention = &ov;
     struct oscar_forward * f = NULL;
     enum oscar_status st = oscar_forward_init(r->m, &fp, &f);
     double t0 = osc_now();
@@ -211,7 +226,7 @@ static enum oscar_status ppl_method(struct vrun * r, int32_t i, const int32_t * 
     }
     mt->seconds = osc_now() - t0;
     mt->ppl = mt->n_scored ? exp(mt->nll_sum / (double) mt->n_scored) : 0;
-    if (r->sims[i]) oscar_kv_sim_stats(r->sims[i], &mt->k_stats, &mt->v_stats);
+    if (r->sims[i] && !r->dsims[i]) oscar_kv_sim_stats(r->sims[i], &mt->k_stats, &mt->v_stats);
     oscar_forward_free(f);
     return st;
 }
@@ -270,7 +285,10 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
     snprintf(rep->model_name, sizeof rep->model_name, "%s", m->config.name);
     snprintf(rep->scale_dtype, sizeof rep->scale_dtype, "%s",
              p->scale_dtype == OSCAR_META_F16 ? "float16" : p->scale_dtype == OSCAR_META_BF16 ? "bfloat16" : "float32");
-    for (int32_t i = 0; i < OSCAR_VERIFY_MAX_METHODS; i++) oscar_kv_sim_free(r.sims[i]);
+    for (int32_t i = 0; i < OSCAR_VERIFY_MAX_METHODS; i++) {
+        oscar_kv_sim_free(r.sims[i]);
+        oscar_kv_sim_dev_free(r.dsims[i]);
+    }
     free(r.resid_ref);
     free(r.resid_cur);
     free(r.logits);

@@ -55,6 +55,10 @@ struct oscar_verify_params {
     int64_t tokens;                       // perplexity tokens, 0 = ctx (one window)
     int32_t metric_tokens;                // tokens of the metrics / drift pass [512]
     int32_t n_threads;                    // 0 = all cores
+    const char * device;                  // quantized-cache attention on "cpu" (NULL: the CPU
+                                          // simulation, with quantizer stats) or a backend such as
+                                          // "cuda" (lib/verify/kv-sim-device.h: write kernel + fused
+                                          // tiered decode kernel; INT2 methods with G = D only)
 };
 
 struct oscar_verify_params oscar_verify_default_params(void);

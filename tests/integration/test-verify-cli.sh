@@ -49,6 +49,19 @@ want 1 "at least one window" "$V" --model "$M" --corpus "$T/short.txt" --methods
 want 1 "art8: artifact has 8 layers" "$V" --model "$M" --rotations "$T/art8" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}"
 ok "unreadable model / artifact / corpus and a mismatched artifact exit 1 naming the input"
 
+# ---- --device: cpu is the default simulation; cuda refuses what its kernels cannot do ----
+want 2 "bad --device" "$V" --model "$M" --corpus "$T/c.txt" --device tpu
+"$V" --model "$M" --rotations "$T/art" --corpus "$T/c.txt" --methods bf16,oscar "${SMALL[@]}" --json \
+    >"$T/dflt.json" 2>/dev/null || fail "default device"
+"$V" --model "$M" --rotations "$T/art" --corpus "$T/c.txt" --methods bf16,oscar "${SMALL[@]}" --json --device cpu \
+    >"$T/cpu.json" 2>/dev/null || fail "--device cpu"
+"$VENV_PY" -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); \
+assert [m['ppl'] for m in a['methods']]==[m['ppl'] for m in b['methods']]" "$T/dflt.json" "$T/cpu.json" \
+    || fail "--device cpu differs from the default"
+# SmolLM2's head_dim 64 has no CUDA kernel instantiation; without a GPU the backend is absent.
+want 1 "cuda" "$V" --model "$M" --rotations "$T/art" --corpus "$T/c.txt" --methods bf16,oscar "${SMALL[@]}" --device cuda
+ok "--device cpu equals the default; --device cuda fails cleanly where it cannot run"
+
 # ---- corpus forms ----
 "$V" --model "$M" --rotations "$T/art" --corpus "$T/c.txt" --methods bf16,naive,oscar "${SMALL[@]}" --json \
     >"$T/txt.json" 2>"$T/err" || fail "text corpus: $(cat "$T/err")"
