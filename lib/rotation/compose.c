@@ -3,10 +3,8 @@
 // Factors are multiplied in the order the table names them, in fp64.
 // It refuses non-power-of-two D for anything that involves H or P.
 //
-// TODO(merge): the Hadamard and bit-reversal helpers below are private copies
-// until helper `quant` lands lib/rotation/hadamard.c and permute.c
-// (oscar_hadamard_matrix, oscar_pbr_perm, oscar_matmul_f64); switch to those
-// shared primitives then and keep oscar_fit_pbr_perm as a thin wrapper.
+// H, P_br and the products come from the shared primitives in
+// lib/rotation/hadamard.c and permute.c / apply.c.
 //
 // D = head_dim.
 #include "rotation/fit.h"
