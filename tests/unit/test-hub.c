@@ -19,20 +19,8 @@
 #include "oscar.h"
 #include "util/fs.h"
 
-static char tmpdir[256];
-
-static int setup(void ** state) {
-    (void) state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/oscar-test-hub-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void ** state) {
-    (void) state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd);
-}
+#define TEST_TMPDIR_NAME "hub"
+#include "test-tmpdir.h"
 
 static void check_str(char * got, const char * want) {
     assert_non_null(got);

@@ -25,20 +25,8 @@
 #include "oscar.h"
 #include "util/fs.h"
 
-static char tmpdir[256];
-
-static int setup(void ** state) {
-    (void) state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/oscar-test-model-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void ** state) {
-    (void) state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd);
-}
+#define TEST_TMPDIR_NAME "model"
+#include "test-tmpdir.h"
 
 static void test_sha256(void ** state) {
     (void) state;

@@ -14,20 +14,8 @@
 #include "oscar.h"
 #include "util/fs.h"
 
-static char tmpdir[256];
-
-static int setup(void ** state) {
-    (void) state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/oscar-test-util-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void ** state) {
-    (void) state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd);
-}
+#define TEST_TMPDIR_NAME "util"
+#include "test-tmpdir.h"
 
 static void test_error_message(void ** state) {
     (void) state;
