@@ -244,13 +244,8 @@ static const struct oscar_backend_i cuda_backend = {
 };
 
 extern "C" enum oscar_status osc_backend_cuda(const struct oscar_backend_i ** out) {
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
     *out = NULL;
-    if (e != cudaSuccess || n == 0) {
-        cudaGetLastError();
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    }
-    *out = &cuda_backend;
-    return OSCAR_OK;
+    enum oscar_status st = osc_cuda_require_device("");
+    if (st == OSCAR_OK) *out = &cuda_backend;
+    return st;
 }

@@ -11,3 +11,14 @@ enum oscar_status osc_cuda_error(cudaError_t e, const char * stmt, const char * 
     return osc_error(s, "CUDA error: %s in %s (%s at %s:%d, device %d)", cudaGetErrorString(e), stmt, func, file,
                      line, dev);
 }
+
+enum oscar_status osc_cuda_require_device(const char * what) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError(); // clear the error so later calls start clean
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%sno CUDA device (%s)", what,
+                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    }
+    return OSCAR_OK;
+}

@@ -22,6 +22,10 @@ enum oscar_status osc_cuda_error(cudaError_t e, const char * stmt, const char * 
             return osc_cuda_error(osc_cuda_e_, #x, __func__, __FILE__, __LINE__);   \
     } while (0)
 
+// OSCAR_OK when a CUDA device is usable; otherwise OSCAR_ERR_UNSUPPORTED with
+// "<what>no CUDA device (<reason>)" (what: a message prefix such as "forward: ").
+enum oscar_status osc_cuda_require_device(const char * what);
+
 // After a launch: catches configuration errors (and, with OSCAR_CUDA_SYNC_CHECK
 // defined, execution errors too).
 #define OSCAR_CUDA_CHECK_LAUNCH() OSCAR_CUDA_CHECK(cudaGetLastError())

@@ -908,14 +908,8 @@ static const struct osc_fwd_ops cuda_ops = {
 };
 
 extern "C" enum oscar_status osc_fwd_ops_cuda(const struct osc_fwd_ops ** out) {
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
     *out = NULL;
-    if (e != cudaSuccess || n == 0) {
-        cudaGetLastError();
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward: no CUDA device (%s)",
-                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    }
-    *out = &cuda_ops;
-    return OSCAR_OK;
+    enum oscar_status st = osc_cuda_require_device("forward: ");
+    if (st == OSCAR_OK) *out = &cuda_ops;
+    return st;
 }
