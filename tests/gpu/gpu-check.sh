@@ -36,13 +36,13 @@ make CUDA=1 WERROR=1 -j"$jobs" >"$logdir/build.log" 2>&1 || { tail -40 "$logdir/
 libs="$(pkg-config --libs hdf5 openblas lapacke libpcre2-8 jansson libutf8proc libcurl libzstd zlib libcrypto 2>/dev/null) -lm -lpthread"
 cuda_home=$(dirname "$(dirname "$(command -v nvcc)")")
 cc -std=c11 -D_GNU_SOURCE -O2 -g -I. -Ilib -Wall -Wextra -Werror -fopenmp tests/gpu/test-kernels.c build/liboscar.a \
-    -o build/test-kernels $libs -L"$cuda_home/lib64" -lcudart -lstdc++ >>"$logdir/build.log" 2>&1 \
+    -o build/test-kernels $libs -L"$cuda_home/lib64" -lcudart -lcublas -lstdc++ >>"$logdir/build.log" 2>&1 \
     || { tail -20 "$logdir/build.log"; echo "gpu-check: test-kernels build failed"; exit 1; }
 cc -std=c11 -D_GNU_SOURCE -O2 -g -I. -Ilib -Wall -Wextra -Werror -fopenmp tests/gpu/test-verify-sim.c build/liboscar.a \
-    -o build/test-verify-sim $libs -L"$cuda_home/lib64" -lcudart -lstdc++ >>"$logdir/build.log" 2>&1 \
+    -o build/test-verify-sim $libs -L"$cuda_home/lib64" -lcudart -lcublas -lstdc++ >>"$logdir/build.log" 2>&1 \
     || { tail -20 "$logdir/build.log"; echo "gpu-check: test-verify-sim build failed"; exit 1; }
 nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -I. -Ilib tests/gpu/bench-decode.cu build/liboscar.a \
-    -o build/bench-decode $libs -lgomp >>"$logdir/build.log" 2>&1 \
+    -o build/bench-decode $libs -lcublas -lgomp >>"$logdir/build.log" 2>&1 \
     || { tail -20 "$logdir/build.log"; echo "gpu-check: bench-decode build failed"; exit 1; }
 nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -I. -Ilib -Xptxas -v -c kernels/decode-attention.cu \
     -o /tmp/oscar-ptxas.o 2>&1 | grep -E 'registers|spill' >"$logdir/ptxas.txt"
