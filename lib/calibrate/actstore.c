@@ -273,12 +273,7 @@ static herr_t append_rows(hid_t d, int64_t row0, int32_t n, int32_t H, int32_t D
     size_t m = (size_t) n * (size_t) H * (size_t) D;
     if (r >= 0 && bf16) {
         uint16_t * u = scratch;
-        for (size_t i = 0; i < m; i++) {
-            float f = oscar_bf16_round(x[i]);
-            uint32_t b;
-            memcpy(&b, &f, 4);
-            u[i] = (uint16_t) (b >> 16);
-        }
+        for (size_t i = 0; i < m; i++) u[i] = oscar_f32_to_bf16(x[i]); // round to nearest even
         r = H5Dwrite(d, H5T_NATIVE_UINT16, ms, fs, H5P_DEFAULT, u);
     } else if (r >= 0) {
         r = H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, x);
@@ -472,10 +467,7 @@ static herr_t read_rows(struct oscar_actstore * s, hid_t d, int64_t row0, int32_
             else s->u16 = u, s->u16_n = m;
         }
         if (r >= 0) r = H5Dread(d, H5T_NATIVE_UINT16, ms, fs, H5P_DEFAULT, s->u16);
-        for (size_t i = 0; r >= 0 && i < m; i++) {
-            uint32_t b = (uint32_t) s->u16[i] << 16;
-            memcpy(&x[i], &b, 4);
-        }
+        for (size_t i = 0; r >= 0 && i < m; i++) x[i] = oscar_bf16_to_f32(s->u16[i]);
     } else if (r >= 0) {
         r = H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, x);
     }

@@ -23,11 +23,7 @@
 #define SEED 777u
 enum { L = 2, HQ = 4, HKV = 2, D = 8 };
 
-static uint64_t rng = SEED;
-static double urand(void) {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (double) (rng >> 11) / 9007199254740992.0;
-}
+#include "test-rng.h"
 
 static char tmpdir[256];
 

@@ -28,17 +28,7 @@
 
 #define SEED 12345u
 
-static uint64_t rng = SEED;
-static double urand(void) {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (double) (rng >> 11) / 9007199254740992.0;
-}
-static double nrand(void) { return sqrt(-2 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand()); }
-static float * rnd(size_t n, double s) {
-    float * x = malloc(sizeof(float) * n);
-    for (size_t i = 0; i < n; i++) x[i] = (float) (s * nrand());
-    return x;
-}
+#include "test-rng.h"
 
 enum { T = 96, HQ = 4, HKV = 2, D = 64, CE = 48 };
 
