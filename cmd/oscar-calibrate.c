@@ -54,11 +54,11 @@ static void usage(FILE * f) {
             "                            (stored in the capture dtype, so a replay is exact)\n"
             "      --from-activations FILE  fit, clip search and gate from a store: no forward pass\n"
             "                            (--model still gives W_O and the provenance; it must match)\n"
-            "      --device cpu|cuda     run both capture passes through the forward backend on this device\n"
+            "      --device cpu|cuda     run both capture passes, the clip search and the gate on this device\n"
             "                            (sums kept on the device; no checkpoints or activation store)\n"
             "      --random-init NAME    random-weight model of a named shape (qwen3-8b, smollm2-135m) on\n"
             "                            synthetic tokens, instead of --model/--corpus: for benchmarks only\n"
-            "  -q, --quiet               --json  summary on stdout\n");
+            "  -q, --quiet               -v, --verbose (stage timings)   --json  summary on stdout\n");
 }
 
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_params * p) {
@@ -71,12 +71,12 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         {"composition", 1, 0, O_COMP}, {"group-size", 1, 0, O_GS}, {"scale-dtype", 1, 0, O_SD},
         {"sink", 1, 0, O_SINK}, {"recent", 1, 0, O_REC}, {"clip", 1, 0, O_CLIP}, {"clip-search", 1, 0, O_CS},
         {"threads", 1, 0, 't'}, {"checkpoint-every", 1, 0, O_CKPT}, {"resume", 0, 0, O_RES},
-        {"strict", 0, 0, O_STRICT}, {"seed", 1, 0, O_SEED}, {"quiet", 0, 0, 'q'}, {"json", 0, 0, O_JSON},
+        {"strict", 0, 0, O_STRICT}, {"seed", 1, 0, O_SEED}, {"quiet", 0, 0, 'q'}, {"verbose", 0, 0, 'v'}, {"json", 0, 0, O_JSON},
         {"jsonl-field", 1, 0, O_JF}, {"capture-dtype", 1, 0, O_CDT}, {"save-activations", 1, 0, O_SAVE},
         {"from-activations", 1, 0, O_FROM}, {"device", 1, 0, O_DEV}, {"random-init", 1, 0, O_RAND},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:f:o:c:b:t:qh", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:f:o:c:b:t:qvh", lo, NULL)) != -1) {
         switch (c) {
         case 'm': o->model = optarg; break;
         case 'f': o->corpus = optarg; break;
@@ -129,6 +129,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         case O_STRICT: o->strict = true; break;
         case O_SEED: p->seed = strtoull(optarg, NULL, 10); break;
         case 'q': oscar_log_set_level(OSCAR_LOG_ERROR); break;
+        case 'v': oscar_log_set_level(OSCAR_LOG_DEBUG); break;
         case O_JSON: o->json = true; break;
         case O_CDT:
             if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) return fprintf(stderr, "bad --capture-dtype\n"), 2;
@@ -139,6 +140,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         case O_DEV:
             if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) return fprintf(stderr, "bad --device\n"), 2;
             o->device = optarg;
+            p->eval_device = optarg;
             break;
         case O_RAND: o->random_init = optarg; break;
         case 'h': usage(stdout); exit(0);

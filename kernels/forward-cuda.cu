@@ -110,6 +110,7 @@ struct cuda_fwd {
     double stage_ms[N_STAGES];
     // host hook staging
     float * hq, * hk, * hv, * hatt, * hx;
+    float * h_wo;                       // pinned [C, Q] staging of copy_wo (allocated at first use)
 };
 
 // ---- small helpers -----------------------------------------------------------------------
@@ -300,7 +301,8 @@ static void cuda_free(void * ctx) {
             if (f->ev[i]) cudaEventDestroy(f->ev[i]);
     free(f->ev), free(f->h_ab), free(f->h_c);
     free(f->layers), free(f->h_pos), free(f->h_blocks);
-    free(f->hq), free(f->hk), free(f->hv), free(f->hatt), free(f->hx);
+    cudaFreeHost(f->hq), cudaFreeHost(f->hk), cudaFreeHost(f->hv), cudaFreeHost(f->hatt), cudaFreeHost(f->hx);
+    cudaFreeHost(f->h_wo);
     cudaGetLastError();
     free(f);
 }
@@ -442,14 +444,14 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f) {
     }
     f->h_pos = (int32_t *) malloc(T * sizeof(int32_t));
     f->h_blocks = (struct osc_att_block *) malloc(T * sizeof(struct osc_att_block));
-    if (f->p.hook) {
-        f->hq = (float *) malloc(T * Q * sizeof(float));
-        f->hk = (float *) malloc(T * KV * sizeof(float));
-        f->hv = (float *) malloc(T * KV * sizeof(float));
-        f->hatt = (float *) malloc(T * Q * sizeof(float));
-        f->hx = (float *) malloc(T * C * sizeof(float));
-        if (!f->hq || !f->hk || !f->hv || !f->hatt || !f->hx)
-            return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory for hook staging");
+    if (f->p.hook) {   // pinned, so the per-layer copies run at full link speed
+        const bool all = !f->p.hook->qkv_only;
+        if (cudaMallocHost((void **) &f->hq, T * Q * sizeof(float)) != cudaSuccess ||
+            cudaMallocHost((void **) &f->hk, T * KV * sizeof(float)) != cudaSuccess ||
+            cudaMallocHost((void **) &f->hv, T * KV * sizeof(float)) != cudaSuccess ||
+            (all && cudaMallocHost((void **) &f->hatt, T * Q * sizeof(float)) != cudaSuccess) ||
+            (all && cudaMallocHost((void **) &f->hx, T * C * sizeof(float)) != cudaSuccess))
+            return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of pinned host memory for hook staging");
     }
     if (!f->h_pos || !f->h_blocks) return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
     // Hugging Face: inv_freq = 1 / theta ** (arange(0, D, 2) / D), all in fp32 (as lib/model/forward.c).
@@ -683,12 +685,14 @@ static enum oscar_status host_hook(struct cuda_fwd * f, const struct oscar_batch
     if (!hk || !hk->on_layer || (hk->want && !hk->want(hk->user, l))) return OSCAR_OK;
     const size_t Q = (size_t) f->c.n_head * f->c.head_dim, KV = (size_t) f->c.n_head_kv * f->c.head_dim;
     const size_t C = (size_t) f->c.n_embd;
-    OSCAR_CUDA_CHECK(osc_fwd_bf16_to_f32(f->big, f->att, (int64_t) T * (int64_t) Q, f->stream));
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hq, f->q, T * Q * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hk, f->k, T * KV * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hv, f->v, T * KV * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
-    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hatt, f->big, T * Q * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
-    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hx, f->x, T * C * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
+    if (!hk->qkv_only) {
+        OSCAR_CUDA_CHECK(osc_fwd_bf16_to_f32(f->big, f->att, (int64_t) T * (int64_t) Q, f->stream));
+        OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hatt, f->big, T * Q * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
+        OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hx, f->x, T * C * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
+    }
     OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));
     struct oscar_capture_layer cap;
     memset(&cap, 0, sizeof cap);
@@ -892,14 +896,17 @@ static enum oscar_status cuda_copy_wo(void * ctx, int32_t layer, float * out) {
     if (layer < 0 || layer >= f->c.n_layer)
         return osc_error(OSCAR_ERR_INVALID, "forward-cuda: layer %d out of range", layer);
     const size_t n = (size_t) f->c.n_embd * (size_t) f->c.n_head * (size_t) f->c.head_dim;
-    float * d = NULL;
+    const size_t wide = (size_t) f->max_tokens * (size_t) (f->c.n_head + 2 * f->c.n_head_kv) * (size_t) f->c.head_dim;
+    float * d = f->big;   // [T, wide] scratch, free between passes; a temporary buffer if W_O does not fit
     enum oscar_status st = OSCAR_OK;
-    OSCAR_CUDA_CHECK(cudaMalloc((void **) &d, n * sizeof(float)));
+    if (n > wide) OSCAR_CUDA_CHECK(cudaMalloc((void **) &d, n * sizeof(float)));
+    if (!f->h_wo) OSCAR_CUDA_TRY(cudaMallocHost((void **) &f->h_wo, n * sizeof(float)));
     OSCAR_CUDA_TRY(osc_fwd_bf16_to_f32(d, f->layers[layer].wo, (int64_t) n, f->stream));
-    OSCAR_CUDA_TRY(cudaMemcpyAsync(out, d, n * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
+    OSCAR_CUDA_TRY(cudaMemcpyAsync(f->h_wo, d, n * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
     OSCAR_CUDA_TRY(cudaStreamSynchronize(f->stream));
+    memcpy(out, f->h_wo, n * sizeof(float));
 out:
-    cudaFree(d);
+    if (d != f->big) cudaFree(d);
     return st;
 }
 

@@ -15,6 +15,7 @@
 #ifndef OSCAR_BACKEND_H
 #define OSCAR_BACKEND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "attention/kv-cache.h"
@@ -22,6 +23,38 @@
 #include "util/error.h"
 
 struct oscar_backend_kv;   // a backend's copy of (or handle to) a struct oscar_kv_cache
+struct oscar_backend_eval; // a backend's workspace for layer error evaluation
+
+// ---- layer error evaluation (the calibration gate and clip search; verify/eval-device.h) ----
+// Sizes every device buffer once: largest layer (tokens), longest sequence, most candidates.
+struct oscar_eval_shape {
+    int32_t n_head, n_head_kv, head_dim, n_embd;
+    int32_t max_tokens, max_len, max_cand;
+};
+// One layer's held-out rows (host arrays, copied by eval_layer).
+struct oscar_eval_layer {
+    int32_t n_tokens, n_seq;
+    const int32_t * seq_start;  // [n_seq + 1], every sequence starts at position 0
+    const uint8_t * int2_row;   // [T] 1: every query sees the row's INT2 value (query-independent tiering)
+    const float * q;            // [T, Hq, D] post-RoPE
+    const float * k, * v;       // [T, Hkv, D]
+    const float * wo;           // [C, Hq*D]
+};
+enum oscar_eval_rot { OSCAR_EVAL_ROT_IDENTITY = 0, OSCAR_EVAL_ROT_HADAMARD = 1, OSCAR_EVAL_ROT_MATRIX = 2 };
+// How one of K / V is stored by a method, for this layer: y = bf16(x.R) (hp_bf16), the
+// HP value y.R^T, the INT2 value Q(y).R^T with clip ratio clip[c * n_clip + head] (0 = none).
+struct oscar_eval_kv {
+    enum oscar_eval_rot rot;
+    const float * rot_mat;      // [n_rot, D, D] (MATRIX), n_rot 1 or Hkv
+    int32_t n_rot;
+    const double * clip;        // [n_cand, n_clip]
+    int32_t n_clip;             // 1 or Hkv
+};
+struct oscar_eval_method {
+    struct oscar_int2_params int2;   // ASYM or SYM, group size, meta dtype, clip algorithm
+    bool hp_bf16;
+    struct oscar_eval_kv k, v;
+};
 
 struct oscar_backend_i {
     const char * name;
@@ -45,6 +78,19 @@ struct oscar_backend_i {
     enum oscar_status (*decode_attention)(struct oscar_backend_kv * kv, int32_t n_seq, const float * q,
                                           int32_t n_head, const float * r_v, float * out);
     void (*kv_free)(struct oscar_backend_kv * kv);
+
+    // Layer error evaluation (NULL on the CPU backend: lib/verify is the reference there).
+    enum oscar_status (*eval_open)(const struct oscar_eval_shape * s, struct oscar_backend_eval ** out);
+    enum oscar_status (*eval_layer)(struct oscar_backend_eval * e, const struct oscar_eval_layer * in);
+    // Gate: num = sum ||(o^ - o).W_O^T||^2 (o^ over the method's cache, candidate 0), den = sum ||o.W_O^T||^2.
+    enum oscar_status (*eval_out_err)(struct oscar_backend_eval * e, const struct oscar_eval_method * m,
+                                      double * num, double * den);
+    // Clip search: the sums of oscar_verify_candidate_errors (verify/metrics.h) for the
+    // method's n_cand clip candidates.
+    enum oscar_status (*eval_candidates)(struct oscar_backend_eval * e, const struct oscar_eval_method * m,
+                                         int32_t n_cand, bool v_per_head, double * k_num, double * k_den,
+                                         double * v_num, double * v_den);
+    void (*eval_free)(struct oscar_backend_eval * e);
 };
 
 // "cpu" (always) or "cuda". Returns OSCAR_ERR_UNSUPPORTED with "CUDA backend not

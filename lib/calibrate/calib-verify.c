@@ -25,3 +25,14 @@ enum oscar_status osc_calib_transform(const char * preset, const struct oscar_ca
                                      f && f->n_rot > 1, f ? f->k_rot : NULL, f ? f->v_rot : NULL,
                                      c && c->n_clip > 1, c ? c->k : NULL, c ? c->v : NULL, out);
 }
+
+enum oscar_status osc_calib_eval_open(const struct oscar_calib_heldout * h, const struct oscar_calib_params * p,
+                                      int32_t max_cand, struct oscar_eval_dev ** out) {
+    int32_t max_len = 1;
+    for (int32_t s = 0; s < h->n_seq; s++)
+        if (h->seq_start[s + 1] - h->seq_start[s] > max_len) max_len = h->seq_start[s + 1] - h->seq_start[s];
+    struct oscar_eval_shape shape = {.n_head = h->n_head, .n_head_kv = h->n_head_kv, .head_dim = h->head_dim,
+                                     .n_embd = h->n_embd, .max_tokens = h->n_rows > max_len ? (int32_t) h->n_rows : max_len,
+                                     .max_len = max_len, .max_cand = max_cand};
+    return oscar_eval_dev_open(p->eval_device, &shape, p->n_threads, out);
+}

@@ -7,6 +7,7 @@
 #define OSCAR_CALIB_VERIFY_H
 
 #include "calibrate/calibrate.h"
+#include "verify/eval-device.h"
 #include "verify/metrics.h"
 
 // STATIC tiering with the run's sink/recent.
@@ -19,5 +20,8 @@ enum oscar_status osc_calib_transform(const char * preset, const struct oscar_ca
                                       const struct oscar_calib_fit * f, const struct oscar_calib_clip * c,
                                       int32_t n_layer, int32_t n_head_kv, int32_t head_dim,
                                       struct oscar_kv_transform * out);
+// A layer evaluator on p->eval_device sized for the held-out rows and max_cand candidates.
+enum oscar_status osc_calib_eval_open(const struct oscar_calib_heldout * h, const struct oscar_calib_params * p,
+                                      int32_t max_cand, struct oscar_eval_dev ** out);
 
 #endif

@@ -52,6 +52,7 @@ struct oscar_calib_params {
     int32_t  n_grid;
     double   grid[OSCAR_CLIP_GRID_MAX]; // candidate ratios for the search
     int32_t  n_threads;
+    const char * eval_device;  // clip search + gate backend: NULL / "cpu" (lib/verify) or "cuda"
     uint64_t seed;
     int64_t  checkpoint_every; // tokens; 0 = no checkpoints
     const char * checkpoint_path; // NULL = no checkpoints

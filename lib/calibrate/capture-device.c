@@ -10,6 +10,7 @@
 #include "backend/forward-backend.h"
 #include "calibrate/capture-device.h"
 #include "util/log.h"
+#include "util/mem.h"
 #include "util/sha256.h"
 
 enum oscar_status oscar_calib_random_config(const char * name, struct oscar_model_config * c) {
@@ -125,7 +126,7 @@ enum oscar_status oscar_calib_device_heldout(const struct oscar_calib_device * d
     h->q = calloc(L, sizeof(float *)), h->k = calloc(L, sizeof(float *)), h->v = calloc(L, sizeof(float *));
     h->wo = calloc(L, sizeof(float *));
     h->seq_start = malloc(((size_t) h->n_seq + 1) * sizeof(int32_t));
-    wo = malloc(L * nwo * sizeof(float));
+    wo = osc_alloc_large(L * nwo * sizeof(float));
     if (!h->wo || !wo) {
         free(wo);
         goto nomem;
@@ -133,22 +134,26 @@ enum oscar_status oscar_calib_device_heldout(const struct oscar_calib_device * d
     for (size_t l = 0; l < L; l++) h->wo[l] = wo + l * nwo; // h owns wo from here
     if (!h->q || !h->k || !h->v || !h->seq_start || !sbuf) goto nomem;
     for (size_t l = 0; l < L; l++) {
-        h->q[l] = malloc(T * (size_t) c->n_head * D * sizeof(float));
-        h->k[l] = malloc(T * (size_t) c->n_head_kv * D * sizeof(float));
-        h->v[l] = malloc(T * (size_t) c->n_head_kv * D * sizeof(float));
+        h->q[l] = osc_alloc_large(T * (size_t) c->n_head * D * sizeof(float));
+        h->k[l] = osc_alloc_large(T * (size_t) c->n_head_kv * D * sizeof(float));
+        h->v[l] = osc_alloc_large(T * (size_t) c->n_head_kv * D * sizeof(float));
         if (!h->q[l] || !h->k[l] || !h->v[l]) goto nomem;
     }
     for (int32_t s = 0; s <= h->n_seq; s++) h->seq_start[s] = plan->heldout_start[s] - plan->heldout_start[0];
     struct held_ctx hc = {h, 0};
-    const struct oscar_capture_hook hook = {.want = NULL, .on_layer = on_held, .user = &hc};
+    const struct oscar_capture_hook hook = {.want = NULL, .on_layer = on_held, .user = &hc, .qkv_only = true};
     if ((st = make_fwd(d, p, NULL, &hook, &f)) != OSCAR_OK) goto fail;
+    const double t_init = osc_now();
     for (int32_t s0 = 0; s0 < h->n_seq && st == OSCAR_OK; s0 += p->batch) {
         const int32_t s1 = s0 + p->batch < h->n_seq ? s0 + p->batch : h->n_seq;
         hc.row0 = h->seq_start[s0];
         st = run_batch(f, plan->tokens, plan->heldout_start, s0, s1, sbuf);
     }
+    const double t_rows = osc_now();
     for (size_t l = 0; l < L && st == OSCAR_OK; l++) st = oscar_fwd_copy_wo(f, (int32_t) l, wo + l * nwo);
     if (st != OSCAR_OK) goto fail;
+    osc_debug("held-out: forward pass built in %.2f s, %zu rows captured in %.2f s, W_O copied in %.2f s",
+              t_init - t0, T, t_rows - t_init, osc_now() - t_rows);
     oscar_fwd_free(f);
     free(sbuf);
     if (t) t->heldout += osc_now() - t0;

@@ -9,7 +9,8 @@
 //   V: post-W_O output error with exact attention weights (verify's out_rel
 //      with K exact), ‖A·(V̂ − V)·W_Oᵀ‖² / ‖o·W_Oᵀ‖²; per head: head h's error only.
 // Ties go to the larger ratio (the grid is visited in the given order, 1.0 first
-// by default, and a candidate must be strictly better).
+// by default, and a candidate must be strictly better). The errors come from
+// p->eval_device (verify/eval-device.h: lib/verify on the host, or the GPU).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,43 +50,19 @@ static void pick(const struct oscar_calib_params * p, const double * err, int32_
 }
 
 // Candidate errors of one layer: ek [G, Hkv], kref [Hkv], ev [G, Hkv + 1], vref.
-struct clip_scratch {
-    float * k_hp, * v_hp;
-    float ** kq, ** vq;   // [G] -> [T, Hkv, D]
+struct clip_errors {
     double * ek, * kref, * ev, vref;
 };
 
-static enum oscar_status layer_errors(const struct oscar_calib_heldout * h, int32_t l, struct oscar_kv_transform * tf,
-                                      const struct oscar_calib_params * p, bool per_head, struct clip_scratch * s) {
-    struct oscar_layer_input in = osc_calib_layer_input(h, l);
-    for (int32_t c = 0; c < p->n_grid; c++) {
-        tf->k_clip = tf->v_clip = p->grid[c];
-        enum oscar_status st = oscar_kv_transform_layer(tf, l, in.n_tokens, in.n_seq, in.seq_start, in.k, in.v,
-                                                        s->k_hp, s->v_hp, s->kq[c], s->vq[c], NULL);
-        if (st != OSCAR_OK) return st;
-    }
-    return oscar_verify_candidate_errors(&in, &tf->tiers, p->n_grid, s->k_hp, s->v_hp, (const float * const *) s->kq,
-                                         (const float * const *) s->vq, per_head, p->n_threads, s->ek, s->kref,
-                                         s->ev, &s->vref);
+static void errors_free(struct clip_errors * s) {
+    free(s->ek); free(s->kref); free(s->ev);
 }
 
-static void scratch_free(struct clip_scratch * s, int32_t G) {
-    for (int32_t c = 0; s->kq && c < G; c++) free(s->kq[c]);
-    for (int32_t c = 0; s->vq && c < G; c++) free(s->vq[c]);
-    free(s->kq); free(s->vq); free(s->k_hp); free(s->v_hp); free(s->ek); free(s->kref); free(s->ev);
-}
-
-static bool scratch_init(struct clip_scratch * s, const struct oscar_calib_heldout * h, int32_t G) {
-    size_t n = (size_t) h->n_rows * (size_t) h->n_head_kv * (size_t) h->head_dim + 1, Hkv = (size_t) h->n_head_kv;
-    memset(s, 0, sizeof(*s));
-    s->k_hp = malloc(n * sizeof(float)); s->v_hp = malloc(n * sizeof(float));
-    s->kq = calloc((size_t) G, sizeof(float *)); s->vq = calloc((size_t) G, sizeof(float *));
-    s->ek = calloc((size_t) G * Hkv, sizeof(double)); s->kref = calloc(Hkv, sizeof(double));
-    s->ev = calloc((size_t) G * (Hkv + 1), sizeof(double));
-    if (!s->k_hp || !s->v_hp || !s->kq || !s->vq || !s->ek || !s->kref || !s->ev) return false;
-    for (int32_t c = 0; c < G; c++)
-        if (!(s->kq[c] = malloc(n * sizeof(float))) || !(s->vq[c] = malloc(n * sizeof(float)))) return false;
-    return true;
+static bool errors_init(struct clip_errors * s, int32_t Hkv, int32_t G) {
+    s->ek = calloc((size_t) G * (size_t) Hkv, sizeof(double));
+    s->kref = calloc((size_t) Hkv, sizeof(double));
+    s->ev = calloc((size_t) G * (size_t) (Hkv + 1), sizeof(double));
+    return s->ek && s->kref && s->ev;
 }
 
 enum oscar_status oscar_calib_clip_search(const struct oscar_calib_heldout * h, const struct oscar_calib_fit * f,
@@ -100,7 +77,8 @@ enum oscar_status oscar_calib_clip_search(const struct oscar_calib_heldout * h, 
     c->k = calloc(n, sizeof(float)); c->v = calloc(n, sizeof(float));
     c->k_err = calloc(n, sizeof(double)); c->v_err = calloc(n, sizeof(double));
     c->k_err1 = calloc(n, sizeof(double)); c->v_err1 = calloc(n, sizeof(double));
-    struct clip_scratch s = {0};
+    struct clip_errors s = {0};
+    struct oscar_eval_dev * ev = NULL;
     enum oscar_status st = OSCAR_OK;
     if (!c->k || !c->v || !c->k_err || !c->v_err || !c->k_err1 || !c->v_err1) {
         st = osc_error(OSCAR_ERR_NOMEM, "clip search: out of memory");
@@ -117,13 +95,18 @@ enum oscar_status oscar_calib_clip_search(const struct oscar_calib_heldout * h, 
     }
     struct oscar_kv_transform tf;
     if ((st = osc_calib_transform("oscar", p, f, NULL, L, Hkv, h->head_dim, &tf)) != OSCAR_OK) goto out;
-    if (!scratch_init(&s, h, G)) {
-        st = osc_error(OSCAR_ERR_NOMEM, "clip search: %d candidates x %lld held-out rows", (int) G,
-                       (long long) h->n_rows);
+    if (!errors_init(&s, Hkv, G)) {
+        st = osc_error(OSCAR_ERR_NOMEM, "clip search: out of memory");
         goto out;
     }
+    if ((st = osc_calib_eval_open(h, p, G, &ev)) != OSCAR_OK) goto out;
+    struct osc_progress pr;
+    osc_progress_init(&pr, "clip search", "layer", L);
     for (int32_t l = 0; l < L && st == OSCAR_OK; l++) {
-        if ((st = layer_errors(h, l, &tf, p, NC > 1, &s)) != OSCAR_OK) break;
+        struct oscar_layer_input in = osc_calib_layer_input(h, l);
+        if ((st = oscar_eval_dev_layer(ev, &in)) != OSCAR_OK ||
+            (st = oscar_eval_dev_candidates(ev, &tf, G, p->grid, NC > 1, s.ek, s.kref, s.ev, &s.vref)) != OSCAR_OK)
+            break;
         if (NC == 1) { // pool K heads; V: all heads together
             double kr = 0.0;
             for (int32_t hh = 0; hh < Hkv; hh++) kr += s.kref[hh];
@@ -143,13 +126,16 @@ enum oscar_status oscar_calib_clip_search(const struct oscar_calib_heldout * h, 
         }
         osc_debug("clip layer %d: K %.2f V %.2f", (int) l, (double) c->k[(size_t) l * (size_t) NC],
                   (double) c->v[(size_t) l * (size_t) NC]);
+        osc_progress_update(&pr, l + 1);
     }
+    osc_progress_finish(&pr);
     if (st == OSCAR_OK) {
         c->k_global = median(c->k, n);
         c->v_global = median(c->v, n);
     }
 out:
-    scratch_free(&s, G);
+    errors_free(&s);
+    oscar_eval_dev_free(ev);
     if (st != OSCAR_OK) oscar_calib_clip_free(c);
     if (t) t->clip += osc_now() - t0;
     return st;

@@ -3,7 +3,9 @@
 // BF16 sink/recent kept, INT2 middle), per layer, for naive INT2 (no rotation,
 // symmetric, no clip), Hadamard (data-free Sylvester H, asymmetric, reference
 // clips 0.96 / 0.92) and OSCAR (fitted rotations, the chosen clips). Passes
-// when OSCAR's mean is below both. Refuses nothing beyond lib/verify's checks.
+// when OSCAR's mean is below both. Runs on p->eval_device (verify/eval-device.h:
+// lib/verify on the host, or the same errors on the GPU). Refuses nothing beyond
+// lib/verify's and the evaluator's checks.
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,14 +15,6 @@
 void oscar_calib_gate_free(struct oscar_calib_gate * g) {
     free(g->naive); free(g->hadamard); free(g->oscar);
     memset(g, 0, sizeof(*g));
-}
-
-static enum oscar_status layer_out_rel(const struct oscar_kv_transform * tf, const struct oscar_layer_input * in,
-                                       int32_t n_threads, double * out) {
-    struct oscar_layer_metrics m;
-    enum oscar_status st = oscar_verify_layer_metrics(tf, in, n_threads, &m);
-    *out = m.out_rel;
-    return st;
 }
 
 enum oscar_status oscar_calib_gate_run(const struct oscar_calib_heldout * h, const struct oscar_calib_fit * f,
@@ -34,6 +28,7 @@ enum oscar_status oscar_calib_gate_run(const struct oscar_calib_heldout * h, con
     g->hadamard = calloc((size_t) L, sizeof(double));
     g->oscar = calloc((size_t) L, sizeof(double));
     enum oscar_status st = OSCAR_OK;
+    struct oscar_eval_dev * ev = NULL;
     if (!g->naive || !g->hadamard || !g->oscar) {
         st = osc_error(OSCAR_ERR_NOMEM, "gate: out of memory");
         goto out;
@@ -44,13 +39,15 @@ enum oscar_status oscar_calib_gate_run(const struct oscar_calib_heldout * h, con
         (st = osc_calib_transform("oscar-searched", p, f, c, L, Hkv, D, &osc)) != OSCAR_OK)
         goto out;
     had.k_clip = 0.96, had.v_clip = 0.92;   // the reference's fixed ratios (method.md §9.5)
+    if ((st = osc_calib_eval_open(h, p, 1, &ev)) != OSCAR_OK) goto out;
     struct osc_progress pr;
     osc_progress_init(&pr, "gate", "layer", L);
     for (int32_t l = 0; l < L && st == OSCAR_OK; l++) {
         struct oscar_layer_input in = osc_calib_layer_input(h, l);
-        if ((st = layer_out_rel(&naive, &in, p->n_threads, &g->naive[l])) != OSCAR_OK ||
-            (st = layer_out_rel(&had, &in, p->n_threads, &g->hadamard[l])) != OSCAR_OK ||
-            (st = layer_out_rel(&osc, &in, p->n_threads, &g->oscar[l])) != OSCAR_OK)
+        if ((st = oscar_eval_dev_layer(ev, &in)) != OSCAR_OK ||
+            (st = oscar_eval_dev_out_rel(ev, &naive, &g->naive[l])) != OSCAR_OK ||
+            (st = oscar_eval_dev_out_rel(ev, &had, &g->hadamard[l])) != OSCAR_OK ||
+            (st = oscar_eval_dev_out_rel(ev, &osc, &g->oscar[l])) != OSCAR_OK)
             break;
         g->mean_naive += g->naive[l] / L;
         g->mean_hadamard += g->hadamard[l] / L;
@@ -60,6 +57,7 @@ enum oscar_status oscar_calib_gate_run(const struct oscar_calib_heldout * h, con
     osc_progress_finish(&pr);
     g->pass = g->mean_oscar < g->mean_hadamard && g->mean_oscar < g->mean_naive;
 out:
+    oscar_eval_dev_free(ev);
     if (st != OSCAR_OK) oscar_calib_gate_free(g);
     if (t) t->gate += osc_now() - t0;
     return st;

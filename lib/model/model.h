@@ -107,6 +107,7 @@ struct oscar_capture_hook {
     bool (*want)(void * user, int32_t layer);
     enum oscar_status (*on_layer)(void * user, const struct oscar_capture_layer * cap);
     void * user;
+    bool qkv_only;   // the hook reads only q/k/v (device backends then copy nothing else)
 };
 
 // Replaces the forward pass's own causal attention (e.g. by attention over a

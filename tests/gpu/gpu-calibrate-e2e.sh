@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-calibrate-e2e.sh - on the GPU machine: the whole oscar-calibrate pipeline on the
 # device (both capture passes, fit, clips, gate, artifact written) for the Qwen3-8B
-# shape with random weights and synthetic tokens, timed stage by stage; then the .pt
+# shape with random weights and synthetic tokens, timed stage by stage, with the clip
+# search (default) and with fixed clips; then the .pt
 # export loaded by real torch with weights_only=True (issue 6's engine check).
 #
 #   bash tests/gpu/gpu-calibrate-e2e.sh      (OUT: logs and the --json summaries go there)
@@ -16,17 +17,20 @@ make CUDA=1 WERROR=1 -j"${JOBS:-$(nproc)}" >"$logdir/build.log" 2>&1 || { tail -
 rc=0
 work=$(mktemp -d)
 
-echo "== oscar-calibrate --device cuda --random-init qwen3-8b, 30720 tokens, fixed clips"
-/usr/bin/time -v timeout 300 build/bin/oscar-calibrate --device cuda --random-init qwen3-8b --tokens 30720 \
-    -c 2048 -b 15 --heldout 1 --clip 0.96,0.92 -o "$work/q8b" --json \
-    >"$logdir/e2e-fixed.json" 2>"$logdir/e2e-fixed.err" || rc=1
-grep -E "timing:|peak RSS|wrote|mean|Elapsed|Maximum resident" "$logdir/e2e-fixed.err"
-cut -c1-400 "$logdir/e2e-fixed.json"
+for mode in search fixed; do
+    clip=(); [ "$mode" = fixed ] && clip=(--clip 0.96,0.92)
+    echo "== oscar-calibrate --device cuda --random-init qwen3-8b, 30720 tokens, clips: $mode"
+    /usr/bin/time -v timeout 300 build/bin/oscar-calibrate --device cuda --random-init qwen3-8b --tokens 30720 \
+        -c 2048 -b 15 --heldout 1 "${clip[@]}" -o "$work/q8b-$mode" --json -v \
+        >"$logdir/e2e-$mode.json" 2>"$logdir/e2e-$mode.err" || rc=1
+    grep -E "timing:|peak|wrote|mean|Elapsed|Maximum resident|held-out:|layer eval" "$logdir/e2e-$mode.err"
+    cut -c1-400 "$logdir/e2e-$mode.json"
+done
 
 echo "== .pt export of that artifact, loaded by torch (weights_only=True)"
-if [ -f "$work/q8b/oscar.safetensors" ]; then
-    build/bin/oscar-zoo export "$work/q8b" --format pt --out "$work/pt" || rc=1
-    python3 tests/oracle/check_pt_export.py "$work/q8b" "$work/pt" 2>&1 | tee "$logdir/pt-check.log" || rc=1
+if [ -f "$work/q8b-search/oscar.safetensors" ]; then
+    build/bin/oscar-zoo export "$work/q8b-search" --format pt --out "$work/pt" || rc=1
+    python3 tests/oracle/check_pt_export.py "$work/q8b-search" "$work/pt" 2>&1 | tee "$logdir/pt-check.log" || rc=1
 else
     echo "no artifact to export"; rc=1
 fi

@@ -41,6 +41,9 @@ cc -std=c11 -D_GNU_SOURCE -O2 -g -I. -Ilib -Wall -Wextra -Werror -fopenmp tests/
 cc -std=c11 -D_GNU_SOURCE -O2 -g -I. -Ilib -Wall -Wextra -Werror -fopenmp tests/gpu/test-verify-sim.c build/liboscar.a \
     -o build/test-verify-sim $libs -L"$cuda_home/lib64" -lcudart -lcublas -lstdc++ >>"$logdir/build.log" 2>&1 \
     || { tail -20 "$logdir/build.log"; echo "gpu-check: test-verify-sim build failed"; exit 1; }
+cc -std=c11 -D_GNU_SOURCE -O2 -g -I. -Ilib -Wall -Wextra -Werror -fopenmp tests/gpu/test-eval-device.c build/liboscar.a \
+    -o build/test-eval-device $libs -L"$cuda_home/lib64" -lcudart -lcublas -lstdc++ >>"$logdir/build.log" 2>&1 \
+    || { tail -20 "$logdir/build.log"; echo "gpu-check: test-eval-device build failed"; exit 1; }
 nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -I. -Ilib tests/gpu/bench-decode.cu build/liboscar.a \
     -o build/bench-decode $libs -lcublas -lgomp >>"$logdir/build.log" 2>&1 \
     || { tail -20 "$logdir/build.log"; echo "gpu-check: bench-decode build failed"; exit 1; }
@@ -54,6 +57,17 @@ echo "gpu-check: test-kernels"
 r=${PIPESTATUS[0]}
 [ "$r" -eq 0 ] || { echo "gpu-check: test-kernels FAILED (exit $r)"; rc=1; }
 
+echo "gpu-check: test-eval-device (gate / clip-search layer errors on the GPU vs lib/verify)"
+./build/test-eval-device "${seed_args[@]}" 2>&1 | tee "$logdir/test-eval-device.log"
+r=${PIPESTATUS[0]}
+[ "$r" -eq 0 ] || { echo "gpu-check: test-eval-device FAILED (exit $r)"; rc=1; }
+if command -v compute-sanitizer >/dev/null; then
+    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/test-eval-device --small \
+        "${seed_args[@]}" >"$logdir/memcheck-eval.log" 2>&1
+    r=$?
+    tail -2 "$logdir/memcheck-eval.log"
+    [ "$r" -eq 0 ] || { echo "gpu-check: test-eval-device memcheck FAILED (exit $r)"; rc=1; }
+fi
 echo "gpu-check: test-verify-sim (kv sim through the CUDA kernels vs the CPU sim)"
 ./build/test-verify-sim "${seed_args[@]}" 2>&1 | tee "$logdir/test-verify-sim.log"
 r=${PIPESTATUS[0]}

@@ -1,7 +1,9 @@
 // test-forward-gpu.c - the CUDA forward pass (oscar_fwd, device "cuda") against the CPU
 // reference, and its calibration-shape benchmark. Built and run by gpu-forward-check.sh.
 //
-//   test-forward-gpu check [--seed N] [--small]   correctness (exit 0 pass, 1 fail, 77 no device)
+//   test-forward-gpu check [--seed N] [--small] [--model GGUF --corpus TEXT]
+//                                                 correctness (exit 0 pass, 1 fail, 77 no device);
+//                                                 --model adds the real model on 3 x 512 corpus tokens
 //   test-forward-gpu bench [--seqs 15] [--len 2048] [--layers 36] [--reps 3] [--hf file.csv]
 //
 // check, per model (tiny-llama, tiny-qwen2, tiny-qwen3 fixtures, and a random-init
@@ -38,6 +40,7 @@
 #include <time.h>
 
 #include "backend/forward-backend.h"
+#include "calibrate/calibrate.h"
 #include "model/model.h"
 #include "stats/stats.h"
 
@@ -162,7 +165,7 @@ static void run_passes(const struct oscar_model * m, const char * dev, const str
     struct oscar_fwd_params p = oscar_fwd_default_params();
     p.device = dev, p.max_tokens = T, p.stats = s;
     struct hook_feed hf = {hook_s, NULL};
-    struct oscar_capture_hook hk = {NULL, feed, &hf};
+    struct oscar_capture_hook hk = {NULL, feed, &hf, false};
     if (hook_s) p.hook = &hk;
     struct oscar_fwd * f = NULL;
     TRY(oscar_fwd_init(m, &p, &f));
@@ -178,7 +181,9 @@ static void run_passes(const struct oscar_model * m, const char * dev, const str
     free(hf.buf);
 }
 
-static void check_model(const char * name, struct oscar_model * m, const int32_t * lens, int32_t n_seq) {
+// tokens: the batch's token ids, or NULL for random ones.
+static void check_model(const char * name, struct oscar_model * m, const int32_t * lens, int32_t n_seq,
+                        const int32_t * tokens) {
     round_model(m);
     const struct oscar_model_config * c = &m->config;
     int32_t seq_start[8] = {0};
@@ -186,7 +191,7 @@ static void check_model(const char * name, struct oscar_model * m, const int32_t
     const int32_t T = seq_start[n_seq];
     const size_t V = (size_t) c->n_vocab;
     int32_t * tok = malloc(sizeof(int32_t) * (size_t) T);
-    for (int32_t t = 0; t < T; t++) tok[t] = (int32_t) (rnd_u64() % V);
+    for (int32_t t = 0; t < T; t++) tok[t] = tokens ? tokens[t] : (int32_t) (rnd_u64() % V);
     const struct oscar_batch b = {n_seq, seq_start, tok, NULL};
     float * lc = malloc(sizeof(float) * T * V), * lg = malloc(sizeof(float) * T * V), * lg2 = malloc(sizeof(float) * T * V);
     struct oscar_stats * s_cpu = new_stats(c), * s_gpu = new_stats(c), * s_hook = new_stats(c), * s_gpu2 = new_stats(c);
@@ -216,7 +221,28 @@ static void check_model(const char * name, struct oscar_model * m, const int32_t
     free(tok), free(lc), free(lg), free(lg2);
 }
 
-static int do_check(bool small) {
+// The real model at `model` on the first 3 x 512 tokens of `corpus` (both paths see the same
+// bf16-rounded weights and the same tokens).
+static void check_real(const char * model, const char * corpus) {
+    struct oscar_model * m = NULL;
+    struct oscar_tokenizer * tok = NULL;
+    struct oscar_calib_corpus cc;
+    memset(&cc, 0, sizeof cc);
+    TRY(oscar_model_load(model, &m));
+    TRY(oscar_tokenizer_load(model, &tok));
+    TRY(oscar_calib_corpus_load(tok, corpus, NULL, 3 * 512, &cc));
+    if (cc.n < 3 * 512) {
+        fprintf(stderr, "%s: only %lld tokens\n", corpus, (long long) cc.n);
+        exit(1);
+    }
+    const int32_t lens[3] = {512, 512, 512};
+    check_model(m->config.name, m, lens, 3, cc.tokens);
+    oscar_calib_corpus_free(&cc);
+    oscar_tokenizer_free(tok);
+    oscar_model_free(m);
+}
+
+static int do_check(bool small, const char * real_model, const char * corpus) {
     struct oscar_fwd_params p = oscar_fwd_default_params();
     p.device = "cuda";
     struct oscar_model * m = NULL;
@@ -238,9 +264,10 @@ static int do_check(bool small) {
         char dir[256];
         snprintf(dir, sizeof dir, "tests/fixtures/models/%s", tiny[i]);
         TRY(oscar_model_load(dir, &m));
-        check_model(tiny[i], m, lens, 3);
+        check_model(tiny[i], m, lens, 3, NULL);
         oscar_model_free(m);
     }
+    if (real_model) check_real(real_model, corpus);
     if (!small) {
         struct oscar_model_config c;
         memset(&c, 0, sizeof c);
@@ -250,7 +277,7 @@ static int do_check(bool small) {
         snprintf(c.name, sizeof c.name, "SmolLM2-135M shape (random)");
         TRY(oscar_model_init_random(&c, rnd_u64(), &m));
         const int32_t slens[3] = {256, 128, 201};
-        check_model("smollm2-135m-random", m, slens, 3);
+        check_model("smollm2-135m-random", m, slens, 3, NULL);
         oscar_model_free(m);
     }
     printf("check: %s\n", g_fail ? "FAIL" : "PASS");
@@ -385,7 +412,7 @@ int main(int argc, char ** argv) {
     uint64_t seed = (uint64_t) time(NULL);
     bool small = false;
     int32_t n_seq = 15, len = 2048, layers = 36, reps = 3;
-    const char * hf = NULL;
+    const char * hf = NULL, * real = NULL, * corpus = NULL;
     if (argc < 2) {
         fprintf(stderr, "usage: %s check|bench [options]\n", argv[0]);
         return 2;
@@ -398,6 +425,8 @@ int main(int argc, char ** argv) {
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--hf") && i + 1 < argc) hf = argv[++i];
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) real = argv[++i];
+        else if (!strcmp(argv[i], "--corpus") && i + 1 < argc) corpus = argv[++i];
         else {
             fprintf(stderr, "unknown option %s\n", argv[i]);
             return 2;
@@ -405,7 +434,11 @@ int main(int argc, char ** argv) {
     }
     printf("seed %llu\n", (unsigned long long) seed);
     rng_state = seed | 1;
-    if (!strcmp(argv[1], "check")) return do_check(small);
+    if (real && !corpus) {
+        fprintf(stderr, "--model needs --corpus\n");
+        return 2;
+    }
+    if (!strcmp(argv[1], "check")) return do_check(small, real, corpus);
     if (!strcmp(argv[1], "bench")) return do_bench(n_seq, len, layers, reps, hf);
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 2;

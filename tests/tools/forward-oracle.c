@@ -104,7 +104,7 @@ int main(int argc, char ** argv) {
     logits    = malloc((size_t)T * V * sizeof(float));
     if (!tokens || !seq_start || !logits) goto out;
 
-    struct oscar_capture_hook hook = {fx_capture_want, fx_capture_on_layer, &cap};
+    struct oscar_capture_hook hook = {fx_capture_want, fx_capture_on_layer, &cap, false};
     struct oscar_forward_params fp = oscar_forward_default_params();
     fp.max_tokens = T;
     fp.n_threads  = threads;

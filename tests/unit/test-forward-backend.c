@@ -108,7 +108,7 @@ static void test_cpu_capture_identical(void ** state) {
     struct oscar_stats * s_ref = new_stats(c), * s_fwd = new_stats(c);
     // reference: the plain forward pass with a hook
     struct hook_ctx hc = {s_ref};
-    struct oscar_capture_hook hk = {NULL, feed, &hc};
+    struct oscar_capture_hook hk = {NULL, feed, &hc, false};
     struct oscar_forward_params fp = oscar_forward_default_params();
     fp.n_threads = 1, fp.max_tokens = 64, fp.hook = &hk;
     struct oscar_forward * fw = NULL;

@@ -77,7 +77,7 @@ static void check_oracle(const char * name) {
     fixture_load(&fx, name);
     const struct oscar_model_config * c = &fx.model->config;
     struct fx_capture cap = {.n_layers = 3, .layers = {0, 1, c->n_layer - 1}};
-    struct oscar_capture_hook hook = {fx_capture_want, fx_capture_on_layer, &cap};
+    struct oscar_capture_hook hook = {fx_capture_want, fx_capture_on_layer, &cap, false};
     struct oscar_forward * f = make_forward(fx.model, fx.T, &hook, NULL);
     float * logits = malloc((size_t)fx.T * (size_t)c->n_vocab * sizeof(float));
     struct oscar_batch b = {fx.n_seq, fx.seq_start, fx.tokens, NULL};
@@ -150,7 +150,7 @@ static void test_hook_layers_and_shapes(void ** state) {
     const struct oscar_model_config * c = &fx.model->config;
     const size_t TC = (size_t)fx.T * (size_t)c->n_embd;
     struct hook_log log = {.fx = &fx, .resid_last = malloc(TC * sizeof(float))};
-    struct oscar_capture_hook hook = {want_0_2, log_layer, &log};
+    struct oscar_capture_hook hook = {want_0_2, log_layer, &log, false};
     struct oscar_forward * f = make_forward(fx.model, 128, &hook, NULL);
     struct oscar_batch b = {fx.n_seq, fx.seq_start, fx.tokens, NULL};
     assert_int_equal(oscar_forward_run(f, &b, NULL), OSCAR_OK);
@@ -217,7 +217,7 @@ static void test_hook_and_override_identical(void ** state) {
     assert_int_equal(oscar_forward_run(f, &b, a), OSCAR_OK);
     oscar_forward_free(f);
 
-    struct oscar_capture_hook hook = {NULL, hook_noop, NULL};
+    struct oscar_capture_hook hook = {NULL, hook_noop, NULL, false};
     f = make_forward(fx.model, fx.T, &hook, NULL);
     assert_int_equal(oscar_forward_run(f, &b, b2), OSCAR_OK);
     assert_memory_equal(a, b2, n * sizeof(float));

@@ -1,0 +1,219 @@
+// eval-transform.cu - the per-row K/V transform of the layer evaluator (contract in
+// eval-transform.cuh). Every arithmetic step names its IEEE rounding (__fadd_rn,
+// __fdiv_rn, __fma_rn, ...) so nvcc cannot contract or reorder it: the results must
+// equal lib/verify's CPU transform on the same inputs.
+#include "kernels/eval-transform.cuh"
+#include "kernels/cuda-common.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#define TF_WARPS 8
+#define FULL     0xffffffffu
+
+template <int VPL> struct Row {
+    float v[VPL];
+};
+
+static __device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
+    return v;
+}
+static __device__ __forceinline__ float warp_min(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fminf(v, __shfl_xor_sync(FULL, v, o));
+    return v;
+}
+
+static __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// The value the metadata dtype stores (enum oscar_quant_meta_dtype: 0 f32, 1 f16, 2 bf16).
+static __device__ __forceinline__ float meta_round(float x, int dtype) {
+    if (dtype == 1) return __half2float(__float2half_rn(x));
+    if (dtype == 2) return bf16_round(x);
+    return x;
+}
+
+// y = x.R with fp64 sums over i ascending (oscar_kv_rotate_row): fma(x_i, R_ij, s) equals
+// s + x_i * R_ij because the product of two floats is exact in fp64.
+template <int VPL> static __device__ Row<VPL> rotate_matrix(const Row<VPL> & x, const float * __restrict__ R, int lane) {
+    constexpr int D = 32 * VPL;
+    double acc[VPL];
+#pragma unroll
+    for (int k = 0; k < VPL; k++) acc[k] = 0.0;
+#pragma unroll
+    for (int kk = 0; kk < VPL; kk++) {
+        for (int src = 0; src < 32; src++) {
+            const double xi = (double) __shfl_sync(FULL, x.v[kk], src);
+            const float * Ri = R + (size_t) (kk * 32 + src) * D + lane;
+#pragma unroll
+            for (int k = 0; k < VPL; k++) acc[k] = __fma_rn(xi, (double) __ldg(Ri + 32 * k), acc[k]);
+        }
+    }
+    Row<VPL> y;
+#pragma unroll
+    for (int k = 0; k < VPL; k++) y.v[k] = __double2float_rn(acc[k]);
+    return y;
+}
+
+// oscar_fwht_f32: stages h = 1, 2, ..., D/2 of x[i] = lo + up, x[i+h] = lo - up, then * s.
+template <int VPL> static __device__ Row<VPL> fwht(Row<VPL> x, float s, int lane) {
+    for (int h = 1; h < 32; h <<= 1) {
+#pragma unroll
+        for (int k = 0; k < VPL; k++) {
+            const float p = __shfl_xor_sync(FULL, x.v[k], h);
+            x.v[k] = (lane & h) ? __fsub_rn(p, x.v[k]) : __fadd_rn(x.v[k], p);
+        }
+    }
+#pragma unroll
+    for (int m = 1; m < VPL; m <<= 1) {
+#pragma unroll
+        for (int k = 0; k < VPL; k++) {
+            if (k & m) continue;
+            const float lo = x.v[k], up = x.v[k + m];
+            x.v[k] = __fadd_rn(lo, up);
+            x.v[k + m] = __fsub_rn(lo, up);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < VPL; k++) x.v[k] = __fmul_rn(x.v[k], s);
+    return x;
+}
+
+template <int VPL> static __device__ Row<VPL> rotate(const struct osc_eval_transform & a, const Row<VPL> & x,
+                                                     const float * R, int lane) {
+    if (a.rot == OSCAR_EVAL_ROT_MATRIX) return rotate_matrix<VPL>(x, R, lane);
+    if (a.rot == OSCAR_EVAL_ROT_HADAMARD) return fwht<VPL>(x, a.had_scale, lane);
+    return x;
+}
+
+// sort(|x|)[idx] exactly: the largest bit pattern t with #{|x| < t} <= idx.
+template <int VPL> static __device__ float clip_tau_sort(const Row<VPL> & x, int idx) {
+    uint32_t a[VPL], ans = 0;
+#pragma unroll
+    for (int k = 0; k < VPL; k++) a[k] = __float_as_uint(x.v[k]) & 0x7fffffffu;
+    for (int b = 30; b >= 0; b--) {
+        const uint32_t t = ans | (1u << b);
+        int c = 0;
+#pragma unroll
+        for (int k = 0; k < VPL; k++) c += a[k] < t;
+        if (__reduce_add_sync(FULL, c) <= idx) ans = t;
+    }
+    return __uint_as_float(ans);
+}
+
+// oscar_clip_tau_bisect: log2(D) halvings of [0, max|x|] towards D - idx values above.
+template <int VPL> static __device__ float clip_tau_bisect(const Row<VPL> & x, int idx) {
+    constexpr int D = 32 * VPL;
+    float hi = 0.0f, lo = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPL; k++) hi = fmaxf(hi, fabsf(x.v[k]));
+    hi = warp_max(hi);
+    const int target = D - idx;
+    for (int n = D; n > 1; n >>= 1) {
+        const float mid = __fmul_rn(__fadd_rn(lo, hi), 0.5f);
+        int c = 0;
+#pragma unroll
+        for (int k = 0; k < VPL; k++) c += fabsf(x.v[k]) > mid;
+        if (__reduce_add_sync(FULL, c) > target) lo = mid;
+        else hi = mid;
+    }
+    return hi;
+}
+
+static __device__ __forceinline__ float code_trunc3(float t) {
+    return (float) ((t >= 1.0f) + (t >= 2.0f) + (t >= 3.0f));
+}
+
+// Clip, quantize and dequantize one row in place (lib/quant int2.c quantize_row + dequant_row).
+template <int VPL> static __device__ void quant_dequant(const struct osc_eval_transform & a, Row<VPL> & x, int idx,
+                                                       int lane) {
+    if (!a.sym && idx >= 0) {
+        const float tau = a.bisect ? clip_tau_bisect<VPL>(x, idx) : clip_tau_sort<VPL>(x, idx);
+#pragma unroll
+        for (int k = 0; k < VPL; k++) x.v[k] = x.v[k] < -tau ? -tau : x.v[k] > tau ? tau : x.v[k];
+    }
+    const int G = a.group_size, ng = 32 * VPL / G;
+    for (int g = 0; g < ng; g++) {
+        float m = INFINITY, M = -INFINITY, amax = 0.0f;
+#pragma unroll
+        for (int k = 0; k < VPL; k++) {
+            if ((lane + 32 * k) / G != g) continue;
+            m = fminf(m, x.v[k]), M = fmaxf(M, x.v[k]), amax = fmaxf(amax, fabsf(x.v[k]));
+        }
+        float scale, zero;
+        if (a.sym) {
+            scale = __fdiv_rn(fmaxf(warp_max(amax), 1e-8f), 1.5f);
+            zero = 1.5f;
+        } else {
+            m = __fadd_rn(warp_min(m), 0.0f), M = __fadd_rn(warp_max(M), 0.0f);
+            scale = __fdiv_rn(fmaxf(__fsub_rn(M, m), 1e-8f), 3.0f);
+            zero = __fdiv_rn(-m, scale);
+        }
+        const float sq = meta_round(scale, a.meta_dtype), zq = meta_round(zero, a.meta_dtype);
+#pragma unroll
+        for (int k = 0; k < VPL; k++) {
+            if ((lane + 32 * k) / G != g) continue;
+            const float t = a.sym ? __fadd_rn(__fdiv_rn(x.v[k], scale), 2.0f)
+                                  : __fadd_rn(__fadd_rn(__fdiv_rn(x.v[k], scale), zero), 0.5f);
+            x.v[k] = __fmul_rn(__fsub_rn(code_trunc3(t), zq), sq);
+        }
+    }
+}
+
+template <int VPL> static __device__ void store(const struct osc_eval_transform & a, int64_t c, int64_t r,
+                                                const Row<VPL> & val, const Row<VPL> & x, int lane) {
+    float * o = a.out + c * a.out_stride + r * (32 * VPL) + lane;
+#pragma unroll
+    for (int k = 0; k < VPL; k++) o[32 * k] = a.diff ? __fsub_rn(val.v[k], x.v[k]) : val.v[k];
+}
+
+template <int VPL> __global__ void __launch_bounds__(TF_WARPS * 32) transform_kernel(struct osc_eval_transform a) {
+    constexpr int D = 32 * VPL;
+    const int lane = threadIdx.x & 31;
+    const int64_t nw = (int64_t) gridDim.x * TF_WARPS;
+    for (int64_t r = (int64_t) blockIdx.x * TF_WARPS + (threadIdx.x >> 5); r < a.n_rows; r += nw) {
+        const int h = (int) (r % a.n_head_kv);
+        const size_t rm = (size_t) (a.n_rot > 1 ? h : 0) * D * D;
+        Row<VPL> x;
+#pragma unroll
+        for (int k = 0; k < VPL; k++) x.v[k] = a.x[r * D + lane + 32 * k];
+        Row<VPL> y = rotate<VPL>(a, x, a.R + rm, lane);
+        if (a.hp_bf16) {
+#pragma unroll
+            for (int k = 0; k < VPL; k++) y.v[k] = bf16_round(y.v[k]);
+        }
+        if (!a.int2_row[r / a.n_head_kv]) {
+            const Row<VPL> hp = rotate<VPL>(a, y, a.Rt + rm, lane);
+            for (int c = 0; c < a.n_cand; c++) store<VPL>(a, c, r, hp, x, lane);
+            continue;
+        }
+        for (int c = 0; c < a.n_cand; c++) {
+            Row<VPL> q = y;
+            quant_dequant<VPL>(a, q, a.clip_idx[c * a.n_head_kv + h], lane);
+            store<VPL>(a, c, r, rotate<VPL>(a, q, a.Rt + rm, lane), x, lane);
+        }
+    }
+}
+
+template <int VPL> static enum oscar_status launch(const struct osc_eval_transform * a, cudaStream_t stream) {
+    int dev = 0, n_sm = 0;
+    OSCAR_CUDA_CHECK(cudaGetDevice(&dev));
+    OSCAR_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    int64_t blocks = (a->n_rows + TF_WARPS - 1) / TF_WARPS, cap = (int64_t) n_sm * 16;
+    if (blocks > cap) blocks = cap;
+    transform_kernel<VPL><<<(unsigned) blocks, TF_WARPS * 32, 0, stream>>>(*a);
+    OSCAR_CUDA_CHECK_LAUNCH();
+    return OSCAR_OK;
+}
+
+enum oscar_status osc_cuda_eval_transform(const struct osc_eval_transform * a, void * stream) {
+    if (a->n_rows <= 0 || a->n_cand <= 0) return OSCAR_OK;
+    cudaStream_t s = (cudaStream_t) stream;
+    switch (a->head_dim) {
+    case 32: return launch<1>(a, s);
+    case 64: return launch<2>(a, s);
+    case 128: return launch<4>(a, s);
+    case 256: return launch<8>(a, s);
+    }
+    return osc_error(OSCAR_ERR_UNSUPPORTED, "cuda layer eval: head_dim %d (built for 32, 64, 128, 256)", a->head_dim);
+}

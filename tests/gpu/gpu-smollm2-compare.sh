@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# gpu-smollm2-compare.sh - on the GPU machine, the real SmolLM2-135M through both
+# devices (issue 8's agreement check):
+#  1. capture covariances of the CUDA forward vs the CPU forward on the same 3 x 512
+#     corpus tokens and the same bf16-rounded weights (test-forward-gpu check --model);
+#  2. oscar-calibrate --device cpu and --device cuda on the same corpus (both passes,
+#     fit, clip search, gate; gate table and timings);
+#  3. oscar-verify of both artifacts on held-out text: perplexity per method, and the
+#     relative difference between the two artifacts (target <= 1 %).
+#
+#   bash tests/gpu/gpu-smollm2-compare.sh MODEL.gguf CALIB.txt HELDOUT.txt [TOKENS]
+# Env: OSCAR_DEBS, OUT (logs), JOBS. Exit 0 only if every step ran and the perplexities
+# of the two artifacts agree within 1 %.
+set -u -o pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+model=$(realpath "$1"); calib=$(realpath "$2"); held=$(realpath "$3"); tokens=${4:-8192}
+cd "$root"
+logdir=${OUT:-$root/build/gpu-smollm2-compare}
+mkdir -p "$logdir"
+. "$here/gpu-deps.sh"
+make CUDA=1 WERROR=1 -j"${JOBS:-$(nproc)}" >"$logdir/build.log" 2>&1 || { tail -40 "$logdir/build.log"; exit 1; }
+libs="$(pkg-config --libs hdf5 openblas lapacke libpcre2-8 jansson libutf8proc libcurl libzstd zlib libcrypto 2>/dev/null) -lm -lpthread"
+cflags="$(pkg-config --cflags hdf5 openblas 2>/dev/null)"
+cuda_home=$(dirname "$(dirname "$(command -v nvcc)")")
+cc -std=c11 -D_GNU_SOURCE -O2 -g -I. -Ilib $cflags -Wall -Wextra -Werror -fopenmp tests/gpu/test-forward-gpu.c \
+    build/liboscar.a -o build/test-forward-gpu $libs -L"$cuda_home/lib64" -lcudart -lcublas -lstdc++ \
+    >>"$logdir/build.log" 2>&1 || { tail -20 "$logdir/build.log"; exit 1; }
+rc=0
+work=$(mktemp -d)
+echo "== 1. covariances: CUDA forward vs CPU forward, SmolLM2-135M, 3 x 512 tokens of $(basename "$calib")"
+timeout 300 ./build/test-forward-gpu check --small --seed 1 --model "$model" --corpus "$calib" 2>&1 | tee "$logdir/cov.md"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+for dev in cpu cuda; do
+    echo "== 2. oscar-calibrate --device $dev ($tokens tokens, seq 512, 2 held-out sequences)"
+    /usr/bin/time -f "wall %e s, max RSS %M KiB" timeout 600 build/bin/oscar-calibrate --model "$model" \
+        --corpus "$calib" --tokens "$tokens" -c 512 -b 8 --heldout 2 --device "$dev" -o "$work/$dev" --json \
+        >"$logdir/calib-$dev.json" 2>"$logdir/calib-$dev.err" || rc=1
+    grep -E "^ +mean|timing:|wall " "$logdir/calib-$dev.err"
+done
+for dev in cpu cuda; do
+    echo "== 3. oscar-verify with the $dev artifact on $(basename "$held")"
+    timeout 600 build/bin/oscar-verify --model "$model" --rotations "$work/$dev" --corpus "$held" -c 512 \
+        --tokens 2048 --methods bf16,hadamard,oscar,oscar-fixed --json >"$logdir/verify-$dev.json" \
+        2>"$logdir/verify-$dev.err" || { tail -3 "$logdir/verify-$dev.err"; rc=1; }
+done
+python3 - "$logdir" <<'PY' || rc=1
+import json, sys
+d = sys.argv[1]
+v = {dev: {m["name"]: m["ppl"] for m in json.load(open(f"{d}/verify-{dev}.json"))["methods"]} for dev in ("cpu", "cuda")}
+worst = 0.0
+print("| method | PPL, cpu artifact | PPL, cuda artifact | rel. diff |")
+print("|---|---|---|---|")
+for name, p in v["cpu"].items():
+    q = v["cuda"][name]
+    r = abs(q - p) / p
+    worst = max(worst, r)
+    print(f"| {name} | {p:.4f} | {q:.4f} | {r:.2e} |")
+print(f"max relative PPL difference {worst:.2e} (target <= 1e-2)")
+sys.exit(0 if worst <= 1e-2 else 1)
+PY
+rm -rf "$work"
+[ "$rc" -eq 0 ] && echo "gpu-smollm2-compare: PASS" || echo "gpu-smollm2-compare: FAIL"
+exit $rc
