@@ -43,8 +43,10 @@ static void usage(FILE * f) {
             "  -o, --report DIR         write report.json, layers.svg, summary.md\n"
             "      --update-card        put summary.md into the artifact's README.md (local artifact only)\n"
             "  -t, --threads N          [all cores]\n"
-            "      --device cpu|cuda    where the quantized-cache attention runs [cpu]; cuda: the INT2 write\n"
-            "                           and fused tiered decode kernels (INT2 methods, group = head_dim 128)\n"
+            "      --device cpu|cuda    where the perplexity passes run [cpu]; cuda: the GPU forward pass (bf16\n"
+            "                           weights and activations) with the INT2 write and fused tiered decode\n"
+            "                           kernels as its attention (INT2 methods, group = head_dim 128); the\n"
+            "                           per-layer metrics pass stays on the CPU\n"
             "      --json               report JSON on stdout instead of the table\n"
             "  -q, --quiet              no table, errors only\n",
             OSCAR_VERIFY_METHODS_ALL, OSCAR_VERIFY_METHODS_NO_ARTIFACT);

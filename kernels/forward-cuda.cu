@@ -7,7 +7,9 @@
 //
 // Memory: weights and a workspace sized once from max_tokens at init; run and
 // end_pass allocate nothing on the device. It refuses head_dim > 256 or odd,
-// VATT capture, attention overrides, and batches the CPU pass would refuse.
+// VATT capture, and batches the CPU pass would refuse. An attention override
+// (oscar-verify's simulated quantized cache) runs on the host: q/k/v go to the
+// host, the callback's output comes back (a verification path, not a fast one).
 //
 // T = tokens, C = n_embd, Hq/Hkv = heads, D = head_dim, F = n_ff, V = n_vocab,
 // L = n_layer, Q = Hq D, KV = Hkv D, NQKV = Q + 2 KV.
@@ -317,7 +319,8 @@ static enum oscar_status check_config(const struct oscar_model_config * c, const
     if (!(c->rope_theta > 0.0f) || !(c->rms_eps >= 0.0f))
         return osc_error(OSCAR_ERR_INVALID, "forward-cuda: bad rope_theta or rms_eps");
     if (p->max_tokens <= 0) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: max_tokens %d", p->max_tokens);
-    if (p->attention) return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: attention overrides run on the cpu only");
+    if (p->attention && !p->attention->attend)
+        return osc_error(OSCAR_ERR_INVALID, "forward-cuda: attention override without a callback");
     if (p->stats) {
         const struct oscar_stats_params sp = oscar_stats_get_params(p->stats);
         if (sp.kinds & OSCAR_STATS_VATT)
@@ -444,13 +447,13 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f) {
     }
     f->h_pos = (int32_t *) malloc(T * sizeof(int32_t));
     f->h_blocks = (struct osc_att_block *) malloc(T * sizeof(struct osc_att_block));
-    if (f->p.hook) {   // pinned, so the per-layer copies run at full link speed
-        const bool all = !f->p.hook->qkv_only;
+    if (f->p.hook || f->p.attention) {   // pinned, so the per-layer copies run at full link speed
+        const bool hook_all = f->p.hook && !f->p.hook->qkv_only;
         if (cudaMallocHost((void **) &f->hq, T * Q * sizeof(float)) != cudaSuccess ||
             cudaMallocHost((void **) &f->hk, T * KV * sizeof(float)) != cudaSuccess ||
             cudaMallocHost((void **) &f->hv, T * KV * sizeof(float)) != cudaSuccess ||
-            (all && cudaMallocHost((void **) &f->hatt, T * Q * sizeof(float)) != cudaSuccess) ||
-            (all && cudaMallocHost((void **) &f->hx, T * C * sizeof(float)) != cudaSuccess))
+            ((hook_all || f->p.attention) && cudaMallocHost((void **) &f->hatt, T * Q * sizeof(float)) != cudaSuccess) ||
+            (hook_all && cudaMallocHost((void **) &f->hx, T * C * sizeof(float)) != cudaSuccess))
             return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of pinned host memory for hook staging");
     }
     if (!f->h_pos || !f->h_blocks) return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
@@ -704,6 +707,31 @@ static enum oscar_status host_hook(struct cuda_fwd * f, const struct oscar_batch
     return OSCAR_OK;
 }
 
+// n floats of device fp32 src into f->att (its bf16 activations).
+static cudaError_t att_from_f32(struct cuda_fwd * f, const float * src, int64_t n) {
+    return osc_fwd_to_bf16(f->att, src, n, f->stream);
+}
+
+// The caller's attention override (e.g. a simulated quantized KV cache) on the host: q/k/v
+// of the layer go to the host, the callback writes [T, Hq, D], which comes back into f->att.
+static enum oscar_status host_attention(struct cuda_fwd * f, const struct oscar_batch * b, int32_t l, int32_t T) {
+    const struct oscar_attention_override * ov = f->p.attention;
+    const size_t Q = (size_t) f->c.n_head * f->c.head_dim, KV = (size_t) f->c.n_head_kv * f->c.head_dim;
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hq, f->q, T * Q * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hk, f->k, T * KV * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hv, f->v, T * KV * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
+    OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));
+    struct oscar_capture_layer cap;
+    memset(&cap, 0, sizeof cap);
+    cap.layer = l, cap.n_tokens = T, cap.n_seq = b->n_seq, cap.seq_start = b->seq_start, cap.pos = f->h_pos;
+    cap.q = f->hq, cap.k = f->hk, cap.v = f->hv, cap.config = &f->c;
+    enum oscar_status st = ov->attend(ov->user, l, &cap, f->hatt);
+    if (st != OSCAR_OK) return osc_error_prefix(st, "layer %d: attention override", l);
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->big, f->hatt, T * Q * sizeof(float), cudaMemcpyHostToDevice, f->stream));
+    OSCAR_CUDA_CHECK(att_from_f32(f, f->big, (int64_t) T * (int64_t) Q));
+    return OSCAR_OK;
+}
+
 static enum oscar_status run_layer(struct cuda_fwd * f, const struct oscar_batch * b, int32_t l, int32_t T,
                                    int32_t n_blocks) {
     const struct oscar_model_config * c = &f->c;
@@ -723,7 +751,9 @@ static enum oscar_status run_layer(struct cuda_fwd * f, const struct oscar_batch
                                         bf16_copies ? f->vb : NULL, f->big, w->bqkv, w->q_norm, w->k_norm, f->d_pos,
                                         f->inv_freq, T, c->n_head, c->n_head_kv, D, c->rms_eps, s));
     STAGE(2);
-    if (f->att_tc)
+    if (f->p.attention) {
+        if ((st = host_attention(f, b, l, T)) != OSCAR_OK) goto out;
+    } else if (f->att_tc)
         OSCAR_CUDA_TRY(osc_fwd_attention_tc(f->att, f->qb, f->kb, f->vb, f->d_blocks, n_blocks, c->n_head,
                                             c->n_head_kv, D, s));
     else

@@ -37,7 +37,7 @@ struct oscar_fwd_params {
     int32_t      n_threads;                             // cpu: 0 = all cores
     int32_t      max_tokens;                            // largest batch; sizes every buffer once
     const struct oscar_capture_hook *       hook;       // host hook (cuda: copies to the host)
-    const struct oscar_attention_override * attention;  // cpu only
+    const struct oscar_attention_override * attention;  // cuda: called on the host (q/k/v copied there)
     struct oscar_stats *                    stats;      // NULL or the accumulator the pass feeds
 };
 

@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/forward-backend.h"
 #include "util/fs.h"
 #include "util/log.h"
+#include "util/mem.h"
 #include "verify/kv-sim-device.h"
 
 struct oscar_verify_params oscar_verify_default_params(void) {
@@ -181,6 +183,19 @@ static enum oscar_status metrics_pass(struct vrun * r, const int32_t * ids) {
 }
 
 // ---- (2) perplexity --------------------------------------------------------------------------
+// Σ_i -log softmax(logits[i])[next[i]] over n rows of [n, V] logits (fp64).
+static double rows_nll(const float * logits, int32_t n, int32_t V, const int32_t * next) {
+    double nll = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const float * lg = logits + (size_t) i * V;
+        double mx = -INFINITY, z = 0;
+        for (int32_t j = 0; j < V; j++) mx = fmax(mx, (double) lg[j]);
+        for (int32_t j = 0; j < V; j++) z += exp((double) lg[j] - mx);
+        nll += mx + log(z) - (double) lg[next[i]];
+    }
+    return nll;
+}
+
 // NLL of targets 1..T-1 from the final hidden states [T, C], LOGIT_BLOCK rows at a time.
 static double window_nll(const struct oscar_model * m, const float * hidden, const int32_t * tok, int32_t T,
                          float * logits) {
@@ -190,15 +205,35 @@ static double window_nll(const struct oscar_model * m, const float * hidden, con
         int32_t nb = T - 1 - r0 < LOGIT_BLOCK ? T - 1 - r0 : LOGIT_BLOCK;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, V, C, 1.0f, hidden + (size_t) r0 * C, C, m->output,
                     C, 0.0f, logits, V);
-        for (int32_t i = 0; i < nb; i++) {
-            const float * lg = logits + (size_t) i * V;
-            double mx = -INFINITY, z = 0;
-            for (int32_t j = 0; j < V; j++) mx = fmax(mx, (double) lg[j]);
-            for (int32_t j = 0; j < V; j++) z += exp((double) lg[j] - mx);
-            nll += mx + log(z) - (double) lg[tok[r0 + i + 1]];
-        }
+        nll += rows_nll(logits, nb, V, tok + r0 + 1);
     }
     return nll;
+}
+
+// The windows of method i through the forward backend on p->device (bf16 weights and
+// activations on cuda), the method's simulated cache as its attention override.
+static enum oscar_status ppl_windows_device(struct vrun * r, int32_t i, const struct oscar_attention_override * ov,
+                                           const int32_t * ids, int64_t n_win, struct osc_progress * pg) {
+    int32_t T = r->p->ctx, V = r->m->config.n_vocab;
+    struct oscar_verify_method * mt = &r->ms[i];
+    struct oscar_fwd_params fp = oscar_fwd_default_params();
+    fp.device = r->p->device, fp.n_threads = r->p->n_threads, fp.max_tokens = T;
+    fp.attention = ov->attend ? ov : NULL;
+    float * logits = osc_alloc_large((size_t) T * (size_t) V * sizeof(float));
+    struct oscar_fwd * f = NULL;
+    enum oscar_status st = logits ? oscar_fwd_init(r->m, &fp, &f)
+                                  : osc_error(OSCAR_ERR_NOMEM, "method %s: logits of a %d-token window", mt->name, T);
+    for (int64_t w = 0; w < n_win && st == OSCAR_OK; w++) {
+        int32_t ss[2] = {0, T};
+        struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = ids + w * T, .pos = NULL};
+        if ((st = oscar_fwd_run(f, &b, logits)) != OSCAR_OK) break;
+        mt->nll_sum += rows_nll(logits, T - 1, V, ids + w * T + 1);
+        mt->n_scored += T - 1;
+        osc_progress_update(pg, ((int64_t) i * n_win + w + 1) * T);
+    }
+    oscar_fwd_free(f);
+    free(logits);
+    return st;
 }
 
 static enum oscar_status ppl_method(struct vrun * r, int32_t i, const int32_t * ids, int64_t n_win,
@@ -211,9 +246,10 @@ static enum oscar_status ppl_method(struct vrun * r, int32_t i, const int32_t * 
     ov = method_override(r, i);
     if (ov.attend) fp.attention = &ov;
     struct oscar_forward * f = NULL;
-    enum oscar_status st = oscar_forward_init(r->m, &fp, &f);
     double t0 = osc_now();
-    for (int64_t w = 0; w < n_win && st == OSCAR_OK; w++) {
+    bool on_device = r->p->device && strcmp(r->p->device, "cpu") != 0;
+    enum oscar_status st = on_device ? ppl_windows_device(r, i, &ov, ids, n_win, pg) : oscar_forward_init(r->m, &fp, &f);
+    for (int64_t w = 0; w < n_win && st == OSCAR_OK && !on_device; w++) {
         int32_t ss[2] = {0, T}, th = 0;
         struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = ids + w * T, .pos = NULL};
         st = oscar_forward_run(f, &b, NULL);

@@ -55,10 +55,13 @@ struct oscar_verify_params {
     int64_t tokens;                       // perplexity tokens, 0 = ctx (one window)
     int32_t metric_tokens;                // tokens of the metrics / drift pass [512]
     int32_t n_threads;                    // 0 = all cores
-    const char * device;                  // quantized-cache attention on "cpu" (NULL: the CPU
-                                          // simulation, with quantizer stats) or a backend such as
-                                          // "cuda" (lib/verify/kv-sim-device.h: write kernel + fused
-                                          // tiered decode kernel; INT2 methods with G = D only)
+    const char * device;                  // perplexity passes and their quantized-cache attention on
+                                          // "cpu" (NULL: lib/model forward + the CPU simulation, with
+                                          // quantizer stats) or a backend such as "cuda" (the device
+                                          // forward pass, bf16 weights and activations, with
+                                          // lib/verify/kv-sim-device.h as its attention: write kernel +
+                                          // fused tiered decode; INT2 methods with G = D only). The
+                                          // per-layer metrics / drift pass stays on the CPU.
 };
 
 struct oscar_verify_params oscar_verify_default_params(void);

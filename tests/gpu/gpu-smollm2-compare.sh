@@ -6,7 +6,8 @@
 #  2. oscar-calibrate --device cpu and --device cuda on the same corpus (both passes,
 #     fit, clip search, gate; gate table and timings);
 #  3. oscar-verify of both artifacts on held-out text: perplexity per method, and the
-#     relative difference between the two artifacts (target <= 1 %).
+#     relative difference between the two artifacts (target <= 1 %);
+#  4. oscar-verify --device cuda (GPU forward pass) of the bf16 model vs the CPU pass.
 #
 #   bash tests/gpu/gpu-smollm2-compare.sh MODEL.gguf CALIB.txt HELDOUT.txt [TOKENS]
 # Env: OSCAR_DEBS, OUT (logs), JOBS. Exit 0 only if every step ran and the perplexities
@@ -44,6 +45,10 @@ for dev in cpu cuda; do
         --tokens 2048 --methods bf16,hadamard,oscar,oscar-fixed --json >"$logdir/verify-$dev.json" \
         2>"$logdir/verify-$dev.err" || { tail -3 "$logdir/verify-$dev.err"; rc=1; }
 done
+echo "== 4. oscar-verify bf16 perplexity: GPU forward pass (--device cuda) vs CPU"
+timeout 300 build/bin/oscar-verify --model "$model" --corpus "$held" -c 512 --tokens 2048 --methods bf16 \
+    --device cuda --json >"$logdir/verify-bf16-gpu.json" 2>"$logdir/verify-bf16-gpu.err" \
+    || { tail -3 "$logdir/verify-bf16-gpu.err"; rc=1; }
 python3 - "$logdir" <<'PY' || rc=1
 import json, sys
 d = sys.argv[1]
@@ -57,6 +62,8 @@ for name, p in v["cpu"].items():
     worst = max(worst, r)
     print(f"| {name} | {p:.4f} | {q:.4f} | {r:.2e} |")
 print(f"max relative PPL difference {worst:.2e} (target <= 1e-2)")
+g = {m["name"]: m["ppl"] for m in json.load(open(f"{d}/verify-bf16-gpu.json"))["methods"]}["bf16"]
+print(f"bf16 model PPL: CPU forward {v['cpu']['bf16']:.4f}, GPU forward {g:.4f} (rel. diff {abs(g - v['cpu']['bf16']) / v['cpu']['bf16']:.2e})")
 sys.exit(0 if worst <= 1e-2 else 1)
 PY
 rm -rf "$work"

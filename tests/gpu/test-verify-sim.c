@@ -1,7 +1,8 @@
 // test-verify-sim.c - kv-sim-device on the "cuda" backend (INT2 write kernel +
 // one fused decode launch per layer window) against metrics.h's CPU kv sim:
 // (1) one layer of random q/k/v in every tiering mode, (2) perplexity of a
-// random-init Llama-shaped model (D = 128, GQA 4) on a synthetic token stream.
+// random-init Llama-shaped model (D = 128, GQA 4) on a synthetic token stream, with
+// the CPU forward pass and (3) with the CUDA forward pass (oscar-verify --device cuda).
 //
 //   test-verify-sim [--seed N]      exit 0 pass, 1 fail, 77 no CUDA backend
 //
@@ -18,8 +19,39 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/forward-backend.h"
 #include "model/model.h"
 #include "sim-compare.h"
+
+// Perplexity of N tokens in windows of n_ctx through the CUDA forward pass (oscar_fwd),
+// with `att` as its attention (NULL: the device's exact attention).
+static enum oscar_status ppl_device(const struct oscar_model * m, const int32_t * tok, int32_t N, int32_t n_ctx,
+                                    const struct oscar_attention_override * att, double * ppl) {
+    const int32_t V = m->config.n_vocab;
+    struct oscar_fwd_params fp = oscar_fwd_default_params();
+    fp.device = "cuda", fp.max_tokens = n_ctx, fp.attention = att;
+    float * lg = malloc(sizeof(float) * (size_t) n_ctx * V);
+    struct oscar_fwd * f = NULL;
+    enum oscar_status st = oscar_fwd_init(m, &fp, &f);
+    double nll = 0.0;
+    int64_t n = 0;
+    for (int32_t w = 0; w + n_ctx <= N && st == OSCAR_OK; w += n_ctx) {
+        int32_t ss[2] = { 0, n_ctx };
+        struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = tok + w, .pos = NULL};
+        if ((st = oscar_fwd_run(f, &b, lg)) != OSCAR_OK) break;
+        for (int32_t t = 0; t + 1 < n_ctx; t++, n++) {
+            const float * r = lg + (size_t) t * V;
+            double mx = -INFINITY, z = 0.0;
+            for (int32_t j = 0; j < V; j++) mx = fmax(mx, (double) r[j]);
+            for (int32_t j = 0; j < V; j++) z += exp((double) r[j] - mx);
+            nll += mx + log(z) - (double) r[tok[w + t + 1]];
+        }
+    }
+    oscar_fwd_free(f);
+    free(lg);
+    *ppl = n ? exp(nll / (double) n) : 0.0;
+    return st;
+}
 
 int main(int argc, char ** argv) {
     uint64_t seed = 7;
@@ -79,6 +111,26 @@ int main(int argc, char ** argv) {
     printf("%s KV_SIM_PPL(random llama L=4 D=128 Hq=8 Hkv=2, ctx 512 x 2, decode tiers 16/64): cpu %.6f cuda %.6f "
            "|d ln ppl| %.3e (bound 4e-3) [cpu %.1fs, cuda %.1fs]%s%s\n", ok ? "ok  " : "FAIL", r0.ppl, r1.ppl, d,
            r0.seconds, r1.seconds, st ? " " : "", st ? oscar_last_error() : "");
+    fail |= !ok;
+    // oscar-verify --device cuda: the whole window on the GPU forward pass (bf16), the CUDA
+    // simulation as its attention. Its distance to the all-CPU run may exceed the
+    // simulation's own bound only by what the bf16 forward moves the exact model:
+    // |ln p(gpu fwd, cuda sim) - ln p(cpu, cpu sim)| <= |ln p(gpu fwd) - ln p(cpu)| + 4e-3.
+    struct oscar_ppl_result e0;
+    memset(&e0, 0, sizeof e0);
+    double g_exact = 0.0, g_sim = 0.0;
+    if (st == OSCAR_OK) {
+        struct oscar_ppl_params pp = {.n_ctx = n_ctx, .stride = n_ctx, .attention = NULL};
+        struct oscar_attention_override b = oscar_kv_sim_dev_override(ds);
+        st = oscar_perplexity(model, tok, N, &pp, &e0);
+        if (st == OSCAR_OK) st = ppl_device(model, tok, N, n_ctx, NULL, &g_exact);
+        if (st == OSCAR_OK) st = ppl_device(model, tok, N, n_ctx, &b, &g_sim);
+    }
+    double fwd_d = fabs(log(g_exact) - log(e0.ppl)), dd = fabs(log(g_sim) - log(r0.ppl));
+    ok = st == OSCAR_OK && dd <= fwd_d + 4e-3;
+    printf("%s VERIFY_GPU_FORWARD: exact cpu %.6f gpu %.6f (|d ln| %.3e); quantized cpu %.6f gpu fwd + cuda sim %.6f "
+           "|d ln ppl| %.3e (bound %.3e)%s%s\n", ok ? "ok  " : "FAIL", e0.ppl, g_exact, fwd_d, r0.ppl, g_sim, dd,
+           fwd_d + 4e-3, st ? " " : "", st ? oscar_last_error() : "");
     fail |= !ok;
     oscar_kv_sim_free(cs);
     oscar_kv_sim_dev_free(ds);
