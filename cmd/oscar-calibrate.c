@@ -343,12 +343,13 @@ int main(int argc, char ** argv) {
             oscar_artifact_get_meta(art, "oscar.calib_tag"));
     double rss = oscar_calib_peak_rss_mb();
     fprintf(stderr, "peak RSS %.1f MiB\n", rss);
+    if (t.device_peak_bytes) fprintf(stderr, "peak device memory in use %.2f GiB\n", (double) t.device_peak_bytes / 1073741824.0);
     if (o.json) printf("{\"out\": \"%s\", \"source\": \"%s\", \"tokens\": %lld, \"sequences\": %d, \"orth_err_max\": %.3g, "
-                       "\"peak_rss_mb\": %.1f, \"timing_s\": {\"forward\": %.3f, \"accumulate\": %.3f, \"eigh\": %.3f, "
+                       "\"peak_rss_mb\": %.1f, \"device_peak_gib\": %.2f, \"timing_s\": {\"forward\": %.3f, \"accumulate\": %.3f, \"eigh\": %.3f, "
                        "\"clip\": %.3f, \"gate\": %.3f, \"heldout\": %.3f, \"store\": %.3f, \"total\": %.3f, "
                        "\"tokens_per_s\": %.2f}, \"summary\": %s}\n",
                        o.out, o.from_act ? "activations" : o.device ? o.device : "forward", (long long) plan.n_tokens, (int) plan.n_seq,
-                       fit.orth_err_max, rss, t.forward, t.accumulate, t.eigh, t.clip, t.gate, t.heldout, t.store,
+                       fit.orth_err_max, rss, (double) t.device_peak_bytes / 1073741824.0, t.forward, t.accumulate, t.eigh, t.clip, t.gate, t.heldout, t.store,
                        t.total, t.tokens_forwarded > 0 ? t.tokens_forwarded / (t.forward + t.accumulate) : 0.0,
                        art->summary_json);
     rc = 0;

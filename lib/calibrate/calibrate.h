@@ -112,6 +112,7 @@ struct oscar_calib_timing {
     double forward, accumulate, eigh, clip, gate, heldout, total;
     double store;             // activation store writes (--save-activations) or reads (--from-activations)
     int64_t tokens_forwarded; // both passes
+    int64_t device_peak_bytes; // --device cuda: largest device memory in use seen by the forward pass
 };
 
 // ---- capture ----------------------------------------------------------------------------

@@ -70,6 +70,17 @@ static enum oscar_status make_fwd(const struct oscar_calib_device * d, const str
     return oscar_fwd_init_random(d->random, d->seed, &fp, f);
 }
 
+// Device memory of the pass into t (largest seen) and the log.
+static void note_device(struct oscar_fwd * f, const char * what, struct oscar_calib_timing * t) {
+    struct oscar_fwd_info fi;
+    oscar_fwd_info(f, &fi);
+    if (!fi.device_used_bytes) return;
+    if (t && fi.device_used_bytes > t->device_peak_bytes) t->device_peak_bytes = fi.device_used_bytes;
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    osc_info("%s on %s: weights %.2f GiB, workspace %.2f GiB, device memory in use at most %.2f GiB", what, fi.device,
+             (double) fi.weight_bytes / gib, (double) fi.workspace_bytes / gib, (double) fi.device_used_bytes / gib);
+}
+
 static const struct oscar_model_config * dev_config(const struct oscar_calib_device * d) {
     return d->model ? &d->model->config : d->random;
 }
@@ -152,6 +163,7 @@ enum oscar_status oscar_calib_device_heldout(const struct oscar_calib_device * d
     const double t_rows = osc_now();
     for (size_t l = 0; l < L && st == OSCAR_OK; l++) st = oscar_fwd_copy_wo(f, (int32_t) l, wo + l * nwo);
     if (st != OSCAR_OK) goto fail;
+    note_device(f, "held-out pass", t);
     osc_debug("held-out: forward pass built in %.2f s, %zu rows captured in %.2f s, W_O copied in %.2f s",
               t_init - t0, T, t_rows - t_init, osc_now() - t_rows);
     oscar_fwd_free(f);
@@ -208,6 +220,7 @@ enum oscar_status oscar_calib_device_accumulate(const struct oscar_calib_device 
         t->accumulate += osc_now() - t0;
         osc_info("pass %d: %lld tokens on %s", (int) pass, (long long) plan->n_tokens, d->device ? d->device : "cpu");
     }
+    note_device(f, "capture passes", t);
     *out = s;
     s = NULL;
 out:

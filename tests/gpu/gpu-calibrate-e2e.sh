@@ -23,7 +23,7 @@ for mode in search fixed; do
     /usr/bin/time -v timeout 300 build/bin/oscar-calibrate --device cuda --random-init qwen3-8b --tokens 30720 \
         -c 2048 -b 15 --heldout 1 "${clip[@]}" -o "$work/q8b-$mode" --json -v \
         >"$logdir/e2e-$mode.json" 2>"$logdir/e2e-$mode.err" || rc=1
-    grep -E "timing:|peak|wrote|mean|Elapsed|Maximum resident|held-out:|layer eval" "$logdir/e2e-$mode.err"
+    grep -E "timing:|peak|wrote|mean|Elapsed|Maximum resident|held-out:|layer eval|GiB" "$logdir/e2e-$mode.err"
     cut -c1-400 "$logdir/e2e-$mode.json"
 done
 
