@@ -9,22 +9,14 @@
 #include <string.h>
 
 #include "verify/eval-device.h"
+#include "xorshift-normal.h"
 
-static uint64_t ec_rng;
-static double ec_normal(void) {
-    double u, v;
-    ec_rng ^= ec_rng << 13, ec_rng ^= ec_rng >> 7, ec_rng ^= ec_rng << 17;
-    u = ((double) (ec_rng >> 11) + 1.0) / 9007199254740993.0;
-    ec_rng ^= ec_rng << 13, ec_rng ^= ec_rng >> 7, ec_rng ^= ec_rng << 17;
-    v = (double) (ec_rng >> 11) / 9007199254740992.0;
-    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
 
 // n random orthogonal D x D matrices (Gram-Schmidt of Gaussian rows, fp64, stored fp32).
 static void ec_orthogonal(float * R, int32_t n, int32_t D) {
     double * M = malloc(sizeof(double) * (size_t) D * D);
     for (int32_t r = 0; r < n; r++) {
-        for (int32_t i = 0; i < D * D; i++) M[i] = ec_normal();
+        for (int32_t i = 0; i < D * D; i++) M[i] = xn_normal();
         for (int32_t i = 0; i < D; i++) {
             for (int32_t j = 0; j < i; j++) {
                 double d = 0.0;
@@ -69,11 +61,11 @@ static enum oscar_status ec_run(const char * backend, const struct ec_case * cs,
     float * q = malloc(sizeof(float) * nq), * k = malloc(sizeof(float) * nk), * v = malloc(sizeof(float) * nk);
     float * wo = malloc(sizeof(float) * (size_t) C * Hq * D), * rk = malloc(sizeof(float) * (size_t) Hkv * D * D);
     float * rv = malloc(sizeof(float) * (size_t) Hkv * D * D), kc[8], vc[8];
-    ec_rng = seed * 2654435761u + 17;
-    for (size_t i = 0; i < nq; i++) q[i] = (float) (1.5 * ec_normal());
-    for (size_t i = 0; i < nk; i++) k[i] = (float) (ec_normal() * ((i % (size_t) D) % 13 == 5 ? 5.0 : 1.0));
-    for (size_t i = 0; i < nk; i++) v[i] = (float) ec_normal();
-    for (size_t i = 0; i < (size_t) C * Hq * D; i++) wo[i] = (float) (ec_normal() / sqrt((double) (Hq * D)));
+    xn_state = seed * 2654435761u + 17;
+    for (size_t i = 0; i < nq; i++) q[i] = (float) (1.5 * xn_normal());
+    for (size_t i = 0; i < nk; i++) k[i] = (float) (xn_normal() * ((i % (size_t) D) % 13 == 5 ? 5.0 : 1.0));
+    for (size_t i = 0; i < nk; i++) v[i] = (float) xn_normal();
+    for (size_t i = 0; i < (size_t) C * Hq * D; i++) wo[i] = (float) (xn_normal() / sqrt((double) (Hq * D)));
     ec_orthogonal(rk, Hkv, D);
     ec_orthogonal(rv, Hkv, D);
     for (int32_t h = 0; h < Hkv; h++) kc[h] = (float) (0.86 + 0.01 * h), vc[h] = (float) (0.98 - 0.03 * h);

@@ -6,16 +6,8 @@
 #include <stdlib.h>
 
 #include "verify/kv-sim-device.h"
+#include "xorshift-normal.h"
 
-static uint64_t sim_rng;
-static float sim_normal(void) {
-    double u, v;
-    sim_rng ^= sim_rng << 13, sim_rng ^= sim_rng >> 7, sim_rng ^= sim_rng << 17;
-    u = ((double) (sim_rng >> 11) + 1.0) / 9007199254740993.0;
-    sim_rng ^= sim_rng << 13, sim_rng ^= sim_rng >> 7, sim_rng ^= sim_rng << 17;
-    v = (double) (sim_rng >> 11) / 9007199254740992.0;
-    return (float) (sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
 
 // Two sequences of lengths len0, len1; Hq = 4 Hkv; D = 128; tiers mode.
 static enum oscar_status sim_compare(const char * backend, uint64_t seed, enum oscar_tier_mode mode, int32_t len0,
@@ -32,10 +24,10 @@ static enum oscar_status sim_compare(const char * backend, uint64_t seed, enum o
     float * v = malloc(sizeof(float) * (size_t) T * Hkv * D), * o0 = malloc(sizeof(float) * (size_t) T * Hq * D);
     float * o1 = malloc(sizeof(float) * (size_t) T * Hq * D);
     int32_t * pos = malloc(sizeof(int32_t) * (size_t) T);
-    sim_rng = seed * 2654435761u + 1;
-    for (int64_t i = 0; i < (int64_t) T * Hq * D; i++) q[i] = 2.0f * sim_normal();
-    for (int64_t i = 0; i < (int64_t) T * Hkv * D; i++) k[i] = sim_normal() * ((i % D) % 17 == 3 ? 4.0f : 1.0f);
-    for (int64_t i = 0; i < (int64_t) T * Hkv * D; i++) v[i] = sim_normal();
+    xn_state = seed * 2654435761u + 1;
+    for (int64_t i = 0; i < (int64_t) T * Hq * D; i++) q[i] = 2.0f * (float) xn_normal();
+    for (int64_t i = 0; i < (int64_t) T * Hkv * D; i++) k[i] = (float) xn_normal() * ((i % D) % 17 == 3 ? 4.0f : 1.0f);
+    for (int64_t i = 0; i < (int64_t) T * Hkv * D; i++) v[i] = (float) xn_normal();
     for (int32_t i = 0; i < T; i++) pos[i] = i < len0 ? i : i - len0;
     enum oscar_status st = oscar_kv_transform_preset("hadamard", 1, Hkv, D, 0, OSCAR_META_F32, &tiers, false, NULL,
                                                      NULL, false, NULL, NULL, &tf);
