@@ -20,7 +20,7 @@
 struct opts {
     const char * model, * corpus, * jsonl_field, * out, * save_act, * from_act;
     const char * device, * random_init; // NULL: the classic CPU capture path
-    bool strict, json;
+    bool strict, json, gpu_fp32;        // gpu_fp32: --gpu-precision fp32
 };
 
 static void usage(FILE * f) {
@@ -56,6 +56,8 @@ static void usage(FILE * f) {
             "                            (--model still gives W_O and the provenance; it must match)\n"
             "      --device cpu|cuda     run both capture passes, the clip search and the gate on this device\n"
             "                            (sums kept on the device; no checkpoints or activation store)\n"
+            "      --gpu-precision bf16|fp32  with --device cuda: bf16 weights and GEMM inputs (fast), or\n"
+            "                            fp32 throughout (the CPU pass's numerics, 2x weight memory, slower) [bf16]\n"
             "      --random-init NAME    random-weight model of a named shape (qwen3-8b, smollm2-135m) on\n"
             "                            synthetic tokens, instead of --model/--corpus: for benchmarks only\n"
             "  -q, --quiet               -v, --verbose (stage timings)   --json  summary on stdout\n");
@@ -63,7 +65,8 @@ static void usage(FILE * f) {
 
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_params * p) {
     enum { O_TOK = 256, O_HELD, O_SHORT, O_GRP, O_KOBJ, O_VOBJ, O_COMP, O_GS, O_SD, O_SINK, O_REC, O_CLIP, O_CS,
-           O_CKPT, O_RES, O_STRICT, O_SEED, O_JSON, O_JF, O_CDT, O_SAVE, O_FROM, O_DEV, O_RAND };
+           O_CKPT, O_RES, O_STRICT, O_SEED, O_JSON, O_JF, O_CDT, O_SAVE, O_FROM, O_DEV, O_RAND,
+           O_GPREC };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"corpus", 1, 0, 'f'}, {"out", 1, 0, 'o'}, {"tokens", 1, 0, O_TOK},
         {"seq-len", 1, 0, 'c'}, {"batch", 1, 0, 'b'}, {"heldout", 1, 0, O_HELD}, {"allow-short", 0, 0, O_SHORT},
@@ -74,6 +77,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         {"strict", 0, 0, O_STRICT}, {"seed", 1, 0, O_SEED}, {"quiet", 0, 0, 'q'}, {"verbose", 0, 0, 'v'}, {"json", 0, 0, O_JSON},
         {"jsonl-field", 1, 0, O_JF}, {"capture-dtype", 1, 0, O_CDT}, {"save-activations", 1, 0, O_SAVE},
         {"from-activations", 1, 0, O_FROM}, {"device", 1, 0, O_DEV}, {"random-init", 1, 0, O_RAND},
+        {"gpu-precision", 1, 0, O_GPREC},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:f:o:c:b:t:qvh", lo, NULL)) != -1) {
@@ -143,6 +147,10 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
             p->eval_device = optarg;
             break;
         case O_RAND: o->random_init = optarg; break;
+        case O_GPREC:
+            if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) return fprintf(stderr, "bad --gpu-precision\n"), 2;
+            o->gpu_fp32 = !strcmp(optarg, "fp32");
+            break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return 2;
         }
@@ -235,7 +243,8 @@ static enum oscar_status from_device(const struct opts * o, const struct oscar_m
                                   : oscar_calib_corpus_load(tok, o->corpus, o->jsonl_field, need, corpus);
     if (rc == OSCAR_OK) rc = oscar_calib_plan_make(corpus, p, plan);
     if (rc != OSCAR_OK) return rc;
-    struct oscar_calib_device d = {.device = o->device, .model = m, .random = random, .seed = p->seed};
+    struct oscar_calib_device d = {.device = o->device, .model = m, .random = random, .seed = p->seed,
+                                   .fp32 = o->gpu_fp32};
     if ((rc = oscar_calib_device_heldout(&d, plan, p, held, t)) != OSCAR_OK) return rc;
     return oscar_calib_device_accumulate(&d, plan, p, st, t);
 }

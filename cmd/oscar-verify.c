@@ -47,6 +47,8 @@ static void usage(FILE * f) {
             "                           weights and activations) with the INT2 write and fused tiered decode\n"
             "                           kernels as its attention (INT2 methods, group = head_dim 128); the\n"
             "                           per-layer metrics pass stays on the CPU\n"
+            "      --gpu-precision bf16|fp32  with --device cuda: bf16 weights and activations [bf16], or\n"
+            "                           fp32 throughout (the CPU pass's numerics, 2x weight memory)\n"
             "      --json               report JSON on stdout instead of the table\n"
             "  -q, --quiet              no table, errors only\n",
             OSCAR_VERIFY_METHODS_ALL, OSCAR_VERIFY_METHODS_NO_ARTIFACT);
@@ -59,13 +61,13 @@ static int bad(const char * what) {
 }
 
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_params * p, bool * quiet) {
-    enum { O_JF = 256, O_SINK, O_REC, O_PAGE, O_PROMPT, O_GS, O_SD, O_METH, O_TOK, O_MT, O_JSON, O_CARD, O_DEV };
+    enum { O_JF = 256, O_SINK, O_REC, O_PAGE, O_PROMPT, O_GS, O_SD, O_METH, O_TOK, O_MT, O_JSON, O_CARD, O_DEV, O_GPREC };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"rotations", 1, 0, 'r'}, {"corpus", 1, 0, 'f'}, {"jsonl-field", 1, 0, O_JF},
         {"ctx", 1, 0, 'c'}, {"sink", 1, 0, O_SINK}, {"recent", 1, 0, O_REC}, {"page", 1, 0, O_PAGE}, {"prompt", 1, 0, O_PROMPT},
         {"group-size", 1, 0, O_GS}, {"scale-dtype", 1, 0, O_SD}, {"methods", 1, 0, O_METH},
         {"tokens", 1, 0, O_TOK}, {"metric-tokens", 1, 0, O_MT}, {"report", 1, 0, 'o'},
-        {"update-card", 0, 0, O_CARD}, {"device", 1, 0, O_DEV}, {"threads", 1, 0, 't'}, {"json", 0, 0, O_JSON}, {"quiet", 0, 0, 'q'},
+        {"update-card", 0, 0, O_CARD}, {"device", 1, 0, O_DEV}, {"gpu-precision", 1, 0, O_GPREC}, {"threads", 1, 0, 't'}, {"json", 0, 0, O_JSON}, {"quiet", 0, 0, 'q'},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:r:f:c:o:t:qh", lo, NULL)) != -1) {
@@ -95,6 +97,11 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_pa
         case O_DEV:
             if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) return fprintf(stderr, "oscar-verify: bad --device\n"), 2;
             p->device = optarg;
+            break;
+        case O_GPREC:
+            if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32"))
+                return fprintf(stderr, "oscar-verify: bad --gpu-precision\n"), 2;
+            p->gpu_fp32 = !strcmp(optarg, "fp32");
             break;
         case O_JSON: o->json = true; break;
         case 'q': *quiet = true; break;

@@ -4,6 +4,10 @@
 // residual stream, the q/k/v epilogue and flash-style causal attention of
 // kernels/fwd-kernels.cu, and device-side capture sums (KTK, VTV, grouped QQT in
 // pass 1; SST in pass 2) handed to lib/stats at the end of each pass.
+// fp32 mode (oscar_fwd_params.fp32): the same pass with every weight matrix, embedding
+// and GEMM input (xn, att, h, pass-1 Gram inputs) in fp32 and the fp32 attention
+// kernel. One mechanism carries both: those buffers are `void *` of f->esize bytes per
+// element and cuBLAS type f->wtype, and the act_* helpers pick the kernel overload.
 //
 // Memory: weights and a workspace sized once from max_tokens at init; run and
 // end_pass allocate nothing on the device. It refuses head_dim > 256 or odd,
@@ -42,10 +46,11 @@ struct dlayer {
     float * q_norm;      // [D] or NULL
     float * k_norm;      // [D] or NULL
     float * bqkv;        // [NQKV] or NULL
-    osc_bf16 * wqkv;     // [NQKV, C]
-    osc_bf16 * wo;       // [C, Q]
-    osc_bf16 * wgu;      // [2F, C]: gate rows, then up rows
-    osc_bf16 * wdown;    // [C, F]
+    // matrices: bf16, or fp32 in the fp32 mode (struct cuda_fwd's esize / wtype)
+    void * wqkv;         // [NQKV, C]
+    void * wo;           // [C, Q]
+    void * wgu;          // [2F, C]: gate rows, then up rows
+    void * wdown;        // [C, F]
 };
 
 struct cuda_fwd {
@@ -58,9 +63,13 @@ struct cuda_fwd {
     int32_t n_allocs;
     int64_t weight_bytes, work_bytes, used_max;
     char name[128];
+    // element type of weight matrices, embeddings and GEMM activations (xn, att, h):
+    // bf16 (2 bytes, CUDA_R_16BF) by default, fp32 (4, CUDA_R_32F) when p.fp32
+    size_t esize;
+    cudaDataType_t wtype;
     // weights
-    osc_bf16 * embd;      // [V, C]
-    osc_bf16 * out_w;     // [V, C] (== embd when tied)
+    void * embd;          // [V, C]
+    void * out_w;         // [V, C] (== embd when tied)
     float * out_norm;     // [C]
     float * inv_freq;     // [D/2]
     struct dlayer * layers; // host array [L] of device pointers
@@ -73,13 +82,13 @@ struct cuda_fwd {
     float * q;            // [T, Hq, D]
     float * k;            // [T, Hkv, D]
     float * v;            // [T, Hkv, D]
-    osc_bf16 * qb;        // [T, Hq, D] bf16 copies of q/k/v (tensor-core attention, pass-1 GEMMs)
-    osc_bf16 * kb;        // [T, Hkv, D]
+    osc_bf16 * qb;        // [T, Hq, D] bf16 copies of q/k/v (tensor-core attention, pass-1 GEMMs);
+    osc_bf16 * kb;        // [T, Hkv, D]  NULL in the fp32 mode (which reads q/k/v themselves)
     osc_bf16 * vb;        // [T, Hkv, D]
-    bool att_tc;          // tensor-core attention (head_dim % 8 == 0, <= 128)
-    osc_bf16 * xn;        // [T, C]
-    osc_bf16 * att;       // [T, Q]
-    osc_bf16 * h;         // [T, F]
+    bool att_tc;          // tensor-core attention (head_dim % 8 == 0, <= 128; never in the fp32 mode)
+    void * xn;            // [T, C] esize bytes per element, as the weights
+    void * att;           // [T, Q]
+    void * h;             // [T, F]
     float * logit_buf;    // [LOGIT_ROWS, V]
     uint8_t * blas_ws;
     int32_t * h_pos;      // host [T]
@@ -94,7 +103,7 @@ struct cuda_fwd {
     float * amat;         // [L, Hkv, D, D] fp32 A_h for pass 2
     double * wbuf;        // [Hkv, T]
     uint8_t * negbuf;     // [Hkv, T]
-    // pass-1 Gram matrices (bf16 inputs, fp32 chunk sums): slots [K heads | V heads | Q heads]
+    // pass-1 Gram matrices (wtype inputs, fp32 chunk sums): slots [K heads | V heads | Q heads]
     int32_t n_kv_slot, n_slot, n_gout;  // KTK + VTV slots, all slots, fp64 outputs per layer
     float * gpart;                      // [GRAM_MAX_CHUNKS + 1, n_slot, D, D]
     const void ** g_ab;                 // device [2 groups][GRAM_MAX_CHUNKS + 1][n_slot]: X pointers
@@ -143,17 +152,29 @@ template <typename T> static cudaError_t dalloc(struct cuda_fwd * f, T ** p, siz
     return cudaSuccess;
 }
 
+// n elements of the weight / GEMM-activation type (f->esize bytes each).
+static cudaError_t dalloc_w(struct cuda_fwd * f, void ** p, size_t n, bool weight) {
+    uint8_t * b = NULL;
+    const cudaError_t e = dalloc(f, &b, n * f->esize, weight);
+    *p = b;
+    return e;
+}
+
+// Element i of a weight / GEMM-activation buffer.
+static void * at(const struct cuda_fwd * f, void * base, size_t i) { return (char *) base + i * f->esize; }
+
 static void note_used(struct cuda_fwd * f) {
     size_t fr = 0, tot = 0;
     if (cudaMemGetInfo(&fr, &tot) == cudaSuccess && (int64_t) (tot - fr) > f->used_max) f->used_max = (int64_t) (tot - fr);
 }
 
-// Y [T, N] fp32 (+)= X [T, K] bf16 . W [N, K]ᵀ bf16 (fp32 accumulate), row-major.
-static cublasStatus_t gemm_bf16(struct cuda_fwd * f, float * Y, const osc_bf16 * X, const osc_bf16 * W, int32_t T,
-                                int32_t N, int32_t K, float beta) {
+// Y [T, N] fp32 (+)= X [T, K] . W [N, K]ᵀ, X and W of type f->wtype (bf16, or fp32 in the
+// fp32 mode), fp32 accumulation (CUBLAS_COMPUTE_32F, default math mode: no TF32), row-major.
+static cublasStatus_t gemm_w(struct cuda_fwd * f, float * Y, const void * X, const void * W, int32_t T, int32_t N,
+                             int32_t K, float beta) {
     const float one = 1.0f;
-    return cublasGemmEx(f->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, W, CUDA_R_16BF, K, X, CUDA_R_16BF, K, &beta,
-                        Y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return cublasGemmEx(f->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, W, f->wtype, K, X, f->wtype, K, &beta, Y,
+                        CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
 // C_b [D, D] = A_b . B_bᵀ (or A_b . B_b) for b < batch, fp32 (CUBLAS_COMPUTE_32F with the
@@ -186,6 +207,12 @@ static enum oscar_status upload_f32(struct cuda_fwd * f, float * dst, const floa
     return OSCAR_OK;
 }
 
+// A weight matrix or embedding: converted to bf16, or copied as is in the fp32 mode (stage unused).
+static enum oscar_status upload_w(struct cuda_fwd * f, void * dst, const float * src, size_t n, float * stage) {
+    if (f->p.fp32) return upload_f32(f, (float *) dst, src, n);
+    return upload_bf16(f, (osc_bf16 *) dst, src, n, stage);
+}
+
 static enum oscar_status alloc_weights(struct cuda_fwd * f) {
     const struct oscar_model_config * c = &f->c;
     const size_t C = (size_t) c->n_embd, D = (size_t) c->head_dim, Q = (size_t) c->n_head * D;
@@ -193,18 +220,18 @@ static enum oscar_status alloc_weights(struct cuda_fwd * f) {
     const size_t NQKV = Q + 2 * KV;
     f->layers = (struct dlayer *) calloc((size_t) c->n_layer, sizeof(struct dlayer));
     if (!f->layers) return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
-    OSCAR_CUDA_CHECK(dalloc(f, &f->embd, V * C, true));
+    OSCAR_CUDA_CHECK(dalloc_w(f, &f->embd, V * C, true));
     f->out_w = f->embd;
-    if (!c->tied_embeddings) OSCAR_CUDA_CHECK(dalloc(f, &f->out_w, V * C, true));
+    if (!c->tied_embeddings) OSCAR_CUDA_CHECK(dalloc_w(f, &f->out_w, V * C, true));
     OSCAR_CUDA_CHECK(dalloc(f, &f->out_norm, C, true));
     // one slab per kind of tensor keeps the allocation count independent of L
     const size_t L = (size_t) c->n_layer;
     float * norms;
-    osc_bf16 * mats;
+    void * mats;
     const size_t n_norm = 2 * C + (c->qk_norm ? 2 * D : 0) + (c->qkv_bias ? NQKV : 0);
     const size_t n_mat = NQKV * C + C * Q + 2 * F * C + C * F;
     OSCAR_CUDA_CHECK(dalloc(f, &norms, L * n_norm, true));
-    OSCAR_CUDA_CHECK(dalloc(f, &mats, L * n_mat, true));
+    OSCAR_CUDA_CHECK(dalloc_w(f, &mats, L * n_mat, true));
     for (size_t l = 0; l < L; l++) {
         struct dlayer * w = &f->layers[l];
         float * p = norms + l * n_norm;
@@ -212,11 +239,11 @@ static enum oscar_status alloc_weights(struct cuda_fwd * f) {
         w->ffn_norm = p, p += C;
         if (c->qk_norm) w->q_norm = p, p += D, w->k_norm = p, p += D;
         if (c->qkv_bias) w->bqkv = p;
-        osc_bf16 * m = mats + l * n_mat;
-        w->wqkv = m, m += NQKV * C;
-        w->wo = m, m += C * Q;
-        w->wgu = m, m += 2 * F * C;
-        w->wdown = m;
+        const size_t m = l * n_mat; // element offsets in mats
+        w->wqkv = at(f, mats, m);
+        w->wo = at(f, mats, m + NQKV * C);
+        w->wgu = at(f, mats, m + NQKV * C + C * Q);
+        w->wdown = at(f, mats, m + NQKV * C + C * Q + 2 * F * C);
     }
     return OSCAR_OK;
 }
@@ -227,10 +254,10 @@ static enum oscar_status upload_model(struct cuda_fwd * f, const struct oscar_mo
     const size_t KV = (size_t) c->n_head_kv * D, F = (size_t) c->n_ff, V = (size_t) c->n_vocab;
     float * stage = NULL;
     enum oscar_status st = OSCAR_OK;
-    OSCAR_CUDA_CHECK(cudaMalloc((void **) &stage, STAGE_FLOATS * sizeof(float)));
+    if (!f->p.fp32) OSCAR_CUDA_CHECK(cudaMalloc((void **) &stage, STAGE_FLOATS * sizeof(float)));
 #define UP(call) do { st = (call); if (st != OSCAR_OK) goto out; } while (0)
-    UP(upload_bf16(f, f->embd, mdl->tok_embd, V * C, stage));
-    if (!c->tied_embeddings) UP(upload_bf16(f, f->out_w, mdl->output, V * C, stage));
+    UP(upload_w(f, f->embd, mdl->tok_embd, V * C, stage));
+    if (!c->tied_embeddings) UP(upload_w(f, f->out_w, mdl->output, V * C, stage));
     UP(upload_f32(f, f->out_norm, mdl->output_norm, C));
     for (int32_t l = 0; l < c->n_layer; l++) {
         const struct oscar_layer_weights * w = &mdl->layers[l];
@@ -246,13 +273,13 @@ static enum oscar_status upload_model(struct cuda_fwd * f, const struct oscar_mo
             UP(upload_f32(f, d->bqkv + Q, w->bk, KV));
             UP(upload_f32(f, d->bqkv + Q + KV, w->bv, KV));
         }
-        UP(upload_bf16(f, d->wqkv, w->wq, Q * C, stage));
-        UP(upload_bf16(f, d->wqkv + Q * C, w->wk, KV * C, stage));
-        UP(upload_bf16(f, d->wqkv + (Q + KV) * C, w->wv, KV * C, stage));
-        UP(upload_bf16(f, d->wo, w->wo, C * Q, stage));
-        UP(upload_bf16(f, d->wgu, w->w_gate, F * C, stage));
-        UP(upload_bf16(f, d->wgu + F * C, w->w_up, F * C, stage));
-        UP(upload_bf16(f, d->wdown, w->w_down, C * F, stage));
+        UP(upload_w(f, d->wqkv, w->wq, Q * C, stage));
+        UP(upload_w(f, at(f, d->wqkv, Q * C), w->wk, KV * C, stage));
+        UP(upload_w(f, at(f, d->wqkv, (Q + KV) * C), w->wv, KV * C, stage));
+        UP(upload_w(f, d->wo, w->wo, C * Q, stage));
+        UP(upload_w(f, d->wgu, w->w_gate, F * C, stage));
+        UP(upload_w(f, at(f, d->wgu, F * C), w->w_up, F * C, stage));
+        UP(upload_w(f, d->wdown, w->w_down, C * F, stage));
     }
 #undef UP
     OSCAR_CUDA_TRY(cudaStreamSynchronize(f->stream));
@@ -261,14 +288,21 @@ out:
     return st;
 }
 
+// A weight matrix or embedding of N(0, 0.02^2) values: bf16, or fp32 in the fp32 mode (the
+// same values before rounding).
+static cudaError_t random_w(struct cuda_fwd * f, void * dst, int64_t n, uint64_t seed, uint64_t tensor) {
+    if (f->p.fp32) return osc_fwd_random_f32((float *) dst, n, seed, tensor, false, f->stream);
+    return osc_fwd_random_bf16((osc_bf16 *) dst, n, seed, tensor, f->stream);
+}
+
 // Tensor ids for the generator: 1 + 16 l + kind (0 for the embedding, 15 for the LM head).
 static enum oscar_status random_model(struct cuda_fwd * f, uint64_t seed) {
     const struct oscar_model_config * c = &f->c;
     const int64_t C = c->n_embd, D = c->head_dim, Q = (int64_t) c->n_head * D, KV = (int64_t) c->n_head_kv * D;
     const int64_t F = c->n_ff, V = c->n_vocab, NQKV = Q + 2 * KV;
     cudaStream_t s = f->stream;
-    OSCAR_CUDA_CHECK(osc_fwd_random_bf16(f->embd, V * C, seed, 0, s));
-    if (!c->tied_embeddings) OSCAR_CUDA_CHECK(osc_fwd_random_bf16(f->out_w, V * C, seed, 15, s));
+    OSCAR_CUDA_CHECK(random_w(f, f->embd, V * C, seed, 0));
+    if (!c->tied_embeddings) OSCAR_CUDA_CHECK(random_w(f, f->out_w, V * C, seed, 15));
     OSCAR_CUDA_CHECK(osc_fwd_random_f32(f->out_norm, C, seed, 14, true, s));
     for (int32_t l = 0; l < c->n_layer; l++) {
         const struct dlayer * d = &f->layers[l];
@@ -280,10 +314,10 @@ static enum oscar_status random_model(struct cuda_fwd * f, uint64_t seed) {
             OSCAR_CUDA_CHECK(osc_fwd_random_f32(d->k_norm, D, seed, id + 3, true, s));
         }
         if (c->qkv_bias) OSCAR_CUDA_CHECK(osc_fwd_random_f32(d->bqkv, NQKV, seed, id + 4, false, s));
-        OSCAR_CUDA_CHECK(osc_fwd_random_bf16(d->wqkv, NQKV * C, seed, id + 5, s));
-        OSCAR_CUDA_CHECK(osc_fwd_random_bf16(d->wo, C * Q, seed, id + 6, s));
-        OSCAR_CUDA_CHECK(osc_fwd_random_bf16(d->wgu, 2 * F * C, seed, id + 7, s));
-        OSCAR_CUDA_CHECK(osc_fwd_random_bf16(d->wdown, C * F, seed, id + 8, s));
+        OSCAR_CUDA_CHECK(random_w(f, d->wqkv, NQKV * C, seed, id + 5));
+        OSCAR_CUDA_CHECK(random_w(f, d->wo, C * Q, seed, id + 6));
+        OSCAR_CUDA_CHECK(random_w(f, d->wgu, 2 * F * C, seed, id + 7));
+        OSCAR_CUDA_CHECK(random_w(f, d->wdown, C * F, seed, id + 8));
     }
     OSCAR_CUDA_CHECK(cudaStreamSynchronize(s));
     return OSCAR_OK;
@@ -418,12 +452,14 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f) {
     OSCAR_CUDA_CHECK(dalloc(f, &f->q, T * Q, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->k, T * KV, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->v, T * KV, false));
-    OSCAR_CUDA_CHECK(dalloc(f, &f->qb, T * Q, false));
-    OSCAR_CUDA_CHECK(dalloc(f, &f->kb, T * KV, false));
-    OSCAR_CUDA_CHECK(dalloc(f, &f->vb, T * KV, false));
-    OSCAR_CUDA_CHECK(dalloc(f, &f->xn, T * C, false));
-    OSCAR_CUDA_CHECK(dalloc(f, &f->att, T * Q, false));
-    OSCAR_CUDA_CHECK(dalloc(f, &f->h, T * F, false));
+    if (!f->p.fp32) { // the fp32 mode reads q/k/v themselves
+        OSCAR_CUDA_CHECK(dalloc(f, &f->qb, T * Q, false));
+        OSCAR_CUDA_CHECK(dalloc(f, &f->kb, T * KV, false));
+        OSCAR_CUDA_CHECK(dalloc(f, &f->vb, T * KV, false));
+    }
+    OSCAR_CUDA_CHECK(dalloc_w(f, &f->xn, T * C, false));
+    OSCAR_CUDA_CHECK(dalloc_w(f, &f->att, T * Q, false));
+    OSCAR_CUDA_CHECK(dalloc_w(f, &f->h, T * F, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->logit_buf, lr * (size_t) c->n_vocab, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->blas_ws, BLAS_WS_BYTES, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->inv_freq, D / 2, false));
@@ -478,6 +514,8 @@ static enum oscar_status cuda_init(const struct oscar_model * m, const struct os
     f->c = *c;
     f->p = *p;
     f->max_tokens = p->max_tokens;
+    f->esize = p->fp32 ? sizeof(float) : sizeof(osc_bf16);
+    f->wtype = p->fp32 ? CUDA_R_32F : CUDA_R_16BF;
     cudaDeviceProp prop;
     int dev = 0;
     OSCAR_CUDA_TRY(cudaGetDevice(&dev));
@@ -496,7 +534,7 @@ static enum oscar_status cuda_init(const struct oscar_model * m, const struct os
     BLAS_TRY(cublasSetWorkspace(f->blas, f->blas_ws, BLAS_WS_BYTES));
     {
         const char * att = getenv("OSCAR_FWD_ATT"); // "fp32" forces the fp32 kernel (benchmarks)
-        f->att_tc = osc_fwd_attention_tc_ok(c->head_dim) && !(att && !strcmp(att, "fp32"));
+        f->att_tc = !p->fp32 && osc_fwd_attention_tc_ok(c->head_dim) && !(att && !strcmp(att, "fp32"));
         const char * prof = getenv("OSCAR_FWD_PROFILE");
         if (prof && !strcmp(prof, "1")) {
             const int32_t n = c->n_layer * (N_STAGES + 1);
@@ -584,18 +622,22 @@ static enum oscar_status gram_tables(struct cuda_fwd * f, int32_t T) {
     const size_t per_group = (size_t) (GRAM_MAX_CHUNKS + 1) * S;
     int32_t n_chunk, R;
     gram_plan(f, T, &n_chunk, &R);
+    // inputs of type f->wtype: the bf16 copies, or q/k/v themselves in the fp32 mode
+    char * qs = f->p.fp32 ? (char *) f->q : (char *) f->qb;
+    char * ks = f->p.fp32 ? (char *) f->k : (char *) f->kb;
+    char * vs = f->p.fp32 ? (char *) f->v : (char *) f->vb;
     for (int32_t c = 0; c <= n_chunk; c++) {
         const size_t r0 = (size_t) c * R;
         for (int32_t e = 0; e < S; e++) {
-            const osc_bf16 * x;
+            const void * x;
             size_t grp, idx;
             if (e < f->n_kv_slot) { // K heads first (if KTK), then V heads
                 const bool is_k = (f->kinds & OSCAR_STATS_KTK) && e < H;
                 const int32_t h = is_k ? e : e - ((f->kinds & OSCAR_STATS_KTK) ? H : 0);
-                x = (is_k ? f->kb : f->vb) + r0 * H * D + (size_t) h * D;
+                x = at(f, is_k ? ks : vs, r0 * H * D + (size_t) h * D);
                 grp = 0, idx = (size_t) c * f->n_kv_slot + e;
             } else {
-                x = f->qb + r0 * Hq * D + (size_t) (e - f->n_kv_slot) * D;
+                x = at(f, qs, r0 * Hq * D + (size_t) (e - f->n_kv_slot) * D);
                 grp = 1, idx = (size_t) c * (S - f->n_kv_slot) + (e - f->n_kv_slot);
             }
             f->h_ab[grp * per_group + idx] = x;
@@ -610,17 +652,19 @@ static enum oscar_status gram_tables(struct cuda_fwd * f, int32_t T) {
     return OSCAR_OK;
 }
 
-// One group's Gram GEMMs: C_i [D, D] = X_iᵀ X_i, X_i [rows, D] bf16 with row stride ld, fp32
-// accumulation and output (cuBLAS views X_i as the D x rows column-major matrix X_iᵀ).
+// One group's Gram GEMMs: C_i [D, D] = X_iᵀ X_i, X_i [rows, D] of type f->wtype (bf16, fp32 in
+// the fp32 mode) with row stride ld, fp32 accumulation and output (CUBLAS_COMPUTE_32F, no
+// TF32; cuBLAS views X_i as the D x rows column-major matrix X_iᵀ).
 static cublasStatus_t gram_batched(struct cuda_fwd * f, size_t off, int32_t rows, int32_t ld, int32_t count) {
     const float one = 1.0f, zero = 0.0f;
     const int32_t D = f->c.head_dim;
-    return cublasGemmBatchedEx(f->blas, CUBLAS_OP_N, CUBLAS_OP_T, D, D, rows, &one, f->g_ab + off, CUDA_R_16BF, ld,
-                               f->g_ab + off, CUDA_R_16BF, ld, &zero, f->g_c + off, CUDA_R_32F, D, count,
+    return cublasGemmBatchedEx(f->blas, CUBLAS_OP_N, CUBLAS_OP_T, D, D, rows, &one, f->g_ab + off, f->wtype, ld,
+                               f->g_ab + off, f->wtype, ld, &zero, f->g_c + off, CUDA_R_32F, D, count,
                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
-// Pass 1 of layer l: KTK, VTV and grouped QQT from the bf16 copies of k, v, q. Per chunk,
+// Pass 1 of layer l: KTK, VTV and grouped QQT from the bf16 copies of k, v, q (fp32 mode: from
+// k, v, q themselves). Per chunk,
 // one GEMM per slot (fp32 sums over <= T/n_chunk rows); then the fp64 accumulators get
 // Σ_chunk Σ_(query heads of the group) in a fixed order (osc_fwd_gram_reduce).
 static enum oscar_status capture_pass1(struct cuda_fwd * f, int32_t l, int32_t T) {
@@ -682,18 +726,29 @@ out:
     return st;
 }
 
+// q, k, v [T, ...] fp32 of the layer into the pinned host staging (asynchronous).
+static cudaError_t qkv_to_host(struct cuda_fwd * f, int32_t T) {
+    const size_t Q = (size_t) f->c.n_head * f->c.head_dim, KV = (size_t) f->c.n_head_kv * f->c.head_dim;
+    cudaError_t e = cudaMemcpyAsync(f->hq, f->q, T * Q * sizeof(float), cudaMemcpyDeviceToHost, f->stream);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(f->hk, f->k, T * KV * sizeof(float), cudaMemcpyDeviceToHost, f->stream);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(f->hv, f->v, T * KV * sizeof(float), cudaMemcpyDeviceToHost, f->stream);
+    return e;
+}
+
 // Copies the layer's tensors to the host and calls the user's hook (tests; slow).
 static enum oscar_status host_hook(struct cuda_fwd * f, const struct oscar_batch * b, int32_t l, int32_t T) {
     const struct oscar_capture_hook * hk = f->p.hook;
     if (!hk || !hk->on_layer || (hk->want && !hk->want(hk->user, l))) return OSCAR_OK;
-    const size_t Q = (size_t) f->c.n_head * f->c.head_dim, KV = (size_t) f->c.n_head_kv * f->c.head_dim;
-    const size_t C = (size_t) f->c.n_embd;
-    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hq, f->q, T * Q * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
-    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hk, f->k, T * KV * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
-    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hv, f->v, T * KV * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
+    const size_t Q = (size_t) f->c.n_head * f->c.head_dim, C = (size_t) f->c.n_embd;
+    OSCAR_CUDA_CHECK(qkv_to_host(f, T));
     if (!hk->qkv_only) {
-        OSCAR_CUDA_CHECK(osc_fwd_bf16_to_f32(f->big, f->att, (int64_t) T * (int64_t) Q, f->stream));
-        OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hatt, f->big, T * Q * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
+        const float * att = (const float *) f->att; // fp32 mode: already fp32
+        if (!f->p.fp32) {
+            OSCAR_CUDA_CHECK(osc_fwd_bf16_to_f32(f->big, (const osc_bf16 *) f->att, (int64_t) T * (int64_t) Q,
+                                                 f->stream));
+            att = f->big;
+        }
+        OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hatt, att, T * Q * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
         OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hx, f->x, T * C * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
     }
     OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));
@@ -707,19 +762,48 @@ static enum oscar_status host_hook(struct cuda_fwd * f, const struct oscar_batch
     return OSCAR_OK;
 }
 
-// n floats of device fp32 src into f->att (its bf16 activations).
+// Kernels that write GEMM activations or read the embedding, on the pass's element type.
+static cudaError_t act_embed(struct cuda_fwd * f, int32_t T) {
+    if (f->p.fp32) return osc_fwd_embed(f->x, (const float *) f->embd, f->d_tok, T, f->c.n_embd, f->stream);
+    return osc_fwd_embed(f->x, (const osc_bf16 *) f->embd, f->d_tok, T, f->c.n_embd, f->stream);
+}
+
+static cudaError_t act_rmsnorm(struct cuda_fwd * f, void * y, const float * x, const float * w, int32_t T) {
+    const int32_t C = f->c.n_embd;
+    if (f->p.fp32) return osc_fwd_rmsnorm((float *) y, x, w, T, C, f->c.rms_eps, f->stream);
+    return osc_fwd_rmsnorm((osc_bf16 *) y, x, w, T, C, f->c.rms_eps, f->stream);
+}
+
+// f->h = SwiGLU of the gate/up GEMM output in f->big
+static cudaError_t act_swiglu(struct cuda_fwd * f, int32_t T) {
+    if (f->p.fp32) return osc_fwd_swiglu((float *) f->h, f->big, T, f->c.n_ff, f->stream);
+    return osc_fwd_swiglu((osc_bf16 *) f->h, f->big, T, f->c.n_ff, f->stream);
+}
+
+// f->att = the fp32 attention kernel on f->q, f->k, f->v
+static cudaError_t act_attention(struct cuda_fwd * f, int32_t n_blocks) {
+    const struct oscar_model_config * c = &f->c;
+    if (f->p.fp32)
+        return osc_fwd_attention((float *) f->att, f->q, f->k, f->v, f->d_blocks, n_blocks, c->n_head, c->n_head_kv,
+                                 c->head_dim, f->stream);
+    return osc_fwd_attention((osc_bf16 *) f->att, f->q, f->k, f->v, f->d_blocks, n_blocks, c->n_head, c->n_head_kv,
+                             c->head_dim, f->stream);
+}
+
+// f->att [n] (bf16, or fp32 in the fp32 mode) = src [n] fp32 on the device, on f->stream
+// (for an attention computed elsewhere, e.g. an override's result copied back).
 static cudaError_t att_from_f32(struct cuda_fwd * f, const float * src, int64_t n) {
-    return osc_fwd_to_bf16(f->att, src, n, f->stream);
+    if (f->p.fp32)
+        return cudaMemcpyAsync(f->att, src, (size_t) n * sizeof(float), cudaMemcpyDeviceToDevice, f->stream);
+    return osc_fwd_to_bf16((osc_bf16 *) f->att, src, n, f->stream);
 }
 
 // The caller's attention override (e.g. a simulated quantized KV cache) on the host: q/k/v
 // of the layer go to the host, the callback writes [T, Hq, D], which comes back into f->att.
 static enum oscar_status host_attention(struct cuda_fwd * f, const struct oscar_batch * b, int32_t l, int32_t T) {
     const struct oscar_attention_override * ov = f->p.attention;
-    const size_t Q = (size_t) f->c.n_head * f->c.head_dim, KV = (size_t) f->c.n_head_kv * f->c.head_dim;
-    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hq, f->q, T * Q * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
-    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hk, f->k, T * KV * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
-    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->hv, f->v, T * KV * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
+    const size_t Q = (size_t) f->c.n_head * f->c.head_dim;
+    OSCAR_CUDA_CHECK(qkv_to_host(f, T));
     OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));
     struct oscar_capture_layer cap;
     memset(&cap, 0, sizeof cap);
@@ -741,11 +825,11 @@ static enum oscar_status run_layer(struct cuda_fwd * f, const struct oscar_batch
     cudaStream_t s = f->stream;
     enum oscar_status st = OSCAR_OK;
     cudaEvent_t * ev = f->ev ? f->ev + (size_t) l * (N_STAGES + 1) : NULL;
-    const bool bf16_copies = f->att_tc || (f->pass == 1 && f->n_slot > 0);
+    const bool bf16_copies = !f->p.fp32 && (f->att_tc || (f->pass == 1 && f->n_slot > 0));
 #define STAGE(i) do { if (ev) OSCAR_CUDA_TRY(cudaEventRecord(ev[i], s)); } while (0)
     STAGE(0);
-    OSCAR_CUDA_TRY(osc_fwd_rmsnorm(f->xn, f->x, w->attn_norm, T, C, c->rms_eps, s));
-    BLAS_TRY(gemm_bf16(f, f->big, f->xn, w->wqkv, T, NQKV, C, 0.0f));
+    OSCAR_CUDA_TRY(act_rmsnorm(f, f->xn, f->x, w->attn_norm, T));
+    BLAS_TRY(gemm_w(f, f->big, f->xn, w->wqkv, T, NQKV, C, 0.0f));
     STAGE(1);
     OSCAR_CUDA_TRY(osc_fwd_qkv_epilogue(f->q, f->k, f->v, bf16_copies ? f->qb : NULL, bf16_copies ? f->kb : NULL,
                                         bf16_copies ? f->vb : NULL, f->big, w->bqkv, w->q_norm, w->k_norm, f->d_pos,
@@ -754,18 +838,17 @@ static enum oscar_status run_layer(struct cuda_fwd * f, const struct oscar_batch
     if (f->p.attention) {
         if ((st = host_attention(f, b, l, T)) != OSCAR_OK) goto out;
     } else if (f->att_tc)
-        OSCAR_CUDA_TRY(osc_fwd_attention_tc(f->att, f->qb, f->kb, f->vb, f->d_blocks, n_blocks, c->n_head,
-                                            c->n_head_kv, D, s));
+        OSCAR_CUDA_TRY(osc_fwd_attention_tc((osc_bf16 *) f->att, f->qb, f->kb, f->vb, f->d_blocks, n_blocks,
+                                            c->n_head, c->n_head_kv, D, s));
     else
-        OSCAR_CUDA_TRY(osc_fwd_attention(f->att, f->q, f->k, f->v, f->d_blocks, n_blocks, c->n_head, c->n_head_kv,
-                                         D, s));
+        OSCAR_CUDA_TRY(act_attention(f, n_blocks));
     STAGE(3);
-    BLAS_TRY(gemm_bf16(f, f->x, f->att, w->wo, T, C, Q, 1.0f)); // residual += attn . W_Oᵀ
+    BLAS_TRY(gemm_w(f, f->x, f->att, w->wo, T, C, Q, 1.0f)); // residual += attn . W_Oᵀ
     STAGE(4);
-    OSCAR_CUDA_TRY(osc_fwd_rmsnorm(f->xn, f->x, w->ffn_norm, T, C, c->rms_eps, s));
-    BLAS_TRY(gemm_bf16(f, f->big, f->xn, w->wgu, T, 2 * F, C, 0.0f));
-    OSCAR_CUDA_TRY(osc_fwd_swiglu(f->h, f->big, T, F, s));
-    BLAS_TRY(gemm_bf16(f, f->x, f->h, w->wdown, T, C, F, 1.0f));
+    OSCAR_CUDA_TRY(act_rmsnorm(f, f->xn, f->x, w->ffn_norm, T));
+    BLAS_TRY(gemm_w(f, f->big, f->xn, w->wgu, T, 2 * F, C, 0.0f));
+    OSCAR_CUDA_TRY(act_swiglu(f, T));
+    BLAS_TRY(gemm_w(f, f->x, f->h, w->wdown, T, C, F, 1.0f));
     STAGE(5);
     if (f->p.stats) st = capture_layer(f, l, T);
     if (st == OSCAR_OK) STAGE(6);
@@ -778,10 +861,10 @@ out:
 static enum oscar_status lm_head(struct cuda_fwd * f, int32_t T, float * logits) {
     const int32_t C = f->c.n_embd, V = f->c.n_vocab;
     enum oscar_status st = OSCAR_OK;
-    OSCAR_CUDA_TRY(osc_fwd_rmsnorm(f->xn, f->x, f->out_norm, T, C, f->c.rms_eps, f->stream));
+    OSCAR_CUDA_TRY(act_rmsnorm(f, f->xn, f->x, f->out_norm, T));
     for (int32_t r0 = 0; r0 < T; r0 += LOGIT_ROWS) {
         const int32_t n = T - r0 < LOGIT_ROWS ? T - r0 : LOGIT_ROWS;
-        BLAS_TRY(gemm_bf16(f, f->logit_buf, f->xn + (size_t) r0 * C, f->out_w, n, V, C, 0.0f));
+        BLAS_TRY(gemm_w(f, f->logit_buf, at(f, f->xn, (size_t) r0 * C), f->out_w, n, V, C, 0.0f));
         OSCAR_CUDA_TRY(cudaMemcpyAsync(logits + (size_t) r0 * V, f->logit_buf, (size_t) n * V * sizeof(float),
                                        cudaMemcpyDeviceToHost, f->stream));
         OSCAR_CUDA_TRY(cudaStreamSynchronize(f->stream)); // logit_buf is reused
@@ -804,7 +887,7 @@ static enum oscar_status cuda_run(void * ctx, const struct oscar_batch * b, floa
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->d_pos, f->h_pos, T * sizeof(int32_t), cudaMemcpyHostToDevice, f->stream));
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->d_blocks, f->h_blocks, n_blocks * sizeof(struct osc_att_block),
                                      cudaMemcpyHostToDevice, f->stream));
-    OSCAR_CUDA_CHECK(osc_fwd_embed(f->x, f->embd, f->d_tok, T, f->c.n_embd, f->stream));
+    OSCAR_CUDA_CHECK(act_embed(f, T));
     for (int32_t l = 0; l < f->c.n_layer && st == OSCAR_OK; l++) st = run_layer(f, b, l, T, n_blocks);
     if (st == OSCAR_OK && logits) st = lm_head(f, T, logits);
     if (st != OSCAR_OK) return st;
@@ -928,11 +1011,15 @@ static enum oscar_status cuda_copy_wo(void * ctx, int32_t layer, float * out) {
     const size_t n = (size_t) f->c.n_embd * (size_t) f->c.n_head * (size_t) f->c.head_dim;
     const size_t wide = (size_t) f->max_tokens * (size_t) (f->c.n_head + 2 * f->c.n_head_kv) * (size_t) f->c.head_dim;
     float * d = f->big;   // [T, wide] scratch, free between passes; a temporary buffer if W_O does not fit
+    const float * src = (const float *) f->layers[layer].wo; // fp32 mode: the weights as they are
     enum oscar_status st = OSCAR_OK;
-    if (n > wide) OSCAR_CUDA_CHECK(cudaMalloc((void **) &d, n * sizeof(float)));
+    if (!f->p.fp32 && n > wide) OSCAR_CUDA_CHECK(cudaMalloc((void **) &d, n * sizeof(float)));
     if (!f->h_wo) OSCAR_CUDA_TRY(cudaMallocHost((void **) &f->h_wo, n * sizeof(float)));
-    OSCAR_CUDA_TRY(osc_fwd_bf16_to_f32(d, f->layers[layer].wo, (int64_t) n, f->stream));
-    OSCAR_CUDA_TRY(cudaMemcpyAsync(f->h_wo, d, n * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
+    if (!f->p.fp32) {
+        OSCAR_CUDA_TRY(osc_fwd_bf16_to_f32(d, (const osc_bf16 *) f->layers[layer].wo, (int64_t) n, f->stream));
+        src = d;
+    }
+    OSCAR_CUDA_TRY(cudaMemcpyAsync(f->h_wo, src, n * sizeof(float), cudaMemcpyDeviceToHost, f->stream));
     OSCAR_CUDA_TRY(cudaStreamSynchronize(f->stream));
     memcpy(out, f->h_wo, n * sizeof(float));
 out:

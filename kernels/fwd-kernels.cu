@@ -1,4 +1,6 @@
 // fwd-kernels.cu - the device kernels of the CUDA forward pass (see fwd-kernels.cuh).
+// Kernels that touch weights or GEMM activations are templates over bf16 / fp32 (the
+// pass's fp32 mode); the bf16 instances are the original kernels unchanged.
 // No fast-math intrinsics: expf/cosf/sinf/sqrt are the accurate versions, and every
 // reduction runs in a fixed order (results do not depend on scheduling).
 #include "kernels/fwd-kernels.cuh"
@@ -10,19 +12,37 @@ static inline unsigned grid_for(int64_t n, int threads) {
     return (unsigned) (b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
 }
 
+// Weights and GEMM activations are bf16 (default) or fp32 (the exact mode): the kernels that
+// read or write them are templates over the element type, converted through these.
+static __device__ __forceinline__ float to_f32(float x) { return x; }
+static __device__ __forceinline__ float to_f32(osc_bf16 x) { return __bfloat162float(x); }
+static __device__ __forceinline__ void put(float * p, float x) { *p = x; }
+static __device__ __forceinline__ void put(osc_bf16 * p, float x) { *p = __float2bfloat16(x); }
+
 // ---- elementwise --------------------------------------------------------------------
 
-__global__ void k_embed(float * x, const osc_bf16 * embd, const int32_t * tokens, int32_t C) {
+template <typename E> __global__ void k_embed(float * x, const E * embd, const int32_t * tokens, int32_t C) {
     const int32_t t = blockIdx.x;
-    const osc_bf16 * src = embd + (size_t) tokens[t] * C;
+    const E * src = embd + (size_t) tokens[t] * C;
     float * dst = x + (size_t) t * C;
-    for (int32_t i = threadIdx.x; i < C; i += blockDim.x) dst[i] = __bfloat162float(src[i]);
+    for (int32_t i = threadIdx.x; i < C; i += blockDim.x) dst[i] = to_f32(src[i]);
+}
+
+template <typename E>
+static cudaError_t launch_embed(float * x, const E * embd, const int32_t * tokens, int32_t T, int32_t C,
+                                cudaStream_t s) {
+    k_embed<E><<<T, 256, 0, s>>>(x, embd, tokens, C);
+    return cudaGetLastError();
 }
 
 cudaError_t osc_fwd_embed(float * x, const osc_bf16 * embd, const int32_t * tokens, int32_t T, int32_t C,
                           cudaStream_t s) {
-    k_embed<<<T, 256, 0, s>>>(x, embd, tokens, C);
-    return cudaGetLastError();
+    return launch_embed(x, embd, tokens, T, C, s);
+}
+
+cudaError_t osc_fwd_embed(float * x, const float * embd, const int32_t * tokens, int32_t T, int32_t C,
+                          cudaStream_t s) {
+    return launch_embed(x, embd, tokens, T, C, s);
 }
 
 // Block-wide double sum in a fixed tree order; blockDim.x == 256.
@@ -38,22 +58,33 @@ __device__ double block_sum_256(double v, double * sh) {
     return r;
 }
 
-__global__ void __launch_bounds__(256) k_rmsnorm(osc_bf16 * y, const float * x, const float * w, int32_t C,
-                                                 float eps) {
+template <typename Y>
+__global__ void __launch_bounds__(256) k_rmsnorm(Y * y, const float * x, const float * w, int32_t C, float eps) {
     __shared__ double sh[256];
     const float * xr = x + (size_t) blockIdx.x * C;
-    osc_bf16 * yr = y + (size_t) blockIdx.x * C;
+    Y * yr = y + (size_t) blockIdx.x * C;
     double ss = 0.0;
     for (int32_t i = threadIdx.x; i < C; i += 256) ss += (double) xr[i] * (double) xr[i];
     ss = block_sum_256(ss, sh);
     const float r = (float) (1.0 / sqrt(ss / (double) C + (double) eps));
-    for (int32_t i = threadIdx.x; i < C; i += 256) yr[i] = __float2bfloat16(w[i] * (xr[i] * r));
+    for (int32_t i = threadIdx.x; i < C; i += 256) put(&yr[i], w[i] * (xr[i] * r));
+}
+
+template <typename Y>
+static cudaError_t launch_rmsnorm(Y * y, const float * x, const float * w, int32_t T, int32_t C, float eps,
+                                  cudaStream_t s) {
+    k_rmsnorm<Y><<<T, 256, 0, s>>>(y, x, w, C, eps);
+    return cudaGetLastError();
 }
 
 cudaError_t osc_fwd_rmsnorm(osc_bf16 * y, const float * x, const float * w, int32_t T, int32_t C, float eps,
                             cudaStream_t s) {
-    k_rmsnorm<<<T, 256, 0, s>>>(y, x, w, C, eps);
-    return cudaGetLastError();
+    return launch_rmsnorm(y, x, w, T, C, eps, s);
+}
+
+cudaError_t osc_fwd_rmsnorm(float * y, const float * x, const float * w, int32_t T, int32_t C, float eps,
+                            cudaStream_t s) {
+    return launch_rmsnorm(y, x, w, T, C, eps, s);
 }
 
 __device__ double warp_sum_d(double v) {
@@ -118,18 +149,26 @@ cudaError_t osc_fwd_qkv_epilogue(float * q, float * k, float * v, osc_bf16 * qb,
     return cudaGetLastError();
 }
 
-__global__ void k_swiglu(osc_bf16 * h, const float * gu, int32_t F, int64_t n) {
+template <typename Y> __global__ void k_swiglu(Y * h, const float * gu, int32_t F, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x) {
         const int64_t t = i / F, j = i % F;
         const float g = gu[t * 2 * F + j], u = gu[t * 2 * F + F + j];
-        h[i] = __float2bfloat16(g / (1.0f + expf(-g)) * u);
+        put(&h[i], g / (1.0f + expf(-g)) * u);
     }
 }
 
-cudaError_t osc_fwd_swiglu(osc_bf16 * h, const float * gu, int32_t T, int32_t F, cudaStream_t s) {
+template <typename Y> static cudaError_t launch_swiglu(Y * h, const float * gu, int32_t T, int32_t F, cudaStream_t s) {
     const int64_t n = (int64_t) T * F;
-    k_swiglu<<<grid_for(n, 256), 256, 0, s>>>(h, gu, F, n);
+    k_swiglu<Y><<<grid_for(n, 256), 256, 0, s>>>(h, gu, F, n);
     return cudaGetLastError();
+}
+
+cudaError_t osc_fwd_swiglu(osc_bf16 * h, const float * gu, int32_t T, int32_t F, cudaStream_t s) {
+    return launch_swiglu(h, gu, T, F, s);
+}
+
+cudaError_t osc_fwd_swiglu(float * h, const float * gu, int32_t T, int32_t F, cudaStream_t s) {
+    return launch_swiglu(h, gu, T, F, s);
 }
 
 // ---- attention --------------------------------------------------------------------------
@@ -144,8 +183,8 @@ template <int DP> static size_t att_smem_bytes() {
     return sizeof(float) * (2 * OSC_ATT_BQ * (DP + 1) + ATT_BK * DP + OSC_ATT_BQ * (ATT_BK + 1));
 }
 
-template <int DP>
-__global__ void __launch_bounds__(ATT_THREADS) k_attention(osc_bf16 * out, const float * q, const float * k,
+template <int DP, typename O>
+__global__ void __launch_bounds__(ATT_THREADS) k_attention(O * out, const float * q, const float * k,
                                                            const float * v, const struct osc_att_block * blocks,
                                                            int32_t Hq, int32_t Hkv, int32_t D, float scale) {
     extern __shared__ float sm[];
@@ -242,31 +281,45 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(osc_bf16 * out, const
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             const int32_t d = tc + 16 * c;
-            if (d < D) out[((size_t) qi * Hq + h) * D + d] = __float2bfloat16(o[i][c] * inv);
+            if (d < D) put(&out[((size_t) qi * Hq + h) * D + d], o[i][c] * inv);
         }
     }
 }
 
-template <int DP>
-static cudaError_t launch_attention(osc_bf16 * out, const float * q, const float * k, const float * v,
+template <int DP, typename O>
+static cudaError_t launch_attention(O * out, const float * q, const float * k, const float * v,
                                     const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
                                     int32_t D, cudaStream_t s) {
     const size_t smem = att_smem_bytes<DP>();
-    cudaError_t e = cudaFuncSetAttribute(k_attention<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+    cudaError_t e =
+        cudaFuncSetAttribute(k_attention<DP, O>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
     if (e != cudaSuccess) return e;
     dim3 grid((unsigned) n_blocks, (unsigned) Hq);
-    k_attention<DP><<<grid, ATT_THREADS, smem, s>>>(out, q, k, v, blocks, Hq, Hkv, D, 1.0f / sqrtf((float) D));
+    k_attention<DP, O><<<grid, ATT_THREADS, smem, s>>>(out, q, k, v, blocks, Hq, Hkv, D, 1.0f / sqrtf((float) D));
     return cudaGetLastError();
 }
 
-cudaError_t osc_fwd_attention(osc_bf16 * out, const float * q, const float * k, const float * v,
-                              const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
-                              int32_t D, cudaStream_t s) {
+template <typename O>
+static cudaError_t attention_any(O * out, const float * q, const float * k, const float * v,
+                                 const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
+                                 int32_t D, cudaStream_t s) {
     if (n_blocks <= 0) return cudaSuccess;
     if (D <= 64) return launch_attention<64>(out, q, k, v, blocks, n_blocks, Hq, Hkv, D, s);
     if (D <= 128) return launch_attention<128>(out, q, k, v, blocks, n_blocks, Hq, Hkv, D, s);
     if (D <= 256) return launch_attention<256>(out, q, k, v, blocks, n_blocks, Hq, Hkv, D, s);
     return cudaErrorInvalidValue;
+}
+
+cudaError_t osc_fwd_attention(osc_bf16 * out, const float * q, const float * k, const float * v,
+                              const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
+                              int32_t D, cudaStream_t s) {
+    return attention_any(out, q, k, v, blocks, n_blocks, Hq, Hkv, D, s);
+}
+
+cudaError_t osc_fwd_attention(float * out, const float * q, const float * k, const float * v,
+                              const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
+                              int32_t D, cudaStream_t s) {
+    return attention_any(out, q, k, v, blocks, n_blocks, Hq, Hkv, D, s);
 }
 
 // ---- capture -------------------------------------------------------------------------

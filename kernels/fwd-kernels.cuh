@@ -1,8 +1,11 @@
 // fwd-kernels.cuh - device kernels of the CUDA forward pass (kernels/forward-cuda.cu):
 // embedding gather, RMSNorm, the q/k/v epilogue (bias, Qwen3 q/k-norm, HF RoPE),
 // SwiGLU, flash-style causal prefill attention, capture helpers (fp32 -> fp64
-// accumulation, pass-2 SST weights) and the seeded bf16 weight generator.
-// Launch wrappers return cudaError_t from cudaGetLastError (no sync).
+// accumulation, pass-2 SST weights) and the seeded weight generators. Wrappers that
+// read weights or write GEMM activations come as C++ overloads for bf16 (the default
+// pass) and fp32 (the fp32 mode of oscar_fwd_params): same arithmetic, only the
+// element type of that tensor differs. Launch wrappers return cudaError_t from
+// cudaGetLastError (no sync).
 //
 // T = tokens, C = n_embd, Hq/Hkv = heads, D = head_dim, F = n_ff.
 #ifndef OSCAR_KERNELS_FWD_KERNELS_CUH
@@ -19,11 +22,15 @@ typedef __nv_bfloat16 osc_bf16;
 // Query rows per attention block (the host builds block lists in these units).
 #define OSC_ATT_BQ 64
 
-// x [T, C] fp32 = float(embd [V, C] bf16)[tokens[t]]
+// x [T, C] fp32 = float(embd [V, C] bf16 or fp32)[tokens[t]]
 cudaError_t osc_fwd_embed(float * x, const osc_bf16 * embd, const int32_t * tokens, int32_t T, int32_t C,
                           cudaStream_t s);
-// y [T, C] bf16 = w * (x * rsqrt(mean(x^2) + eps)), sum of squares in double
+cudaError_t osc_fwd_embed(float * x, const float * embd, const int32_t * tokens, int32_t T, int32_t C,
+                          cudaStream_t s);
+// y [T, C] bf16 or fp32 = w * (x * rsqrt(mean(x^2) + eps)), sum of squares in double
 cudaError_t osc_fwd_rmsnorm(osc_bf16 * y, const float * x, const float * w, int32_t T, int32_t C, float eps,
+                            cudaStream_t s);
+cudaError_t osc_fwd_rmsnorm(float * y, const float * x, const float * w, int32_t T, int32_t C, float eps,
                             cudaStream_t s);
 // qkv [T, (Hq + 2 Hkv) D] fp32 (+ bias [(Hq + 2 Hkv) D] or NULL) -> q [T, Hq, D], k [T, Hkv, D]
 // after optional per-head RMSNorm (qn/kn [D] or NULL) and RoPE at pos [T] with inv_freq [D/2];
@@ -33,17 +40,21 @@ cudaError_t osc_fwd_qkv_epilogue(float * q, float * k, float * v, osc_bf16 * qb,
                                  const float * qkv, const float * bias,
                                  const float * qn, const float * kn, const int32_t * pos, const float * inv_freq,
                                  int32_t T, int32_t Hq, int32_t Hkv, int32_t D, float eps, cudaStream_t s);
-// h [T, F] bf16 = silu(gu[:, :F]) * gu[:, F:], gu [T, 2F] fp32
+// h [T, F] bf16 or fp32 = silu(gu[:, :F]) * gu[:, F:], gu [T, 2F] fp32
 cudaError_t osc_fwd_swiglu(osc_bf16 * h, const float * gu, int32_t T, int32_t F, cudaStream_t s);
+cudaError_t osc_fwd_swiglu(float * h, const float * gu, int32_t T, int32_t F, cudaStream_t s);
 
 // One attention work item: query rows [q0, q1) of the batch (q1 - q0 <= OSC_ATT_BQ), all
 // in the sequence that starts at batch row s0; keys are rows [s0, q1) (causal).
 struct osc_att_block {
     int32_t q0, q1, s0, pad;
 };
-// out [T, Hq, D] bf16 = causal softmax(q kᵀ / sqrt(D)) v per block, GQA (head h reads KV
-// head h / (Hq/Hkv)), fp32 inputs and arithmetic, online softmax over 64-key tiles.
+// out [T, Hq, D] bf16 or fp32 = causal softmax(q kᵀ / sqrt(D)) v per block, GQA (head h
+// reads KV head h / (Hq/Hkv)), fp32 inputs and arithmetic, online softmax over 64-key tiles.
 cudaError_t osc_fwd_attention(osc_bf16 * out, const float * q, const float * k, const float * v,
+                              const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
+                              int32_t D, cudaStream_t s);
+cudaError_t osc_fwd_attention(float * out, const float * q, const float * k, const float * v,
                               const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
                               int32_t D, cudaStream_t s);
 
@@ -74,7 +85,8 @@ cudaError_t osc_fwd_sst_reduce(double * wsum, int64_t * nneg, const double * w, 
 
 // dst [n] bf16 = bf16(src [n] fp32), round to nearest even
 cudaError_t osc_fwd_to_bf16(osc_bf16 * dst, const float * src, int64_t n, cudaStream_t s);
-// dst [n] = 1 (norm) or N(0, 0.02^2) from a counter hash of (seed, tensor id, index)
+// dst [n] = 1 (norm) or N(0, 0.02^2) from a counter hash of (seed, tensor id, index); the
+// bf16 generator rounds exactly the values the fp32 one (ones = false) returns
 cudaError_t osc_fwd_random_bf16(osc_bf16 * dst, int64_t n, uint64_t seed, uint64_t tensor, cudaStream_t s);
 cudaError_t osc_fwd_random_f32(float * dst, int64_t n, uint64_t seed, uint64_t tensor, bool ones,
                                cudaStream_t s);

@@ -1,8 +1,9 @@
 // forward-backend.h - the forward pass on a chosen device behind one API:
 // "cpu" is lib/model/forward.c (fp32, OpenBLAS), "cuda" is kernels/forward-cuda.cu
 // (bf16 weights on the device, cuBLAS GEMMs with fp32 accumulation, flash-style
-// causal attention, capture sums accumulated on the device). Same model
-// description (struct oscar_model), same batches, same capture semantics.
+// causal attention, capture sums accumulated on the device; params.fp32 makes it an
+// fp32 pass throughout). Same model description (struct oscar_model), same batches,
+// same capture semantics.
 //
 // Capture: set params.stats to an accumulator (lib/stats) and the pass feeds it.
 //   cpu:  every layer's q/k/v go through oscar_stats_add (as calibration does).
@@ -26,6 +27,7 @@
 #ifndef OSCAR_BACKEND_FORWARD_BACKEND_H
 #define OSCAR_BACKEND_FORWARD_BACKEND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "model/model.h"
@@ -39,6 +41,11 @@ struct oscar_fwd_params {
     const struct oscar_capture_hook *       hook;       // host hook (cuda: copies to the host)
     const struct oscar_attention_override * attention;  // cuda: called on the host (q/k/v copied there)
     struct oscar_stats *                    stats;      // NULL or the accumulator the pass feeds
+    // cuda: weights, activations and every GEMM in fp32 (CUBLAS_COMPUTE_32F with the default
+    // math mode, i.e. no TF32), the fp32 attention kernel (osc_fwd_attention), pass-1 Gram
+    // GEMMs on the fp32 q/k/v: the CPU pass's numerics up to summation order, twice the
+    // weight memory and slower. cpu: ignored (always fp32). Default false (bf16).
+    bool fp32;
 };
 
 struct oscar_fwd_params oscar_fwd_default_params(void);
@@ -46,7 +53,8 @@ struct oscar_fwd_params oscar_fwd_default_params(void);
 struct oscar_fwd;
 
 // Builds the pass for model m on params->device. cuda: converts the fp32
-// weights to bf16 on the device (m may be freed afterwards); fails with
+// weights to bf16 on the device (params->fp32: copies them as fp32; m may be
+// freed afterwards); fails with
 // OSCAR_ERR_UNSUPPORTED and "CUDA backend not compiled in" / "no CUDA device"
 // when CUDA is unavailable, and for shapes it does not handle (head_dim > 256).
 enum oscar_status oscar_fwd_init(const struct oscar_model * m, const struct oscar_fwd_params * params,
@@ -55,7 +63,8 @@ enum oscar_status oscar_fwd_init(const struct oscar_model * m, const struct osca
 // A model of shape cfg with seeded random weights (std 0.02, norms 1), for
 // shape benchmarks. cuda: generated directly as bf16 on the device from a
 // counter-based hash (no host copy, so an 8B shape needs ~16 GB of device
-// memory and no host memory); cpu: oscar_model_init_random (fp32 host copy,
+// memory and no host memory; params->fp32: fp32, the same values unrounded,
+// twice the memory); cpu: oscar_model_init_random (fp32 host copy,
 // owned by the pass). The two generators differ: same seed, different weights.
 enum oscar_status oscar_fwd_init_random(const struct oscar_model_config * cfg, uint64_t seed,
                                         const struct oscar_fwd_params * params, struct oscar_fwd ** out);
@@ -76,13 +85,13 @@ struct oscar_fwd_info {
     // Stages: 0 rmsnorm + qkv GEMM, 1 q/k/v epilogue, 2 attention, 3 o GEMM, 4 MLP (norm,
     // gate/up GEMM, SwiGLU, down GEMM), 5 capture. All 0 otherwise.
     double  stage_ms[6];
-    int32_t attention_tc;      // cuda: 1 if the tensor-core attention runs (0: fp32 kernel)
+    int32_t attention_tc;      // cuda: 1 if the tensor-core attention runs (0: fp32 kernel, always with fp32)
 };
 void oscar_fwd_info(const struct oscar_fwd * f, struct oscar_fwd_info * out);
 
 // out [C, Hq D] fp32 = layer's attention output projection W_O as the pass uses it (cpu:
-// the model's matrix; cuda: the bf16 device copy widened). For held-out error metrics of
-// models that live only on the device (oscar_fwd_init_random).
+// the model's matrix; cuda: the bf16 device copy widened, or the fp32 copy with fp32).
+// For held-out error metrics of models that live only on the device (oscar_fwd_init_random).
 enum oscar_status oscar_fwd_copy_wo(struct oscar_fwd * f, int32_t layer, float * out);
 
 void oscar_fwd_free(struct oscar_fwd * f);

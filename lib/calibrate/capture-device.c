@@ -65,6 +65,7 @@ static enum oscar_status make_fwd(const struct oscar_calib_device * d, const str
     fp.max_tokens = p->batch * p->seq_len;
     fp.stats = s;
     fp.hook = hook;
+    fp.fp32 = d->fp32;
     if (d->model) return oscar_fwd_init(d->model, &fp, f);
     if (!d->random) return osc_error(OSCAR_ERR_INVALID, "calibrate: no model and no random-init shape");
     return oscar_fwd_init_random(d->random, d->seed, &fp, f);

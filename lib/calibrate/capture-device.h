@@ -22,6 +22,8 @@ struct oscar_calib_device {
     const struct oscar_model *        model;  // host weights, or NULL with random
     const struct oscar_model_config * random; // random-init model of this shape (oscar_fwd_init_random)
     uint64_t                          seed;   // of the random weights
+    bool                              fp32;   // cuda: fp32 weights, activations and GEMMs
+                                              // (oscar_fwd_params.fp32); false: bf16
 };
 
 // Shapes for --random-init: "qwen3-8b" (36 layers, 4096, 32/8 heads of 128, ff 12288,

@@ -211,7 +211,7 @@ static double window_nll(const struct oscar_model * m, const float * hidden, con
 }
 
 // The windows of method i through the forward backend on p->device (bf16 weights and
-// activations on cuda), the method's simulated cache as its attention override.
+// activations on cuda unless p->gpu_fp32), the method's simulated cache as its attention override.
 static enum oscar_status ppl_windows_device(struct vrun * r, int32_t i, const struct oscar_attention_override * ov,
                                            const int32_t * ids, int64_t n_win, struct osc_progress * pg) {
     int32_t T = r->p->ctx, V = r->m->config.n_vocab;
@@ -219,6 +219,7 @@ static enum oscar_status ppl_windows_device(struct vrun * r, int32_t i, const st
     struct oscar_fwd_params fp = oscar_fwd_default_params();
     fp.device = r->p->device, fp.n_threads = r->p->n_threads, fp.max_tokens = T;
     fp.attention = ov->attend ? ov : NULL;
+    fp.fp32 = r->p->gpu_fp32;
     float * logits = osc_alloc_large((size_t) T * (size_t) V * sizeof(float));
     struct oscar_fwd * f = NULL;
     enum oscar_status st = logits ? oscar_fwd_init(r->m, &fp, &f)

@@ -62,6 +62,7 @@ struct oscar_verify_params {
                                           // lib/verify/kv-sim-device.h as its attention: write kernel +
                                           // fused tiered decode; INT2 methods with G = D only). The
                                           // per-layer metrics / drift pass stays on the CPU.
+    bool gpu_fp32;                        // device forward pass in fp32 (oscar_fwd_params.fp32)
 };
 
 struct oscar_verify_params oscar_verify_default_params(void);

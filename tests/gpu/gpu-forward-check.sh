@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # gpu-forward-check.sh - the CUDA forward pass on a GPU machine: build with CUDA=1,
 # the no-GPU unit test of the seam (now taking its CUDA branch), test-forward-gpu check
-# (logits vs the CPU pass, device capture sums vs lib/stats, determinism), a
-# compute-sanitizer memcheck of the small cases, then the Qwen3-8B-shape calibration
+# (logits vs the CPU pass, device capture sums vs lib/stats, determinism; each model in
+# the default bf16 mode and in the fp32 mode, oscar_fwd_params.fp32, the latter against
+# the CPU pass on unrounded weights with 1e-4 bounds), a compute-sanitizer memcheck of
+# the small cases (both modes), then the Qwen3-8B-shape calibration
 # benchmark (oscar bare / capture pass 1 / pass 2, transformers sdpa bf16 baseline).
 # Prints markdown tables; about 3-5 minutes of GPU time.
 #

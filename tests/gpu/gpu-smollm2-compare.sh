@@ -2,12 +2,13 @@
 # gpu-smollm2-compare.sh - on the GPU machine, the real SmolLM2-135M through both
 # devices (issue 8's agreement check):
 #  1. capture covariances of the CUDA forward vs the CPU forward on the same 3 x 512
-#     corpus tokens and the same bf16-rounded weights (test-forward-gpu check --model);
+#     corpus tokens (test-forward-gpu check --model: the fp32 mode on the model's own
+#     weights, the bf16 mode against the CPU pass on bf16-rounded weights);
 #  2. oscar-calibrate --device cpu, --device cuda and --device cuda --gpu-precision fp32
 #     on the same corpus (both passes, fit, clip search, gate; gate table and timings);
 #  3. oscar-verify of both artifacts on held-out text: perplexity per method, and the
 #     relative difference between the two artifacts (target <= 1 %);
-#  4. oscar-verify --device cuda (GPU forward pass) of the bf16 model vs the CPU pass.
+#  4. oscar-verify --device cuda (GPU forward pass, bf16 and fp32) of the unquantized model vs the CPU pass.
 #
 #   bash tests/gpu/gpu-smollm2-compare.sh MODEL.gguf CALIB.txt HELDOUT.txt [TOKENS]
 # Env: OSCAR_DEBS, OUT (logs), JOBS. Exit 0 only if every step ran and the perplexities
@@ -51,10 +52,12 @@ for dev in $runs; do
         --tokens 2048 --methods bf16,hadamard,oscar,oscar-fixed --json >"$logdir/verify-$dev.json" \
         2>"$logdir/verify-$dev.err" || { tail -3 "$logdir/verify-$dev.err"; rc=1; }
 done
-echo "== 4. oscar-verify bf16 perplexity: GPU forward pass (--device cuda) vs CPU"
-timeout 300 build/bin/oscar-verify --model "$model" --corpus "$held" -c 512 --tokens 2048 --methods bf16 \
-    --device cuda --json >"$logdir/verify-bf16-gpu.json" 2>"$logdir/verify-bf16-gpu.err" \
-    || { tail -3 "$logdir/verify-bf16-gpu.err"; rc=1; }
+echo "== 4. oscar-verify bf16 perplexity: GPU forward pass (--device cuda, bf16 and fp32) vs CPU"
+for prec in bf16 fp32; do
+    timeout 300 build/bin/oscar-verify --model "$model" --corpus "$held" -c 512 --tokens 2048 --methods bf16 \
+        --device cuda --gpu-precision $prec --json >"$logdir/verify-model-gpu-$prec.json" \
+        2>"$logdir/verify-model-gpu-$prec.err" || { tail -3 "$logdir/verify-model-gpu-$prec.err"; rc=1; }
+done
 python3 - "$logdir" <<'PY' || rc=1
 import json, sys
 d = sys.argv[1]
@@ -72,8 +75,10 @@ for name, p in v["cpu"].items():
     print(row)
 print(f"max relative PPL difference vs the cpu artifact: bf16 GPU path {worst['cuda']:.2e}, "
       f"fp32 GPU path {worst['cuda-fp32']:.2e} (target <= 1e-2, checked on the fp32 path)")
-g = {m["name"]: m["ppl"] for m in json.load(open(f"{d}/verify-bf16-gpu.json"))["methods"]}["bf16"]
-print(f"bf16 model PPL: CPU forward {v['cpu']['bf16']:.4f}, GPU forward {g:.4f} (rel. diff {abs(g - v['cpu']['bf16']) / v['cpu']['bf16']:.2e})")
+c = v["cpu"]["bf16"]
+for prec in ("bf16", "fp32"):
+    g = {m["name"]: m["ppl"] for m in json.load(open(f"{d}/verify-model-gpu-{prec}.json"))["methods"]}["bf16"]
+    print(f"unquantized model PPL: CPU forward {c:.4f}, GPU forward ({prec}) {g:.4f} (rel. diff {abs(g - c) / c:.2e})")
 sys.exit(0 if worst["cuda-fp32"] <= 1e-2 else 1)
 PY
 rm -rf "$work"
