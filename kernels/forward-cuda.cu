@@ -10,8 +10,8 @@
 // element and cuBLAS type f->wtype, and the act_* helpers pick the kernel overload.
 //
 // Memory: weights and a workspace sized once from max_tokens at init; run and
-// end_pass allocate nothing on the device. It refuses head_dim > 256 or odd,
-// VATT capture, and batches the CPU pass would refuse. An attention override
+// end_pass allocate nothing on the device. It refuses head_dim > 256 or odd and
+// batches the CPU pass would refuse. An attention override
 // (oscar-verify's simulated quantized cache) runs on the host: q/k/v go to the
 // host, the callback's output comes back (a verification path, not a fast one).
 //
@@ -39,6 +39,8 @@ static const size_t BLAS_WS_BYTES = (size_t) 32 << 20;
 // rows so that chunks x matrices fills the GPU (one D x D tile per matrix and chunk
 // is too little parallelism for cuBLAS); chunk sums are fp32, then added in fp64.
 enum { GRAM_MAX_CHUNKS = 16, GRAM_MIN_ROWS = 256, GRAM_TARGET_TILES = 528, N_STAGES = 6 };
+// VATT: query rows per score block (scores [VATT_ROWS, keys] fp32 live in vatt_s).
+enum { VATT_ROWS = 512 };
 
 struct dlayer {
     float * attn_norm;   // [C]
@@ -98,10 +100,14 @@ struct cuda_fwd {
     uint32_t kinds;
     int64_t n_tok;        // tokens of the current pass
     double * acc_ktk, * acc_vtv, * acc_qqt, * acc_sst, * acc_wsum; // [L, Hkv, D, D] / [L, Hkv]
+    double * acc_vatt, * acc_vwsum; // [L, Hkv, D, D] / [L, Hkv]: VATT (pass 1)
+    float * vatt_s;       // [VATT_ROWS, T] score block
+    double * vatt_lz;     // [VATT_ROWS] log-normalisers of its rows
+    double ** v_acc;      // device [L, Hkv]: VATT accumulators
     int64_t * acc_nneg;   // [L, Hkv]
     float * cbuf;         // [Hkv, D, D]
     float * amat;         // [L, Hkv, D, D] fp32 A_h for pass 2
-    double * wbuf;        // [Hkv, T]
+    double * wbuf;        // [Hkv, T] SST (pass 2) or attention-mass (pass 1) weights
     uint8_t * negbuf;     // [Hkv, T]
     // pass-1 Gram matrices (wtype inputs, fp32 chunk sums): slots [K heads | V heads | Q heads]
     int32_t n_kv_slot, n_slot, n_gout;  // KTK + VTV slots, all slots, fp64 outputs per layer
@@ -357,8 +363,6 @@ static enum oscar_status check_config(const struct oscar_model_config * c, const
         return osc_error(OSCAR_ERR_INVALID, "forward-cuda: attention override without a callback");
     if (p->stats) {
         const struct oscar_stats_params sp = oscar_stats_get_params(p->stats);
-        if (sp.kinds & OSCAR_STATS_VATT)
-            return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: vatt capture runs on the cpu only");
         if (sp.n_layer != c->n_layer || sp.n_head != c->n_head || sp.n_head_kv != c->n_head_kv ||
             sp.head_dim != c->head_dim)
             return osc_error(OSCAR_ERR_INVALID, "forward-cuda: stats shape does not match the model");
@@ -377,25 +381,33 @@ static enum oscar_status alloc_gram(struct cuda_fwd * f) {
     f->n_kv_slot = ((k & OSCAR_STATS_KTK) ? H : 0) + ((k & OSCAR_STATS_VTV) ? H : 0);
     f->n_slot = f->n_kv_slot + ((k & OSCAR_STATS_QQT) ? Hq : 0);
     f->n_gout = f->n_kv_slot + ((k & OSCAR_STATS_QQT) ? H : 0);
-    if (k & OSCAR_STATS_SST) {
+    if (k & (OSCAR_STATS_SST | OSCAR_STATS_VATT)) {   // weighted Gram sums: chunk buffer + pointer tables
         int32_t idx[OSC_FWD_MAX_HEAD_DIM], one[OSC_FWD_MAX_HEAD_DIM];
         double ** sa = (double **) calloc((size_t) L * H, sizeof(double *));
-        if (!sa || H > OSC_FWD_MAX_HEAD_DIM) {
-            free(sa);
+        double ** va = (double **) calloc((size_t) L * H, sizeof(double *));
+        if (!sa || !va || H > OSC_FWD_MAX_HEAD_DIM) {
+            free(sa), free(va);
             return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory (or > %d KV heads)",
                              OSC_FWD_MAX_HEAD_DIM);
         }
         for (int32_t h = 0; h < H; h++) idx[h] = h, one[h] = 1;
         for (int32_t l = 0; l < L; l++)
-            for (int32_t h = 0; h < H; h++) sa[(size_t) l * H + h] = f->acc_sst + l * HDD + h * DD;
+            for (int32_t h = 0; h < H; h++) {
+                if (f->acc_sst) sa[(size_t) l * H + h] = f->acc_sst + l * HDD + h * DD;
+                if (f->acc_vatt) va[(size_t) l * H + h] = f->acc_vatt + l * HDD + h * DD;
+            }
         cudaError_t e = dalloc(f, &f->spart, (size_t) (GRAM_MAX_CHUNKS + 1) * HDD, false);
         if (e == cudaSuccess) e = dalloc(f, &f->s_first, (size_t) H, false);
         if (e == cudaSuccess) e = dalloc(f, &f->s_per, (size_t) H, false);
-        if (e == cudaSuccess) e = dalloc(f, &f->s_acc, (size_t) L * H, false);
         if (e == cudaSuccess) e = cudaMemcpy(f->s_first, idx, H * sizeof(int32_t), cudaMemcpyHostToDevice);
         if (e == cudaSuccess) e = cudaMemcpy(f->s_per, one, H * sizeof(int32_t), cudaMemcpyHostToDevice);
-        if (e == cudaSuccess) e = cudaMemcpy(f->s_acc, sa, (size_t) L * H * sizeof(double *), cudaMemcpyHostToDevice);
-        free(sa);
+        if (e == cudaSuccess && f->acc_sst) e = dalloc(f, &f->s_acc, (size_t) L * H, false);
+        if (e == cudaSuccess && f->acc_sst)
+            e = cudaMemcpy(f->s_acc, sa, (size_t) L * H * sizeof(double *), cudaMemcpyHostToDevice);
+        if (e == cudaSuccess && f->acc_vatt) e = dalloc(f, &f->v_acc, (size_t) L * H, false);
+        if (e == cudaSuccess && f->acc_vatt)
+            e = cudaMemcpy(f->v_acc, va, (size_t) L * H * sizeof(double *), cudaMemcpyHostToDevice);
+        free(sa), free(va);
         OSCAR_CUDA_CHECK(e);
     }
     if (f->n_slot == 0) return OSCAR_OK;
@@ -474,9 +486,15 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f) {
             OSCAR_CUDA_CHECK(dalloc(f, &f->acc_wsum, L * H, false));
             OSCAR_CUDA_CHECK(dalloc(f, &f->acc_nneg, L * H, false));
             OSCAR_CUDA_CHECK(dalloc(f, &f->amat, mats, false));
-            OSCAR_CUDA_CHECK(dalloc(f, &f->wbuf, H * T, false));
             OSCAR_CUDA_CHECK(dalloc(f, &f->negbuf, H * T, false));
         }
+        if (k & OSCAR_STATS_VATT) {
+            OSCAR_CUDA_CHECK(dalloc(f, &f->acc_vatt, mats, false));
+            OSCAR_CUDA_CHECK(dalloc(f, &f->acc_vwsum, L * H, false));
+            OSCAR_CUDA_CHECK(dalloc(f, &f->vatt_s, (size_t) VATT_ROWS * T, false));
+            OSCAR_CUDA_CHECK(dalloc(f, &f->vatt_lz, (size_t) VATT_ROWS, false));
+        }
+        if (k & (OSCAR_STATS_SST | OSCAR_STATS_VATT)) OSCAR_CUDA_CHECK(dalloc(f, &f->wbuf, H * T, false));
         OSCAR_CUDA_CHECK(dalloc(f, &f->cbuf, H * D * D, false));
         enum oscar_status st = alloc_gram(f);
         if (st != OSCAR_OK) return st;
@@ -693,32 +711,75 @@ out:
     return st;
 }
 
-static enum oscar_status capture_layer(struct cuda_fwd * f, int32_t l, int32_t T) {
+// acc_tab[h] (fp64, the layer's [Hkv] accumulator pointers) += Σ_t z_{h,t} v_{h,t}ᵀ, z [Hkv, T, D]:
+// per head in row chunks (parallelism, as pass 1), strict fp32 per chunk, fp64 in a fixed order.
+static enum oscar_status weighted_gram(struct cuda_fwd * f, const float * z, double * const * acc_tab, int32_t T) {
+    const int32_t D = f->c.head_dim, H = f->c.n_head_kv, ldkv = H * D;
+    const int64_t DD = (int64_t) D * D, HDD = (int64_t) H * DD;
+    const int32_t n_chunk = T < GRAM_MAX_CHUNKS * GRAM_MIN_ROWS ? (T + GRAM_MIN_ROWS - 1) / GRAM_MIN_ROWS
+                                                                 : GRAM_MAX_CHUNKS;
+    const int32_t R = T / n_chunk, rem = T - n_chunk * R;
+    enum oscar_status st = OSCAR_OK;
+    for (int32_t c = 0; c <= n_chunk; c++) {
+        const int32_t rows = c < n_chunk ? R : rem;
+        if (rows == 0) continue;
+        const size_t r0 = (size_t) c * R;
+        BLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_T, D, D, rows, z + r0 * D, D, (long long) T * D, f->v + r0 * ldkv,
+                                  ldkv, D, 0.0f, f->spart + (size_t) c * HDD, D, DD, H));
+    }
+    OSCAR_CUDA_TRY(osc_fwd_gram_reduce(acc_tab, f->spart, f->s_first, f->s_per, H, n_chunk + (rem ? 1 : 0), H, DD,
+                                       f->stream));
+out:
+    return st;
+}
+
+// Pass 1, VATT of layer l (lib/stats/attn-mass.c on the device): per sequence, KV head h and
+// query head j of its group (in that order), score blocks of VATT_ROWS query rows against
+// their causal keys (fp32 GEMM), fp64 softmax and Σ p² per key into wbuf [Hkv, T]; then
+// Σ_t w v vᵀ and Σ_t w into the accumulators.
+static enum oscar_status capture_vatt(struct cuda_fwd * f, const struct oscar_batch * b, int32_t l, int32_t T) {
+    const int32_t D = f->c.head_dim, H = f->c.n_head_kv, Hq = f->c.n_head, g = Hq / H;
+    const double scale = 1.0 / sqrt((double) D);
+    const float one = 1.0f, zero = 0.0f;
+    float * z = f->big;   // [H, T, D]
+    enum oscar_status st = OSCAR_OK;
+    OSCAR_CUDA_TRY(cudaMemsetAsync(f->wbuf, 0, (size_t) H * T * sizeof(double), f->stream));
+    for (int32_t s = 0; s < b->n_seq; s++) {
+        const int32_t a0 = b->seq_start[s], n = b->seq_start[s + 1] - a0;
+        for (int32_t h = 0; h < H; h++)
+            for (int32_t j = h * g; j < (h + 1) * g; j++)
+                for (int32_t i0 = 0; i0 < n; i0 += VATT_ROWS) {
+                    const int32_t rows = n - i0 < VATT_ROWS ? n - i0 : VATT_ROWS, nk = i0 + rows;
+                    // vatt_s [rows, nk] (row-major) = q_i . k_t, i in [i0, i0+rows), t < nk
+                    BLAS_TRY(cublasSgemm(f->blas, CUBLAS_OP_T, CUBLAS_OP_N, nk, rows, D, &one,
+                                         f->k + ((size_t) a0 * H + h) * D, H * D,
+                                         f->q + ((size_t) (a0 + i0) * Hq + j) * D, Hq * D, &zero, f->vatt_s, nk));
+                    OSCAR_CUDA_TRY(osc_fwd_vatt_block(f->wbuf + (size_t) h * T + a0, f->vatt_lz, f->vatt_s, i0, rows,
+                                                      scale, f->stream));
+                }
+    }
+    OSCAR_CUDA_TRY(osc_fwd_scale_rows(z, f->wbuf, f->v, T, H, D, f->stream));
+    if ((st = weighted_gram(f, z, f->v_acc + (size_t) l * H, T)) != OSCAR_OK) return st;
+    OSCAR_CUDA_TRY(osc_fwd_sst_reduce(f->acc_vwsum + (size_t) l * H, NULL, f->wbuf, NULL, T, H, f->stream));
+out:
+    return st;
+}
+
+static enum oscar_status capture_layer(struct cuda_fwd * f, const struct oscar_batch * b, int32_t l, int32_t T) {
     const int32_t D = f->c.head_dim, H = f->c.n_head_kv;
     const int64_t DD = (int64_t) D * D, HDD = (int64_t) H * DD, lo = (int64_t) l * HDD;
     const int32_t ldkv = H * D;
     enum oscar_status st = OSCAR_OK;
     if (f->pass == 1) {
         st = capture_pass1(f, l, T);
+        if (st == OSCAR_OK && f->acc_vatt) st = capture_vatt(f, b, l, T);
     } else if (f->pass == 2) {
         float * y = f->big;                              // [H, T, D]
         float * z = f->big + (size_t) H * T * D;         // [H, T, D]
         BLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_N, D, T, D, f->amat + lo, D, DD, f->k, ldkv, D, 0.0f, y, D,
                                   (long long) T * D, H));
         OSCAR_CUDA_TRY(osc_fwd_sst_weights(f->wbuf, f->negbuf, z, y, f->k, f->v, T, H, D, f->stream));
-        // Σ_t z_t v_tᵀ per head in row chunks (parallelism, as pass 1), strict fp32 per chunk
-        const int32_t n_chunk = T < GRAM_MAX_CHUNKS * GRAM_MIN_ROWS ? (T + GRAM_MIN_ROWS - 1) / GRAM_MIN_ROWS
-                                                                     : GRAM_MAX_CHUNKS;
-        const int32_t R = T / n_chunk, rem = T - n_chunk * R;
-        for (int32_t c = 0; c <= n_chunk; c++) {
-            const int32_t rows = c < n_chunk ? R : rem;
-            if (rows == 0) continue;
-            const size_t r0 = (size_t) c * R;
-            BLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_T, D, D, rows, z + r0 * D, D, (long long) T * D,
-                                      f->v + r0 * ldkv, ldkv, D, 0.0f, f->spart + (size_t) c * HDD, D, DD, H));
-        }
-        OSCAR_CUDA_TRY(osc_fwd_gram_reduce(f->s_acc + (size_t) l * H, f->spart, f->s_first, f->s_per, H,
-                                           n_chunk + (rem ? 1 : 0), H, DD, f->stream));
+        if ((st = weighted_gram(f, z, f->s_acc + (size_t) l * H, T)) != OSCAR_OK) return st;
         OSCAR_CUDA_TRY(osc_fwd_sst_reduce(f->acc_wsum + (size_t) l * H, f->acc_nneg + (size_t) l * H, f->wbuf,
                                           f->negbuf, T, H, f->stream));
     }
@@ -850,7 +911,7 @@ static enum oscar_status run_layer(struct cuda_fwd * f, const struct oscar_batch
     OSCAR_CUDA_TRY(act_swiglu(f, T));
     BLAS_TRY(gemm_w(f, f->x, f->h, w->wdown, T, C, F, 1.0f));
     STAGE(5);
-    if (f->p.stats) st = capture_layer(f, l, T);
+    if (f->p.stats) st = capture_layer(f, b, l, T);
     if (st == OSCAR_OK) STAGE(6);
 #undef STAGE
     if (st == OSCAR_OK) st = host_hook(f, b, l, T);
@@ -913,6 +974,10 @@ static enum oscar_status zero_pass_acc(struct cuda_fwd * f) {
     if (f->acc_ktk) OSCAR_CUDA_CHECK(cudaMemsetAsync(f->acc_ktk, 0, mats, f->stream));
     if (f->acc_vtv) OSCAR_CUDA_CHECK(cudaMemsetAsync(f->acc_vtv, 0, mats, f->stream));
     if (f->acc_qqt) OSCAR_CUDA_CHECK(cudaMemsetAsync(f->acc_qqt, 0, mats, f->stream));
+    if (f->acc_vatt) {
+        OSCAR_CUDA_CHECK(cudaMemsetAsync(f->acc_vatt, 0, mats, f->stream));
+        OSCAR_CUDA_CHECK(cudaMemsetAsync(f->acc_vwsum, 0, lh * sizeof(double), f->stream));
+    }
     if (f->acc_sst) {
         OSCAR_CUDA_CHECK(cudaMemsetAsync(f->acc_sst, 0, mats, f->stream));
         OSCAR_CUDA_CHECK(cudaMemsetAsync(f->acc_wsum, 0, lh * sizeof(double), f->stream));
@@ -960,7 +1025,7 @@ static enum oscar_status cuda_end_pass(void * ctx) {
     if (!f->p.stats) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: end_pass without a stats accumulator");
     if (f->pass != 1 && f->pass != 2) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: every pass has ended");
     const size_t lh = (size_t) f->c.n_layer * f->c.n_head_kv, mats = lh * f->c.head_dim * f->c.head_dim;
-    double * ktk = NULL, * vtv = NULL, * qqt = NULL, * sst = NULL, * wsum = NULL;
+    double * ktk = NULL, * vtv = NULL, * qqt = NULL, * sst = NULL, * wsum = NULL, * vatt = NULL, * vwsum = NULL;
     int64_t * nneg = NULL;
     struct oscar_stats_sums x;
     memset(&x, 0, sizeof x);
@@ -971,7 +1036,9 @@ static enum oscar_status cuda_end_pass(void * ctx) {
         st = download(&ktk, f->acc_ktk, mats);
         if (st == OSCAR_OK) st = download(&vtv, f->acc_vtv, mats);
         if (st == OSCAR_OK) st = download(&qqt, f->acc_qqt, mats);
-        x.ktk = ktk, x.vtv = vtv, x.qqt = qqt;
+        if (st == OSCAR_OK) st = download(&vatt, f->acc_vatt, mats);
+        if (st == OSCAR_OK) st = download(&vwsum, f->acc_vwsum, lh);
+        x.ktk = ktk, x.vtv = vtv, x.qqt = qqt, x.vatt = vatt, x.vatt_wsum = vwsum;
     } else {
         st = download(&sst, f->acc_sst, mats);
         if (st == OSCAR_OK) st = download(&wsum, f->acc_wsum, lh);
@@ -990,7 +1057,7 @@ static enum oscar_status cuda_end_pass(void * ctx) {
         if (st == OSCAR_OK && f->pass == 2) st = zero_pass_acc(f);
     }
 out:
-    free(ktk), free(vtv), free(qqt), free(sst), free(wsum), free(nneg);
+    free(ktk), free(vtv), free(qqt), free(sst), free(wsum), free(nneg), free(vatt), free(vwsum);
     return st;
 }
 

@@ -389,15 +389,75 @@ __global__ void __launch_bounds__(256) k_sst_reduce(double * wsum, int64_t * nne
     __shared__ double sh[256];
     const int32_t h = blockIdx.x;
     double a = 0.0, c = 0.0;
-    for (int32_t t = threadIdx.x; t < T; t += 256) a += w[(size_t) h * T + t], c += neg[(size_t) h * T + t];
+    for (int32_t t = threadIdx.x; t < T; t += 256) a += w[(size_t) h * T + t], c += neg ? neg[(size_t) h * T + t] : 0;
     a = block_sum_256(a, sh);
     c = block_sum_256(c, sh);
-    if (threadIdx.x == 0) wsum[h] += a, nneg[h] += (int64_t) c;
+    if (threadIdx.x == 0) {
+        wsum[h] += a;
+        if (nneg) nneg[h] += (int64_t) c;
+    }
 }
 
 cudaError_t osc_fwd_sst_reduce(double * wsum, int64_t * nneg, const double * w, const uint8_t * neg, int32_t T,
                                int32_t Hkv, cudaStream_t s) {
     k_sst_reduce<<<Hkv, 256, 0, s>>>(wsum, nneg, w, neg, T);
+    return cudaGetLastError();
+}
+
+// ---- attention-mass weights (VATT) ----------------------------------------------------------
+
+__global__ void __launch_bounds__(256) k_vatt_rowstats(double * lz, const float * S, int32_t i0, int32_t nk,
+                                                       double scale) {
+    __shared__ double sh[256];
+    const int32_t r = blockIdx.x, last = i0 + r;   // causal: keys 0 .. last
+    const float * row = S + (size_t) r * nk;
+    double m = -INFINITY;
+    for (int32_t t = threadIdx.x; t <= last; t += 256) m = fmax(m, (double) row[t] * scale);
+    sh[threadIdx.x] = m;
+    __syncthreads();
+    for (int o = 128; o > 0; o >>= 1) {
+        if ((int) threadIdx.x < o) sh[threadIdx.x] = fmax(sh[threadIdx.x], sh[threadIdx.x + o]);
+        __syncthreads();
+    }
+    m = sh[0];
+    __syncthreads();
+    double z = 0.0;
+    for (int32_t t = threadIdx.x; t <= last; t += 256) z += exp((double) row[t] * scale - m);
+    z = block_sum_256(z, sh);
+    if (threadIdx.x == 0) lz[r] = m + log(z);
+}
+
+__global__ void k_vatt_colsum(double * w, const double * lz, const float * S, int32_t i0, int32_t rows, int32_t nk,
+                              double scale) {
+    const int32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= nk) return;
+    double acc = 0.0;
+    for (int32_t r = t > i0 ? t - i0 : 0; r < rows; r++) {
+        const double p = exp((double) S[(size_t) r * nk + t] * scale - lz[r]);
+        acc += p * p;
+    }
+    w[t] += acc;
+}
+
+cudaError_t osc_fwd_vatt_block(double * w, double * lz, const float * S, int32_t i0, int32_t rows, double scale,
+                               cudaStream_t s) {
+    const int32_t nk = i0 + rows;
+    k_vatt_rowstats<<<rows, 256, 0, s>>>(lz, S, i0, nk, scale);
+    k_vatt_colsum<<<(unsigned) ((nk + 255) / 256), 256, 0, s>>>(w, lz, S, i0, rows, nk, scale);
+    return cudaGetLastError();
+}
+
+__global__ void k_scale_rows(float * z, const double * w, const float * v, int32_t T, int32_t Hkv, int32_t D) {
+    const int64_t n = (int64_t) Hkv * T * D;
+    for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x) {
+        const int64_t ht = i / D, d = i % D, h = ht / T, t = ht % T;
+        z[i] = (float) w[ht] * v[((size_t) t * Hkv + h) * D + d];
+    }
+}
+
+cudaError_t osc_fwd_scale_rows(float * z, const double * w, const float * v, int32_t T, int32_t Hkv, int32_t D,
+                               cudaStream_t s) {
+    k_scale_rows<<<grid_for((int64_t) Hkv * T * D, 256), 256, 0, s>>>(z, w, v, T, Hkv, D);
     return cudaGetLastError();
 }
 

@@ -79,9 +79,21 @@ cudaError_t osc_fwd_acc_add(double * acc, const float * src, int64_t n, cudaStre
 // max(0, Σ_d y·k) (fp64 dot), neg[h, t] = 1 if clamped; z [Hkv, T, D] = float(w) * v_t.
 cudaError_t osc_fwd_sst_weights(double * w, uint8_t * neg, float * z, const float * y, const float * k,
                                 const float * v, int32_t T, int32_t Hkv, int32_t D, cudaStream_t s);
-// wsum[h] += Σ_t w[h, t], nneg[h] += Σ_t neg[h, t] (fixed-order tree: deterministic)
+// wsum[h] += Σ_t w[h, t], nneg[h] += Σ_t neg[h, t] (fixed-order tree: deterministic);
+// neg and nneg may both be NULL (no clamp counts).
 cudaError_t osc_fwd_sst_reduce(double * wsum, int64_t * nneg, const double * w, const uint8_t * neg, int32_t T,
                                int32_t Hkv, cudaStream_t s);
+
+// Attention-mass weights (VATT, lib/stats/attn-mass.c) of one block of query rows
+// [i0, i0 + rows) against keys [0, nk), nk = i0 + rows: S [rows, nk] fp32 raw scores
+// q_i.k_t (keys t > i are ignored). lz [rows] = m + log Σ_{t<=i} exp(x - m) with
+// x = scale·S in fp64; then w [nk] fp64 += Σ_{rows i >= t} exp(2 (x_it - lz_i)), one
+// thread per key summing rows in order (deterministic).
+cudaError_t osc_fwd_vatt_block(double * w, double * lz, const float * S, int32_t i0, int32_t rows, double scale,
+                               cudaStream_t s);
+// z [Hkv, T, D] = float(w [Hkv, T]) * v [T, Hkv, D]
+cudaError_t osc_fwd_scale_rows(float * z, const double * w, const float * v, int32_t T, int32_t Hkv, int32_t D,
+                               cudaStream_t s);
 
 // dst [n] bf16 = bf16(src [n] fp32), round to nearest even
 cudaError_t osc_fwd_to_bf16(osc_bf16 * dst, const float * src, int64_t n, cudaStream_t s);

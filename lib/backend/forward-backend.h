@@ -10,7 +10,8 @@
 //   cuda: KTK/VTV/QQT (pass 1) and SST (pass 2) are summed on the device (fp32
 //         GEMM per batch and KV head, added into fp64 device accumulators in a
 //         fixed order: deterministic) and added into params.stats at
-//         oscar_fwd_end_pass (oscar_stats_add_sums). VATT is refused on cuda.
+//         oscar_fwd_end_pass (oscar_stats_add_sums); VATT (pass 1) from device score blocks
+//         with fp64 softmax and Σ p² per key (lib/stats/attn-mass.c on the device).
 // In both cases the caller ends passes with oscar_fwd_end_pass, never with
 // oscar_stats_end_pass directly. A host hook (params.hook) also works on cuda,
 // but every wanted layer's tensors are then copied to the host (tests only).

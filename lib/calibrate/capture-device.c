@@ -1,8 +1,7 @@
 // capture-device.c - calibration capture through oscar_fwd_* (see capture-device.h): the
 // held-out rows (host hook on a capture-free pass), both accumulation passes with the
 // sums kept on the device, named random-init shapes and a synthetic token stream.
-// Refuses checkpoints (the CPU path in capture.c has them) and VATT on cuda (the
-// forward backend refuses it).
+// Refuses checkpoints (the CPU path in capture.c has them).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

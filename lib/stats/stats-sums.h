@@ -21,15 +21,18 @@ struct oscar_stats_sums {
     const double *  ktk;       // [L, Hkv, D, D] pass 1, non-NULL iff the kind is on
     const double *  vtv;       // [L, Hkv, D, D]
     const double *  qqt;       // [L, Hkv, D, D] Σ over the g query heads of each group
+    const double *  vatt;      // [L, Hkv, D, D] pass 1: Σ_t w v vᵀ, w the attention-mass weights
+    const double *  vatt_wsum; // [L, Hkv]       pass 1: Σ_t w
     const double *  sst;       // [L, Hkv, D, D] pass 2: Σ_t w v vᵀ
     const double *  sst_wsum;  // [L, Hkv]       pass 2: Σ_t w (after clamping)
     const int64_t * sst_nneg;  // [L, Hkv]       pass 2: weights clamped to 0
 };
 
 // Adds x into the accumulators of s's current pass and counts its tokens.
-// Fails (OSCAR_ERR_INVALID, s unchanged) if the pass does not match, a kind
-// of s is missing from x (or x has a kind s lacks), or s has VATT on (the
-// attention-mass estimator needs rows, not sums). Does not end the pass.
+// Fails (OSCAR_ERR_INVALID, s unchanged) if the pass does not match or a kind
+// of s is missing from x (or x has a kind s lacks). VATT sums must come with
+// the attention-mass weights of attn-mass.c (w_t = Σ_j Σ_{i>=t} p_{j,i,t}²)
+// computed by the caller. Does not end the pass.
 enum oscar_status oscar_stats_add_sums(struct oscar_stats * s, const struct oscar_stats_sums * x);
 
 #endif

@@ -17,13 +17,12 @@ enum oscar_status oscar_stats_add_sums(struct oscar_stats * s, const struct osca
     if (x->pass != s->phase)
         return osc_error(OSCAR_ERR_INVALID, "stats: external sums of pass %d while the accumulator is in phase %d",
                          (int) x->pass, (int) s->phase);
-    if (k & OSCAR_STATS_VATT)
-        return osc_error(OSCAR_ERR_INVALID, "stats: attention-mass weights (vatt) cannot come from external sums");
     if (x->n_tokens < 0) return osc_error(OSCAR_ERR_INVALID, "stats: external sums of %lld tokens",
                                           (long long) x->n_tokens);
     const bool p1 = x->pass == 1;
     if (p1 && (!(k & OSCAR_STATS_KTK) != !x->ktk || !(k & OSCAR_STATS_VTV) != !x->vtv ||
-               !(k & OSCAR_STATS_QQT) != !x->qqt))
+               !(k & OSCAR_STATS_QQT) != !x->qqt || !(k & OSCAR_STATS_VATT) != !x->vatt ||
+               (x->vatt && !x->vatt_wsum)))
         return osc_error(OSCAR_ERR_INVALID, "stats: external pass-1 sums do not match the kinds 0x%x", (unsigned) k);
     if (!p1 && (!x->sst || !x->sst_wsum || !x->sst_nneg))
         return osc_error(OSCAR_ERR_INVALID, "stats: external pass-2 sums lack sst, its weight sums or counts");
@@ -32,6 +31,7 @@ enum oscar_status oscar_stats_add_sums(struct oscar_stats * s, const struct osca
         if (x->ktk) add(s->ktk, x->ktk, n);
         if (x->vtv) add(s->vtv, x->vtv, n);
         if (x->qqt) add(s->qqt, x->qqt, n);
+        if (x->vatt) add(s->vatt, x->vatt, n), add(s->vatt_wsum, x->vatt_wsum, L * H);
         for (size_t l = 0; l < L; l++) s->n_tok1[l] += x->n_tokens;
     } else {
         add(s->sst, x->sst, n);
