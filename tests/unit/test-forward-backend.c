@@ -271,12 +271,78 @@ static void test_add_sums(void ** state) {
     oscar_stats_free(a), oscar_stats_free(b);
 }
 
+// VATT through external sums (the CUDA capture's path): attention-mass weights computed here
+// independently, w_{h,t} = Σ_{j∈J(h)} Σ_{i>=t} softmax_i(q_{i,j}·k/√D)_t² per sequence, and
+// Σ_t w v vᵀ, Σ_t w handed to oscar_stats_add_sums; the finalised VATT matrix must equal the
+// one lib/stats computes from the rows (fp64 on both sides: 1e-12).
+static void test_add_sums_vatt(void ** state) {
+    (void) state;
+    enum { L = 1, HQ = 4, HKV = 2, D = 8, N = 90, G = HQ / HKV };
+    const int32_t ss[3] = {0, 50, N};   // two sequences
+    rng_state = 0x9E3779B97F4A7C15ull;  // fixed draws: the check does not depend on them
+    struct oscar_stats_params sp = oscar_stats_default_params();
+    sp.n_layer = L, sp.n_head = HQ, sp.n_head_kv = HKV, sp.head_dim = D, sp.n_threads = 1;
+    sp.kinds = OSCAR_STATS_VATT;
+    struct oscar_stats * a = NULL, * b = NULL;
+    assert_int_equal(oscar_stats_init(&sp, &a), OSCAR_OK);
+    assert_int_equal(oscar_stats_init(&sp, &b), OSCAR_OK);
+    float * q = malloc(sizeof(float) * N * HQ * D), * k = malloc(sizeof(float) * N * HKV * D);
+    float * v = malloc(sizeof(float) * N * HKV * D);
+    for (size_t i = 0; i < (size_t) N * HQ * D; i++) q[i] = rnd_normal();
+    for (size_t i = 0; i < (size_t) N * HKV * D; i++) k[i] = rnd_normal(), v[i] = rnd_normal();
+    const struct oscar_stats_chunk c = {0, N, 2, ss, q, k, v};
+    assert_int_equal(oscar_stats_add(a, &c), OSCAR_OK);
+    double vatt[HKV * D * D] = {0}, wsum[HKV] = {0}, w[N], lg[N];
+    for (int32_t h = 0; h < HKV; h++) {
+        for (int32_t t = 0; t < N; t++) w[t] = 0.0;
+        for (int32_t s = 0; s < 2; s++)
+            for (int32_t g = 0; g < G; g++)
+                for (int32_t i = ss[s]; i < ss[s + 1]; i++) {
+                    const float * qi = q + ((size_t) i * HQ + h * G + g) * D;
+                    double m = -INFINITY, z = 0.0;
+                    for (int32_t t = ss[s]; t <= i; t++) {
+                        const float * kt = k + ((size_t) t * HKV + h) * D;
+                        double x = 0.0;
+                        for (int32_t d = 0; d < D; d++) x += (double) qi[d] * (double) kt[d];
+                        lg[t] = x / sqrt((double) D), m = fmax(m, lg[t]);
+                    }
+                    for (int32_t t = ss[s]; t <= i; t++) z += exp(lg[t] - m);
+                    for (int32_t t = ss[s]; t <= i; t++) w[t] += exp(2.0 * (lg[t] - m)) / (z * z);
+                }
+        for (int32_t t = 0; t < N; t++) {
+            const float * vt = v + ((size_t) t * HKV + h) * D;
+            wsum[h] += w[t];
+            for (int32_t i = 0; i < D; i++)
+                for (int32_t j = 0; j < D; j++) vatt[((size_t) h * D + i) * D + j] += w[t] * (double) vt[i] * (double) vt[j];
+        }
+    }
+    struct oscar_stats_sums x = {0};
+    x.pass = 1, x.n_tokens = N, x.vatt = vatt;   // weight sums missing: refused
+    assert_int_equal(oscar_stats_add_sums(b, &x), OSCAR_ERR_INVALID);
+    x.vatt_wsum = wsum;
+    assert_int_equal(oscar_stats_add_sums(b, &x), OSCAR_OK);
+    assert_int_equal(oscar_stats_end_pass(a), OSCAR_OK);
+    assert_int_equal(oscar_stats_end_pass(b), OSCAR_OK);
+    double sa[D * D], sb[D * D];
+    for (int32_t h = -1; h < HKV; h++) {
+        assert_int_equal(oscar_stats_sigma(a, OSCAR_STATS_VATT, 0, h, sa), OSCAR_OK);
+        assert_int_equal(oscar_stats_sigma(b, OSCAR_STATS_VATT, 0, h, sb), OSCAR_OK);
+        double num = 0.0, den = 0.0;
+        for (int32_t e = 0; e < D * D; e++) num += (sa[e] - sb[e]) * (sa[e] - sb[e]), den += sa[e] * sa[e];
+        assert_true(den > 0.0);
+        if (sqrt(num / den) > 1e-12) fail_msg("head %d: rel %.3g", h, sqrt(num / den));
+    }
+    free(q), free(k), free(v);
+    oscar_stats_free(a), oscar_stats_free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu_logits_identical),
         cmocka_unit_test(test_cpu_capture_identical),
         cmocka_unit_test(test_cuda_unavailable_or_ok),
         cmocka_unit_test(test_add_sums),
+        cmocka_unit_test(test_add_sums_vatt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
