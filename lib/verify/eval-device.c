@@ -68,6 +68,10 @@ enum oscar_status oscar_eval_dev_layer(struct oscar_eval_dev * ev, const struct 
         in->n_embd != ev->shape.n_embd || !in->wo)
         return osc_error(OSCAR_ERR_INVALID, "layer eval: layer %d does not fit the evaluator's shape (or has no W_O)",
                          in->layer);
+    if (in->n_tokens < 0 || in->n_tokens > ev->shape.max_tokens || in->n_seq < 0 || !in->seq_start ||
+        in->seq_start[0] != 0 || in->seq_start[in->n_seq] != in->n_tokens)
+        return osc_error(OSCAR_ERR_INVALID, "layer eval: layer %d has %d tokens in %d sequences (evaluator: up to %d)",
+                         in->layer, in->n_tokens, in->n_seq, ev->shape.max_tokens);
     ev->in = *in;
     ev->uploaded = false;
     return OSCAR_OK;

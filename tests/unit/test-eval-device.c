@@ -36,6 +36,10 @@ static void test_refusals(void ** state) {
     bad.n_head_kv = 1;
     assert_int_equal(oscar_eval_dev_layer(ev, &bad), OSCAR_ERR_INVALID);
     assert_non_null(strstr(oscar_last_error(), "does not fit"));
+    bad = in;
+    bad.n_tokens = 17;   // more rows than the evaluator holds
+    assert_int_equal(oscar_eval_dev_layer(ev, &bad), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "up to 16"));
     assert_int_equal(oscar_eval_dev_layer(ev, &in), OSCAR_OK);
     struct oscar_tiering tr = {.mode = OSCAR_TIERS_STATIC, .n_sink = 2, .n_recent = 4, .n_flush = 8, .block = 1};
     struct oscar_kv_transform tf;
