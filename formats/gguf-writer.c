@@ -65,16 +65,6 @@ static enum oscar_status put_str(struct osc_gguf_writer * w, const char * s, siz
     return st != OSCAR_OK ? st : put(w, s, len);
 }
 
-static size_t scalar_size(enum osc_gguf_type t) {
-    switch (t) {
-        case OSC_GGUF_UINT8: case OSC_GGUF_INT8: case OSC_GGUF_BOOL: return 1;
-        case OSC_GGUF_UINT16: case OSC_GGUF_INT16: return 2;
-        case OSC_GGUF_UINT32: case OSC_GGUF_INT32: case OSC_GGUF_FLOAT32: return 4;
-        case OSC_GGUF_UINT64: case OSC_GGUF_INT64: case OSC_GGUF_FLOAT64: return 8;
-        default: return 0;
-    }
-}
-
 enum oscar_status osc_gguf_writer_new(uint64_t alignment, struct osc_gguf_writer ** out) {
     *out = NULL;
     if (alignment == 0 || (alignment & (alignment - 1)) != 0)
@@ -112,7 +102,7 @@ static enum oscar_status begin_kv(struct osc_gguf_writer * w, const char * key, 
 
 enum oscar_status osc_gguf_writer_kv(struct osc_gguf_writer * w, const char * key, enum osc_gguf_type type,
                                      const void * value) {
-    size_t n = scalar_size(type);
+    size_t n = osc_gguf_value_size(type);
     if (n == 0) return osc_error(OSCAR_ERR_INVALID, "gguf writer: key '%s': type %d is not a scalar", key, (int) type);
     if (!strcmp(key, "general.alignment")) {
         uint32_t a;
@@ -132,7 +122,7 @@ enum oscar_status osc_gguf_writer_kv_str(struct osc_gguf_writer * w, const char 
 
 enum oscar_status osc_gguf_writer_kv_arr(struct osc_gguf_writer * w, const char * key, enum osc_gguf_type elem,
                                          const void * data, uint64_t n) {
-    size_t es = scalar_size(elem);
+    size_t es = osc_gguf_value_size(elem);
     if (es == 0)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "gguf writer: key '%s': arrays of type %d are not written", key,
                          (int) elem);
@@ -278,7 +268,7 @@ static enum oscar_status copy_scalar(struct osc_gguf_writer * w, const struct os
         default: return osc_error(OSCAR_ERR_INVALID, "copy_scalar: type %d", (int) t);
     }
     // Narrow in place (little-endian: the low bytes come first).
-    size_t  n = scalar_size(t);
+    size_t  n = osc_gguf_value_size(t);
     uint8_t bytes[8];
     if (t == OSC_GGUF_FLOAT32) memcpy(bytes, &v.f32, 4);
     else if (t == OSC_GGUF_FLOAT64) memcpy(bytes, &v.f64, 8);
@@ -302,7 +292,7 @@ static enum oscar_status copy_array(struct osc_gguf_writer * w, const struct osc
         free(len);
         return st;
     }
-    if (scalar_size(et) == 0)
+    if (osc_gguf_value_size(et) == 0)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: key '%s': nested arrays are not copied", osc_gguf_path(g), key);
     const void * data = NULL;
     if (n > 0 && (st = osc_gguf_get_arr_data(g, key, &data)) != OSCAR_OK) return st;

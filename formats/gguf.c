@@ -106,8 +106,7 @@ static const char * type_name(uint32_t t) {
     return t < sizeof names / sizeof names[0] ? names[t] : "unknown";
 }
 
-// Size of a fixed-size value type; 0 for string/array/unknown.
-static size_t fixed_size(uint32_t t) {
+size_t osc_gguf_value_size(uint32_t t) {
     switch (t) {
     case OSC_GGUF_UINT8: case OSC_GGUF_INT8: case OSC_GGUF_BOOL: return 1;
     case OSC_GGUF_UINT16: case OSC_GGUF_INT16: return 2;
@@ -121,12 +120,12 @@ static size_t fixed_size(uint32_t t) {
 static size_t min_size(uint32_t t) {
     if (t == OSC_GGUF_STRING) return 8;
     if (t == OSC_GGUF_ARRAY) return 12;
-    return fixed_size(t);
+    return osc_gguf_value_size(t);
 }
 
 // Validates (and skips) one value of type t; depth counts array nesting.
 static enum oscar_status skip_value(struct cursor * c, uint32_t t, int depth, const char * key) {
-    size_t fs = fixed_size(t);
+    size_t fs = osc_gguf_value_size(t);
     if (fs) {
         if (t == OSC_GGUF_BOOL && cur_left(c) >= 1 && c->p[c->pos] > 1) {
             return osc_error(OSCAR_ERR_FORMAT, "%s: key '%s': bool value %u at byte %zu is not 0 or 1", c->path,
@@ -161,7 +160,7 @@ static enum oscar_status skip_value(struct cursor * c, uint32_t t, int depth, co
         return osc_error(OSCAR_ERR_FORMAT, "%s: key '%s': array of %llu %s elements does not fit in the file",
                          c->path, key, (unsigned long long) n, type_name(et));
     }
-    if (fixed_size(et) && et != OSC_GGUF_BOOL) {
+    if (osc_gguf_value_size(et) && et != OSC_GGUF_BOOL) {
         c->pos += (size_t) n * ms;
         return OSCAR_OK;
     }
@@ -209,7 +208,7 @@ static enum oscar_status parse_kv(struct cursor * c, struct gguf_kv * kv, int64_
     size_t start = c->pos;
     st = skip_value(c, t, 0, kv->key);
     if (st != OSCAR_OK) return st;
-    if (fixed_size(t)) {
+    if (osc_gguf_value_size(t)) {
         read_scalar(kv, c->p + start);
     } else if (t == OSC_GGUF_STRING) {
         kv->str_off = start + 8;
@@ -684,7 +683,7 @@ enum oscar_status osc_gguf_get_arr_data(const struct osc_gguf * g, const char * 
     const struct gguf_kv * kv = NULL;
     enum oscar_status st = lookup_arr(g, key, &kv);
     if (st != OSCAR_OK) return st;
-    if (!fixed_size(kv->arr_type)) {
+    if (!osc_gguf_value_size(kv->arr_type)) {
         return osc_error(OSCAR_ERR_FORMAT, "%s: key '%s' is an array of %s, expected numbers", g->map.path, key,
                          type_name(kv->arr_type));
     }

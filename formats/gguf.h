@@ -36,6 +36,9 @@ enum osc_gguf_type {
     OSC_GGUF_FLOAT64 = 12,
 };
 
+// Encoded size of one value of a fixed-size type; 0 for string, array and unknown ids.
+size_t osc_gguf_value_size(uint32_t type);
+
 // ggml tensor types (ids as in ggml.h). Only the listed ones are read.
 enum osc_ggml_type {
     OSC_GGML_F32  = 0,

@@ -64,14 +64,19 @@ enum oscar_status oscar_artifact_init(int32_t n_layer, int32_t n_head, int32_t n
     return OSCAR_OK;
 }
 
-void oscar_artifact_free(struct oscar_artifact * a) {
-    if (!a) return;
+// The rotation, eigenvalue and clip tensors (what oscar_artifact_init allocates).
+static void free_tensors(struct oscar_artifact * a) {
     free(a->k_rotation);
     free(a->v_rotation);
     free(a->k_eigenvalues);
     free(a->v_eigenvalues);
     free(a->k_clip);
     free(a->v_clip);
+}
+
+void oscar_artifact_free(struct oscar_artifact * a) {
+    if (!a) return;
+    free_tensors(a);
     free(a->k_mean);
     for (int32_t i = 0; i < a->n_meta; i++) {
         free(a->meta_keys[i]);
@@ -657,12 +662,7 @@ enum oscar_status oscar_artifact_write(const struct oscar_artifact * a_in, const
     }
     {
         // shallow view of the input tensors
-        free(a->k_rotation);
-        free(a->v_rotation);
-        free(a->k_eigenvalues);
-        free(a->v_eigenvalues);
-        free(a->k_clip);
-        free(a->v_clip);
+        free_tensors(a);
         a->k_rotation = a_in->k_rotation;
         a->v_rotation = a_in->v_rotation;
         a->k_eigenvalues = a_in->k_eigenvalues;

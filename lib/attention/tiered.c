@@ -144,6 +144,15 @@ static int64_t split_len(int64_t n, int32_t splits, int32_t blk) {
     return (per + blk - 1) / blk * blk;
 }
 
+// Split sp of a tier run [begin, begin + len) cut into pieces of sl rows: [*a, *b).
+// False once sp is past the last non-empty piece (or past nsp pieces).
+static bool split_range(int64_t begin, int64_t len, int32_t nsp, int64_t sl, int32_t sp, int64_t * a, int64_t * b) {
+    if (sp >= nsp || sl <= 0 || (int64_t) sp * sl >= len) return false;
+    *a = begin + sp * sl;
+    *b = begin + len < *a + sl ? begin + len : *a + sl;
+    return true;
+}
+
 enum oscar_status oscar_attn_tiered_decode(const struct oscar_kv_cache * c, int32_t seq, const float * q,
                                            int32_t n_head, const struct oscar_attn_tiered_opts * opts, float * out) {
     int32_t Hkv = c->p.n_head_kv, D = c->p.head_dim;
@@ -171,9 +180,8 @@ enum oscar_status oscar_attn_tiered_decode(const struct oscar_kv_cache * c, int3
     int32_t s0 = 0;
     for (int tier = 0; tier < 3; tier++) {
         int64_t sl = split_len(len[tier], nsp[tier], opts->min_block_kv);
-        for (int32_t sp = 0; sp < nsp[tier] && sl > 0 && (int64_t) sp * sl < len[tier]; sp++) {
-            int64_t a = begin[tier] + sp * sl, b = begin[tier] + len[tier];
-            if (a + sl < b) b = a + sl;
+        int64_t a, b;
+        for (int32_t sp = 0; split_range(begin[tier], len[tier], nsp[tier], sl, sp, &a, &b); sp++) {
             for (int32_t h = 0; h < Hkv; h++) {
                 struct partial p;
                 partial_begin(&p, g, D, acc);
@@ -234,9 +242,8 @@ enum oscar_status oscar_attn_tiered_prefill(const struct oscar_kv_cache * c, int
             int32_t s0 = 0;
             for (int tier = 0; tier < 3; tier++) {
                 int64_t sl = split_len(len[tier], nsp[tier], opts->min_block_kv);
-                for (int32_t sp = 0; sp < nsp[tier] && sl > 0 && (int64_t) sp * sl < len[tier]; sp++) {
-                    int64_t a = begin[tier] + sp * sl, b = begin[tier] + len[tier];
-                    if (a + sl < b) b = a + sl;
+                int64_t a, b;
+                for (int32_t sp = 0; split_range(begin[tier], len[tier], nsp[tier], sl, sp, &a, &b); sp++) {
                     oscar_attn_partial_rows(g, D, qh, kc + a * row + h * D, row, vc + a * row + h * D, row, b - a,
                                             NULL, -1, o_parts + (int64_t) (s0 + sp) * g * D, lse + (s0 + sp) * g);
                 }

@@ -194,31 +194,29 @@ enum oscar_status osc_cache_mark_no_exist(const char * repo_dir, const char * co
     return st;
 }
 
-enum oscar_status osc_cache_offline_commit(const char * repo_dir, const char * repo_id, const char * rev,
-                                           char commit[41]) {
+enum oscar_status osc_cache_offline_repo(const char * cache_dir, const char * repo_id, const char * rev,
+                                         char ** repo_dir, char commit[41]) {
+    char * rd = osc_cache_repo_dir(cache_dir, repo_id);
+    *repo_dir = NULL;
+    if (!rd) return osc_error(OSCAR_ERR_NOMEM, "out of memory");
     if (osc_is_commit_hash(rev)) {
         memcpy(commit, rev, 41);
-        return OSCAR_OK;
+    } else if (osc_cache_read_ref(rd, rev, commit) != OSCAR_OK) {
+        enum oscar_status st = osc_error(OSCAR_ERR_NOT_FOUND, "%s@%s: revision not in the cache (%s/refs/%s) and "
+                                         "offline", repo_id, rev, rd, rev);
+        free(rd);
+        return st;
     }
-    if (osc_cache_read_ref(repo_dir, rev, commit) != OSCAR_OK) {
-        return osc_error(OSCAR_ERR_NOT_FOUND, "%s@%s: revision not in the cache (%s/refs/%s) and offline", repo_id,
-                         rev, repo_dir, rev);
-    }
+    *repo_dir = rd;
     return OSCAR_OK;
 }
 
 enum oscar_status osc_cache_lookup(const char * cache_dir, const char * repo_id, const char * rev,
                                    const char * path, char ** out) {
-    *out                 = NULL;
-    char *            rd = osc_cache_repo_dir(cache_dir, repo_id);
-    char              commit[41];
-    enum oscar_status st = OSCAR_OK;
-    if (!rd) {
-        return osc_error(OSCAR_ERR_NOMEM, "out of memory");
-    }
-    if ((st = osc_cache_offline_commit(rd, repo_id, rev, commit)) != OSCAR_OK) {
-        goto out;
-    }
+    *out = NULL;
+    char * rd = NULL, commit[41];
+    enum oscar_status st = osc_cache_offline_repo(cache_dir, repo_id, rev, &rd, commit);
+    if (st != OSCAR_OK) return st;
     char * snap = osc_cache_snapshot_path(rd, commit, path);
     char * nx   = osc_cache_no_exist_path(rd, commit, path);
     struct stat sb;
@@ -233,7 +231,6 @@ enum oscar_status osc_cache_lookup(const char * cache_dir, const char * repo_id,
     }
     free(snap);
     free(nx);
-out:
     free(rd);
     return st;
 }

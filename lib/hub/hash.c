@@ -10,14 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void to_hex(const unsigned char * d, unsigned n, char * out) {
-    static const char hex[] = "0123456789abcdef";
-    for (unsigned i = 0; i < n; i++) {
-        out[2 * i]     = hex[d[i] >> 4];
-        out[2 * i + 1] = hex[d[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
+#include "util/sha256.h"
 
 static void git_header(char * hdr, size_t cap, uint64_t n, size_t * len) {
     *len = (size_t) snprintf(hdr, cap, "blob %llu", (unsigned long long) n) + 1; // includes the NUL
@@ -69,11 +62,11 @@ enum oscar_status osc_hash_file(const char * path, char * sha256_hex, char * git
     unsigned      dn = 0;
     EVP_DigestFinal_ex(c256, d, &dn);
     if (sha256_hex) {
-        to_hex(d, dn, sha256_hex);
+        osc_hex_encode(d, dn, sha256_hex);
     }
     EVP_DigestFinal_ex(c1, d, &dn);
     if (gitsha1_hex) {
-        to_hex(d, dn, gitsha1_hex);
+        osc_hex_encode(d, dn, gitsha1_hex);
     }
     if (size) {
         *size = total;
@@ -102,7 +95,7 @@ void osc_hash_gitsha1_mem(const void * p, size_t n, char * hex41) {
     unsigned      dn = 0;
     EVP_DigestFinal_ex(c, d, &dn);
     EVP_MD_CTX_free(c);
-    to_hex(d, dn, hex41);
+    osc_hex_encode(d, dn, hex41);
 }
 
 char * osc_base64_encode(const void * p, size_t n) {

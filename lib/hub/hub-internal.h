@@ -129,9 +129,11 @@ char * osc_cache_no_exist_path(const char * repo_dir, const char * commit, const
 char * osc_cache_symlink_target(const char * path, const char * etag);
 // Reads refs/<rev>; OSCAR_ERR_NOT_FOUND when absent.
 enum oscar_status osc_cache_read_ref(const char * repo_dir, const char * rev, char commit[41]);
-// A commit hash as is, else the cached ref; NOT_FOUND (naming the repo and ref) when offline and absent.
-enum oscar_status osc_cache_offline_commit(const char * repo_dir, const char * repo_id, const char * rev,
-                                           char commit[41]);
+// Offline resolution: *repo_dir = the repo's cache folder (caller frees) and commit = rev if it
+// is a commit hash, else the cached ref; NOT_FOUND (naming the repo and ref) when absent, and
+// then *repo_dir is NULL.
+enum oscar_status osc_cache_offline_repo(const char * cache_dir, const char * repo_id, const char * rev,
+                                         char ** repo_dir, char commit[41]);
 // Writes refs/<rev> atomically, only when it changed.
 enum oscar_status osc_cache_write_ref(const char * repo_dir, const char * rev, const char * commit);
 // Points snapshots/<commit>/<path> at the blob (relative symlink, replaced atomically).

@@ -46,15 +46,9 @@ static enum oscar_status pull_offline(struct oscar_hub * hub, const char * repo_
         *n       = count_files(local_dir);
         return *n > 0 ? OSCAR_OK : osc_error(OSCAR_ERR_NOT_FOUND, "%s: nothing there and offline", local_dir);
     }
-    char * rd = osc_cache_repo_dir(hub->cache_dir, repo_id);
-    char   commit[41];
-    enum oscar_status st = OSCAR_OK;
-    if (!rd) {
-        return osc_error(OSCAR_ERR_NOMEM, "out of memory");
-    }
-    if ((st = osc_cache_offline_commit(rd, repo_id, rev, commit)) != OSCAR_OK) {
-        goto out;
-    }
+    char * rd = NULL, commit[41];
+    enum oscar_status st = osc_cache_offline_repo(hub->cache_dir, repo_id, rev, &rd, commit);
+    if (st != OSCAR_OK) return st;
     char * snap = osc_cache_snapshot_path(rd, commit, prefix && *prefix ? prefix : ".");
     *n          = snap ? count_files(snap) : -1;
     if (*n <= 0) {

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void digest_hex(const unsigned char * d, unsigned n, char * out) {
+void osc_hex_encode(const unsigned char * d, size_t n, char * out) {
     static const char hex[] = "0123456789abcdef";
-    for (unsigned i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         out[2 * i]     = hex[d[i] >> 4];
         out[2 * i + 1] = hex[d[i] & 15];
     }
@@ -35,14 +35,14 @@ void osc_sha256_final(struct osc_sha256 * s, uint8_t digest[32]) {
 }
 
 void osc_sha256_digest_hex(const uint8_t digest[32], char hex[65]) {
-    digest_hex(digest, 32, hex);
+    osc_hex_encode(digest, 32, hex);
 }
 
 void osc_sha256_hex(const void * data, size_t n, char out[65]) {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int  len = 0;
     EVP_Digest(data, n, md, &len, EVP_sha256(), NULL);
-    digest_hex(md, len, out);
+    osc_hex_encode(md, len, out);
 }
 
 enum oscar_status osc_sha256_file(const char * path, char out[65]) {
@@ -70,7 +70,7 @@ enum oscar_status osc_sha256_file(const char * path, char out[65]) {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int  len = 0;
     EVP_DigestFinal_ex(ctx, md, &len);
-    digest_hex(md, len, out);
+    osc_hex_encode(md, len, out);
     st = OSCAR_OK;
 out:
     if (fp) {

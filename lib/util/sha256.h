@@ -19,6 +19,8 @@ void osc_sha256_init(struct osc_sha256 * s);
 void osc_sha256_update(struct osc_sha256 * s, const void * data, size_t len);
 void osc_sha256_final(struct osc_sha256 * s, uint8_t digest[32]);
 void osc_sha256_digest_hex(const uint8_t digest[32], char hex[65]);
+// n bytes as 2n lowercase hex digits + NUL (any digest: SHA-1, SHA-256).
+void osc_hex_encode(const unsigned char * d, size_t n, char * out);
 
 // One-shot digest of a buffer, as hex.
 void osc_sha256_hex(const void * data, size_t n, char out[65]);

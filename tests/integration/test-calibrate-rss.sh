@@ -6,16 +6,10 @@
 # the corpus token array is O(T) int32 (16 KiB per 4k tokens, far below 5 %).
 # Also: a JSONL corpus (--jsonl-field) and a directory corpus calibrate.
 set -u
-cd "$(dirname "$0")/../.."
-B=${OSCAR_BUILD:-build}
-CACHE=${OSCAR_CACHE:-$HOME/.cache/oscar}
-MODEL=$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf
-AUSTEN=$CACHE/corpora/austen
+. "$(dirname "$0")/common.sh"
 SHARED=${OSCAR_SHARED:-../shared}
-[ -f "$MODEL" ] && [ -f "$AUSTEN/prideprejudice.txt" ] || { echo "skip: model or corpus missing"; exit 77; }
+[ -f "$MODEL" ] && [ -f "$AUSTEN/prideprejudice.txt" ] || skip "model or corpus missing"
 CAL=$B/bin/oscar-calibrate
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 ARGS=(-m "$MODEL" -c 128 --heldout 1 --sink 16 --recent 32 --clip 0.96,0.92 -t 2 -q)
 rss() { sed -n 's/.*"peak_rss_mb": \([0-9.]*\).*/\1/p' "$1"; }

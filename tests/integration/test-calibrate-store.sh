@@ -10,15 +10,10 @@
 #  3. truncated / corrupted / non-HDF5 store: exit 1, clear error, nothing written;
 #     a failed writing run leaves no store and no temporary file.
 set -u
-cd "$(dirname "$0")/../.."
-B=${OSCAR_BUILD:-build}
-CACHE=${OSCAR_CACHE:-$HOME/.cache/oscar}
-MODEL=$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf
-CORPUS=$CACHE/corpora/austen/prideprejudice.txt
-[ -f "$MODEL" ] && [ -f "$CORPUS" ] || { echo "skip: model or corpus missing"; exit 77; }
+. "$(dirname "$0")/common.sh"
+CORPUS=$AUSTEN/prideprejudice.txt
+[ -f "$MODEL" ] && [ -f "$CORPUS" ] || skip "model or corpus missing"
 CAL=$B/bin/oscar-calibrate
-T=$(mktemp -d)
-trap 'chmod -R u+w "$T" 2>/dev/null; rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 ARGS=(-m "$MODEL" --tokens 256 -c 64 --heldout 1 --sink 8 --recent 16 --clip-search 1.0:0.9:0.1 -t 2 -q)
 

@@ -5,16 +5,10 @@
 # Hadamard and naive INT2), resume after SIGKILL gives byte-identical tensors,
 # --threads 1 vs 2 byte-identical, bad inputs fail with exit 1/2 and write nothing.
 set -u
-cd "$(dirname "$0")/../.."
-B=${OSCAR_BUILD:-build}
-CACHE=${OSCAR_CACHE:-$HOME/.cache/oscar}
-MODEL=$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf
-CORPUS=$CACHE/corpora/austen/prideprejudice.txt
-PY=$CACHE/venv/bin/python
-[ -f "$MODEL" ] && [ -f "$CORPUS" ] || { echo "skip: model or corpus missing"; exit 77; }
+. "$(dirname "$0")/common.sh"
+CORPUS=$AUSTEN/prideprejudice.txt
+[ -f "$MODEL" ] && [ -f "$CORPUS" ] || skip "model or corpus missing"
 CAL=$B/bin/oscar-calibrate
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 ARGS=(-m "$MODEL" -f "$CORPUS" --tokens 512 -c 128 --heldout 1 --sink 16 --recent 32 --clip-search 1.0:0.8:0.04 -q)
 

@@ -5,14 +5,10 @@
 # un-permutation checked against gguf's own dequantization, source_sha256 vs
 # sha256sum. Exit 77 without the venv.
 set -eu
-cd "$(dirname "$0")/../.."
-build=${OSCAR_BUILD:-build}
-cache=${OSCAR_CACHE:-$HOME/.cache/oscar}
-py=$cache/venv/bin/python
-[ -x "$py" ] || { echo "no venv"; exit 77; }
+. "$(dirname "$0")/common.sh"
+build=$B py=$PY tmp=$T
+[ -x "$py" ] || skip "no venv"
 tool=$build/bin/oscar-st-tool
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 "$tool" write "$tmp/ours.safetensors"
 "$py" - "$tmp/ours.safetensors" <<'PY'
@@ -78,7 +74,7 @@ print("oscar reads python safetensors files (single, bf16, sharded): ok")
 PY
 grep -q "meta format=pt" "$tmp/single.txt"
 
-model=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
+model=$MODEL
 [ -f "$model" ] || { echo "SmolLM2 absent: model load skipped"; exit 0; }
 out=$("$tool" model "$model")
 echo "$out"

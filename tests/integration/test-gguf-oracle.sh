@@ -4,17 +4,13 @@
 # tensor of the SmolLM2 GGUF against gguf.quants.dequantize (skipped when the
 # model is absent). Exit 77 when the venv is missing.
 set -eu
-cd "$(dirname "$0")/../.."
-build=${OSCAR_BUILD:-build}
-cache=${OSCAR_CACHE:-$HOME/.cache/oscar}
-py=$cache/venv/bin/python
-[ -x "$py" ] || { echo "no venv at $cache/venv"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/common.sh"
+build=$B py=$PY tmp=$T
+[ -x "$py" ] || skip "no venv at $CACHE/venv"
 seed=${OSCAR_SEED:-$(( $(date +%s) % 100000 ))}
 "$py" tests/oracle/gguf_oracle.py "$tmp" "$seed"
 OSCAR_GGUF_FIXTURES=$tmp CMOCKA_MESSAGE_OUTPUT=stdout "$build/tests/test-gguf"
-model=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
+model=$MODEL
 if [ -f "$model" ]; then
     "$py" tests/oracle/gguf_model_check.py "$build/bin/oscar-gguf-dump" "$model"
 else

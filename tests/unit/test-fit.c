@@ -17,13 +17,7 @@
 #include "rotation/fit.h"
 
 static uint64_t seed;
-static uint64_t rng(uint64_t * s) {
-    uint64_t x = (*s += 0x9E3779B97F4A7C15ull);
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-static double unif(uint64_t * s) { return (double) (rng(s) >> 11) / 9007199254740992.0 * 2.0 - 1.0; }
+#include "test-splitmix.h"
 
 static int setup(void ** state) {
     (void) state;
@@ -84,7 +78,7 @@ static void test_hadamard(void ** state) {
 
 static void random_spd(int D, double * s, uint64_t * st) {
     double * a = malloc(sizeof(double) * (size_t) D * 2 * D);
-    for (int i = 0; i < D * 2 * D; i++) a[i] = unif(st) * (1.0 + (i % D) * 0.1);
+    for (int i = 0; i < D * 2 * D; i++) a[i] = splitmix_unif(st) * (1.0 + (i % D) * 0.1);
     for (int i = 0; i < D; i++) {
         for (int j = 0; j < D; j++) {
             double acc = 0.0;
@@ -159,9 +153,9 @@ static void test_fit_stats_layer_and_head(void ** state) {
     enum { L = 3, HQ = 4, HKV = 2, D = 16, T = 300 };
     static float q[T][HQ][D], k[T][HKV][D], v[T][HKV][D];
     uint64_t st = seed ^ 77;
-    for (size_t i = 0; i < sizeof q / 4; i++) ((float *) q)[i] = (float) unif(&st);
-    for (size_t i = 0; i < sizeof k / 4; i++) ((float *) k)[i] = (float) unif(&st);
-    for (size_t i = 0; i < sizeof v / 4; i++) ((float *) v)[i] = (float) unif(&st);
+    for (size_t i = 0; i < sizeof q / 4; i++) ((float *) q)[i] = (float) splitmix_unif(&st);
+    for (size_t i = 0; i < sizeof k / 4; i++) ((float *) k)[i] = (float) splitmix_unif(&st);
+    for (size_t i = 0; i < sizeof v / 4; i++) ((float *) v)[i] = (float) splitmix_unif(&st);
     struct oscar_stats * s[2];
     for (int th = 0; th < 2; th++) {
         struct oscar_stats_params p = oscar_stats_default_params();

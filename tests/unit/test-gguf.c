@@ -26,21 +26,14 @@
 #include "util/fs.h"
 
 static char fixdir[512];
-static char tmpdir[256];
 
-static int setup(void ** state) {
-    (void) state;
+#define TEST_TMPDIR_NAME "gguf"
+#include "test-tmpdir.h"
+
+static int setup_gguf(void ** state) {
     const char * e = getenv("OSCAR_GGUF_FIXTURES");
     snprintf(fixdir, sizeof fixdir, "%s", e && *e ? e : "tests/fixtures/gguf");
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/oscar-test-gguf-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void ** state) {
-    (void) state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd);
+    return setup(state);
 }
 
 static char * fixture(const char * name) {
@@ -521,5 +514,5 @@ int main(void) {
         cmocka_unit_test(test_arrays_and_duplicates),
         cmocka_unit_test(test_missing_file),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup_gguf, teardown);
 }

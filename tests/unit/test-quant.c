@@ -18,14 +18,7 @@
 #include "quant/quant.h"
 #include "rotation/rotation.h"
 
-static uint64_t rng_state;
-static double urand(void) {
-    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
-    return (double) (rng_state >> 11) / 9007199254740992.0;
-}
-static float nrand(void) {
-    return (float) (sqrt(-2.0 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand()));
-}
+#include "test-xorshift.h"
 
 static void test_half(void ** state) {
     (void) state;

@@ -20,13 +20,8 @@ enum { L = 2, HQ = 6, HKV = 2, D = 16, T = 700 }; // T spans 5 full blocks and a
 static float q[L][T][HQ][D], k[L][T][HKV][D], v[L][T][HKV][D];
 static uint64_t seed;
 
-static uint64_t rng(uint64_t * s) {
-    uint64_t x = (*s += 0x9E3779B97F4A7C15ull);
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-static float unif(uint64_t * s) { return (float) ((double) (rng(s) >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+#include "test-splitmix.h"
+static float unif(uint64_t * s) { return (float) splitmix_unif(s); }
 
 static int setup(void ** state) {
     (void) state;
@@ -95,7 +90,7 @@ static void test_chunking_and_threads_invariant(void ** state) {
     const int whole[] = {T}, ones[] = {1}, odd[] = {3, 127, 1, 200, 64, 9};
     uint64_t s = seed ^ 0x5555;
     int rnd[16];
-    for (int i = 0; i < 16; i++) rnd[i] = 1 + (int) (rng(&s) % 150);
+    for (int i = 0; i < 16; i++) rnd[i] = 1 + (int) (splitmix_next(&s) % 150);
     size_t n0, n;
     uint8_t * ref = full_run(K4, 1, whole, 1, &n0);
     const int * pats[] = {ones, odd, rnd, whole};
@@ -188,8 +183,8 @@ static void test_checkpoint_rejects_corruption(void ** state) {
     // every single-byte flip (sampled) is caught by a size, field or CRC check
     uint64_t st = seed ^ 0xABCD;
     for (int i = 0; i < 200; i++) {
-        const size_t at = i < 96 ? (size_t) i : 96 + (size_t) (rng(&st) % (n - 96));
-        b[at] ^= (uint8_t) (1u << (rng(&st) % 8));
+        const size_t at = i < 96 ? (size_t) i : 96 + (size_t) (splitmix_next(&st) % (n - 96));
+        b[at] ^= (uint8_t) (1u << (splitmix_next(&st) % 8));
         enum oscar_status e = oscar_stats_load(b, n, 1, 0, &r);
         assert_true(e == OSCAR_ERR_FORMAT || e == OSCAR_ERR_UNSUPPORTED);
         assert_null(r);
