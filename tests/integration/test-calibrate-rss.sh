@@ -8,14 +8,13 @@
 set -u
 . "$(dirname "$0")/common.sh"
 SHARED=${OSCAR_SHARED:-../shared}
-[ -f "$MODEL" ] && [ -f "$AUSTEN/prideprejudice.txt" ] || skip "model or corpus missing"
+need_smollm2
 CAL=$B/bin/oscar-calibrate
-fail() { echo "FAIL: $*"; exit 1; }
 ARGS=(-m "$MODEL" -c 128 --heldout 1 --sink 16 --recent 32 --clip 0.96,0.92 -t 2 -q)
 rss() { sed -n 's/.*"peak_rss_mb": \([0-9.]*\).*/\1/p' "$1"; }
 
-"$CAL" "${ARGS[@]}" -f "$AUSTEN/prideprejudice.txt" --tokens 512 -o "$T/n" --json > "$T/n.json" 2>/dev/null || fail "N run"
-"$CAL" "${ARGS[@]}" -f "$AUSTEN/prideprejudice.txt" --tokens 2048 -o "$T/4n" --json > "$T/4n.json" 2>/dev/null || fail "4N run"
+"$CAL" "${ARGS[@]}" -f "$CORPUS" --tokens 512 -o "$T/n" --json > "$T/n.json" 2>/dev/null || fail "N run"
+"$CAL" "${ARGS[@]}" -f "$CORPUS" --tokens 2048 -o "$T/4n" --json > "$T/4n.json" 2>/dev/null || fail "4N run"
 R1=$(rss "$T/n.json"); R4=$(rss "$T/4n.json")
 [ -n "$R1" ] && [ -n "$R4" ] || fail "peak_rss_mb missing from --json"
 echo "peak RSS: 512 tokens $R1 MiB, 2048 tokens $R4 MiB"

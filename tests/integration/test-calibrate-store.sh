@@ -11,10 +11,8 @@
 #     a failed writing run leaves no store and no temporary file.
 set -u
 . "$(dirname "$0")/common.sh"
-CORPUS=$AUSTEN/prideprejudice.txt
-[ -f "$MODEL" ] && [ -f "$CORPUS" ] || skip "model or corpus missing"
+need_smollm2
 CAL=$B/bin/oscar-calibrate
-fail() { echo "FAIL: $*"; exit 1; }
 ARGS=(-m "$MODEL" --tokens 256 -c 64 --heldout 1 --sink 8 --recent 16 --clip-search 1.0:0.9:0.1 -t 2 -q)
 
 # 1. store round trip

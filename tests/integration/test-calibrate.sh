@@ -6,10 +6,8 @@
 # --threads 1 vs 2 byte-identical, bad inputs fail with exit 1/2 and write nothing.
 set -u
 . "$(dirname "$0")/common.sh"
-CORPUS=$AUSTEN/prideprejudice.txt
-[ -f "$MODEL" ] && [ -f "$CORPUS" ] || skip "model or corpus missing"
+need_smollm2
 CAL=$B/bin/oscar-calibrate
-fail() { echo "FAIL: $*"; exit 1; }
 ARGS=(-m "$MODEL" -f "$CORPUS" --tokens 512 -c 128 --heldout 1 --sink 16 --recent 32 --clip-search 1.0:0.8:0.04 -q)
 
 # 1. reference run (2 threads)

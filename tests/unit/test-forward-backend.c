@@ -179,22 +179,36 @@ static void test_cuda_unavailable_or_ok(void ** state) {
 // oscar_stats_add_sums. Both reduce exactly-representable fp32 inputs in fp64, in a
 // different order: the difference is fp64 rounding, ~n * 2^-53 relative (n = 300 rows
 // -> ~3e-14); 1e-12 allows for the sum of magnitudes exceeding the result.
+// Two empty accumulators of one shape and kind set, and random q [N, HQ, D], k/v [N, HKV, D]
+// (v scaled by vscale) from rnd_normal.
+static void stats_pair(int32_t L, int32_t HQ, int32_t HKV, int32_t D, uint32_t kinds, struct oscar_stats ** a,
+                       struct oscar_stats ** b) {
+    struct oscar_stats_params sp = oscar_stats_default_params();
+    sp.n_layer = L, sp.n_head = HQ, sp.n_head_kv = HKV, sp.head_dim = D, sp.n_threads = 1;
+    sp.kinds = kinds;
+    assert_int_equal(oscar_stats_init(&sp, a), OSCAR_OK);
+    assert_int_equal(oscar_stats_init(&sp, b), OSCAR_OK);
+}
+
+static void random_qkv(int32_t N, int32_t HQ, int32_t HKV, int32_t D, float vscale, float ** q, float ** k,
+                       float ** v) {
+    *q = malloc(sizeof(float) * (size_t) N * HQ * D), *k = malloc(sizeof(float) * (size_t) N * HKV * D);
+    *v = malloc(sizeof(float) * (size_t) N * HKV * D);
+    assert_true(*q && *k && *v);
+    for (size_t i = 0; i < (size_t) N * HQ * D; i++) (*q)[i] = rnd_normal();
+    for (size_t i = 0; i < (size_t) N * HKV * D; i++) (*k)[i] = rnd_normal(), (*v)[i] = rnd_normal() * vscale;
+}
+
 static void test_add_sums(void ** state) {
     (void) state;
     uint64_t seed = (uint64_t) time(NULL);
     printf("seed %llu\n", (unsigned long long) seed);
     rng_state = seed | 1;
     enum { L = 2, HQ = 4, HKV = 2, D = 8, N = 300, G = HQ / HKV };
-    struct oscar_stats_params sp = oscar_stats_default_params();
-    sp.n_layer = L, sp.n_head = HQ, sp.n_head_kv = HKV, sp.head_dim = D, sp.n_threads = 1;
-    sp.kinds = OSCAR_STATS_KTK | OSCAR_STATS_VTV | OSCAR_STATS_QQT | OSCAR_STATS_SST;
     struct oscar_stats * a = NULL, * b = NULL;
-    assert_int_equal(oscar_stats_init(&sp, &a), OSCAR_OK);
-    assert_int_equal(oscar_stats_init(&sp, &b), OSCAR_OK);
-    float * q = malloc(sizeof(float) * N * HQ * D), * k = malloc(sizeof(float) * N * HKV * D);
-    float * v = malloc(sizeof(float) * N * HKV * D);
-    for (size_t i = 0; i < (size_t) N * HQ * D; i++) q[i] = rnd_normal();
-    for (size_t i = 0; i < (size_t) N * HKV * D; i++) k[i] = rnd_normal(), v[i] = rnd_normal() * 2.0f;
+    stats_pair(L, HQ, HKV, D, OSCAR_STATS_KTK | OSCAR_STATS_VTV | OSCAR_STATS_QQT | OSCAR_STATS_SST, &a, &b);
+    float * q, * k, * v;
+    random_qkv(N, HQ, HKV, D, 2.0f, &q, &k, &v);
     const size_t M = (size_t) L * HKV * D * D;
     double * ktk = calloc(M, sizeof(double)), * vtv = calloc(M, sizeof(double)), * qqt = calloc(M, sizeof(double));
     double * sst = calloc(M, sizeof(double)), * wsum = calloc(L * HKV, sizeof(double));
@@ -280,16 +294,10 @@ static void test_add_sums_vatt(void ** state) {
     enum { L = 1, HQ = 4, HKV = 2, D = 8, N = 90, G = HQ / HKV };
     const int32_t ss[3] = {0, 50, N};   // two sequences
     rng_state = 0x9E3779B97F4A7C15ull;  // fixed draws: the check does not depend on them
-    struct oscar_stats_params sp = oscar_stats_default_params();
-    sp.n_layer = L, sp.n_head = HQ, sp.n_head_kv = HKV, sp.head_dim = D, sp.n_threads = 1;
-    sp.kinds = OSCAR_STATS_VATT;
     struct oscar_stats * a = NULL, * b = NULL;
-    assert_int_equal(oscar_stats_init(&sp, &a), OSCAR_OK);
-    assert_int_equal(oscar_stats_init(&sp, &b), OSCAR_OK);
-    float * q = malloc(sizeof(float) * N * HQ * D), * k = malloc(sizeof(float) * N * HKV * D);
-    float * v = malloc(sizeof(float) * N * HKV * D);
-    for (size_t i = 0; i < (size_t) N * HQ * D; i++) q[i] = rnd_normal();
-    for (size_t i = 0; i < (size_t) N * HKV * D; i++) k[i] = rnd_normal(), v[i] = rnd_normal();
+    stats_pair(L, HQ, HKV, D, OSCAR_STATS_VATT, &a, &b);
+    float * q, * k, * v;
+    random_qkv(N, HQ, HKV, D, 1.0f, &q, &k, &v);
     const struct oscar_stats_chunk c = {0, N, 2, ss, q, k, v};
     assert_int_equal(oscar_stats_add(a, &c), OSCAR_OK);
     double vatt[HKV * D * D] = {0}, wsum[HKV] = {0}, w[N], lg[N];
