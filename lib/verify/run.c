@@ -125,8 +125,10 @@ static enum oscar_status on_layer(void * user, const struct oscar_capture_layer 
     memcpy(h->resid + (size_t) cl->layer * n, cl->resid_out, sizeof(float) * n);
     if (!h->metrics) return OSCAR_OK;
     const struct oscar_model_config * c = cl->config;
+    // The device pass does not hand out W_O: the metrics weight errors by the model's own.
+    const float * wo = cl->wo ? cl->wo : r->m->layers[cl->layer].wo;
     struct oscar_layer_input in = {.layer = cl->layer, .n_tokens = cl->n_tokens, .n_seq = cl->n_seq,
-                                   .seq_start = cl->seq_start, .q = cl->q, .k = cl->k, .v = cl->v, .wo = cl->wo,
+                                   .seq_start = cl->seq_start, .q = cl->q, .k = cl->k, .v = cl->v, .wo = wo,
                                    .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
                                    .n_embd = c->n_embd};
     for (int32_t i = 0; i < r->nm; i++) {
@@ -137,18 +139,33 @@ static enum oscar_status on_layer(void * user, const struct oscar_capture_layer 
     return OSCAR_OK;
 }
 
-// One forward over the metric slice; method < 0: the exact model with the metrics hook.
+static bool on_device(const struct vrun * r) { return r->p->device && strcmp(r->p->device, "cpu") != 0; }
+
+// One forward over the metric slice; method < 0: the exact model with the metrics hook. With
+// a device the pass runs there (its host hook copies each layer's tensors back).
 static enum oscar_status metric_forward(struct vrun * r, const int32_t * ids, int32_t method) {
     struct ref_hook h = {.r = r, .metrics = method < 0, .resid = method < 0 ? r->resid_ref : r->resid_cur};
     struct oscar_capture_hook hk = {.on_layer = on_layer, .user = &h};
     struct oscar_attention_override ov = {0};
-    struct oscar_forward_params fp = oscar_forward_default_params();
-    fp.n_threads = r->p->n_threads, fp.max_tokens = r->MT, fp.hook = &hk;
-    if (method >= 0) ov = method_override(r, method), fp.attention = ov.attend ? &ov : NULL;
+    if (method >= 0) ov = method_override(r, method);
     int32_t ss[2] = {0, r->MT};
     struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = ids, .pos = NULL};
+    enum oscar_status st;
+    if (on_device(r)) {
+        struct oscar_fwd_params fp = oscar_fwd_default_params();
+        fp.device = r->p->device, fp.max_tokens = r->MT, fp.hook = &hk, fp.fp32 = r->p->gpu_fp32;
+        fp.attention = ov.attend ? &ov : NULL;
+        struct oscar_fwd * f = NULL;
+        st = oscar_fwd_init(r->m, &fp, &f);
+        if (st == OSCAR_OK) st = oscar_fwd_run(f, &b, NULL);
+        oscar_fwd_free(f);
+        return st;
+    }
+    struct oscar_forward_params fp = oscar_forward_default_params();
+    fp.n_threads = r->p->n_threads, fp.max_tokens = r->MT, fp.hook = &hk;
+    fp.attention = ov.attend ? &ov : NULL;
     struct oscar_forward * f = NULL;
-    enum oscar_status st = oscar_forward_init(r->m, &fp, &f);
+    st = oscar_forward_init(r->m, &fp, &f);
     if (st == OSCAR_OK) st = oscar_forward_run(f, &b, NULL);
     oscar_forward_free(f);
     return st;
@@ -248,9 +265,9 @@ static enum oscar_status ppl_method(struct vrun * r, int32_t i, const int32_t * 
     if (ov.attend) fp.attention = &ov;
     struct oscar_forward * f = NULL;
     double t0 = osc_now();
-    bool on_device = r->p->device && strcmp(r->p->device, "cpu") != 0;
-    enum oscar_status st = on_device ? ppl_windows_device(r, i, &ov, ids, n_win, pg) : oscar_forward_init(r->m, &fp, &f);
-    for (int64_t w = 0; w < n_win && st == OSCAR_OK && !on_device; w++) {
+    bool dev = on_device(r);
+    enum oscar_status st = dev ? ppl_windows_device(r, i, &ov, ids, n_win, pg) : oscar_forward_init(r->m, &fp, &f);
+    for (int64_t w = 0; w < n_win && st == OSCAR_OK && !dev; w++) {
         int32_t ss[2] = {0, T}, th = 0;
         struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = ids + w * T, .pos = NULL};
         st = oscar_forward_run(f, &b, NULL);

@@ -60,8 +60,9 @@ struct oscar_verify_params {
                                           // quantizer stats) or a backend such as "cuda" (the device
                                           // forward pass, bf16 weights and activations, with
                                           // lib/verify/kv-sim-device.h as its attention: write kernel +
-                                          // fused tiered decode; INT2 methods with G = D only). The
-                                          // per-layer metrics / drift pass stays on the CPU.
+                                          // fused tiered decode; INT2 methods with G = D only); the
+                                          // metrics / drift pass's forward too (its metrics are
+                                          // computed on the host from the layers the pass copies back).
     bool gpu_fp32;                        // device forward pass in fp32 (oscar_fwd_params.fp32)
 };
 

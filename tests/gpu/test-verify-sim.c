@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "backend/forward-backend.h"
 #include "model/model.h"
+#include "verify/verify.h"
 #include "sim-compare.h"
 
 // Perplexity of N tokens in windows of n_ctx through the CUDA forward pass (oscar_fwd),
@@ -132,6 +133,38 @@ int main(int argc, char ** argv) {
            "|d ln ppl| %.3e (bound %.3e)%s%s\n", ok ? "ok  " : "FAIL", e0.ppl, g_exact, fwd_d, r0.ppl, g_sim, dd,
            fwd_d + 4e-3, st ? " " : "", st ? oscar_last_error() : "");
     fail |= !ok;
+    // oscar_verify_run end to end, --device cuda --gpu-precision fp32 vs the CPU: every forward
+    // pass (metrics slice, drift, perplexity windows) on the device. The fp32 device pass
+    // equals the CPU pass to ~1e-6 (test-forward-gpu), so perplexities differ by what the
+    // kv simulation may move (4e-3 in ln, as above) and the per-layer metrics, computed by the
+    // same host code on inputs that differ by ~1e-6, by far less than 1e-2 relative (a flipped
+    // INT2 code among the slice's 128 x 2 rows moves a layer's out_rel by ~1e-3).
+    if (st == OSCAR_OK) {
+        struct oscar_verify_params vp = oscar_verify_default_params();
+        vp.methods = "bf16,hadamard", vp.ctx = 256, vp.sink = 16, vp.recent = 64, vp.tokens = 512;
+        vp.metric_tokens = 128;
+        struct oscar_verify_report rc, rg;
+        memset(&rc, 0, sizeof rc), memset(&rg, 0, sizeof rg);
+        st = oscar_verify_run(model, NULL, tok, (size_t) N, &vp, &rc);
+        vp.device = "cuda", vp.gpu_fp32 = true;
+        if (st == OSCAR_OK) st = oscar_verify_run(model, NULL, tok, (size_t) N, &vp, &rg);
+        double dppl = 0.0, dout = 0.0;
+        for (int32_t i = 0; st == OSCAR_OK && i < rc.n_methods; i++) {
+            dppl = fmax(dppl, fabs(log(rg.methods[i].ppl) - log(rc.methods[i].ppl)));
+            for (int32_t l = 0; l < rc.n_layer; l++) {
+                double a = rg.methods[i].layers[l].out_rel, b0 = rc.methods[i].layers[l].out_rel;
+                dout = fmax(dout, b0 > 0.0 ? fabs(a - b0) / b0 : fabs(a));
+            }
+        }
+        ok = st == OSCAR_OK && dppl <= 4e-3 && dout <= 1e-2;
+        printf("%s VERIFY_RUN(cuda fp32 vs cpu, bf16 + hadamard, ctx 256 x 2, metrics 128): hadamard ppl cpu %.6f "
+               "cuda %.6f, max |d ln ppl| %.3e (bound 4e-3), max layer out_rel rel diff %.3e (bound 1e-2)%s%s\n",
+               ok ? "ok  " : "FAIL", rc.n_methods > 1 ? rc.methods[1].ppl : 0.0,
+               rg.n_methods > 1 ? rg.methods[1].ppl : 0.0, dppl, dout, st ? " " : "", st ? oscar_last_error() : "");
+        fail |= !ok;
+        oscar_verify_report_free(&rc);
+        oscar_verify_report_free(&rg);
+    }
     oscar_kv_sim_free(cs);
     oscar_kv_sim_dev_free(ds);
     oscar_model_free(model);
