@@ -294,7 +294,10 @@ __global__ void __launch_bounds__(NWARP * 32, 3) decode_split_hp_kernel(struct o
 // point are removed per head:
 //   S = sum_d (q_d / m_d)(128 + m_d c_d) = q.c + qoff,  qoff = 128 sum_d q_d / m_d
 //   q.k^ = scale (S - qoff - zero sum_d q_d)
-//   o_d = (sum_t w_t (128 + m_d c_t,d) - 128 sum_t w_t) / m_d - sum_t w_t zero_t, w_t = p_t scale_t.
+//   o_d = sum_tiles (sum_t w_t (128 + m_d c_t,d) - 128 sum_t w_t - m_d sum_t w_t zero_t) / m_d,
+// w_t = p_t scale_t, with both offsets taken off the accumulator after each 16-token tile's
+// MMAs: removed once per warp range instead, the fp32 accumulator carried 128 sum w over
+// ~1k tokens and its rounding reached 1e-3 of the output at L = 131072 (PERF-NOTES.md).
 // Code tiles (K, V codes and metadata, 1280 B per 16 tokens) are staged per warp
 // in a ring of NS shared-memory stages with cp.async, NS - 1 tiles ahead.
 #define NS       6                    // cp.async stages per warp
@@ -397,7 +400,7 @@ static __device__ __forceinline__ float2 meta_at(const uint8_t * p, int bf16) {
 }
 
 template <int NQ> struct i2_state {
-    float m[NQ], l[NQ], wsum[NQ], zsum[NQ];
+    float m[NQ], l[NQ];
     float acc[NQ][8][4];
 };
 
@@ -455,7 +458,7 @@ static __device__ __forceinline__ void int2_tile(i2_state<NQ> & st, const i2_q<N
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
         if (mx > st.m[nt]) {
             float alpha = exp2f(st.m[nt] - mx);
-            st.l[nt] *= alpha, st.wsum[nt] *= alpha, st.zsum[nt] *= alpha;
+            st.l[nt] *= alpha;
 #pragma unroll
             for (int mt = 0; mt < 8; mt++)
 #pragma unroll
@@ -468,8 +471,10 @@ static __device__ __forceinline__ void int2_tile(i2_state<NQ> & st, const i2_q<N
         split_hilo(p0 * vm0.x, h0, l0);
         split_hilo(p1 * vm1.x, h1, l1);
         float w0 = bf16_val(h0) + bf16_val(l0), w1 = bf16_val(h1) + bf16_val(l1);
-        st.wsum[nt] += w0 + w1;
-        st.zsum[nt] += w0 * vm0.y + w1 * vm1.y;
+        // This tile's offsets for head j: sums over its 16 tokens (the 8 lanes of column j).
+        float T = w0 + w1, Z = w0 * vm0.y + w1 * vm1.y;
+#pragma unroll
+        for (int x = 4; x < 32; x <<= 1) T += __shfl_xor_sync(0xffffffffu, T, x), Z += __shfl_xor_sync(0xffffffffu, Z, x);
         // P^T B fragment: column n = head n/2 part n%2, tokens 2j, 2j+1 (b0) and 2j+8, 2j+9 (b1).
         uint32_t H = h0 | h1 << 16, Lw = l0 | l1 << 16;
         int src0 = 8 * j + (n >> 1), src1 = src0 + 4;
@@ -483,6 +488,10 @@ static __device__ __forceinline__ void int2_tile(i2_state<NQ> & st, const i2_q<N
             uint32_t A[4] = { v_crumbs(z[a][0], kc0), v_crumbs(z[a][0], kc1), v_crumbs(z[a][1], kc0),
                               v_crumbs(z[a][1], kc1) };
             mma_bf16(st.acc[nt][mt], A, b0, b1);
+            // Offsets off the hi column (elements 0, 2; the epilogue adds hi + lo): rows n
+            // and n + 8 are crumb planes kc0 and kc1.
+            st.acc[nt][mt][0] -= fmaf(v_mult(kc0), Z, 128.0f * T);
+            st.acc[nt][mt][2] -= fmaf(v_mult(kc1), Z, 128.0f * T);
         }
     }
 }
@@ -509,7 +518,7 @@ __global__ void __launch_bounds__(NWARP * 32, NQ == 1 ? 5 : 2) decode_split_int2
     i2_state<NQ> st;
 #pragma unroll
     for (int nt = 0; nt < NQ; nt++) {
-        st.m[nt] = -INFINITY, st.l[nt] = 0.0f, st.wsum[nt] = 0.0f, st.zsum[nt] = 0.0f;
+        st.m[nt] = -INFINITY, st.l[nt] = 0.0f;
 #pragma unroll
         for (int mt = 0; mt < 8; mt++)
 #pragma unroll
@@ -540,8 +549,6 @@ __global__ void __launch_bounds__(NWARP * 32, NQ == 1 ? 5 : 2) decode_split_int2
 #pragma unroll
         for (int x = 4; x < 32; x <<= 1) {
             st.l[nt] += __shfl_xor_sync(0xffffffffu, st.l[nt], x);
-            st.wsum[nt] += __shfl_xor_sync(0xffffffffu, st.wsum[nt], x);
-            st.zsum[nt] += __shfl_xor_sync(0xffffffffu, st.zsum[nt], x);
         }
     }
     __syncthreads();   // every warp is done with its ring: smem becomes sm_o
@@ -550,7 +557,6 @@ __global__ void __launch_bounds__(NWARP * 32, NQ == 1 ? 5 : 2) decode_split_int2
     for (int nt = 0; nt < NQ; nt++) {
         int hh = 4 * nt + j;
         if (hh >= g) continue;
-        float off = 128.0f * st.wsum[nt];
 #pragma unroll
         for (int mt = 0; mt < 8; mt++) {
 #pragma unroll
@@ -558,7 +564,7 @@ __global__ void __launch_bounds__(NWARP * 32, NQ == 1 ? 5 : 2) decode_split_int2
                 const int kc = 2 * (mt & 1) + rh;
                 int d = 4 * n + (mt >> 1) + 32 * kc;
                 float acc = st.acc[nt][mt][2 * rh] + st.acc[nt][mt][2 * rh + 1];
-                sm_o[(w * MAXG + hh) * AD + d] = (acc - off) / v_mult(kc) - st.zsum[nt];
+                sm_o[(w * MAXG + hh) * AD + d] = acc / v_mult(kc);
             }
         }
         if (n == 0) sm_m[w * MAXG + hh] = st.m[nt], sm_l[w * MAXG + hh] = st.l[nt];
