@@ -89,7 +89,14 @@ if [ "$bench" -eq 1 ]; then
     echo "gpu-check: PyTorch SDPA baseline"
     PYTHONUNBUFFERED=1 python3 tests/gpu/bench-sdpa.py --csv "$logdir/sdpa.csv" 2>&1 | tee "$logdir/sdpa.log" || echo "gpu-check: SDPA baseline failed (continuing)"
     echo "gpu-check: bench-decode"
-    OSCAR_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || cat .commit 2>/dev/null || echo unknown) \
+    # OSCAR_COMMIT names the source when set; otherwise HEAD, marked when a copied
+    # working tree differs from it.
+    commit=${OSCAR_COMMIT:-}
+    if [ -z "$commit" ]; then
+        commit=$(git rev-parse --short HEAD 2>/dev/null || cat .commit 2>/dev/null || echo unknown)
+        git diff --quiet HEAD -- 2>/dev/null; [ $? -eq 1 ] && commit="$commit+modified"
+    fi
+    OSCAR_COMMIT=$commit \
         ./build/bench-decode --sdpa "$logdir/sdpa.csv" --csv "$logdir/bench.csv" 2>&1 | tee "$logdir/bench.md"
     [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu-check: bench FAILED"; rc=1; }
 fi
