@@ -1,4 +1,6 @@
-// cuda-common.cu - the CUDA error reporter behind OSCAR_CUDA_CHECK.
+// cuda-common.cu - the CUDA and cuBLAS error reporters behind OSCAR_CUDA_CHECK and
+// OSCAR_CUBLAS_CHECK.
+#include "kernels/cublas-check.cuh"
 #include "kernels/cuda-common.cuh"
 
 enum oscar_status osc_cuda_error(cudaError_t e, const char * stmt, const char * func, const char * file, int line) {
@@ -10,6 +12,11 @@ enum oscar_status osc_cuda_error(cudaError_t e, const char * stmt, const char * 
         return osc_error(s, "no CUDA device (%s) in %s (%s at %s:%d)", cudaGetErrorString(e), stmt, func, file, line);
     return osc_error(s, "CUDA error: %s in %s (%s at %s:%d, device %d)", cudaGetErrorString(e), stmt, func, file,
                      line, dev);
+}
+
+enum oscar_status osc_cublas_error(cublasStatus_t s, const char * stmt, const char * func, const char * file, int line) {
+    return osc_error(s == CUBLAS_STATUS_ALLOC_FAILED ? OSCAR_ERR_NOMEM : OSCAR_ERR_UNSUPPORTED,
+                     "cuBLAS error: %s in %s (%s at %s:%d)", cublasGetStatusString(s), stmt, func, file, line);
 }
 
 enum oscar_status osc_cuda_require_device(const char * what) {

@@ -21,8 +21,8 @@ extern "C" {
 #include "backend/forward-ops.h"
 #include "stats/stats-sums.h"
 }
-#include <cublas_v2.h>
 
+#include "kernels/cublas-check.cuh"
 #include "kernels/cuda-common.cuh"
 #include "kernels/fwd-kernels.cuh"
 
@@ -131,20 +131,6 @@ struct cuda_fwd {
 };
 
 // ---- small helpers -----------------------------------------------------------------------
-
-static enum oscar_status blas_error(cublasStatus_t s, const char * what, int line) {
-    return osc_error(s == CUBLAS_STATUS_ALLOC_FAILED ? OSCAR_ERR_NOMEM : OSCAR_ERR_UNSUPPORTED,
-                     "cuBLAS error: %s in %s (forward-cuda.cu:%d)", cublasGetStatusString(s), what, line);
-}
-
-#define BLAS_TRY(x)                                                                    \
-    do {                                                                               \
-        cublasStatus_t osc_blas_s_ = (x);                                              \
-        if (osc_blas_s_ != CUBLAS_STATUS_SUCCESS) {                                    \
-            st = blas_error(osc_blas_s_, #x, __LINE__);                                \
-            goto out;                                                                  \
-        }                                                                              \
-    } while (0)
 
 template <typename T> static cudaError_t dalloc(struct cuda_fwd * f, T ** p, size_t n, bool weight) {
     *p = NULL;
@@ -540,8 +526,8 @@ static enum oscar_status cuda_init(const struct oscar_model * m, const struct os
     OSCAR_CUDA_TRY(cudaGetDeviceProperties(&prop, dev));
     snprintf(f->name, sizeof f->name, "%.120s", prop.name);
     OSCAR_CUDA_TRY(cudaStreamCreateWithFlags(&f->stream, cudaStreamNonBlocking));
-    BLAS_TRY(cublasCreate(&f->blas));
-    BLAS_TRY(cublasSetStream(f->blas, f->stream));
+    OSCAR_CUBLAS_TRY(cublasCreate(&f->blas));
+    OSCAR_CUBLAS_TRY(cublasSetStream(f->blas, f->stream));
     if (p->stats) {
         f->kinds = oscar_stats_get_params(p->stats).kinds;
         f->pass = oscar_stats_phase(p->stats);
@@ -549,7 +535,7 @@ static enum oscar_status cuda_init(const struct oscar_model * m, const struct os
     st = alloc_weights(f);
     if (st == OSCAR_OK) st = alloc_workspace(f);
     if (st != OSCAR_OK) goto out;
-    BLAS_TRY(cublasSetWorkspace(f->blas, f->blas_ws, BLAS_WS_BYTES));
+    OSCAR_CUBLAS_TRY(cublasSetWorkspace(f->blas, f->blas_ws, BLAS_WS_BYTES));
     {
         const char * att = getenv("OSCAR_FWD_ATT"); // "fp32" forces the fp32 kernel (benchmarks)
         f->att_tc = !p->fp32 && osc_fwd_attention_tc_ok(c->head_dim) && !(att && !strcmp(att, "fp32"));
@@ -698,12 +684,12 @@ static enum oscar_status capture_pass1(struct cuda_fwd * f, int32_t l, int32_t T
     gram_plan(f, T, &n_chunk, &R);
     const int32_t rem = T - n_chunk * R, nq = S - f->n_kv_slot;
     if (f->n_kv_slot) {
-        BLAS_TRY(gram_batched(f, 0, R, H * D, n_chunk * f->n_kv_slot));
-        if (rem) BLAS_TRY(gram_batched(f, (size_t) n_chunk * f->n_kv_slot, rem, H * D, f->n_kv_slot));
+        OSCAR_CUBLAS_TRY(gram_batched(f, 0, R, H * D, n_chunk * f->n_kv_slot));
+        if (rem) OSCAR_CUBLAS_TRY(gram_batched(f, (size_t) n_chunk * f->n_kv_slot, rem, H * D, f->n_kv_slot));
     }
     if (nq) {
-        BLAS_TRY(gram_batched(f, per_group, R, Hq * D, n_chunk * nq));
-        if (rem) BLAS_TRY(gram_batched(f, per_group + (size_t) n_chunk * nq, rem, Hq * D, nq));
+        OSCAR_CUBLAS_TRY(gram_batched(f, per_group, R, Hq * D, n_chunk * nq));
+        if (rem) OSCAR_CUBLAS_TRY(gram_batched(f, per_group + (size_t) n_chunk * nq, rem, Hq * D, nq));
     }
     OSCAR_CUDA_TRY(osc_fwd_gram_reduce(f->g_acc + (size_t) l * f->n_gout, f->gpart, f->g_first, f->g_per, f->n_gout,
                                        n_chunk + (rem ? 1 : 0), S, (int64_t) D * D, f->stream));
@@ -724,7 +710,7 @@ static enum oscar_status weighted_gram(struct cuda_fwd * f, const float * z, dou
         const int32_t rows = c < n_chunk ? R : rem;
         if (rows == 0) continue;
         const size_t r0 = (size_t) c * R;
-        BLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_T, D, D, rows, z + r0 * D, D, (long long) T * D, f->v + r0 * ldkv,
+        OSCAR_CUBLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_T, D, D, rows, z + r0 * D, D, (long long) T * D, f->v + r0 * ldkv,
                                   ldkv, D, 0.0f, f->spart + (size_t) c * HDD, D, DD, H));
     }
     OSCAR_CUDA_TRY(osc_fwd_gram_reduce(acc_tab, f->spart, f->s_first, f->s_per, H, n_chunk + (rem ? 1 : 0), H, DD,
@@ -751,7 +737,7 @@ static enum oscar_status capture_vatt(struct cuda_fwd * f, const struct oscar_ba
                 for (int32_t i0 = 0; i0 < n; i0 += VATT_ROWS) {
                     const int32_t rows = n - i0 < VATT_ROWS ? n - i0 : VATT_ROWS, nk = i0 + rows;
                     // vatt_s [rows, nk] (row-major) = q_i . k_t, i in [i0, i0+rows), t < nk
-                    BLAS_TRY(cublasSgemm(f->blas, CUBLAS_OP_T, CUBLAS_OP_N, nk, rows, D, &one,
+                    OSCAR_CUBLAS_TRY(cublasSgemm(f->blas, CUBLAS_OP_T, CUBLAS_OP_N, nk, rows, D, &one,
                                          f->k + ((size_t) a0 * H + h) * D, H * D,
                                          f->q + ((size_t) (a0 + i0) * Hq + j) * D, Hq * D, &zero, f->vatt_s, nk));
                     OSCAR_CUDA_TRY(osc_fwd_vatt_block(f->wbuf + (size_t) h * T + a0, f->vatt_lz, f->vatt_s, i0, rows,
@@ -776,7 +762,7 @@ static enum oscar_status capture_layer(struct cuda_fwd * f, const struct oscar_b
     } else if (f->pass == 2) {
         float * y = f->big;                              // [H, T, D]
         float * z = f->big + (size_t) H * T * D;         // [H, T, D]
-        BLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_N, D, T, D, f->amat + lo, D, DD, f->k, ldkv, D, 0.0f, y, D,
+        OSCAR_CUBLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_N, D, T, D, f->amat + lo, D, DD, f->k, ldkv, D, 0.0f, y, D,
                                   (long long) T * D, H));
         OSCAR_CUDA_TRY(osc_fwd_sst_weights(f->wbuf, f->negbuf, z, y, f->k, f->v, T, H, D, f->stream));
         if ((st = weighted_gram(f, z, f->s_acc + (size_t) l * H, T)) != OSCAR_OK) return st;
@@ -890,7 +876,7 @@ static enum oscar_status run_layer(struct cuda_fwd * f, const struct oscar_batch
 #define STAGE(i) do { if (ev) OSCAR_CUDA_TRY(cudaEventRecord(ev[i], s)); } while (0)
     STAGE(0);
     OSCAR_CUDA_TRY(act_rmsnorm(f, f->xn, f->x, w->attn_norm, T));
-    BLAS_TRY(gemm_w(f, f->big, f->xn, w->wqkv, T, NQKV, C, 0.0f));
+    OSCAR_CUBLAS_TRY(gemm_w(f, f->big, f->xn, w->wqkv, T, NQKV, C, 0.0f));
     STAGE(1);
     OSCAR_CUDA_TRY(osc_fwd_qkv_epilogue(f->q, f->k, f->v, bf16_copies ? f->qb : NULL, bf16_copies ? f->kb : NULL,
                                         bf16_copies ? f->vb : NULL, f->big, w->bqkv, w->q_norm, w->k_norm, f->d_pos,
@@ -904,12 +890,12 @@ static enum oscar_status run_layer(struct cuda_fwd * f, const struct oscar_batch
     else
         OSCAR_CUDA_TRY(act_attention(f, n_blocks));
     STAGE(3);
-    BLAS_TRY(gemm_w(f, f->x, f->att, w->wo, T, C, Q, 1.0f)); // residual += attn . W_Oᵀ
+    OSCAR_CUBLAS_TRY(gemm_w(f, f->x, f->att, w->wo, T, C, Q, 1.0f)); // residual += attn . W_Oᵀ
     STAGE(4);
     OSCAR_CUDA_TRY(act_rmsnorm(f, f->xn, f->x, w->ffn_norm, T));
-    BLAS_TRY(gemm_w(f, f->big, f->xn, w->wgu, T, 2 * F, C, 0.0f));
+    OSCAR_CUBLAS_TRY(gemm_w(f, f->big, f->xn, w->wgu, T, 2 * F, C, 0.0f));
     OSCAR_CUDA_TRY(act_swiglu(f, T));
-    BLAS_TRY(gemm_w(f, f->x, f->h, w->wdown, T, C, F, 1.0f));
+    OSCAR_CUBLAS_TRY(gemm_w(f, f->x, f->h, w->wdown, T, C, F, 1.0f));
     STAGE(5);
     if (f->p.stats) st = capture_layer(f, b, l, T);
     if (st == OSCAR_OK) STAGE(6);
@@ -925,7 +911,7 @@ static enum oscar_status lm_head(struct cuda_fwd * f, int32_t T, float * logits)
     OSCAR_CUDA_TRY(act_rmsnorm(f, f->xn, f->x, f->out_norm, T));
     for (int32_t r0 = 0; r0 < T; r0 += LOGIT_ROWS) {
         const int32_t n = T - r0 < LOGIT_ROWS ? T - r0 : LOGIT_ROWS;
-        BLAS_TRY(gemm_w(f, f->logit_buf, at(f, f->xn, (size_t) r0 * C), f->out_w, n, V, C, 0.0f));
+        OSCAR_CUBLAS_TRY(gemm_w(f, f->logit_buf, at(f, f->xn, (size_t) r0 * C), f->out_w, n, V, C, 0.0f));
         OSCAR_CUDA_TRY(cudaMemcpyAsync(logits + (size_t) r0 * V, f->logit_buf, (size_t) n * V * sizeof(float),
                                        cudaMemcpyDeviceToHost, f->stream));
         OSCAR_CUDA_TRY(cudaStreamSynchronize(f->stream)); // logit_buf is reused

@@ -463,23 +463,19 @@ cudaError_t osc_fwd_scale_rows(float * z, const double * w, const float * v, int
 
 // ---- weights ----------------------------------------------------------------------------
 
-__global__ void k_to_bf16(osc_bf16 * dst, const float * src, int64_t n) {
+// Elementwise dtype conversion through to_f32 / put (fp32 -> bf16 rounds to nearest even).
+template <typename D, typename S> __global__ void k_convert(D * dst, const S * src, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x)
-        dst[i] = __float2bfloat16(src[i]);
+        put(dst + i, to_f32(src[i]));
 }
 
 cudaError_t osc_fwd_to_bf16(osc_bf16 * dst, const float * src, int64_t n, cudaStream_t s) {
-    k_to_bf16<<<grid_for(n, 256), 256, 0, s>>>(dst, src, n);
+    k_convert<<<grid_for(n, 256), 256, 0, s>>>(dst, src, n);
     return cudaGetLastError();
 }
 
-__global__ void k_bf16_to_f32(float * dst, const osc_bf16 * src, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x)
-        dst[i] = __bfloat162float(src[i]);
-}
-
 cudaError_t osc_fwd_bf16_to_f32(float * dst, const osc_bf16 * src, int64_t n, cudaStream_t s) {
-    k_bf16_to_f32<<<grid_for(n, 256), 256, 0, s>>>(dst, src, n);
+    k_convert<<<grid_for(n, 256), 256, 0, s>>>(dst, src, n);
     return cudaGetLastError();
 }
 

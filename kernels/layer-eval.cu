@@ -11,11 +11,11 @@ extern "C" {
 #include "backend/backend.h"
 #include "quant/quant.h"
 }
+#include "kernels/cublas-check.cuh"
 #include "kernels/cuda-common.cuh"
 #include "kernels/eval-transform.cuh"
 #include "kernels/layer-eval.cuh"
 
-#include <cublas_v2.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,17 +105,6 @@ __global__ void sub_kernel(float * a, const float * b, long long n) {
 
 // ---- host helpers --------------------------------------------------------------------------
 
-static enum oscar_status blas_error(cublasStatus_t s, const char * what, int line) {
-    return osc_error(s == CUBLAS_STATUS_ALLOC_FAILED ? OSCAR_ERR_NOMEM : OSCAR_ERR_UNSUPPORTED,
-                     "cuBLAS error: %s in %s (layer-eval.cu:%d)", cublasGetStatusString(s), what, line);
-}
-
-#define BLAS_CHECK(x)                                                                  \
-    do {                                                                               \
-        cublasStatus_t osc_blas_s_ = (x);                                              \
-        if (osc_blas_s_ != CUBLAS_STATUS_SUCCESS) return blas_error(osc_blas_s_, #x, __LINE__); \
-    } while (0)
-
 // Column-major C_b = op(A_b) . op(B_b), fp32 in and out, fp32 accumulation (no TF32).
 static cublasStatus_t gemm(struct oscar_backend_eval * e, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                            int k, const float * A, int lda, long long sa, const float * B, int ldb, long long sb,
@@ -138,7 +127,7 @@ static enum oscar_status sumsq(struct oscar_backend_eval * e, const float * z, l
 // *acc += ‖O[:, c0 : c0+nc] . W_O[:, c0 : c0+nc]ᵀ‖² (O [T, Hq·D], W_O [C, Hq·D], row-major).
 static enum oscar_status wo_energy(struct oscar_backend_eval * e, const float * O, int c0, int nc, double * acc) {
     const int K = e->s.n_head * e->s.head_dim, C = e->s.n_embd;
-    BLAS_CHECK(gemm(e, CUBLAS_OP_T, CUBLAS_OP_N, C, e->T, nc, e->wo + c0, K, 0, O + c0, K, 0, e->y, C, 0, 1));
+    OSCAR_CUBLAS_CHECK(gemm(e, CUBLAS_OP_T, CUBLAS_OP_N, C, e->T, nc, e->wo + c0, K, 0, O + c0, K, 0, e->y, C, 0, 1));
     return sumsq(e, e->y, (long long) e->T * C, 0, 1, 0, acc, 1);
 }
 
@@ -158,14 +147,14 @@ static enum oscar_status attend(struct oscar_backend_eval * e, const float * kb,
             const int h = j / g;
             const float * Kb = kb + ((long long) b0 * Hkv + h) * D, * Vb = vb + ((long long) b0 * Hkv + h) * D;
             const float * Q = e->q + ((long long) b0 * Hq + j) * D;
-            BLAS_CHECK(gemm(e, CUBLAS_OP_T, CUBLAS_OP_N, n, n, D, Kb, Hkv * D, kvs, Q, Hq * D, 0, e->z, n, zs, nb));
+            OSCAR_CUBLAS_CHECK(gemm(e, CUBLAS_OP_T, CUBLAS_OP_N, n, n, D, Kb, Hkv * D, kvs, Q, Hq * D, 0, e->z, n, zs, nb));
             if (k_acc) {
                 enum oscar_status st = sumsq(e, e->z, zs, zs, nb, n, k_acc + h, Hkv);
                 if (st != OSCAR_OK) return st;
             }
             softmax_kernel<<<dim3((unsigned) n, (unsigned) n_soft), EV_THREADS, 0, e->stream>>>(e->z, n, zs, scale);
             OSCAR_CUDA_CHECK_LAUNCH();
-            BLAS_CHECK(gemm(e, CUBLAS_OP_N, CUBLAS_OP_N, D, n, n, Vb, Hkv * D, kvs, e->z, n, shared_a ? 0 : zs,
+            OSCAR_CUBLAS_CHECK(gemm(e, CUBLAS_OP_N, CUBLAS_OP_N, D, n, n, Vb, Hkv * D, kvs, e->z, n, shared_a ? 0 : zs,
                             ob + ((long long) b0 * Hq + j) * D, Hq * D, obs, nb));
         }
     }

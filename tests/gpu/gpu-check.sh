@@ -27,6 +27,7 @@ jobs=${JOBS:-$(nproc)}
 
 # --- libraries the GPU image lacks (jansson, pcre2, utf8proc, cmocka) ---------
 . "$here/gpu-deps.sh"
+. "$here/memcheck.sh"
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$logdir/nvidia-smi.txt"
 
@@ -35,15 +36,11 @@ echo "gpu-check: make CUDA=1 -j$jobs"
 make CUDA=1 WERROR=1 -j"$jobs" >"$logdir/build.log" 2>&1 || { tail -40 "$logdir/build.log"; echo "gpu-check: BUILD FAILED"; exit 1; }
 libs="$(pkg-config --libs hdf5 openblas lapacke libpcre2-8 jansson libutf8proc libcurl libzstd zlib libcrypto 2>/dev/null) -lm -lpthread"
 cuda_home=$(dirname "$(dirname "$(command -v nvcc)")")
-cc -std=c11 -D_GNU_SOURCE -O2 -g -I. -Ilib -Wall -Wextra -Werror -fopenmp tests/gpu/test-kernels.c build/liboscar.a \
-    -o build/test-kernels $libs -L"$cuda_home/lib64" -lcudart -lcublas -lstdc++ >>"$logdir/build.log" 2>&1 \
-    || { tail -20 "$logdir/build.log"; echo "gpu-check: test-kernels build failed"; exit 1; }
-cc -std=c11 -D_GNU_SOURCE -O2 -g -I. -Ilib -Wall -Wextra -Werror -fopenmp tests/gpu/test-verify-sim.c build/liboscar.a \
-    -o build/test-verify-sim $libs -L"$cuda_home/lib64" -lcudart -lcublas -lstdc++ >>"$logdir/build.log" 2>&1 \
-    || { tail -20 "$logdir/build.log"; echo "gpu-check: test-verify-sim build failed"; exit 1; }
-cc -std=c11 -D_GNU_SOURCE -O2 -g -I. -Ilib -Wall -Wextra -Werror -fopenmp tests/gpu/test-eval-device.c build/liboscar.a \
-    -o build/test-eval-device $libs -L"$cuda_home/lib64" -lcudart -lcublas -lstdc++ >>"$logdir/build.log" 2>&1 \
-    || { tail -20 "$logdir/build.log"; echo "gpu-check: test-eval-device build failed"; exit 1; }
+for t in test-kernels test-verify-sim test-eval-device; do
+    cc -std=c11 -D_GNU_SOURCE -O2 -g -I. -Ilib -Wall -Wextra -Werror -fopenmp tests/gpu/$t.c build/liboscar.a \
+        -o build/$t $libs -L"$cuda_home/lib64" -lcudart -lcublas -lstdc++ >>"$logdir/build.log" 2>&1 \
+        || { tail -20 "$logdir/build.log"; echo "gpu-check: $t build failed"; exit 1; }
+done
 nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -I. -Ilib tests/gpu/bench-decode.cu build/liboscar.a \
     -o build/bench-decode $libs -lcublas -lgomp >>"$logdir/build.log" 2>&1 \
     || { tail -20 "$logdir/build.log"; echo "gpu-check: bench-decode build failed"; exit 1; }
@@ -51,38 +48,26 @@ nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -I. -Ilib -Xptxas -v -c 
     -o /tmp/oscar-ptxas.o 2>&1 | grep -E 'registers|spill' >"$logdir/ptxas.txt"
 
 rc=0
+# check NAME: runs build/NAME with the seed, log in $logdir/NAME.log; a failure sets rc.
+check() {
+    ./build/"$1" "${seed_args[@]}" 2>&1 | tee "$logdir/$1.log"
+    local r=${PIPESTATUS[0]}
+    [ "$r" -eq 0 ] || { echo "gpu-check: $1 FAILED (exit $r)"; rc=1; }
+}
 # --- correctness ----------------------------------------------------------------------
 echo "gpu-check: test-kernels"
-./build/test-kernels "${seed_args[@]}" 2>&1 | tee "$logdir/test-kernels.log"
-r=${PIPESTATUS[0]}
-[ "$r" -eq 0 ] || { echo "gpu-check: test-kernels FAILED (exit $r)"; rc=1; }
+check test-kernels
 
 echo "gpu-check: test-eval-device (gate / clip-search layer errors on the GPU vs lib/verify)"
-./build/test-eval-device "${seed_args[@]}" 2>&1 | tee "$logdir/test-eval-device.log"
-r=${PIPESTATUS[0]}
-[ "$r" -eq 0 ] || { echo "gpu-check: test-eval-device FAILED (exit $r)"; rc=1; }
-if command -v compute-sanitizer >/dev/null; then
-    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/test-eval-device --small \
-        "${seed_args[@]}" >"$logdir/memcheck-eval.log" 2>&1
-    r=$?
-    tail -2 "$logdir/memcheck-eval.log"
-    [ "$r" -eq 0 ] || { echo "gpu-check: test-eval-device memcheck FAILED (exit $r)"; rc=1; }
-fi
+check test-eval-device
+memcheck "$logdir/memcheck-eval.log" ./build/test-eval-device --small "${seed_args[@]}" \
+    || { echo "gpu-check: test-eval-device memcheck FAILED"; rc=1; }
 echo "gpu-check: test-verify-sim (kv sim through the CUDA kernels vs the CPU sim)"
-./build/test-verify-sim "${seed_args[@]}" 2>&1 | tee "$logdir/test-verify-sim.log"
-r=${PIPESTATUS[0]}
-[ "$r" -eq 0 ] || { echo "gpu-check: test-verify-sim FAILED (exit $r)"; rc=1; }
+check test-verify-sim
 
 echo "gpu-check: compute-sanitizer memcheck (small cases)"
-if command -v compute-sanitizer >/dev/null; then
-    compute-sanitizer --tool memcheck --error-exitcode 9 ./build/test-kernels --small "${seed_args[@]}" \
-        >"$logdir/memcheck.log" 2>&1
-    r=$?
-    tail -3 "$logdir/memcheck.log"
-    [ "$r" -eq 0 ] || { echo "gpu-check: memcheck FAILED (exit $r)"; rc=1; }
-else
-    echo "gpu-check: compute-sanitizer not found (skipped)"
-fi
+memcheck "$logdir/memcheck.log" ./build/test-kernels --small "${seed_args[@]}" \
+    || { echo "gpu-check: memcheck FAILED"; rc=1; }
 
 # --- benchmarks -------------------------------------------------------------------------
 if [ "$bench" -eq 1 ]; then

@@ -42,6 +42,7 @@ jobs=${JOBS:-$(nproc)}
 
 # --- libraries the GPU image lacks (jansson, pcre2, utf8proc, cmocka): as gpu-check.sh ---
 . "$here/gpu-deps.sh"
+. "$here/memcheck.sh"
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv 2>&1 | tee "$logdir/nvidia-smi.txt"
 
@@ -69,15 +70,8 @@ r=${PIPESTATUS[0]}
 [ "$r" -eq 0 ] || { echo "gpu-forward-check: check FAILED (exit $r)"; rc=1; }
 
 echo "gpu-forward-check: compute-sanitizer memcheck (tiny models)"
-if command -v compute-sanitizer >/dev/null; then
-    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/test-forward-gpu check --small \
-        "${seed_args[@]}" >"$logdir/memcheck.log" 2>&1
-    r=$?
-    tail -3 "$logdir/memcheck.log"
-    [ "$r" -eq 0 ] || { echo "gpu-forward-check: memcheck FAILED (exit $r)"; rc=1; }
-else
-    echo "gpu-forward-check: compute-sanitizer not found (skipped)"
-fi
+memcheck "$logdir/memcheck.log" ./build/test-forward-gpu check --small "${seed_args[@]}" \
+    || { echo "gpu-forward-check: memcheck FAILED"; rc=1; }
 
 # --- benchmark ----------------------------------------------------------------------------------
 if [ "$bench" -eq 1 ]; then
