@@ -210,7 +210,7 @@ static enum oscar_status cuda_decode(struct oscar_backend_kv * kv, int32_t n_seq
     struct oscar_cuda_decode_args a;
     memset(&a, 0, sizeof a);
     if (n_seq < 1 || n_seq > kv->n_seq) return osc_error(OSCAR_ERR_INVALID, "cuda decode: %d sequences", n_seq);
-    oscar_cuda_decode_splits(n_seq, kv->v.n_head_kv, kv->n_sm, kv->max_len, a.splits);
+    oscar_cuda_decode_splits(n_seq, kv->v.n_head_kv, kv->n_sm, 0, kv->max_len, a.splits);
     {
         int64_t S = a.splits[0] + a.splits[1] + a.splits[2], rows = (int64_t) n_seq * n_head;
         OSCAR_CUDA_TRY(dev_copy(&dq, q, (size_t) (rows * D) * sizeof(float)));

@@ -575,21 +575,49 @@ __global__ void __launch_bounds__(NWARP * 32, NQ == 1 ? 5 : 2) decode_split_int2
 
 // ---- stage 2 ---------------------------------------------------------------------------
 
+#define MAX_SPLITS (3 * OSCAR_CUDA_DECODE_MAX_SPLITS)
+
+// x reduced with op over the block's AD threads; red: AD / 32 floats of shared memory.
+template <typename Op> static __device__ __forceinline__ float block_reduce(float x, float * red, Op op) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, o));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
+    __syncthreads();
+    x = red[0];
+#pragma unroll
+    for (int w = 1; w < AD / 32; w++) x = op(x, red[w]);
+    __syncthreads();
+    return x;
+}
+
+// One CTA per (query head, sequence). The split weights exp(lse_s - max) are formed
+// once in shared memory; each thread then sums its dim over the splits with loads
+// that do not wait on each other (a serial running-max walk over the splits was
+// latency-bound: 17-33 us at batch 1 under ncu, as long as the INT2 split kernel).
 __global__ void __launch_bounds__(AD) decode_merge_kernel(struct oscar_cuda_decode_args a) {
-    __shared__ float so[AD];
+    __shared__ float so[AD], sw[MAX_SPLITS], red[AD / 32];
     int hq = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
     int S = a.splits[0] + a.splits[1] + a.splits[2];
     int64_t row0 = ((int64_t) b * a.n_head + hq) * S;
-    float e_max = -INFINITY, e_sum = 0.0f, o = 0.0f;
-    for (int s = 0; s < S; s++) {
+    float mx = -INFINITY;
+    for (int s = d; s < S; s += AD) {
         float lse = a.lse_part[row0 + s];
-        if (lse == -INFINITY) continue;
-        float n = fmaxf(e_max, lse), al = expf(e_max - n), be = expf(lse - n);
-        o = o * al + be * a.o_part[(row0 + s) * AD + d];
-        e_sum = e_sum * al + be;
-        e_max = n;
+        sw[s] = lse, mx = fmaxf(mx, lse);
     }
-    o = e_sum > 0.0f ? o / e_sum : 0.0f;
+    mx = block_reduce(mx, red, [](float x, float y) { return fmaxf(x, y); });
+    float e = 0.0f;
+    for (int s = d; s < S; s += AD) {
+        float x = sw[s] == -INFINITY ? 0.0f : expf(sw[s] - mx);   // empty splits wrote no o_part
+        sw[s] = x, e += x;
+    }
+    e = block_reduce(e, red, [](float x, float y) { return x + y; });   // also orders sw[] before use
+    float o = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < S; s++) {
+        float v = a.o_part[(row0 + s) * AD + d], ws = sw[s];
+        o += ws > 0.0f ? ws * v : 0.0f;
+    }
+    o = e > 0.0f ? o / e : 0.0f;
     float * out = a.out + ((int64_t) b * a.n_head + hq) * AD;
     if (!a.rv_t) {
         out[d] = o;
@@ -598,16 +626,21 @@ __global__ void __launch_bounds__(AD) decode_merge_kernel(struct oscar_cuda_deco
     so[d] = o;
     __syncthreads();
     float y = 0.0f;
-    for (int e = 0; e < AD; e++) y = fmaf(so[e], a.rv_t[e * AD + d], y);
+    for (int k = 0; k < AD; k++) y = fmaf(so[k], a.rv_t[k * AD + d], y);
     out[d] = y;
 }
 
-extern "C" void oscar_cuda_decode_splits(int32_t n_seq, int32_t n_head_kv, int32_t n_sm, const int64_t max_len[3],
-                                         int32_t splits[3]) {
+// Tokens per split at least 256 for the INT2 tier (its warps pipeline 6 tiles deep) and
+// 64 for the BF16 tiers (a 256-token recent tier in one split per head left batch 1
+// with 16 CTAs on 132 SMs).
+extern "C" void oscar_cuda_decode_splits(int32_t n_seq, int32_t n_head_kv, int32_t n_sm, int32_t max_splits,
+                                         const int64_t max_len[3], int32_t splits[3]) {
+    if (max_splits < 1 || max_splits > OSCAR_CUDA_DECODE_MAX_SPLITS) max_splits = OSCAR_CUDA_DECODE_DEFAULT_SPLITS;
     int64_t base = (int64_t) n_seq * n_head_kv, want = ((int64_t) n_sm * 16 + base - 1) / base;
-    if (want > 64) want = 64;   // the merge walks the splits serially: more costs more than it fills (batch 1)
+    if (want > max_splits) want = max_splits;
+    const int64_t min_tokens[3] = { 64, 256, 64 };
     for (int t = 0; t < 3; t++) {
-        int64_t cap = (max_len[t] + 255) / 256, s = want < cap ? want : cap;
+        int64_t cap = (max_len[t] + min_tokens[t] - 1) / min_tokens[t], s = want < cap ? want : cap;
         splits[t] = (int32_t) (s < 1 ? 1 : s);
     }
 }
@@ -622,6 +655,9 @@ extern "C" enum oscar_status oscar_cuda_decode_attention(const struct oscar_cuda
     if (ps < 1 || (ps & (ps - 1)) != 0) return osc_error(OSCAR_ERR_UNSUPPORTED, "cuda decode: page size %d", ps);
     if (a->splits[0] < 1 || a->splits[1] < 1 || a->splits[2] < 1 || a->n_seq < 1)
         return osc_error(OSCAR_ERR_INVALID, "cuda decode: splits and batch must be >= 1");
+    if (a->splits[0] + a->splits[1] + a->splits[2] > MAX_SPLITS)
+        return osc_error(OSCAR_ERR_INVALID, "cuda decode: %d splits in all (at most %d)",
+                         a->splits[0] + a->splits[1] + a->splits[2], MAX_SPLITS);
     cudaStream_t s = (cudaStream_t) stream;
     dim3 gi(a->splits[1], kv->n_head_kv, a->n_seq), gh(a->splits[0] + a->splits[2], kv->n_head_kv, a->n_seq);
     if (a->n_head / kv->n_head_kv <= 4) decode_split_int2_kernel<1><<<gi, NWARP * 32, 0, s>>>(*a);

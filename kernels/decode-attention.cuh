@@ -53,10 +53,14 @@ struct oscar_cuda_decode_args {
     float * out;                        // [B, Hq, D] fp32
 };
 
+#define OSCAR_CUDA_DECODE_DEFAULT_SPLITS 64   // per tier
+#define OSCAR_CUDA_DECODE_MAX_SPLITS 128      // per tier (the merge kernel's shared memory)
+
 // Split counts that fill the device: max_len[3] = the longest tier run of each
-// kind in the batch. BF16-only caches put everything in tier 0.
-void oscar_cuda_decode_splits(int32_t n_seq, int32_t n_head_kv, int32_t n_sm, const int64_t max_len[3],
-                              int32_t splits[3]);
+// kind in the batch. BF16-only caches put everything in tier 0. max_splits caps
+// each tier (<= 0: the default).
+void oscar_cuda_decode_splits(int32_t n_seq, int32_t n_head_kv, int32_t n_sm, int32_t max_splits,
+                              const int64_t max_len[3], int32_t splits[3]);
 // Launches the split kernel and the merge kernel on `stream`. Asynchronous.
 enum oscar_status oscar_cuda_decode_attention(const struct oscar_cuda_decode_args * a, void * stream);
 

@@ -2,7 +2,7 @@
 // kernel of the same structure (and PyTorch SDPA numbers read from a CSV made
 // by bench-sdpa.py in the same run), and the INT2 write path (style.md rule 14).
 //
-//   bench-decode [--reps N] [--sdpa sdpa.csv] [--csv out.csv]
+//   bench-decode [--reps N] [--sdpa sdpa.csv] [--csv out.csv] [--max-splits N (per tier, <= 128)]
 // Shapes: Hq 32, Hkv 8, D 128, contexts 8k/32k/128k, batch 1/8/32; INT2 cache
 // = 64 BF16 sink + 256 BF16 recent + INT2 middle, fp32 scale/zero, page 8 with
 // randomly permuted pages. Timing: cudaEvents around both kernels (split +
@@ -174,12 +174,13 @@ static double sdpa_lookup(const char * path, int64_t L, int B) {
 }
 
 int main(int argc, char ** argv) {
-    int reps = 20;
+    int reps = 20, max_splits = 0;
     const char * sdpa = NULL, * csv = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sdpa") && i + 1 < argc) sdpa = argv[++i];
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
+        else if (!strcmp(argv[i], "--max-splits") && i + 1 < argc) max_splits = atoi(argv[++i]);
     }
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
@@ -188,8 +189,9 @@ int main(int argc, char ** argv) {
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s, %d SMs, L2 %d MB, commit %s\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
-           getenv("OSCAR_COMMIT") ? getenv("OSCAR_COMMIT") : "?");
+    printf("device: %s, %d SMs, L2 %d MB, commit %s, splits per tier at most %d\n", prop.name,
+           prop.multiProcessorCount, prop.l2CacheSize >> 20, getenv("OSCAR_COMMIT") ? getenv("OSCAR_COMMIT") : "?",
+           max_splits > 0 ? max_splits : OSCAR_CUDA_DECODE_DEFAULT_SPLITS);
     size_t flush_bytes = 256u << 20;
     void * flush;
     CK(cudaMalloc(&flush, flush_bytes));
@@ -224,7 +226,7 @@ int main(int argc, char ** argv) {
                 make_cache(c, B, L, Hkv, kind == 0);
                 oscar_cuda_decode_args args = oscar_cuda_decode_args();
                 args.kv = c.v, args.n_seq = B, args.n_head = Hq, args.q = q, args.rv_t = NULL, args.out = out_d;
-                oscar_cuda_decode_splits(B, Hkv, prop.multiProcessorCount, c.max_len, args.splits);
+                oscar_cuda_decode_splits(B, Hkv, prop.multiProcessorCount, max_splits, c.max_len, args.splits);
                 int S = args.splits[0] + args.splits[1] + args.splits[2];
                 CK(cudaMalloc(&op, (size_t) B * Hq * S * D * 4)); CK(cudaMalloc(&lp, (size_t) B * Hq * S * 4));
                 args.o_part = op, args.lse_part = lp;
