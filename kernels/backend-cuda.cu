@@ -243,6 +243,7 @@ out:
 static const struct oscar_backend_i cuda_backend = {
     "cuda", cuda_rotate_quantize, cuda_kv_upload, cuda_kv_write_int2, cuda_kv_read_int2, cuda_decode, cuda_kv_free,
     osc_cuda_eval_open, osc_cuda_eval_layer, osc_cuda_eval_out_err, osc_cuda_eval_candidates, osc_cuda_eval_free,
+    OSCAR_CUDA_KV_HEAD_DIM,
 };
 
 extern "C" enum oscar_status osc_backend_cuda(const struct oscar_backend_i ** out) {

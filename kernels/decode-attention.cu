@@ -16,7 +16,7 @@
 
 #include <cuda_bf16.h>
 
-#define AD      128   // head dim
+#define AD      OSCAR_CUDA_KV_HEAD_DIM   // head dim
 #define TOK     16    // tokens per tile
 #define NWARP   4
 #define MAXG    8

@@ -53,6 +53,7 @@ struct oscar_cuda_decode_args {
     float * out;                        // [B, Hq, D] fp32
 };
 
+#define OSCAR_CUDA_KV_HEAD_DIM 128            // the decode and INT2 write kernels' head_dim
 #define OSCAR_CUDA_DECODE_DEFAULT_SPLITS 64   // per tier
 #define OSCAR_CUDA_DECODE_MAX_SPLITS 128      // per tier (the merge kernel's shared memory)
 

@@ -91,6 +91,9 @@ struct oscar_backend_i {
                                          int32_t n_cand, bool v_per_head, double * k_num, double * k_den,
                                          double * v_num, double * v_den);
     void (*eval_free)(struct oscar_backend_eval * e);
+
+    // The head_dim the INT2 write path and decode attention are built for (0: any).
+    int32_t kv_head_dim;
 };
 
 // "cpu" (always) or "cuda". Returns OSCAR_ERR_UNSUPPORTED with "CUDA backend not

@@ -68,9 +68,10 @@ static json_t * report_json(const struct oscar_verify_report * r) {
             oscar_layer_metrics_add(&all, &m->layers[l]);
             drift_last = m->drift[l];
         }
-        json_t * o = json_pack("{s:s,s:f,s:f,s:f,s:I,s:f,s:o,s:o,s:{s:I,s:I,s:I},s:{s:I,s:I,s:I}}", "name", m->name,
-                               "bpe", m->bpe, "ppl", m->ppl, "nll_sum", m->nll_sum, "n_scored",
-                               (json_int_t) m->n_scored, "seconds", m->seconds, "mean",
+        json_t * o = json_pack("{s:s,s:f,s:f,s:f,s:I,s:f,s:s,s:o,s:o,s:{s:I,s:I,s:I},s:{s:I,s:I,s:I}}", "name",
+                               m->name, "bpe", m->bpe, "ppl", m->ppl, "nll_sum", m->nll_sum, "n_scored",
+                               (json_int_t) m->n_scored, "seconds", m->seconds, "kv_sim",
+                               m->kv_sim[0] ? m->kv_sim : "none", "mean",
                                layer_json(&all, drift_last), "layers", layers, "k_quant", "rows",
                                (json_int_t) m->k_stats.n_rows, "degenerate", (json_int_t) m->k_stats.n_degenerate,
                                "clipped", (json_int_t) m->k_stats.n_clipped, "v_quant", "rows",

@@ -18,6 +18,8 @@ struct oscar_verify_method {
     int64_t n_scored;
     double ppl;
     double seconds;                         // perplexity forward time of this method
+    char   kv_sim[16];                      // where its quantized cache was simulated: "cpu", a backend
+                                            // name, or "" (bf16: no quantized cache)
     struct oscar_layer_metrics * layers;    // [n_layer] (held-out slice)
     double * drift;                         // [n_layer] hidden-state relative MSE after each layer
     struct oscar_quant_stats k_stats, v_stats;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "backend/forward-backend.h"
 #include "util/fs.h"
 #include "util/log.h"
@@ -74,6 +75,8 @@ struct vrun {
 };
 enum { LOGIT_BLOCK = 64 };
 
+static bool on_device(const struct vrun * r) { return r->p->device && strcmp(r->p->device, "cpu") != 0; }
+
 static enum oscar_status setup_methods(struct vrun * r, const struct oscar_artifact * art, int32_t maxT) {
     const struct oscar_model_config * c = &r->m->config;
     const struct oscar_verify_params * p = r->p;
@@ -84,6 +87,9 @@ static enum oscar_status setup_methods(struct vrun * r, const struct oscar_artif
                                .n_flush = p->page, .prompt_len = p->prompt ? p->prompt : p->sink, .block = 1};
     r->ms = calloc((size_t) r->nm, sizeof *r->ms);
     if (!r->ms) return osc_error(OSCAR_ERR_NOMEM, "method table");
+    const struct oscar_backend_i * be = NULL;   // a usable device, checked before any method falls back from it
+    if (on_device(r) && (st = oscar_backend_get(p->device, &be)) != OSCAR_OK)
+        return osc_error_prefix(st, "verify --device %s", p->device);
     for (int32_t i = 0; i < r->nm && st == OSCAR_OK; i++) {
         const char * preset = method_table[method_index(names[i])].preset;
         st = oscar_kv_transform_preset(preset, r->L, c->n_head_kv, c->head_dim, p->group_size, p->scale_dtype, &tr,
@@ -99,9 +105,20 @@ static enum oscar_status setup_methods(struct vrun * r, const struct oscar_artif
         if (!mt->layers || !mt->drift) st = osc_error(OSCAR_ERR_NOMEM, "method %s: layer tables", names[i]);
         if (st == OSCAR_OK && r->tfs[i].quant != OSCAR_KVQ_IDENTITY)
             st = oscar_kv_sim_init(&r->tfs[i], c, maxT, p->n_threads, &r->sims[i]);
-        if (st == OSCAR_OK && r->sims[i] && p->device && strcmp(p->device, "cpu") != 0) {
+        if (st == OSCAR_OK && r->sims[i]) snprintf(mt->kv_sim, sizeof mt->kv_sim, "cpu");
+        if (st == OSCAR_OK && r->sims[i] && be) {
+            // What the device's kernels do not cover (other quantizers, head_dim) keeps the
+            // CPU simulation as its attention; the forward passes stay on the device.
             st = oscar_kv_sim_dev_init(p->device, &r->tfs[i], c, maxT, &r->dsims[i]);
-            if (st != OSCAR_OK) osc_error_prefix(st, "method %s on %s", names[i], p->device);
+            if (st == OSCAR_ERR_UNSUPPORTED) {
+                osc_warn("verify: method %s: %s; its quantized cache is simulated on the CPU", names[i],
+                         oscar_last_error());
+                st = OSCAR_OK;
+            } else if (st == OSCAR_OK) {
+                snprintf(mt->kv_sim, sizeof mt->kv_sim, "%s", p->device);
+            } else {
+                osc_error_prefix(st, "method %s on %s", names[i], p->device);
+            }
         }
     }
     return st;
@@ -138,8 +155,6 @@ static enum oscar_status on_layer(void * user, const struct oscar_capture_layer 
     }
     return OSCAR_OK;
 }
-
-static bool on_device(const struct vrun * r) { return r->p->device && strcmp(r->p->device, "cpu") != 0; }
 
 // One forward over the metric slice; method < 0: the exact model with the metrics hook. With
 // a device the pass runs there (its host hook copies each layer's tensors back).

@@ -60,9 +60,11 @@ struct oscar_verify_params {
                                           // quantizer stats) or a backend such as "cuda" (the device
                                           // forward pass, bf16 weights and activations, with
                                           // lib/verify/kv-sim-device.h as its attention: write kernel +
-                                          // fused tiered decode; INT2 methods with G = D only); the
-                                          // metrics / drift pass's forward too (its metrics are
-                                          // computed on the host from the layers the pass copies back).
+                                          // fused tiered decode; INT2 methods with G = D = the kernels'
+                                          // head_dim; other methods keep the CPU simulation, with a
+                                          // warning, and report kv_sim "cpu"); the metrics / drift
+                                          // pass's forward too (its metrics are computed on the host
+                                          // from the layers the pass copies back).
     bool gpu_fp32;                        // device forward pass in fp32 (oscar_fwd_params.fp32)
 };
 

@@ -2,7 +2,9 @@
 // one fused decode launch per layer window) against metrics.h's CPU kv sim:
 // (1) one layer of random q/k/v in every tiering mode, (2) perplexity of a
 // random-init Llama-shaped model (D = 128, GQA 4) on a synthetic token stream, with
-// the CPU forward pass and (3) with the CUDA forward pass (oscar-verify --device cuda).
+// the CPU forward pass and (3) with the CUDA forward pass, (4) oscar_verify_run with
+// --device cuda against the CPU: INT2 on the CUDA simulation, and the CPU-simulation
+// fallbacks for a quantizer (INT4) and a head_dim (64) the kernels lack.
 //
 //   test-verify-sim [--seed N]      exit 0 pass, 1 fail, 77 no CUDA backend
 //
@@ -52,6 +54,44 @@ static enum oscar_status ppl_device(const struct oscar_model * m, const int32_t 
     free(lg);
     *ppl = n ? exp(nll / (double) n) : 0.0;
     return st;
+}
+
+// oscar_verify_run with --device cuda --gpu-precision fp32 against the CPU run: every forward
+// pass (metrics slice, drift, perplexity windows) on the device. The fp32 device pass equals
+// the CPU pass to ~1e-6 (test-forward-gpu), so perplexities differ by what the kv simulation
+// may move: 4e-3 in ln for the CUDA simulation (as above), and for the CPU simulation (the
+// same code on inputs within ~1e-6) only by rare flipped codes: 1e-3. The per-layer metrics,
+// computed by the same host code on inputs within ~1e-6, differ by far less than 1e-2
+// relative (a flipped INT2 code among the slice's 128 x 2 rows moves out_rel by ~1e-3).
+// Method 1's quantized cache must have been simulated on `want_sim`.
+static int verify_run_compare(const struct oscar_model * model, const int32_t * tok, int32_t N, const char * methods,
+                              const char * want_sim, double ppl_bound) {
+    struct oscar_verify_params vp = oscar_verify_default_params();
+    vp.methods = methods, vp.ctx = 256, vp.sink = 16, vp.recent = 64, vp.tokens = 512;
+    vp.metric_tokens = 128;
+    struct oscar_verify_report rc, rg;
+    memset(&rc, 0, sizeof rc), memset(&rg, 0, sizeof rg);
+    enum oscar_status st = oscar_verify_run(model, NULL, tok, (size_t) N, &vp, &rc);
+    vp.device = "cuda", vp.gpu_fp32 = true;
+    if (st == OSCAR_OK) st = oscar_verify_run(model, NULL, tok, (size_t) N, &vp, &rg);
+    double dppl = 0.0, dout = 0.0;
+    for (int32_t i = 0; st == OSCAR_OK && i < rc.n_methods; i++) {
+        dppl = fmax(dppl, fabs(log(rg.methods[i].ppl) - log(rc.methods[i].ppl)));
+        for (int32_t l = 0; l < rc.n_layer; l++) {
+            double a = rg.methods[i].layers[l].out_rel, b0 = rc.methods[i].layers[l].out_rel;
+            dout = fmax(dout, b0 > 0.0 ? fabs(a - b0) / b0 : fabs(a));
+        }
+    }
+    const char * sim = st == OSCAR_OK && rg.n_methods > 1 ? rg.methods[1].kv_sim : "?";
+    int ok = st == OSCAR_OK && dppl <= ppl_bound && dout <= 1e-2 && strcmp(sim, want_sim) == 0;
+    printf("%s VERIFY_RUN(cuda fp32 vs cpu, %s, %s D=%d, ctx 256 x 2, metrics 128): kv sim %s (want %s), ppl cpu "
+           "%.6f cuda %.6f, max |d ln ppl| %.3e (bound %.0e), max layer out_rel rel diff %.3e (bound 1e-2)%s%s\n",
+           ok ? "ok  " : "FAIL", methods, model->config.name, model->config.head_dim, sim, want_sim,
+           rc.n_methods > 1 ? rc.methods[1].ppl : 0.0, rg.n_methods > 1 ? rg.methods[1].ppl : 0.0, dppl, ppl_bound,
+           dout, st ? " " : "", st ? oscar_last_error() : "");
+    oscar_verify_report_free(&rc);
+    oscar_verify_report_free(&rg);
+    return ok;
 }
 
 int main(int argc, char ** argv) {
@@ -133,37 +173,19 @@ int main(int argc, char ** argv) {
            "|d ln ppl| %.3e (bound %.3e)%s%s\n", ok ? "ok  " : "FAIL", e0.ppl, g_exact, fwd_d, r0.ppl, g_sim, dd,
            fwd_d + 4e-3, st ? " " : "", st ? oscar_last_error() : "");
     fail |= !ok;
-    // oscar_verify_run end to end, --device cuda --gpu-precision fp32 vs the CPU: every forward
-    // pass (metrics slice, drift, perplexity windows) on the device. The fp32 device pass
-    // equals the CPU pass to ~1e-6 (test-forward-gpu), so perplexities differ by what the
-    // kv simulation may move (4e-3 in ln, as above) and the per-layer metrics, computed by the
-    // same host code on inputs that differ by ~1e-6, by far less than 1e-2 relative (a flipped
-    // INT2 code among the slice's 128 x 2 rows moves a layer's out_rel by ~1e-3).
+    // oscar_verify_run end to end, --device cuda --gpu-precision fp32 vs the CPU (see
+    // verify_run_compare): INT2 on the CUDA simulation, then two fallbacks to the CPU
+    // simulation under the device forward: a quantizer the kernels lack, a head_dim they lack.
     if (st == OSCAR_OK) {
-        struct oscar_verify_params vp = oscar_verify_default_params();
-        vp.methods = "bf16,hadamard", vp.ctx = 256, vp.sink = 16, vp.recent = 64, vp.tokens = 512;
-        vp.metric_tokens = 128;
-        struct oscar_verify_report rc, rg;
-        memset(&rc, 0, sizeof rc), memset(&rg, 0, sizeof rg);
-        st = oscar_verify_run(model, NULL, tok, (size_t) N, &vp, &rc);
-        vp.device = "cuda", vp.gpu_fp32 = true;
-        if (st == OSCAR_OK) st = oscar_verify_run(model, NULL, tok, (size_t) N, &vp, &rg);
-        double dppl = 0.0, dout = 0.0;
-        for (int32_t i = 0; st == OSCAR_OK && i < rc.n_methods; i++) {
-            dppl = fmax(dppl, fabs(log(rg.methods[i].ppl) - log(rc.methods[i].ppl)));
-            for (int32_t l = 0; l < rc.n_layer; l++) {
-                double a = rg.methods[i].layers[l].out_rel, b0 = rc.methods[i].layers[l].out_rel;
-                dout = fmax(dout, b0 > 0.0 ? fabs(a - b0) / b0 : fabs(a));
-            }
-        }
-        ok = st == OSCAR_OK && dppl <= 4e-3 && dout <= 1e-2;
-        printf("%s VERIFY_RUN(cuda fp32 vs cpu, bf16 + hadamard, ctx 256 x 2, metrics 128): hadamard ppl cpu %.6f "
-               "cuda %.6f, max |d ln ppl| %.3e (bound 4e-3), max layer out_rel rel diff %.3e (bound 1e-2)%s%s\n",
-               ok ? "ok  " : "FAIL", rc.n_methods > 1 ? rc.methods[1].ppl : 0.0,
-               rg.n_methods > 1 ? rg.methods[1].ppl : 0.0, dppl, dout, st ? " " : "", st ? oscar_last_error() : "");
-        fail |= !ok;
-        oscar_verify_report_free(&rc);
-        oscar_verify_report_free(&rg);
+        fail |= !verify_run_compare(model, tok, N, "bf16,hadamard", "cuda", 4e-3);
+        fail |= !verify_run_compare(model, tok, N, "bf16,int4-bdh", "cpu", 1e-3);
+        struct oscar_model_config c64 = c;
+        c64.n_head = 4, c64.head_dim = 64;
+        strcpy(c64.name, "random-llama-d64");
+        struct oscar_model * m64 = NULL;
+        st = oscar_model_init_random(&c64, seed + 1, &m64);
+        fail |= st != OSCAR_OK || !verify_run_compare(m64, tok, N, "bf16,hadamard", "cpu", 1e-3);
+        oscar_model_free(m64);
     }
     oscar_kv_sim_free(cs);
     oscar_kv_sim_dev_free(ds);

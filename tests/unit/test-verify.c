@@ -345,6 +345,9 @@ static void test_run_random_model(void ** state) {
         }
     }
     assert_true(rep.methods[1].bpe < 16 && rep.methods[3].bpe > rep.methods[2].bpe);
+    // where each quantized cache was simulated: nowhere for bf16, the CPU for the rest
+    assert_string_equal(rep.methods[0].kv_sim, "");
+    for (int32_t i = 1; i < 5; i++) assert_string_equal(rep.methods[i].kv_sim, "cpu");
     oscar_verify_report_free(&rep);
     // nothing INT2: every method equals bf16 up to the bf16 rounding of the cache rows (rel <= 2^-9 per
     // element, so each attention score and value moves by <= 2^-9 ~ 2e-3 relative, and the NLL, a
@@ -407,6 +410,7 @@ static void fake_report(struct oscar_verify_report * r, struct oscar_verify_meth
     for (int i = 0; i < 2; i++) {
         memset(&ms[i], 0, sizeof ms[i]);
         snprintf(ms[i].name, sizeof ms[i].name, "%s", i ? "oscar" : "bf16");
+        snprintf(ms[i].kv_sim, sizeof ms[i].kv_sim, "%s", i ? "cuda" : "");
         ms[i].bpe = i ? 2.5 : 16, ms[i].ppl = 10 + i, ms[i].n_scored = 126, ms[i].layers = lm + 3 * i;
         ms[i].drift = drift + 3 * i;
         for (int l = 0; l < 3; l++) {
@@ -446,8 +450,8 @@ static void test_report_json_schema(void ** state) {
     assert_int_equal(json_integer_value(json_object_get(cfgj, "recent")), 8);
     json_t * jm = json_object_get(j, "methods");
     assert_int_equal(json_array_size(jm), 2);
-    static const char * const mk[] = {"name", "bpe", "ppl", "nll_sum", "n_scored", "seconds", "mean", "layers",
-                                      "k_quant", "v_quant"};
+    static const char * const mk[] = {"name", "bpe", "ppl", "nll_sum", "n_scored", "seconds", "kv_sim", "mean",
+                                      "layers", "k_quant", "v_quant"};
     static const char * const lk[] = {"k_rel_mse", "v_rel_mse", "logit_err", "kl", "out_rel", "hidden_drift",
                                       "n_rows", "n_rows_int2", "n_pairs", "n_pairs_int2"};
     for (size_t i = 0; i < 2; i++) {
@@ -458,6 +462,7 @@ static void test_report_json_schema(void ** state) {
         for (size_t l = 0; l < 3; l++)
             for (size_t k = 0; k < sizeof lk / sizeof lk[0]; k++)
                 assert_non_null(json_object_get(json_array_get(layers, l), lk[k]));
+        assert_string_equal(json_string_value(json_object_get(m, "kv_sim")), i ? "cuda" : "none");
         // values round-trip: layer 2 K relMSE = i * 3 / 10, drift = i * 3e-3; mean drift = last layer
         assert_true(fabs(json_real_value(json_object_get(json_array_get(layers, 2), "k_rel_mse")) - 0.3 * (double) i) < 1e-12);
         assert_true(fabs(json_real_value(json_object_get(json_object_get(m, "mean"), "hidden_drift")) - 3e-3 * (double) i) < 1e-12);
