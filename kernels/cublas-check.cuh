@@ -1,4 +1,4 @@
-// cublas-check.cuh - cuBLAS status checks in the style of OSCAR_CUDA_CHECK: the
+// cublas-check.cuh - cuBLAS status checks, the same as OSCAR_CUDA_CHECK / _TRY: the
 // statement, function and file:line go into the oscar error message.
 #ifndef OSCAR_KERNELS_CUBLAS_CHECK_CUH
 #define OSCAR_KERNELS_CUBLAS_CHECK_CUH
@@ -11,20 +11,6 @@
 // failure maps to OSCAR_ERR_NOMEM.
 enum oscar_status osc_cublas_error(cublasStatus_t s, const char * stmt, const char * func, const char * file, int line);
 
-#define OSCAR_CUBLAS_CHECK(x)                                                       \
-    do {                                                                            \
-        cublasStatus_t osc_blas_s_ = (x);                                           \
-        if (osc_blas_s_ != CUBLAS_STATUS_SUCCESS)                                   \
-            return osc_cublas_error(osc_blas_s_, #x, __func__, __FILE__, __LINE__); \
-    } while (0)
-
-// Variant for functions with a single exit: sets `st` and jumps to `out`.
-#define OSCAR_CUBLAS_TRY(x)                                                         \
-    do {                                                                            \
-        cublasStatus_t osc_blas_s_ = (x);                                           \
-        if (osc_blas_s_ != CUBLAS_STATUS_SUCCESS) {                                 \
-            st = osc_cublas_error(osc_blas_s_, #x, __func__, __FILE__, __LINE__);   \
-            goto out;                                                               \
-        }                                                                           \
-    } while (0)
+#define OSCAR_CUBLAS_CHECK(x) OSC_STATUS_CHECK(cublasStatus_t, CUBLAS_STATUS_SUCCESS, osc_cublas_error, (x), #x)
+#define OSCAR_CUBLAS_TRY(x)   OSC_STATUS_TRY(cublasStatus_t, CUBLAS_STATUS_SUCCESS, osc_cublas_error, (x), #x)
 #endif

@@ -15,12 +15,26 @@ extern "C" {
 // Records "CUDA error: <msg> in <stmt> (<func> at <file>:<line>, device <n>)".
 enum oscar_status osc_cuda_error(cudaError_t e, const char * stmt, const char * func, const char * file, int line);
 
-#define OSCAR_CUDA_CHECK(x)                                                         \
+// Status checks for libraries whose calls return a status code (CUDA runtime, cuBLAS):
+// a code other than `ok` becomes an oscar error through report(code, text, __func__,
+// __FILE__, __LINE__) and is returned (CHECK) or stored in `st` with a jump to `out` (TRY,
+// for functions with a single exit). text is the call as written.
+#define OSC_STATUS_CHECK(type, ok, report, call, text)                              \
     do {                                                                            \
-        cudaError_t osc_cuda_e_ = (x);                                              \
-        if (osc_cuda_e_ != cudaSuccess)                                             \
-            return osc_cuda_error(osc_cuda_e_, #x, __func__, __FILE__, __LINE__);   \
+        type osc_status_ = (call);                                                  \
+        if (osc_status_ != (ok)) return report(osc_status_, text, __func__, __FILE__, __LINE__); \
     } while (0)
+#define OSC_STATUS_TRY(type, ok, report, call, text)                                \
+    do {                                                                            \
+        type osc_status_ = (call);                                                  \
+        if (osc_status_ != (ok)) {                                                  \
+            st = report(osc_status_, text, __func__, __FILE__, __LINE__);           \
+            goto out;                                                               \
+        }                                                                           \
+    } while (0)
+
+#define OSCAR_CUDA_CHECK(x) OSC_STATUS_CHECK(cudaError_t, cudaSuccess, osc_cuda_error, (x), #x)
+#define OSCAR_CUDA_TRY(x)   OSC_STATUS_TRY(cudaError_t, cudaSuccess, osc_cuda_error, (x), #x)
 
 // OSCAR_OK when a CUDA device is usable; otherwise OSCAR_ERR_UNSUPPORTED with
 // "<what>no CUDA device (<reason>)" (what: a message prefix such as "forward: ").
@@ -30,15 +44,4 @@ enum oscar_status osc_cuda_require_device(const char * what);
 // defined, execution errors too).
 #define OSCAR_CUDA_CHECK_LAUNCH() OSCAR_CUDA_CHECK(cudaGetLastError())
 
-
-
-// Variant for functions with a single exit: sets `st` and jumps to `out`.
-#define OSCAR_CUDA_TRY(x)                                                           \
-    do {                                                                            \
-        cudaError_t osc_cuda_e_ = (x);                                              \
-        if (osc_cuda_e_ != cudaSuccess) {                                           \
-            st = osc_cuda_error(osc_cuda_e_, #x, __func__, __FILE__, __LINE__);     \
-            goto out;                                                               \
-        }                                                                           \
-    } while (0)
 #endif

@@ -156,8 +156,9 @@ static enum oscar_status on_layer(void * user, const struct oscar_capture_layer 
     return OSCAR_OK;
 }
 
-// One forward over the metric slice; method < 0: the exact model with the metrics hook. With
-// a device the pass runs there (its host hook copies each layer's tensors back).
+// One forward over the metric slice; method < 0: the exact model with the metrics hook. It
+// runs on p->device through the forward backend ("cpu" or none: lib/model's forward; a GPU:
+// its host hook copies each layer's tensors back).
 static enum oscar_status metric_forward(struct vrun * r, const int32_t * ids, int32_t method) {
     struct ref_hook h = {.r = r, .metrics = method < 0, .resid = method < 0 ? r->resid_ref : r->resid_cur};
     struct oscar_capture_hook hk = {.on_layer = on_layer, .user = &h};
@@ -165,24 +166,13 @@ static enum oscar_status metric_forward(struct vrun * r, const int32_t * ids, in
     if (method >= 0) ov = method_override(r, method);
     int32_t ss[2] = {0, r->MT};
     struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = ids, .pos = NULL};
-    enum oscar_status st;
-    if (on_device(r)) {
-        struct oscar_fwd_params fp = oscar_fwd_default_params();
-        fp.device = r->p->device, fp.max_tokens = r->MT, fp.hook = &hk, fp.fp32 = r->p->gpu_fp32;
-        fp.attention = ov.attend ? &ov : NULL;
-        struct oscar_fwd * f = NULL;
-        st = oscar_fwd_init(r->m, &fp, &f);
-        if (st == OSCAR_OK) st = oscar_fwd_run(f, &b, NULL);
-        oscar_fwd_free(f);
-        return st;
-    }
-    struct oscar_forward_params fp = oscar_forward_default_params();
-    fp.n_threads = r->p->n_threads, fp.max_tokens = r->MT, fp.hook = &hk;
-    fp.attention = ov.attend ? &ov : NULL;
-    struct oscar_forward * f = NULL;
-    st = oscar_forward_init(r->m, &fp, &f);
-    if (st == OSCAR_OK) st = oscar_forward_run(f, &b, NULL);
-    oscar_forward_free(f);
+    struct oscar_fwd_params fp = oscar_fwd_default_params();
+    fp.device = r->p->device, fp.n_threads = r->p->n_threads, fp.max_tokens = r->MT, fp.hook = &hk;
+    fp.fp32 = r->p->gpu_fp32, fp.attention = ov.attend ? &ov : NULL;
+    struct oscar_fwd * f = NULL;
+    enum oscar_status st = oscar_fwd_init(r->m, &fp, &f);
+    if (st == OSCAR_OK) st = oscar_fwd_run(f, &b, NULL);
+    oscar_fwd_free(f);
     return st;
 }
 
