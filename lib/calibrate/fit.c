@@ -1,7 +1,6 @@
 // fit.c - rotations from a finished accumulator (eigh + composition per layer
 // or per KV head, lib/rotation/fit). Refuses nothing beyond what
 // oscar_fit_stats refuses; records the worst orthogonality error.
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,15 +30,10 @@ enum oscar_status oscar_calib_fit_rotations(const struct oscar_stats * s, const 
     f->v_eig = malloc(LR * D * sizeof(float));
     struct oscar_fit_report * rep = calloc(LR, sizeof(*rep));
     enum oscar_status st = OSCAR_ERR_NOMEM;
-    int32_t nt_blas = 0;
     if (!f->k_rot || !f->v_rot || !f->k_eig || !f->v_eig || !rep) {
         st = osc_error(OSCAR_ERR_NOMEM, "fit: out of memory");
         goto out;
     }
-    // LAPACK's dsyevd calls multithreaded BLAS whose blocking depends on the thread
-    // count; pin it to one thread so that --threads never changes the bytes.
-    nt_blas = openblas_get_num_threads();
-    openblas_set_num_threads(1);
     if ((st = oscar_fit_stats(s, p->k_objective, p->grouping, p->composition, f->k_rot, f->k_eig, rep)) != OSCAR_OK)
         goto out;
     for (size_t i = 0; i < LR; i++)
@@ -50,7 +44,6 @@ enum oscar_status oscar_calib_fit_rotations(const struct oscar_stats * s, const 
         if (rep[i].orth_err > f->orth_err_max) f->orth_err_max = rep[i].orth_err;
     st = OSCAR_OK;
 out:
-    if (nt_blas > 0) openblas_set_num_threads(nt_blas);
     free(rep);
     if (st != OSCAR_OK) oscar_calib_fit_free(f);
     if (t) t->eigh += osc_now() - t0;

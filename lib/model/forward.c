@@ -12,13 +12,13 @@
 // unordered sequences, and models whose shapes do not fit together. The built-in
 // attention sees only the tokens of the same sequence in this batch (there is no
 // KV cache); a sequence fed in chunks needs an attention override that keeps one.
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/model.h"
+#include "util/blas.h"
 
 enum { ATT_BQ = 64, ATT_TILE = 64 }; // query rows per attention task, keys per softmax tile
 
@@ -117,7 +117,6 @@ enum oscar_status oscar_forward_init(const struct oscar_model * m, const struct 
     f->m         = m;
     f->p         = *params;
     f->n_threads = params->n_threads > 0 ? params->n_threads : omp_get_max_threads();
-    if (params->n_threads > 0) openblas_set_num_threads(params->n_threads);
     const struct oscar_model_config * c = &m->config;
     size_t T = (size_t)params->max_tokens, C = (size_t)c->n_embd, D = (size_t)c->head_dim;
     size_t Q = (size_t)c->n_head * D, KV = (size_t)c->n_head_kv * D, F = (size_t)c->n_ff;
@@ -172,8 +171,8 @@ static void rmsnorm(float * y, const float * x, const float * w, int32_t T, int3
 
 // y[T, N] = x[T, K] @ w[N, K]^T (+ b[N]), or y += ... when accumulate.
 static void linear(float * y, const float * x, const float * w, const float * b, int32_t T, int32_t N, int32_t K,
-                   bool accumulate) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, N, K, 1.0f, x, K, w, K, accumulate ? 1.0f : 0.0f, y, N);
+                   bool accumulate, int nt) {
+    osc_sgemm(nt, CblasNoTrans, CblasTrans, T, N, K, 1.0f, x, K, w, K, accumulate ? 1.0f : 0.0f, y, N);
     if (b) {
         for (int32_t t = 0; t < T; t++)
             for (int32_t i = 0; i < N; i++) y[(size_t)t * N + i] += b[i];
@@ -330,9 +329,9 @@ static enum oscar_status run_layer(struct oscar_forward * f, const struct oscar_
     enum oscar_status st = OSCAR_OK;
 
     rmsnorm(f->xn, f->x, w->attn_norm, T, C, c->rms_eps, f->n_threads);
-    linear(f->q, f->xn, w->wq, w->bq, T, Q, C, false);
-    linear(f->k, f->xn, w->wk, w->bk, T, KV, C, false);
-    linear(f->v, f->xn, w->wv, w->bv, T, KV, C, false);
+    linear(f->q, f->xn, w->wq, w->bq, T, Q, C, false, f->n_threads);
+    linear(f->k, f->xn, w->wk, w->bk, T, KV, C, false, f->n_threads);
+    linear(f->v, f->xn, w->wv, w->bv, T, KV, C, false, f->n_threads);
     norm_rope(f, f->q, T, c->n_head, c->qk_norm ? w->q_norm : NULL);
     norm_rope(f, f->k, T, c->n_head_kv, c->qk_norm ? w->k_norm : NULL);
 
@@ -347,13 +346,13 @@ static enum oscar_status run_layer(struct oscar_forward * f, const struct oscar_
         st = oscar_attention_causal(&f->n_threads, l, &cap, f->att);
         if (st != OSCAR_OK) return st;
     }
-    linear(f->x, f->att, w->wo, NULL, T, C, Q, true); // residual += attn @ W_O^T
+    linear(f->x, f->att, w->wo, NULL, T, C, Q, true, f->n_threads); // residual += attn @ W_O^T
 
     rmsnorm(f->xn, f->x, w->ffn_norm, T, C, c->rms_eps, f->n_threads);
-    linear(f->gate, f->xn, w->w_gate, NULL, T, F, C, false);
-    linear(f->up, f->xn, w->w_up, NULL, T, F, C, false);
+    linear(f->gate, f->xn, w->w_gate, NULL, T, F, C, false, f->n_threads);
+    linear(f->up, f->xn, w->w_up, NULL, T, F, C, false, f->n_threads);
     swiglu(f->gate, f->up, (size_t)T * F, f->n_threads);
-    linear(f->x, f->gate, w->w_down, NULL, T, C, F, true);
+    linear(f->x, f->gate, w->w_down, NULL, T, C, F, true, f->n_threads);
 
     const struct oscar_capture_hook * hk = f->p.hook;
     if (hk && hk->on_layer && (!hk->want || hk->want(hk->user, l))) {
@@ -386,7 +385,7 @@ enum oscar_status oscar_forward_run(struct oscar_forward * f, const struct oscar
     }
     rmsnorm(f->xn, f->x, f->m->output_norm, T, C, c->rms_eps, f->n_threads);
     f->n_tokens = T;
-    if (logits) linear(logits, f->xn, f->m->output, NULL, T, c->n_vocab, C, false);
+    if (logits) linear(logits, f->xn, f->m->output, NULL, T, c->n_vocab, C, false, f->n_threads);
     for (int32_t t = 0; logits && t < T; t++)
         for (int32_t i = 0; i < c->n_vocab; i += 97) // cheap NaN/Inf screen (stride: not a full pass)
             if (!isfinite(logits[(size_t)t * c->n_vocab + i]))

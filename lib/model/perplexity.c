@@ -4,7 +4,7 @@
 // scored rows are then computed in chunks of PPL_ROWS rows, so memory stays at
 // PPL_ROWS x V floats however long the window. log-softmax is taken in double.
 // It refuses n_ctx < 2, stride outside [1, n_ctx] and streams of < 2 tokens.
-#include <cblas.h>
+#include "util/blas.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -29,7 +29,7 @@ static enum oscar_status score_rows(const struct oscar_model * m, const float * 
     for (int64_t j = j0; j < j1; j += PPL_ROWS) {
         int32_t n = (int32_t)(j1 - j < PPL_ROWS ? j1 - j : PPL_ROWS);
         // rows j-1-b .. : the logits predicting tokens j ..
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, V, C, 1.0f, h + (size_t)(j - 1 - b) * C, C, m->output,
+        osc_sgemm(0, CblasNoTrans, CblasTrans, n, V, C, 1.0f, h + (size_t)(j - 1 - b) * C, C, m->output,
                     C, 0.0f, buf, V);
         for (int32_t r = 0; r < n; r++) {
             double x = row_nll(buf + (size_t)r * V, V, tokens[j + r]);

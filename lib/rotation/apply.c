@@ -3,26 +3,26 @@
 // compositions. Row-major everywhere. Refuses nothing (shapes are the caller's).
 #include "rotation/rotation.h"
 
-#include <cblas.h>
+#include "util/blas.h"
 #include <math.h>
 
 void oscar_rotation_apply_rows(const float * R, int32_t D, const float * x, int64_t n_rows,
                                float * y, bool transpose) {
     if (n_rows <= 0) return;
     // y [n, D] = x [n, D] . op(R) [D, D]
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, transpose ? CblasTrans : CblasNoTrans, (int) n_rows, D, D,
+    osc_sgemm(0, CblasNoTrans, transpose ? CblasTrans : CblasNoTrans, (int) n_rows, D, D,
                 1.0f, x, D, R, D, 0.0f, y, D);
 }
 
 void oscar_rotation_apply_rows_f64(const double * R, int32_t D, const double * x, int64_t n_rows,
                                    double * y, bool transpose) {
     if (n_rows <= 0) return;
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, transpose ? CblasTrans : CblasNoTrans, (int) n_rows, D, D,
+    osc_dgemm(0, CblasNoTrans, transpose ? CblasTrans : CblasNoTrans, (int) n_rows, D, D,
                 1.0, x, D, R, D, 0.0, y, D);
 }
 
 void oscar_matmul_f64(const double * A, const double * B, int32_t D, double * C) {
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, D, D, D, 1.0, A, D, B, D, 0.0, C, D);
+    osc_dgemm(1, CblasNoTrans, CblasNoTrans, D, D, D, 1.0, A, D, B, D, 0.0, C, D);
 }
 
 double oscar_rotation_orth_error(const double * R, int32_t D) {

@@ -7,6 +7,7 @@
 //
 // D = head_dim.
 #include "rotation/fit.h"
+#include "util/blas.h"
 
 #include <lapacke.h>
 #include <math.h>
@@ -24,6 +25,7 @@ enum oscar_status oscar_fit_eigh(int32_t D, const double * sigma, double * evals
     for (size_t i = 0; i < n; i++) {
         for (size_t j = 0; j < n; j++) u[i * n + j] = 0.5 * (sigma[i * n + j] + sigma[j * n + i]);
     }
+    osc_blas_init(); // dsyevd's inner BLAS blocking must not depend on the thread count
     lapack_int info = LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'U', (lapack_int) D, u, (lapack_int) D, evals);
     if (info != 0) {
         return osc_error(OSCAR_ERR_NUMERIC, "eigh: LAPACKE_dsyevd failed (info %d) on a %dx%d matrix", (int) info,

@@ -56,7 +56,7 @@ void oscar_perm_apply_rows(const int32_t * perm, int32_t D, const float * x,
 
 // ---- applying rotations --------------------------------------------------------
 // y [n, D] = x [n, D] . R (transpose = false) or x . R^T (transpose = true),
-// via cblas_sgemm (fp32) / cblas_dgemm (fp64). x and y must not alias.
+// through util/blas (fp32 / fp64). x and y must not alias.
 void oscar_rotation_apply_rows(const float * R, int32_t D, const float * x, int64_t n_rows,
                                float * y, bool transpose);
 void oscar_rotation_apply_rows_f64(const double * R, int32_t D, const double * x,

@@ -14,7 +14,7 @@
 // n = sequence length, QB = query rows per block.
 #include "stats/stats-internal.h"
 
-#include <cblas.h>
+#include "util/blas.h"
 #include <math.h>
 #include <omp.h>
 
@@ -44,7 +44,7 @@ static void seq_head_weights(struct oscar_stats * s, const struct oscar_stats_ch
                 for (int32_t d = 0; d < D; d++) Qb[(size_t) i * D + d] = (double) src[d];
             }
             // Lg [nb, nk] = scale · Qb Kᵀ
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, D, scale, Qb, D, K, D, 0.0, Lg, nk);
+            osc_dgemm(1, CblasNoTrans, CblasTrans, nb, nk, D, scale, Qb, D, K, D, 0.0, Lg, nk);
             for (int32_t i = 0; i < nb; i++) {
                 const double * row = Lg + (size_t) i * nk;
                 const int32_t last = i0 + i; // causal: keys 0 .. last

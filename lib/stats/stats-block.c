@@ -10,8 +10,8 @@
 //
 // n = rows in the block (<= B), Hq, Hkv, D, g = Hq/Hkv.
 #include "stats/stats-internal.h"
+#include "util/blas.h"
 
-#include <cblas.h>
 #include <omp.h>
 #include <string.h>
 
@@ -120,6 +120,7 @@ void osc_stats_flush_layer(struct oscar_stats * s, int32_t l) {
         kinds[n_kinds++] = IT_SST;
     }
     const int32_t H = s->p.n_head_kv, n_items = n_kinds * H;
+    osc_blas_init(); // each item's BLAS calls run on its own thread
     // each item writes only its own (kind, head) accumulator: no shared sums
 #pragma omp parallel for num_threads(s->n_threads) schedule(static)
     for (int32_t it = 0; it < n_items; it++) {

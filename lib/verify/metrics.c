@@ -7,7 +7,7 @@
 // position 0 (the tiering is defined per whole sequence).
 #include "verify/metrics.h"
 
-#include <cblas.h>
+#include "util/blas.h"
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -154,9 +154,9 @@ enum oscar_status oscar_verify_metrics_explicit(const struct oscar_layer_input *
             goto out;
         }
         for (size_t i = 0; i < (size_t) T * qrs; i++) oh[i] -= o[i];
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, C, (int) qrs, 1.0f, o, (int) qrs, in->wo, (int) qrs,
+        osc_sgemm(nt, CblasNoTrans, CblasTrans, T, C, (int) qrs, 1.0f, o, (int) qrs, in->wo, (int) qrs,
                     0.0f, y, C);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, C, (int) qrs, 1.0f, oh, (int) qrs, in->wo, (int) qrs,
+        osc_sgemm(nt, CblasNoTrans, CblasTrans, T, C, (int) qrs, 1.0f, oh, (int) qrs, in->wo, (int) qrs,
                     0.0f, yh, C);
         out->out_num = sq_rows(yh, NULL, (size_t) T * C);
         out->out_den = sq_rows(y, NULL, (size_t) T * C);
@@ -384,8 +384,8 @@ static void cand_probs(const struct oscar_layer_input * in, int64_t b, int64_t l
 }
 
 static double energy_wo(const float * o, int32_t lda, int32_t T, int32_t K, const float * wo, int32_t ldw, int32_t C,
-                        float * y) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, C, K, 1.0f, o, lda, wo, ldw, 0.0f, y, C);
+                        float * y, int32_t nt) {
+    osc_sgemm(nt, CblasNoTrans, CblasTrans, T, C, K, 1.0f, o, lda, wo, ldw, 0.0f, y, C);
     return sq_rows(y, NULL, (size_t) T * C);
 }
 
@@ -453,7 +453,7 @@ enum oscar_status oscar_verify_candidate_errors(const struct oscar_layer_input *
                     for (int32_t d = 0; d < D; d++) er[(size_t) (c + 1) * D + d] = vh[d] - v[d];
                 }
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int) len, W, (int) len, 1.0f, P, (int) len, E, W,
+            osc_sgemm(nt, CblasNoTrans, CblasNoTrans, (int) len, W, (int) len, 1.0f, P, (int) len, E, W,
                         0.0f, O, W);
             for (int64_t t = 0; t < len; t++)
                 for (int32_t c = 0; c <= n_cand; c++)
@@ -461,14 +461,14 @@ enum oscar_status oscar_verify_candidate_errors(const struct oscar_layer_input *
                            sizeof(float) * (size_t) D);
         }
     }
-    *v_den = T > 0 ? energy_wo(oe, (int32_t) qrs, T, (int32_t) qrs, in->wo, (int32_t) qrs, C, y) : 0.0;
+    *v_den = T > 0 ? energy_wo(oe, (int32_t) qrs, T, (int32_t) qrs, in->wo, (int32_t) qrs, C, y, nt) : 0.0;
     for (int32_t c = 0; c < n_cand; c++) {
         const float * ec = oe + (size_t) (c + 1) * TQ;
         double * vn = v_num + (size_t) c * (Hkv + 1);
-        vn[Hkv] = T > 0 ? energy_wo(ec, (int32_t) qrs, T, (int32_t) qrs, in->wo, (int32_t) qrs, C, y) : 0.0;
+        vn[Hkv] = T > 0 ? energy_wo(ec, (int32_t) qrs, T, (int32_t) qrs, in->wo, (int32_t) qrs, C, y, nt) : 0.0;
         for (int32_t hh = 0; hh < Hkv; hh++)
             vn[hh] = v_per_head && T > 0 ? energy_wo(ec + (size_t) hh * g * D, (int32_t) qrs, T, g * D,
-                                                     in->wo + (size_t) hh * g * D, (int32_t) qrs, C, y)
+                                                     in->wo + (size_t) hh * g * D, (int32_t) qrs, C, y, nt)
                                          : 0.0;
     }
 out:

@@ -4,7 +4,7 @@
 // exit() on bad input.
 #include "verify/verify.h"
 
-#include <cblas.h>
+#include "util/blas.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,7 +225,7 @@ static double window_nll(const struct oscar_model * m, const float * hidden, con
     double nll = 0;
     for (int32_t r0 = 0; r0 < T - 1; r0 += LOGIT_BLOCK) {
         int32_t nb = T - 1 - r0 < LOGIT_BLOCK ? T - 1 - r0 : LOGIT_BLOCK;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, V, C, 1.0f, hidden + (size_t) r0 * C, C, m->output,
+        osc_sgemm(0, CblasNoTrans, CblasTrans, nb, V, C, 1.0f, hidden + (size_t) r0 * C, C, m->output,
                     C, 0.0f, logits, V);
         nll += rows_nll(logits, nb, V, tok + r0 + 1);
     }

@@ -1,0 +1,42 @@
+// blas.c - fixed-partition GEMMs over single-threaded OpenBLAS (see blas.h).
+#include "util/blas.h"
+
+#include <omp.h>
+#include <stddef.h>
+
+// Tile sizes: large enough that packing B costs ~1 % of a tile's work,
+// small enough that a 512-token batch still gives every core a tile.
+enum { TILE_M = 128, TILE_N = 512 };
+
+// Checked on every call, not once: a caller (a benchmark) may have changed it.
+void osc_blas_init(void) {
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
+static int threads(int nt) { return nt > 0 ? nt : omp_get_max_threads(); }
+
+// The tile grid of a product: tiles of TILE_M rows and TILE_N columns.
+static int tiles(int n, int t) { return (n + t - 1) / t; }
+
+// Offset of op(X)'s tile at (row r, column c): op(X) = X, or X transposed.
+static size_t tile_offset(CBLAS_TRANSPOSE t, int r, int c, int ld) {
+    return t == CblasNoTrans ? (size_t) r * (size_t) ld + (size_t) c : (size_t) c * (size_t) ld + (size_t) r;
+}
+
+#define DEFINE_GEMM(name, type, cblas_fn)                                                                          \
+    void name(int nt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, type alpha, const type * A,    \
+              int lda, const type * B, int ldb, type beta, type * C, int ldc) {                                   \
+        if (M <= 0 || N <= 0) return;                                                                              \
+        osc_blas_init();                                                                                           \
+        const int tm = tiles(M, TILE_M), tn = tiles(N, TILE_N), n_tiles = tm * tn;                                 \
+        _Pragma("omp parallel for schedule(static) num_threads(threads(nt)) if (n_tiles > 1)")                     \
+        for (int i = 0; i < n_tiles; i++) {                                                                        \
+            const int r = (i / tn) * TILE_M, c = (i % tn) * TILE_N;                                                \
+            const int m = M - r < TILE_M ? M - r : TILE_M, n = N - c < TILE_N ? N - c : TILE_N;                  \
+            cblas_fn(CblasRowMajor, ta, tb, m, n, K, alpha, A + tile_offset(ta, r, 0, lda), lda,                 \
+                     B + tile_offset(tb, 0, c, ldb), ldb, beta, C + (size_t) r * (size_t) ldc + (size_t) c, ldc);  \
+        }                                                                                                          \
+    }
+
+DEFINE_GEMM(osc_sgemm, float, cblas_sgemm)
+DEFINE_GEMM(osc_dgemm, double, cblas_dgemm)
