@@ -14,6 +14,7 @@
 #include "calibrate/capture-device.h"
 #include "formats/oscar-artifact.h"
 #include "hub/hub.h"
+#include "util/cli.h"
 #include "util/fs.h"
 #include "util/log.h"
 
@@ -63,6 +64,28 @@ static void usage(FILE * f) {
             "  -q, --quiet               -v, --verbose (stage timings)   --json  summary on stdout\n");
 }
 
+// Upper bounds of the numeric options: far beyond any real run, low enough that
+// no product of them (tokens + held-out rows, batch x seq-len) overflows.
+#define MAX_TOKENS (INT64_C(1) << 40)
+#define MAX_SEQ    (1 << 20)
+#define MAX_BATCH  4096
+#define MAX_GROUP  4096
+#define NUM(call)                                                                                                   \
+    do {                                                                                                            \
+        if ((call) != OSCAR_OK) return fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error()), 2;             \
+    } while (0)
+
+// --clip K,V: two ratios in [0, 1]
+static enum oscar_status parse_clip_pair(const char * text, struct oscar_calib_params * p) {
+    char k[64], * comma = strchr(text, ',');
+    if (!comma || (size_t) (comma - text) >= sizeof k)
+        return osc_error(OSCAR_ERR_INVALID, "--clip: '%s' is not K,V (e.g. 0.96,0.92)", text);
+    memcpy(k, text, (size_t) (comma - text));
+    k[comma - text] = '\0';
+    enum oscar_status st = osc_parse_f64("--clip (K)", k, 0.0, 1.0, &p->k_clip);
+    return st != OSCAR_OK ? st : osc_parse_f64("--clip (V)", comma + 1, 0.0, 1.0, &p->v_clip);
+}
+
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_params * p) {
     enum { O_TOK = 256, O_HELD, O_SHORT, O_GRP, O_KOBJ, O_VOBJ, O_COMP, O_GS, O_SD, O_SINK, O_REC, O_CLIP, O_CS,
            O_CKPT, O_RES, O_STRICT, O_SEED, O_JSON, O_JF, O_CDT, O_SAVE, O_FROM, O_DEV, O_RAND,
@@ -86,10 +109,10 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         case 'f': o->corpus = optarg; break;
         case 'o': o->out = optarg; break;
         case O_JF: o->jsonl_field = optarg; break;
-        case O_TOK: p->n_tokens = atoll(optarg); break;
-        case 'c': p->seq_len = atoi(optarg); break;
-        case 'b': p->batch = atoi(optarg); break;
-        case O_HELD: p->n_heldout = atoi(optarg); break;
+        case O_TOK: NUM(osc_parse_i64("--tokens", optarg, 1, MAX_TOKENS, &p->n_tokens)); break;
+        case 'c': NUM(osc_parse_i32("--seq-len", optarg, 16, MAX_SEQ, &p->seq_len)); break;
+        case 'b': NUM(osc_parse_i32("--batch", optarg, 1, MAX_BATCH, &p->batch)); break;
+        case O_HELD: NUM(osc_parse_i32("--heldout", optarg, 0, MAX_BATCH, &p->n_heldout)); break;
         case O_SHORT: p->allow_short = true; break;
         case O_GRP:
             if (strcmp(optarg, "layer") && strcmp(optarg, "head")) return fprintf(stderr, "bad --rotation-grouping\n"), 2;
@@ -108,30 +131,28 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         case O_COMP:
             if (oscar_composition_parse(optarg, &p->composition) != OSCAR_OK) return fprintf(stderr, "%s\n", oscar_last_error()), 2;
             break;
-        case O_GS: p->group_size = atoi(optarg); break;
+        case O_GS: NUM(osc_parse_i32("--group-size", optarg, 0, MAX_GROUP, &p->group_size)); break;
         case O_SD:
             if (!strcmp(optarg, "f32")) p->scale_dtype = OSCAR_META_F32;
             else if (!strcmp(optarg, "f16")) p->scale_dtype = OSCAR_META_F16;
             else if (!strcmp(optarg, "bf16")) p->scale_dtype = OSCAR_META_BF16;
             else return fprintf(stderr, "bad --scale-dtype\n"), 2;
             break;
-        case O_SINK: p->sink = atoi(optarg); break;
-        case O_REC: p->recent = atoi(optarg); break;
+        case O_SINK: NUM(osc_parse_i32("--sink", optarg, 0, MAX_SEQ, &p->sink)); break;
+        case O_REC: NUM(osc_parse_i32("--recent", optarg, 0, MAX_SEQ, &p->recent)); break;
         case O_CLIP:
-            if (sscanf(optarg, "%lf,%lf", &p->k_clip, &p->v_clip) != 2 || p->k_clip < 0 || p->k_clip > 1 ||
-                p->v_clip < 0 || p->v_clip > 1)
-                return fprintf(stderr, "--clip wants K,V ratios in [0, 1]\n"), 2;
+            NUM(parse_clip_pair(optarg, p));
             p->clip_search = false;
             break;
         case O_CS:
             if (oscar_calib_parse_grid(optarg, p) != OSCAR_OK) return fprintf(stderr, "%s\n", oscar_last_error()), 2;
             p->clip_search = true;
             break;
-        case 't': p->n_threads = atoi(optarg); break;
-        case O_CKPT: p->checkpoint_every = atoll(optarg); break;
+        case 't': NUM(osc_parse_threads("--threads", optarg, &p->n_threads)); break;
+        case O_CKPT: NUM(osc_parse_i64("--checkpoint-every", optarg, 0, MAX_TOKENS, &p->checkpoint_every)); break;
         case O_RES: p->resume = true; break;
         case O_STRICT: o->strict = true; break;
-        case O_SEED: p->seed = strtoull(optarg, NULL, 10); break;
+        case O_SEED: NUM(osc_parse_u64("--seed", optarg, &p->seed)); break;
         case 'q': oscar_log_set_level(OSCAR_LOG_ERROR); break;
         case 'v': oscar_log_set_level(OSCAR_LOG_DEBUG); break;
         case O_JSON: o->json = true; break;
@@ -166,8 +187,12 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         fprintf(stderr, "--device / --random-init take no --from/--save-activations, --checkpoint-every or --resume\n");
         return 2;
     }
-    if ((!o->random_init && (!o->model || (!o->corpus == !o->from_act))) || !o->out || optind != argc ||
-        p->batch < 1 || p->seq_len < 16 || p->n_tokens < 1) {
+    if ((int64_t) p->batch * p->seq_len > MAX_SEQ) {
+        fprintf(stderr, "oscar-calibrate: --batch x --seq-len = %lld tokens per forward call, more than %d\n",
+                (long long) p->batch * p->seq_len, MAX_SEQ);
+        return 2;
+    }
+    if ((!o->random_init && (!o->model || (!o->corpus == !o->from_act))) || !o->out || optind != argc) {
         if (o->corpus && o->from_act) fprintf(stderr, "--corpus and --from-activations exclude each other\n");
         usage(stderr);
         return 2;

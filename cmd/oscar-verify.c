@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "tokenizer/corpus.h"
 #include "tokenizer/tokenizer.h"
+#include "util/cli.h"
 #include "util/log.h"
 #include "verify/verify.h"
 
@@ -61,6 +62,15 @@ static int bad(const char * what) {
     return 2;
 }
 
+// Upper bounds of the numeric options (see oscar-calibrate.c).
+#define MAX_TOKENS (INT64_C(1) << 40)
+#define MAX_SEQ    (1 << 20)
+#define MAX_GROUP  4096
+#define NUM(call)                                                                                                   \
+    do {                                                                                                            \
+        if ((call) != OSCAR_OK) return bad(oscar_last_error());                                                     \
+    } while (0)
+
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_params * p, bool * quiet) {
     enum { O_JF = 256, O_SINK, O_REC, O_PAGE, O_PROMPT, O_GS, O_SD, O_METH, O_TOK, O_MT, O_JSON, O_CARD, O_DEV, O_GPREC };
     static const struct option lo[] = {
@@ -77,12 +87,12 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_pa
         case 'r': o->rotations = optarg; break;
         case 'f': o->corpus = optarg; break;
         case O_JF: o->jsonl_field = optarg; break;
-        case 'c': p->ctx = atoi(optarg); break;
-        case O_SINK: p->sink = atoi(optarg); break;
-        case O_REC: p->recent = atoi(optarg); break;
-        case O_PAGE: p->page = atoi(optarg); break;
-        case O_PROMPT: p->prompt = atoi(optarg); break;
-        case O_GS: p->group_size = atoi(optarg); break;
+        case 'c': NUM(osc_parse_i32("--ctx", optarg, 2, MAX_SEQ, &p->ctx)); break;
+        case O_SINK: NUM(osc_parse_i32("--sink", optarg, 0, MAX_SEQ, &p->sink)); break;
+        case O_REC: NUM(osc_parse_i32("--recent", optarg, 0, MAX_SEQ, &p->recent)); break;
+        case O_PAGE: NUM(osc_parse_i32("--page", optarg, 1, MAX_SEQ, &p->page)); break;
+        case O_PROMPT: NUM(osc_parse_i32("--prompt", optarg, 0, MAX_SEQ, &p->prompt)); break;
+        case O_GS: NUM(osc_parse_i32("--group-size", optarg, 0, MAX_GROUP, &p->group_size)); break;
         case O_SD:
             if (!strcmp(optarg, "float32")) p->scale_dtype = OSCAR_META_F32;
             else if (!strcmp(optarg, "float16")) p->scale_dtype = OSCAR_META_F16;
@@ -90,11 +100,11 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_pa
             else return bad("--scale-dtype: float32, float16 or bfloat16");
             break;
         case O_METH: p->methods = optarg; break;
-        case O_TOK: p->tokens = atoll(optarg); break;
-        case O_MT: p->metric_tokens = atoi(optarg); break;
+        case O_TOK: NUM(osc_parse_i64("--tokens", optarg, 0, MAX_TOKENS, &p->tokens)); break;
+        case O_MT: NUM(osc_parse_i32("--metric-tokens", optarg, 2, MAX_SEQ, &p->metric_tokens)); break;
         case 'o': o->report_dir = optarg; break;
         case O_CARD: o->update_card = true; break;
-        case 't': p->n_threads = atoi(optarg); break;
+        case 't': NUM(osc_parse_threads("--threads", optarg, &p->n_threads)); break;
         case O_DEV:
             if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) return fprintf(stderr, "oscar-verify: bad --device\n"), 2;
             p->device = optarg;
@@ -112,9 +122,8 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_pa
     }
     if (optind != argc) return bad("unexpected argument");
     if (!o->model || !o->corpus) return bad("--model and --corpus are required");
-    if (p->ctx < 2 || p->sink < 0 || p->recent < 0 || p->page < 1 || p->metric_tokens < 2 || p->tokens < 0 ||
-        p->group_size < 0 || p->n_threads < 0 || p->prompt < 0 || (p->prompt && p->prompt < p->sink) || p->prompt > p->ctx)
-        return bad("a numeric option is out of range");
+    if ((p->prompt && p->prompt < p->sink) || p->prompt > p->ctx)
+        return bad("--prompt must lie between --sink and --ctx");
     struct stat sb;
     if (o->update_card && (!o->rotations || stat(o->rotations, &sb) != 0 || !S_ISDIR(sb.st_mode)))
         return bad("--update-card needs --rotations naming a local artifact directory");

@@ -19,6 +19,7 @@
 
 #include "model/model.h"
 #include "util/blas.h"
+#include "util/cli.h"
 
 enum { ATT_BQ = 64, ATT_TILE = 64 }; // query rows per attention task, keys per softmax tile
 
@@ -106,7 +107,7 @@ enum oscar_status oscar_forward_init(const struct oscar_model * m, const struct 
     *out = NULL;
     st = check_model(m);
     if (st != OSCAR_OK) goto out;
-    if (params->max_tokens <= 0 || params->n_threads < 0) {
+    if (params->max_tokens <= 0 || params->n_threads < 0 || params->n_threads > OSC_MAX_THREADS) {
         st = osc_error(OSCAR_ERR_INVALID, "forward: max_tokens %d / n_threads %d out of range", params->max_tokens,
                        params->n_threads);
         goto out;

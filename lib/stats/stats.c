@@ -6,6 +6,7 @@
 //
 // L = n_layer, Hq, Hkv, D, g = Hq/Hkv, B = OSCAR_STATS_BLOCK, T = tokens.
 #include "stats/stats-internal.h"
+#include "util/cli.h"
 
 #include <math.h>
 #include <omp.h>
@@ -38,7 +39,7 @@ static enum oscar_status check_params(const struct oscar_stats_params * p) {
     if ((p->kinds & OSCAR_STATS_SST) && !(p->kinds & OSCAR_STATS_QQT)) {
         return osc_error(OSCAR_ERR_INVALID, "stats: sst needs qqt (its weights use the final A_h)");
     }
-    if (p->n_threads < 0 || p->max_tokens < 0) {
+    if (p->n_threads < 0 || p->n_threads > OSC_MAX_THREADS || p->max_tokens < 0) {
         return osc_error(OSCAR_ERR_INVALID, "stats: negative n_threads or max_tokens");
     }
     return OSCAR_OK;
