@@ -109,13 +109,17 @@ static enum oscar_status mkparent(const char * path) {
 }
 
 enum oscar_status osc_cache_read_ref(const char * repo_dir, const char * rev, char commit[41]) {
+    enum oscar_status st = osc_check_repo_rev(NULL, rev); // refs/<rev> must stay inside refs/
+    if (st != OSCAR_OK) {
+        return st;
+    }
     char * path = fmt("%s/refs/%s%s", repo_dir, rev, "");
     if (!path) {
         return osc_error(OSCAR_ERR_NOMEM, "out of memory");
     }
-    char *            text = NULL;
-    size_t            n    = 0;
-    enum oscar_status st   = OSCAR_ERR_NOT_FOUND;
+    char * text = NULL;
+    size_t n    = 0;
+    st          = OSCAR_ERR_NOT_FOUND;
     if (access(path, F_OK) == 0 && osc_read_file(path, 4096, &text, &n) == OSCAR_OK) {
         size_t k = strspn(text, "0123456789abcdef");
         if (k == 40) {
@@ -134,6 +138,10 @@ enum oscar_status osc_cache_read_ref(const char * repo_dir, const char * rev, ch
 }
 
 enum oscar_status osc_cache_write_ref(const char * repo_dir, const char * rev, const char * commit) {
+    enum oscar_status st = osc_check_repo_rev(NULL, rev);
+    if (st != OSCAR_OK) {
+        return st;
+    }
     char cur[41];
     if (osc_cache_read_ref(repo_dir, rev, cur) == OSCAR_OK && !strcmp(cur, commit)) {
         return OSCAR_OK;
@@ -143,7 +151,7 @@ enum oscar_status osc_cache_write_ref(const char * repo_dir, const char * rev, c
     if (!path) {
         return osc_error(OSCAR_ERR_NOMEM, "out of memory");
     }
-    enum oscar_status st = mkparent(path);
+    st = mkparent(path);
     if (st == OSCAR_OK) {
         st = osc_write_file_atomic(path, commit, strlen(commit)); // no newline, as huggingface_hub
     }
@@ -196,8 +204,10 @@ enum oscar_status osc_cache_mark_no_exist(const char * repo_dir, const char * co
 
 enum oscar_status osc_cache_offline_repo(const char * cache_dir, const char * repo_id, const char * rev,
                                          char ** repo_dir, char commit[41]) {
+    *repo_dir                = NULL;
+    enum oscar_status status = osc_check_repo_rev(repo_id, rev);
+    if (status != OSCAR_OK) return status;
     char * rd = osc_cache_repo_dir(cache_dir, repo_id);
-    *repo_dir = NULL;
     if (!rd) return osc_error(OSCAR_ERR_NOMEM, "out of memory");
     if (osc_is_commit_hash(rev)) {
         memcpy(commit, rev, 41);

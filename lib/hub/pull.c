@@ -93,14 +93,18 @@ enum oscar_status oscar_hub_pull(struct oscar_hub * hub, const char * repo_id, c
     const char * pre = prefix ? prefix : "";
     *out_dir         = NULL;
     *n_files         = 0;
+    enum oscar_status st = osc_check_repo_rev(repo_id, rev);
+    if (st != OSCAR_OK) {
+        return st;
+    }
     if (*pre && !osc_repo_path_valid(pre)) {
         return osc_error(OSCAR_ERR_INVALID, "'%s': not a valid path inside a repo", pre);
     }
     if (hub->offline) {
         return pull_offline(hub, repo_id, rev, pre, local_dir, out_dir, n_files);
     }
-    char              commit[41];
-    enum oscar_status st = osc_api_resolve_revision(hub, repo_id, rev, commit);
+    char commit[41];
+    st = osc_api_resolve_revision(hub, repo_id, rev, commit);
     if (st == OSCAR_ERR_NETWORK && !local_dir) {
         osc_warn("%s; trying the cache", oscar_last_error());
         return pull_offline(hub, repo_id, rev, pre, local_dir, out_dir, n_files);

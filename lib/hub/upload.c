@@ -546,9 +546,8 @@ enum oscar_status oscar_hub_push(struct oscar_hub * hub, const char * dir, const
     if (hub->offline) {
         return osc_error(OSCAR_ERR_NETWORK, "push needs the network (HF_HUB_OFFLINE is set)");
     }
-    if (!o.repo_id || !osc_repo_id_valid(o.repo_id)) {
-        return osc_error(OSCAR_ERR_INVALID, "'%s': not a valid repo id (expected owner/name)",
-                         o.repo_id ? o.repo_id : "");
+    if ((st = osc_check_repo_rev(o.repo_id ? o.repo_id : "", o.revision)) != OSCAR_OK) {
+        return st;
     }
     if (*o.path_in_repo && !osc_repo_path_valid(o.path_in_repo)) {
         return osc_error(OSCAR_ERR_INVALID, "'%s': not a valid path inside a repo", o.path_in_repo);

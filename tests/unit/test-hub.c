@@ -50,6 +50,69 @@ static void test_url_building(void ** state) {
     assert_false(osc_repo_path_valid("./a"));
 }
 
+// Revisions become paths below refs/ and repo ids folder names: git's ref
+// rules keep both inside the cache (issue 18 item 4).
+static void test_revision_rules(void ** state) {
+    (void) state;
+    const char * good[] = { "main", "refs/pr/1", "v1.0", "feature/x-y_z", "a@b", "release-2026.12",
+                            "0123456789abcdef0123456789abcdef01234567" };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        if (!osc_revision_valid(good[i])) fail_msg("'%s' refused", good[i]);
+    }
+    const char * bad[] = { "", "..", "../x", "../../../../X", "a/../b", "a..b", "/main", "main/", "a//b", ".hidden",
+                           "a/.b", "x.lock", "a.lock/b", "a b", "a\tb", "a\nb", "a~1", "a^", "a:b", "a?", "a*",
+                           "a[", "a\\b", "@", "a@{1}", "main.", "\x7f" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (osc_revision_valid(bad[i])) fail_msg("'%s' accepted", bad[i]);
+    }
+    char longrev[300];
+    memset(longrev, 'a', sizeof longrev - 1);
+    longrev[sizeof longrev - 1] = '\0';
+    assert_false(osc_revision_valid(longrev));
+    assert_int_equal(osc_check_repo_rev("me/zoo", "refs/pr/1"), OSCAR_OK);
+    assert_int_equal(osc_check_repo_rev("me/zoo", NULL), OSCAR_OK);
+    assert_int_equal(osc_check_repo_rev("a/b/../../x", "main"), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "not a valid repo id"));
+    assert_int_equal(osc_check_repo_rev(NULL, "../x"), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "'../x': not a valid revision"));
+    // The cache refuses them too, whoever calls it: nothing is created outside refs/.
+    char * rd = osc_path_join(tmpdir, "revs/models--me--zoo");
+    char   got[41];
+    assert_int_equal(osc_cache_write_ref(rd, "../../escaped", "1111111111111111111111111111111111111111"),
+                     OSCAR_ERR_INVALID);
+    assert_int_equal(osc_cache_read_ref(rd, "../../../etc/passwd", got), OSCAR_ERR_INVALID);
+    char * esc = osc_path_join(tmpdir, "revs/escaped");
+    assert_int_not_equal(access(esc, F_OK), 0);
+    char * dir = NULL;
+    assert_int_equal(osc_cache_offline_repo(tmpdir, "a/b/../../../../x", "main", &dir, got), OSCAR_ERR_INVALID);
+    assert_null(dir);
+    free(esc);
+    free(rd);
+}
+
+// Only http(s) URLs are fetched, on the first hop and after every redirect (issue 18 item 2).
+static void test_url_schemes(void ** state) {
+    (void) state;
+    assert_true(osc_url_is_http("http://127.0.0.1:8080/x"));
+    assert_true(osc_url_is_http("HTTPS://huggingface.co/"));
+    assert_false(osc_url_is_http("file:///etc/passwd"));
+    assert_false(osc_url_is_http("gopher://127.0.0.1:25/_HELO"));
+    assert_false(osc_url_is_http("ftp://x/y"));
+    assert_false(osc_url_is_http("//huggingface.co/x"));
+    assert_false(osc_url_is_http("httpx://x"));
+    assert_false(osc_url_is_http(""));
+    // A request to such a URL fails before libcurl sees it.
+    struct oscar_hub     hub = { .endpoint = "http://127.0.0.1:9", .user_agent = "t", .connect_timeout = 1,
+                                 .read_timeout = 1, .low_speed = 1, .deadline = 5 };
+    struct osc_http_req  q   = { .method = "GET", .url = "file:///etc/passwd", .upload_fd = -1, .sink_fd = -1 };
+    struct osc_http_resp r;
+    osc_http_resp_reset(&r);
+    assert_int_equal(osc_http_once(&hub, &q, &r), OSCAR_ERR_FORMAT);
+    assert_non_null(strstr(oscar_last_error(), "not an http(s) URL"));
+    assert_null(r.body.data);
+    osc_http_resp_free(&r);
+}
+
 static void test_token_host_rule(void ** state) {
     (void) state;
     assert_true(osc_url_same_origin("https://huggingface.co/x", "https://huggingface.co"));
@@ -337,14 +400,22 @@ static void test_env_config(void ** state) {
     assert_string_equal(hub.endpoint, "http://127.0.0.1:9");
     assert_string_equal(hub.token, "hf_file");
     assert_true(hub.offline);
+    assert_int_equal(hub.low_speed, 1024); // the limits every transfer and request run under
+    assert_true(hub.deadline == 300.0);
     assert_non_null(strstr(hub.cache_dir, "hfhome/hub"));
     assert_true(strncmp(hub.user_agent, "oscar/" OSCAR_VERSION ";", strlen("oscar/" OSCAR_VERSION ";")) == 0);
     oscar_hub_free(&hub);
     setenv("HUGGING_FACE_HUB_TOKEN", "hf_legacy", 1);
     setenv("HF_HUB_OFFLINE", "0", 1);
+    setenv("OSCAR_HUB_DEADLINE", "7", 1);
+    setenv("OSCAR_HUB_LOW_SPEED_LIMIT", "50", 1);
     assert_int_equal(oscar_hub_init(&hub), OSCAR_OK);
     assert_string_equal(hub.token, "hf_legacy");
     assert_false(hub.offline);
+    assert_int_equal(hub.low_speed, 50);
+    assert_true(hub.deadline == 7.0);
+    unsetenv("OSCAR_HUB_DEADLINE");
+    unsetenv("OSCAR_HUB_LOW_SPEED_LIMIT");
     oscar_hub_free(&hub);
     setenv("HF_TOKEN", "hf_env", 1);
     setenv("HF_HUB_CACHE", "/x/cache", 1);
@@ -369,6 +440,7 @@ int main(void) {
         cmocka_unit_test(test_cache_paths),    cmocka_unit_test(test_cache_refs_and_lookup),
         cmocka_unit_test(test_ndjson),         cmocka_unit_test(test_hashes_base64),
         cmocka_unit_test(test_card_check),     cmocka_unit_test(test_env_config),
+        cmocka_unit_test(test_revision_rules), cmocka_unit_test(test_url_schemes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
