@@ -372,6 +372,9 @@ enum oscar_status oscar_hub_download(struct oscar_hub * hub, const char * repo_i
     if (!osc_repo_path_valid(path)) {
         return osc_error(OSCAR_ERR_INVALID, "'%s': not a valid path inside a repo", path);
     }
+    if (local_dir && (st = osc_local_dir_check(local_dir, path)) != OSCAR_OK) {
+        return st;
+    }
     if (hub->offline) {
         if (local_dir) {
             char * dest = osc_path_join(local_dir, path);
@@ -382,7 +385,8 @@ enum oscar_status oscar_hub_download(struct oscar_hub * hub, const char * repo_i
             free(dest);
             return osc_error(OSCAR_ERR_NOT_FOUND, "%s: not in %s and offline (HF_HUB_OFFLINE)", path, local_dir);
         }
-        return osc_cache_lookup(hub->cache_dir, repo_id, rev, path, out_path);
+        st = osc_cache_lookup(hub->cache_dir, repo_id, rev, path, out_path);
+        return st == OSCAR_OK ? st : osc_error_prefix(st, "offline (HF_HUB_OFFLINE)");
     }
     struct meta m = { .size = -1 };
     st            = probe(hub, repo_id, rev, path, &m);

@@ -48,6 +48,9 @@ int osc_revision_valid(const char * rev);
 // OSCAR_OK, or OSCAR_ERR_INVALID with a message naming the bad repo id or
 // revision (either NULL: not checked). Called before either reaches a URL or a path.
 enum oscar_status osc_check_repo_rev(const char * repo_id, const char * rev);
+// OSCAR_ERR_UNSUPPORTED for a repo path inside .cache/huggingface/, where a
+// --local-dir keeps its download metadata (the file would overwrite it).
+enum oscar_status osc_local_dir_check(const char * local_dir, const char * path);
 // 1 when `url` is http:// or https:// (case-insensitive): the only schemes the
 // client speaks, on the first hop and on every redirect.
 int osc_url_is_http(const char * url);
@@ -157,6 +160,13 @@ enum oscar_status osc_cache_mark_no_exist(const char * repo_dir, const char * co
 // NOT_FOUND when a .no_exist marker says so, IO error naming the missing path.
 enum oscar_status osc_cache_lookup(const char * cache_dir, const char * repo_id, const char * rev,
                                    const char * path, char ** out);
+// trees/<commit>.json, huggingface_hub's cached tree listing of a commit (files only):
+// written by an online pull before it downloads, read offline to find missing files.
+// Reading gives NOT_FOUND when the file is absent or malformed (then only warned about).
+enum oscar_status osc_cache_write_tree(const char * repo_dir, const char * commit,
+                                       const struct oscar_hub_listing * l);
+// Read entries carry path and size only.
+enum oscar_status osc_cache_read_tree(const char * repo_dir, const char * commit, struct oscar_hub_listing * out);
 // flock(LOCK_EX) on <cache>/.locks/<repo folder>/<etag>.lock; *fd to unlock.
 enum oscar_status osc_cache_lock(const char * cache_dir, const char * repo_id, const char * etag, int * fd);
 void osc_cache_unlock(int fd);

@@ -194,6 +194,16 @@ enum oscar_status osc_check_repo_rev(const char * repo_id, const char * rev) {
     return OSCAR_OK;
 }
 
+enum oscar_status osc_local_dir_check(const char * local_dir, const char * path) {
+    const char * b = ".cache/huggingface";
+    size_t       n = strlen(b);
+    if (!strncmp(path, b, n) && (path[n] == '\0' || path[n] == '/')) {
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: the repo file would overwrite the download metadata kept in "
+                         "%s/%s; refusing it", path, local_dir, b);
+    }
+    return OSCAR_OK;
+}
+
 int osc_url_is_http(const char * url) {
     return !strncasecmp(url, "http://", 7) || !strncasecmp(url, "https://", 8);
 }

@@ -5,7 +5,8 @@
 # (clear error, nothing in blobs/ or snapshots/), a full disk, 404 (.no_exist),
 # bad token (X-Error-Code + request id), the token never reaching the CDN host,
 # redirects to other protocols, revisions and repo ids that would leave the cache,
-# and the overall deadline and low-speed limit.
+# the overall deadline and low-speed limit, an unreachable endpoint, and repo files
+# that would overwrite --local-dir metadata.
 source "$(dirname "$0")/hub-lib.sh"
 start_emulator
 P=m/calib
@@ -150,4 +151,21 @@ OSCAR_HUB_LOW_SPEED_LIMIT=1000 HF_HUB_DOWNLOAD_TIMEOUT=1 timeout 60 \
 grep -q "oscar.safetensors" "$T/err" || fail "drip: error does not name the file: $(cat "$T/err")"
 no_entry drip
 
+# 12. an unreachable endpoint is a network error, not "offline"
+fresh
+HF_ENDPOINT=http://127.0.0.1:9 $ZOO pull me/zoo --quiet 2>"$T/err" && fail "pull from a closed port succeeded"
+grep -q "offline" "$T/err" && fail "unreachable endpoint reported as offline: $(cat "$T/err")"
+grep -qi "connect" "$T/err" || fail "unreachable endpoint: unclear error: $(cat "$T/err")"
+
+# 13. a repo file inside .cache/huggingface/ must not overwrite the --local-dir metadata
+fresh
+hostile=".cache/huggingface/download/$P/oscar.json.metadata"
+printf '{"key":"header","value":{"summary":"hostile"}}\n{"key":"file","value":{"path":"%s","content":"%s","encoding":"base64"}}\n' \
+    "$hostile" "$(printf 'evil\nevil\n0\n' | base64 -w0)" > "$T/hostile.ndjson"
+curl -sf -X POST -H "Authorization: Bearer $HF_TOKEN" -H 'Content-Type: application/x-ndjson' \
+    --data-binary @"$T/hostile.ndjson" "$ENDPOINT/api/models/me/zoo/commit/main" >/dev/null || fail "hostile commit"
+$ZOO pull me/zoo --local-dir "$T/ld" --quiet 2>"$T/err" && fail "a repo file was let into the --local-dir metadata"
+grep -q "$hostile" "$T/err" || fail "local-dir metadata: unclear error: $(cat "$T/err")"
+! grep -rqs evil "$T/ld" || fail "hostile bytes reached $T/ld"
+$ZOO pull me/zoo --path $P --local-dir "$T/ld" --quiet >/dev/null || fail "local-dir pull of the other files"
 echo "ok"

@@ -111,6 +111,10 @@ static void test_url_schemes(void ** state) {
     assert_non_null(strstr(oscar_last_error(), "not an http(s) URL"));
     assert_null(r.body.data);
     osc_http_resp_free(&r);
+    assert_int_equal(osc_local_dir_check("/ld", "m/x.json"), OSCAR_OK);
+    assert_int_equal(osc_local_dir_check("/ld", ".cache/hf.json"), OSCAR_OK);
+    assert_int_equal(osc_local_dir_check("/ld", ".cache/huggingface/download/x.metadata"), OSCAR_ERR_UNSUPPORTED);
+    assert_int_equal(osc_local_dir_check("/ld", ".cache/huggingface"), OSCAR_ERR_UNSUPPORTED);
 }
 
 static void test_token_host_rule(void ** state) {
@@ -287,6 +291,61 @@ static void test_cache_refs_and_lookup(void ** state) {
     free(rd);
 }
 
+// Offline resolution of "owner/name:file" (oscar-verify -m, export) and the
+// tree listing that tells a partial snapshot from a complete one (issue 18 item 11).
+static void test_offline_resolve(void ** state) {
+    (void) state;
+    const char * c1    = "3333333333333333333333333333333333333333";
+    char *       cache = osc_path_join(tmpdir, "offline-cache");
+    char *       rd    = osc_cache_repo_dir(cache, "me/zoo");
+    char *       blob  = osc_cache_blob_path(rd, "abcd");
+    char *       blobs = osc_path_join(rd, "blobs");
+    assert_int_equal(osc_mkdirs(blobs), OSCAR_OK);
+    assert_int_equal(osc_write_file_atomic(blob, "GGUF", 4), OSCAR_OK);
+    assert_int_equal(osc_cache_write_ref(rd, "main", c1), OSCAR_OK);
+    assert_int_equal(osc_cache_link_snapshot(rd, c1, "m/t/model.gguf", "abcd"), OSCAR_OK);
+    struct oscar_hub hub = { .endpoint = "http://127.0.0.1:9", .cache_dir = cache, .offline = 1 };
+    char *           p   = NULL;
+    // No tree listing (a cache written by hf_hub_download): what the snapshot holds is served.
+    assert_int_equal(oscar_hub_resolve_local(&hub, "me/zoo:m/t/model.gguf", &p), OSCAR_OK);
+    char * want = osc_cache_snapshot_path(rd, c1, "m/t/model.gguf");
+    assert_string_equal(p, want);
+    free(p);
+    assert_int_equal(oscar_hub_resolve_local(&hub, "me/zoo@main:m/t", &p), OSCAR_OK);
+    free(p);
+    assert_int_equal(oscar_hub_resolve_local(&hub, "me/zoo:m/t/other.gguf", &p), OSCAR_ERR_NOT_FOUND);
+    // With a listing naming a file the snapshot lacks: the folder is incomplete, the present file is fine.
+    struct oscar_hub_entry   e[] = { { .path = "m/t/model.gguf", .oid = "abcd", .size = 4 },
+                                     { .path = "m/t/tokenizer.json", .oid = "ef01", .size = 9 },
+                                     { .path = "m/t", .is_dir = 1 } };
+    struct oscar_hub_listing l   = { .entries = e, .n = 3 };
+    assert_int_equal(osc_cache_write_tree(rd, c1, &l), OSCAR_OK);
+    struct oscar_hub_listing back;
+    assert_int_equal(osc_cache_read_tree(rd, c1, &back), OSCAR_OK);
+    assert_int_equal(back.n, 2);
+    assert_string_equal(back.entries[1].path, "m/t/tokenizer.json");
+    assert_int_equal(back.entries[1].size, 9);
+    oscar_hub_listing_free(&back);
+    assert_int_equal(oscar_hub_resolve_local(&hub, "me/zoo:m/t/model.gguf", &p), OSCAR_OK);
+    free(p);
+    assert_int_equal(oscar_hub_resolve_local(&hub, "me/zoo:m/t", &p), OSCAR_ERR_NOT_FOUND);
+    assert_non_null(strstr(oscar_last_error(), "incomplete: 1 of 2 file(s) missing (m/t/tokenizer.json)"));
+    assert_null(p);
+    // A malformed or hostile listing is ignored, not trusted.
+    char * tp = osc_path_join(rd, "trees/3333333333333333333333333333333333333333.json");
+    const char * hostile = "{\"format_version\": 1, \"files\": {\"../../../etc/passwd\": {\"size\": 1}}}";
+    assert_int_equal(osc_write_file_atomic(tp, hostile, strlen(hostile)), OSCAR_OK);
+    assert_int_equal(osc_cache_read_tree(rd, c1, &back), OSCAR_ERR_NOT_FOUND);
+    assert_int_equal(oscar_hub_resolve_local(&hub, "me/zoo:m/t", &p), OSCAR_OK);
+    free(p);
+    free(tp);
+    free(want);
+    free(blobs);
+    free(blob);
+    free(rd);
+    free(cache);
+}
+
 static void test_ndjson(void ** state) {
     (void) state;
     const unsigned char bin[] = { 0, 1, 2, 0xff, 'a' };
@@ -441,6 +500,7 @@ int main(void) {
         cmocka_unit_test(test_ndjson),         cmocka_unit_test(test_hashes_base64),
         cmocka_unit_test(test_card_check),     cmocka_unit_test(test_env_config),
         cmocka_unit_test(test_revision_rules), cmocka_unit_test(test_url_schemes),
+        cmocka_unit_test(test_offline_resolve),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
