@@ -440,8 +440,12 @@ enum oscar_status osc_http_once(const struct oscar_hub * hub, const struct osc_h
 enum oscar_status osc_http_request(const struct oscar_hub * hub, const struct osc_http_req * q,
                                    struct osc_http_resp * r) {
     OSCAR_ASSERT(q->sink_fd < 0);
+    // A request body (an LFS upload, a big commit) may take longer: it gets the
+    // time it needs at the lowest accepted speed on top of the deadline.
+    double sent  = (double) (q->upload_fd >= 0 ? q->upload_len : (int64_t) q->body_len);
+    double slack = hub->low_speed > 0 ? sent / (double) hub->low_speed : 0;
     struct osc_http_req qd = *q;
-    qd.deadline            = osc_now() + hub->deadline;
+    qd.deadline            = osc_now() + hub->deadline + slack;
     enum oscar_status st   = OSCAR_OK;
     for (int attempt = 0;; attempt++) {
         r->written     = 0;

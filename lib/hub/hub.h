@@ -26,8 +26,9 @@ struct oscar_hub {
     long   connect_timeout; // seconds (HF_HUB_ETAG_TIMEOUT, default 10)
     long   read_timeout;    // seconds below low_speed (HF_HUB_DOWNLOAD_TIMEOUT, default 10)
     long   low_speed;       // bytes/s a transfer must keep up (OSCAR_HUB_LOW_SPEED_LIMIT, default 1024)
-    double deadline;        // seconds one request may take, retries and waits included; for a
-                            // download, since its last progress (OSCAR_HUB_DEADLINE, default 300)
+    double deadline;        // seconds one request may take, retries and waits included (plus the
+                            // time its body needs at low_speed); for a download, counted from its
+                            // last progress (OSCAR_HUB_DEADLINE, default 300)
     int    max_retries;     // retries after the first attempt (OSCAR_HUB_MAX_RETRIES, default 5)
     double backoff_base;    // first backoff in seconds, doubled per retry (OSCAR_HUB_BACKOFF, default 1)
     double backoff_max;     // cap for one wait (8 s)
