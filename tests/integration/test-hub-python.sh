@@ -99,19 +99,21 @@ HF_HUB_OFFLINE=1 $ZOO pull me/zoo --cache-dir "$T/partial" --quiet 2>"$T/err" &&
 grep -q "incomplete" "$T/err" && grep -q "$P/oscar.safetensors" "$T/err" || fail "partial snapshot: unclear error: $(cat "$T/err")"
 HF_HUB_OFFLINE=1 $ZOO pull me/zoo --path $P/oscar.json --cache-dir "$T/partial" --quiet >/dev/null \
     || fail "offline pull of a file the partial snapshot has"
-"$VENV_PY" - "$T/partial" "$T/hf-partial" $P <<'PY' || fail "huggingface_hub and partial snapshots"
-import os, sys
-from huggingface_hub import constants, snapshot_download
-oscar_cache, hf_cache, p = sys.argv[1:]
-snap = snapshot_download("me/zoo", cache_dir=hf_cache)  # online: writes trees/<commit>.json
-os.remove(os.path.join(snap, p, "oscar.safetensors"))
-constants.HF_HUB_OFFLINE = True
+HF_HUB_OFFLINE=1 "$VENV_PY" - "$T/partial" <<'PY' || fail "huggingface_hub accepted the partial snapshot oscar-zoo left"
+import sys
+from huggingface_hub import snapshot_download
 try:
-    snapshot_download("me/zoo", cache_dir=oscar_cache)
+    snapshot_download("me/zoo", cache_dir=sys.argv[1])
 except Exception as e:
     assert "incomplete" in str(e), repr(e)
 else:
-    raise SystemExit("huggingface_hub accepted the partial snapshot oscar-zoo left")
+    raise SystemExit("partial snapshot accepted")
+PY
+"$VENV_PY" - "$T/hf-partial" $P <<'PY' || fail "snapshot_download into a fresh cache"
+import os, sys
+from huggingface_hub import snapshot_download
+snap = snapshot_download("me/zoo", cache_dir=sys.argv[1])  # online: writes trees/<commit>.json
+os.remove(os.path.join(snap, sys.argv[2], "oscar.safetensors"))  # as if interrupted
 PY
 HF_HUB_OFFLINE=1 $ZOO pull me/zoo --cache-dir "$T/hf-partial" --quiet 2>"$T/err" && fail "oscar-zoo accepted a partial huggingface_hub snapshot"
 grep -q "incomplete" "$T/err" || fail "partial python snapshot: unclear error: $(cat "$T/err")"
