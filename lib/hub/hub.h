@@ -51,9 +51,11 @@ enum oscar_status oscar_hub_set_token(struct oscar_hub * hub, const char * token
 enum oscar_status oscar_hub_download(struct oscar_hub * hub, const char * repo_id, const char * revision,
                                      const char * path, const char * local_dir, char ** out_path);
 
-// Downloads every file under `prefix` (NULL or "" = whole repo) at `revision`.
-// *out_dir (malloc'ed) is the snapshot directory or local_dir; *n_files counts
-// the files fetched or found.
+// Downloads every file under `prefix` (NULL or "" = whole repo; or one file) at
+// `revision`. *out_dir (malloc'ed) is the snapshot directory or local_dir;
+// *n_files counts the files fetched or found. Offline, or when the Hub cannot be
+// reached, the cached snapshot serves; if the commit's listing is cached
+// (trees/<commit>.json), a snapshot missing any file under `prefix` is an error.
 enum oscar_status oscar_hub_pull(struct oscar_hub * hub, const char * repo_id, const char * revision,
                                  const char * prefix, const char * local_dir, char ** out_dir, int * n_files);
 
