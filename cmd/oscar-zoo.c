@@ -63,7 +63,9 @@ static void usage(FILE * f) {
           "\n"
           "environment: HF_ENDPOINT (default https://huggingface.co), HF_TOKEN, HF_TOKEN_PATH, HF_HOME,\n"
           "HF_HUB_CACHE, HF_HUB_OFFLINE, HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOUT (seconds, default 10),\n"
-          "OSCAR_HUB_MAX_RETRIES (default 5), OSCAR_HUB_BACKOFF (first wait in seconds, default 1).\n"
+          "OSCAR_HUB_MAX_RETRIES (default 5), OSCAR_HUB_BACKOFF (first wait in seconds, default 1),\n"
+          "OSCAR_HUB_LOW_SPEED_LIMIT (bytes/s a transfer must keep up over HF_HUB_DOWNLOAD_TIMEOUT, default 1024),\n"
+          "OSCAR_HUB_DEADLINE (seconds per request, retries and waits included, default 300).\n"
           "exit codes: 0 success, 1 failure, 2 usage error.\n",
           f);
 }

@@ -115,6 +115,6 @@ grep -q "me/tiny" "$T/err" || fail "calibrate offline miss: $(cat "$T/err")"
 "$CAL" --model me/tiny:tiny-llama.gguf --corpus "$T/c.txt" --out "$T/cal" 2>"$T/err" >/dev/null
 grep -q "$HF_HUB_CACHE/models--me--tiny/snapshots/[0-9a-f]*/tiny-llama.gguf" "$T/err" || fail "calibrate did not resolve the Hub id: $(cat "$T/err")"
 HF_HUB_OFFLINE=1 "$CAL" --model me/tiny:tiny-llama.gguf --corpus "$T/c.txt" --out "$T/cal" 2>"$T/err" >/dev/null
-grep -q "snapshots/[0-9a-f]*/tiny-llama.gguf" "$T/err" || fail "calibrate offline from cache: $(cat "$T/err")"
+grep -q -- "-> .*snapshots/[0-9a-f]*/tiny-llama.gguf" "$T/err" || fail "calibrate offline from cache: $(cat "$T/err")"
 ok "oscar-calibrate --model owner/name:file resolves through the Hub, then offline from the cache"
 echo "test-export: $n checks passed"
