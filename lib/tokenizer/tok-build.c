@@ -426,7 +426,8 @@ enum oscar_status osc_tok_add_split(struct oscar_tokenizer * tok, const char * p
     }
     int        err = 0;
     PCRE2_SIZE eoff = 0;
-    uint32_t   opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    // PCRE2_LITERAL refuses PCRE2_UCP (which only affects \\w, \\d, ... anyway)
+    uint32_t   opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code * code = pcre2_compile((PCRE2_SPTR) pattern, PCRE2_ZERO_TERMINATED, opts, &err, &eoff, NULL);
     if (!code) {
         PCRE2_UCHAR msg[256];
