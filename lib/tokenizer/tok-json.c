@@ -327,7 +327,8 @@ static bool file_exists(const char * p) {
 static enum oscar_status load_json_file(const char * path, struct oscar_tokenizer ** out) {
     char * json = NULL, * cfg = NULL, * cfg_path = NULL;
     size_t json_len = 0, cfg_len = 0;
-    enum oscar_status st = osc_read_file(path, MAX_JSON_BYTES, &json, &json_len);
+    enum oscar_status st = osc_require_regular(path);
+    if (st == OSCAR_OK) st = osc_read_file(path, MAX_JSON_BYTES, &json, &json_len);
     if (st == OSCAR_OK) { // tokenizer_config.json next to it, when there
         const char * slash = strrchr(path, '/');
         size_t       dlen = slash ? (size_t) (slash - path) : 0;
@@ -357,6 +358,8 @@ enum oscar_status oscar_tokenizer_load(const char * path, struct oscar_tokenizer
         free(p);
         return st;
     }
+    enum oscar_status st = osc_require_regular(path); // before fopen, which blocks on a FIFO
+    if (st != OSCAR_OK) return st;
     FILE * fp = fopen(path, "rb");
     if (!fp) {
         return osc_error(OSCAR_ERR_IO, "%s: cannot open", path);
