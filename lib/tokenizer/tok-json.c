@@ -273,6 +273,17 @@ static enum oscar_status parse(const char * name, const char * data, size_t len,
     return OSCAR_OK;
 }
 
+// Ids index dense per-id tables, so a tiny file naming id 2^30 - 1 would
+// make them gigabytes: ids are bounded by the tokens the file lists plus
+// room for unused ids (HF files leave a handful, e.g. between the vocabulary
+// and the added tokens).
+static int32_t id_limit(json_t * root) {
+    json_t * model = json_object_get(root, "model");
+    size_t n = json_object_size(json_object_get(model, "vocab")) +
+               json_array_size(json_object_get(root, "added_tokens"));
+    return n < (1u << 30) - 65536 ? (int32_t) n + 65536 : 1 << 30;
+}
+
 enum oscar_status oscar_tokenizer_from_json(const char * name, const char * json, size_t json_len,
                                             const char * config, size_t config_len,
                                             struct oscar_tokenizer ** out) {
@@ -283,6 +294,7 @@ enum oscar_status oscar_tokenizer_from_json(const char * name, const char * json
     enum oscar_status st = parse(name, json, json_len, &root);
     if (st == OSCAR_OK && config) st = parse(name, config, config_len, &cfg);
     if (st == OSCAR_OK) st = osc_tok_new(name, &tok);
+    if (st == OSCAR_OK) tok->max_ids = id_limit(root);
     if (st == OSCAR_OK) st = load_normalizer(tok, json_object_get(root, "normalizer"));
     if (st == OSCAR_OK) st = load_model(tok, json_object_get(root, "model"));
     if (st == OSCAR_OK) st = load_added(tok, json_object_get(root, "added_tokens"));

@@ -16,6 +16,7 @@
 #   tiny.json           BPE with NFC, Digits + ByteLevel, added tokens (+ \0 tokenizer_config.json)
 #   reg-split-string.json  issue 18 item 12: Split with a String pattern
 #   reg-no-byte-tokens.json  issue 18 item 7: no single-byte tokens, every piece encodes to nothing
+#   reg-big-id.json     a 90-byte file with token id 2^30 - 1 (per-id tables of 9 GiB before)
 import json
 import os
 import struct
@@ -147,6 +148,8 @@ def main():
              "added_tokens": [{"id": 0, "content": "<s>", "special": True}],
              "model": {"vocab": {}, "merges": []}}
     put("fuzz-tokenizer-json", "reg-no-byte-tokens.json", json.dumps(empty).encode())
+    big = {"pre_tokenizer": bl, "model": {"vocab": {"a": (1 << 30) - 1}, "merges": []}}
+    put("fuzz-tokenizer-json", "reg-big-id.json", json.dumps(big).encode())
 
 
 if __name__ == "__main__":

@@ -270,6 +270,10 @@ static void test_corrupt_json(void ** state) {
         { "{\"model\":{\"vocab\":{\"a\":\"x\"},\"merges\":[]}}", OSCAR_ERR_FORMAT, "not a token id" },
         { "{\"model\":{\"vocab\":{\"a\":-1},\"merges\":[]}}", OSCAR_ERR_FORMAT, "not a token id" },
         { "{\"model\":{\"vocab\":{\"a\":0,\"b\":0},\"merges\":[]}}", OSCAR_ERR_FORMAT, "appears twice" },
+        // a 50-byte file must not size per-id tables for 2^30 ids (found by fuzz-tokenizer-json)
+        { "{\"model\":{\"vocab\":{\"a\":1073741823},\"merges\":[]}}", OSCAR_ERR_FORMAT, "below 65537" },
+        { "{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},\"added_tokens\":[{\"id\":65538,\"content\":\"x\"}]}",
+          OSCAR_ERR_FORMAT, "below 65538" },
         { "{\"model\":{\"vocab\":{\"a\":0},\"merges\":[\"a zz\"]}}", OSCAR_ERR_FORMAT, "unknown token 'zz'" },
         { "{\"model\":{\"vocab\":{\"a\":0},\"merges\":[\"a a\"]}}", OSCAR_ERR_FORMAT, "missing from the vocabulary" },
         { "{\"model\":{\"vocab\":{\"a\":0},\"merges\":[[\"a\"]]}}", OSCAR_ERR_FORMAT, "model.merges[0]" },
