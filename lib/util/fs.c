@@ -9,9 +9,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+enum oscar_status osc_require_regular(const char * path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        return osc_error(OSCAR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        return osc_error(OSCAR_ERR_IO, "%s: not a regular file", path);
+    }
+    return OSCAR_OK;
+}
+
 enum oscar_status osc_map_file(const char * path, struct osc_mapped_file * out) {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: open() of a FIFO without a writer would block forever;
+    // regular files ignore the flag, everything else is refused by fstat.
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         return osc_error(OSCAR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     }

@@ -21,11 +21,20 @@ struct osc_mapped_file {
     char *          path; // owned copy, for error messages
 };
 
+// Refuses FIFOs, devices and directories without opening them.
 enum oscar_status osc_map_file(const char * path, struct osc_mapped_file * out);
 void osc_unmap_file(struct osc_mapped_file * f);
 
+// OSCAR_OK when `path` is a regular file (stat only, nothing is opened), else
+// OSCAR_ERR_IO naming the path: for inputs that must be files (model files,
+// config.json, tokenizer.json), so that a FIFO fails at once instead of
+// blocking in open() until something writes to it.
+enum oscar_status osc_require_regular(const char * path);
+
 // Reads a whole file into a malloc'ed, NUL-terminated buffer (caller frees).
-// Fails with OSCAR_ERR_INVALID if the file is larger than max_bytes.
+// Fails with OSCAR_ERR_INVALID if the file is larger than max_bytes. Pipes
+// are read too (a corpus from a process substitution); a FIFO without a
+// writer blocks in open().
 enum oscar_status osc_read_file(const char * path, size_t max_bytes, char ** out, size_t * out_size);
 
 struct osc_atomic_file {

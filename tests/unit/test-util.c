@@ -86,6 +86,25 @@ static void test_mkdirs(void ** state) {
     free(path);
 }
 
+// Regression (issue 18, item 17): a FIFO is refused at once, not waited on
+// in open() until something writes to it.
+static void test_map_fifo(void ** state) {
+    (void) state;
+    char * path = osc_path_join(tmpdir, "fifo");
+    assert_int_equal(mkfifo(path, 0600), 0);
+    alarm(20); // a hang fails the test instead of stalling the suite
+    struct osc_mapped_file m;
+    assert_int_equal(osc_map_file(path, &m), OSCAR_ERR_IO);
+    assert_non_null(strstr(oscar_last_error(), "not a regular file"));
+    assert_non_null(strstr(oscar_last_error(), path));
+    assert_int_equal(osc_require_regular(path), OSCAR_ERR_IO);
+    assert_int_equal(osc_require_regular(tmpdir), OSCAR_ERR_IO);
+    assert_int_equal(osc_require_regular("/nonexistent/x"), OSCAR_ERR_IO);
+    assert_non_null(strstr(oscar_last_error(), "/nonexistent/x"));
+    alarm(0);
+    free(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_message),
@@ -94,6 +113,7 @@ int main(void) {
         cmocka_unit_test(test_unwritable_dir),
         cmocka_unit_test(test_read_file_limit),
         cmocka_unit_test(test_mkdirs),
+        cmocka_unit_test(test_map_fifo),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
