@@ -295,6 +295,18 @@ out:
     return s;
 }
 
+enum oscar_status oscar_kv_transform_row(const struct oscar_kv_transform * tf, bool is_k, int32_t layer, int32_t h,
+                                         bool prefill_path, const float * x, float * hp, float * q,
+                                         struct oscar_quant_stats * st) {
+    float tmp[OSCAR_MAX_HEAD_DIM];
+    return row_transform(tf, is_k, layer, h, prefill_path, x, hp, q ? q : tmp, q != NULL, st);
+}
+
+enum oscar_status oscar_kv_transform_kivi_block(const struct oscar_kv_transform * tf, int32_t h, int64_t b0,
+                                                const float * k_hp, float * k_q, struct oscar_quant_stats * st) {
+    return kivi_k_seq(tf, h, b0 + tf->kivi.k_block_tokens, b0 + tf->kivi.k_block_tokens, b0, k_hp, k_q, st);
+}
+
 enum oscar_status oscar_kv_transform_layer(const struct oscar_kv_transform * tf, int32_t layer, int32_t n_tokens,
                                            int32_t n_seq, const int32_t * seq_start, const float * k,
                                            const float * v, float * k_hp, float * v_hp, float * k_q, float * v_q,

@@ -256,16 +256,13 @@ void oscar_kv_sim_stats(const struct oscar_kv_sim * s, struct oscar_quant_stats 
     if (v) *v = s->st[1];
 }
 
-// Query row t of head j in sequence [b, b+len): softmax over keys p <= t, each
-// taken from the INT2 or HP buffers per the tiering. out [D].
-static void sim_query(const struct oscar_kv_sim * s, const float * q, int32_t h, int64_t b, int64_t t, int64_t lo,
-                      int64_t hi, float * sc, float * out) {
-    int32_t D = s->tf.head_dim;
-    size_t rs = (size_t) s->tf.n_head_kv * D;
+void oscar_kv_attend_query(const float * q, int32_t D, size_t rs, const float * k_hp, const float * v_hp,
+                           const float * k_q, const float * v_q, int64_t t, int64_t lo, int64_t hi, float * sc,
+                           float * out) {
     float scale = (float) (1.0 / sqrt((double) D)), m = -INFINITY;
     for (int64_t p = 0; p <= t; p++) {
         bool i2 = p >= lo && p < hi;
-        float x = dotf(q, (i2 ? s->k_q : s->k_hp) + (size_t) (b + p) * rs + (size_t) h * D, D) * scale;
+        float x = dotf(q, (i2 ? k_q : k_hp) + (size_t) p * rs, D) * scale;
         sc[p] = x;
         if (x > m) m = x;
     }
@@ -275,11 +272,19 @@ static void sim_query(const struct oscar_kv_sim * s, const float * q, int32_t h,
         bool i2 = p >= lo && p < hi;
         float w = expf(sc[p] - m);
         z += (double) w;
-        const float * vv = (i2 ? s->v_q : s->v_hp) + (size_t) (b + p) * rs + (size_t) h * D;
+        const float * vv = (i2 ? v_q : v_hp) + (size_t) p * rs;
         for (int32_t d = 0; d < D; d++) acc[d] += w * vv[d];
     }
     float inv = (float) (1.0 / z);
     for (int32_t d = 0; d < D; d++) out[d] = acc[d] * inv;
+}
+
+// Query row t of head j in sequence [b, b+len): keys p <= t from the INT2 or HP buffers per the tiering.
+static void sim_query(const struct oscar_kv_sim * s, const float * q, int32_t h, int64_t b, int64_t t, int64_t lo,
+                      int64_t hi, float * sc, float * out) {
+    int32_t D = s->tf.head_dim;
+    size_t rs = (size_t) s->tf.n_head_kv * D, o = (size_t) b * rs + (size_t) h * D;
+    oscar_kv_attend_query(q, D, rs, s->k_hp + o, s->v_hp + o, s->k_q + o, s->v_q + o, t, lo, hi, sc, out);
 }
 
 static enum oscar_status sim_attend(void * user, int32_t layer, const struct oscar_capture_layer * in, float * out) {

@@ -51,6 +51,7 @@
 #define OSCAR_VERIFY_METRICS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "model/model.h"
@@ -151,6 +152,17 @@ enum oscar_status oscar_kv_transform_layer(const struct oscar_kv_transform * tf,
                                            const float * v, float * k_hp, float * v_hp, float * k_q, float * v_q,
                                            struct oscar_quant_stats * st);
 
+// One row x [D] of KV head h (K if is_k): hp = its HP-tier value and, if q != NULL, q = its INT2-tier
+// value as written by the prefill path (prefill_path) or by decode demotion; both unrotated. KIVI K
+// rows are quantized per block (below), not here. st (may be NULL) accumulates.
+enum oscar_status oscar_kv_transform_row(const struct oscar_kv_transform * tf, bool is_k, int32_t layer, int32_t h,
+                                         bool prefill_path, const float * x, float * hp, float * q,
+                                         struct oscar_quant_stats * st);
+// KIVI: K block [b0, b0 + kivi.k_block_tokens) of KV head h from its HP rows k_hp (row p at
+// p·Hkv·D + h·D) into k_q (same layout).
+enum oscar_status oscar_kv_transform_kivi_block(const struct oscar_kv_transform * tf, int32_t h, int64_t b0,
+                                                const float * k_hp, float * k_q, struct oscar_quant_stats * st);
+
 // ---- per-layer metrics -------------------------------------------------------------
 struct oscar_layer_input {
     int32_t layer;
@@ -228,6 +240,13 @@ enum oscar_status oscar_kv_sim_init(const struct oscar_kv_transform * tf, const 
                                     int32_t max_tokens, int32_t n_threads, struct oscar_kv_sim ** out);
 void oscar_kv_sim_free(struct oscar_kv_sim * s);
 struct oscar_attention_override oscar_kv_sim_override(struct oscar_kv_sim * s);
+// One query row of the simulation: out [D] = softmax(q·kᵀ/√D)·v over keys p in [0, t], key p taken
+// from (k_q, v_q) if lo <= p < hi, else (k_hp, v_hp); row p of each buffer at p·rs. fp32 scores and
+// weights, fp64 normaliser. sc: [t + 1] scratch. Shared with lib/verify/kv-decode.c so that both
+// paths do the same arithmetic on the same rows.
+void oscar_kv_attend_query(const float * q, int32_t D, size_t rs, const float * k_hp, const float * v_hp,
+                           const float * k_q, const float * v_q, int64_t t, int64_t lo, int64_t hi, float * sc,
+                           float * out);
 // Quantizer statistics accumulated over all layers and calls (K and V).
 void oscar_kv_sim_stats(const struct oscar_kv_sim * s, struct oscar_quant_stats * k, struct oscar_quant_stats * v);
 
