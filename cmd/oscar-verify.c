@@ -159,8 +159,10 @@ int main(int argc, char ** argv) {
     struct oscar_corpus_stats cs = {0};
     struct oscar_verify_report rep = {0};
     char * model_path = NULL, * rot_path = NULL, * text = NULL;
-    const char * stage = "--model", * arg = o.model;
+    const char * stage = "--report", * arg = o.report_dir;
     rc = 1;
+    if (o.report_dir && oscar_verify_check_report_dir(o.report_dir)) goto out; // before any compute
+    stage = "--model", arg = o.model;
     if (oscar_hub_resolve_local(&hub, o.model, &model_path) || oscar_model_load(model_path, &m) ||
         oscar_tokenizer_load(model_path, &tok))
         goto out;
@@ -174,7 +176,7 @@ int main(int argc, char ** argv) {
     co.jsonl_field = o.jsonl_field;
     int64_t need = p.tokens ? p.tokens : p.ctx;
     co.max_tokens = (size_t) (need > p.metric_tokens ? need : p.metric_tokens);
-    if (oscar_corpus_tokenize(tok, o.corpus, &co, &ids, &cs)) goto out;
+    if (oscar_corpus_tokenize(tok, o.corpus, &co, &ids, &cs) || oscar_verify_check_tokens(&p, ids.n)) goto out;
     stage = "verify", arg = NULL;
     if (oscar_verify_run(m, art, ids.ids, ids.n, &p, &rep)) goto out;
     snprintf(rep.model, sizeof rep.model, "%s", o.model);

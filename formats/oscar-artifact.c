@@ -594,67 +594,20 @@ out:
     return s;
 }
 
-static void fsync_path(const char * path) {
-    int fd = open(path, O_RDONLY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
+// The files an artifact directory may hold: only such a directory is replaced.
+static const char * const artifact_files[] = {OSCAR_ARTIFACT_TENSORS, OSCAR_ARTIFACT_JSON, OSCAR_ARTIFACT_README,
+                                              NULL};
+
+enum oscar_status oscar_artifact_check_dest(const char * dir) {
+    return osc_dir_check_dest(dir, "an oscar artifact", artifact_files);
 }
 
-static void remove_tree(const char * dir) {
-    DIR * d = opendir(dir);
-    if (d) {
-        struct dirent * e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            char * p = osc_path_join(dir, e->d_name);
-            if (p) {
-                unlink(p);
-                free(p);
-            }
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
-// An existing directory may be replaced only if it is empty or holds an artifact.
-static enum oscar_status check_replaceable(const char * dir, bool * exists) {
-    struct stat sb;
-    *exists = false;
-    if (stat(dir, &sb) != 0) return OSCAR_OK;
-    if (!S_ISDIR(sb.st_mode)) return osc_error(OSCAR_ERR_INVALID, "%s: exists and is not a directory", dir);
-    *exists = true;
-    DIR * d = opendir(dir);
-    if (!d) return osc_error(OSCAR_ERR_IO, "%s: %s", dir, strerror(errno));
-    bool foreign = false;
-    struct dirent * e;
-    while ((e = readdir(d)) != NULL) {
-        const char * n = e->d_name;
-        if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0) continue;
-        if (strcmp(n, OSCAR_ARTIFACT_TENSORS) != 0 && strcmp(n, OSCAR_ARTIFACT_JSON) != 0 &&
-            strcmp(n, OSCAR_ARTIFACT_README) != 0) {
-            foreign = true;
-        }
-    }
-    closedir(d);
-    if (foreign) {
-        return osc_error(OSCAR_ERR_INVALID, "%s: exists and holds files that are not an oscar artifact; refusing "
-                                            "to replace it",
-                         dir);
-    }
-    return OSCAR_OK;
-}
-
-enum oscar_status oscar_artifact_write(const struct oscar_artifact * a_in, const char * dir_in) {
-    enum oscar_status s = OSCAR_ERR_NOMEM;
-    char * dir = strdup(dir_in), * parent = NULL, * tmp = NULL, * old = NULL, * st_path = NULL;
+enum oscar_status oscar_artifact_write(const struct oscar_artifact * a_in, const char * dir) {
+    enum oscar_status s;
+    char * st_path = NULL;
     struct oscar_artifact * a = NULL;
-    bool exists = false, tmp_made = false;
-    if (!dir) goto out;
-    size_t dl = strlen(dir);
-    while (dl > 1 && dir[dl - 1] == '/') dir[--dl] = '\0';
+    struct osc_dir_stage stage;
+    bool staged = false;
     // copy the metadata so the writer can add its own keys without touching the input
     if ((s = oscar_artifact_init(a_in->n_layer, a_in->n_head, a_in->n_head_kv, a_in->head_dim, a_in->per_head,
                                  a_in->clip_per_head, false, &a)) != OSCAR_OK) {
@@ -678,58 +631,26 @@ enum oscar_status oscar_artifact_write(const struct oscar_artifact * a_in, const
     }
     if ((s = fill_meta(a)) != OSCAR_OK) goto out;
     if ((s = oscar_artifact_validate(a, true)) != OSCAR_OK) goto out;
-    const char * slash = strrchr(dir, '/');
-    const char * name = slash ? slash + 1 : dir;
-    parent = slash ? strndup(dir, (size_t) (slash - dir) + (slash == dir)) : strdup(".");
-    if (!parent) goto out;
-    if ((s = osc_mkdirs(parent)) != OSCAR_OK) goto out;
-    if ((s = check_replaceable(dir, &exists)) != OSCAR_OK) goto out;
-    size_t n = strlen(parent) + strlen(name) + 64;
-    tmp = malloc(n);
-    old = malloc(n);
-    if (!tmp || !old) {
+    if ((s = osc_dir_stage_open(&stage, dir, "an oscar artifact", artifact_files)) != OSCAR_OK) goto out;
+    staged = true;
+    st_path = osc_path_join(stage.tmp, OSCAR_ARTIFACT_TENSORS);
+    if (!st_path) {
         s = osc_error(OSCAR_ERR_NOMEM, "out of memory");
         goto out;
     }
-    snprintf(tmp, n, "%s/.%s.tmp.%ld", parent, name, (long) getpid());
-    snprintf(old, n, "%s/.%s.old.%ld", parent, name, (long) getpid());
-    remove_tree(tmp);
-    if (mkdir(tmp, 0755) != 0) {
-        s = osc_error(OSCAR_ERR_IO, "%s: cannot create directory: %s", tmp, strerror(errno));
-        goto out;
-    }
-    tmp_made = true;
-    st_path = osc_path_join(tmp, OSCAR_ARTIFACT_TENSORS);
-    if (!st_path) goto out;
     if ((s = write_tensors(a, st_path)) != OSCAR_OK) goto out;
-    if ((s = write_json(a, tmp, st_path)) != OSCAR_OK) goto out;
-    if ((s = write_card(a, tmp)) != OSCAR_OK) goto out;
-    fsync_path(tmp);
-    if (exists && rename(dir, old) != 0) {
-        s = osc_error(OSCAR_ERR_IO, "%s: cannot move the old artifact aside: %s", dir, strerror(errno));
-        goto out;
-    }
-    if (rename(tmp, dir) != 0) {
-        s = osc_error(OSCAR_ERR_IO, "%s: rename failed: %s", dir, strerror(errno));
-        if (exists) rename(old, dir);
-        goto out;
-    }
-    tmp_made = false;
-    if (exists) remove_tree(old);
-    fsync_path(parent);
-    s = OSCAR_OK;
+    if ((s = write_json(a, stage.tmp, st_path)) != OSCAR_OK) goto out;
+    if ((s = write_card(a, stage.tmp)) != OSCAR_OK) goto out;
+    staged = false;
+    s = osc_dir_stage_commit(&stage);
 out:
-    if (tmp_made) remove_tree(tmp);
+    if (staged) osc_dir_stage_abort(&stage);
     if (a) {
         a->k_rotation = a->v_rotation = a->k_eigenvalues = a->v_eigenvalues = a->k_clip = a->v_clip = NULL;
         a->k_mean = NULL;
         a->summary_json = a->card_markdown = NULL;
         oscar_artifact_free(a);
     }
-    free(dir);
-    free(parent);
-    free(tmp);
-    free(old);
     free(st_path);
     return s;
 }

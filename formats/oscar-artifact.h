@@ -20,11 +20,14 @@
 // oscar.format_version / format itself from the struct, the caller sets the
 // provenance keys (objectives, base model, calibration, ...).
 //
-// Writes are atomic at the directory level: the three files are written into
-// "<parent>/.<name>.tmp.<pid>", fsync'ed, and the directory is renamed to
-// <name>; an existing artifact directory at <name> is replaced (moved aside,
-// then removed). A crash leaves either the old artifact or the new one, never a
-// half-written one. A non-empty <name> that is not an artifact is refused.
+// Writes are atomic at the directory level (util/fs.h, osc_dir_stage): the
+// three files are written into "<parent>/.<name>.tmp.<pid>", fsync'ed, and the
+// directory is put in place at <name>, swapped with an existing artifact
+// directory in one rename (RENAME_EXCHANGE), whose old contents are then
+// removed. A crash leaves the old artifact or the new one, never a half-written
+// one nor none; the next write removes the temporaries of a dead writer. A
+// <name> that is a file, or a directory holding anything but the three files,
+// is refused.
 //
 // Usage:
 //   struct oscar_artifact * a;
@@ -126,5 +129,9 @@ enum oscar_status oscar_artifact_check_shape(const struct oscar_artifact * a, in
 // Validates (with the orthogonality check) and writes the artifact directory
 // atomically (see the header comment). The parent directory is created.
 enum oscar_status oscar_artifact_write(const struct oscar_artifact * a, const char * dir);
+// The destination checks of oscar_artifact_write alone (a name, a parent we
+// can create and write in, no foreign file or directory in the way), to run
+// before the compute that produces the artifact. The parent is created.
+enum oscar_status oscar_artifact_check_dest(const char * dir);
 
 #endif

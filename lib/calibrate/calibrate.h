@@ -62,6 +62,10 @@ struct oscar_calib_params {
 };
 
 struct oscar_calib_params oscar_calib_default_params(void);
+// The clip search and the gate measure the INT2 middle of the held-out
+// sequences: with seq_len <= sink + recent there is none (every row BF16).
+// OSCAR_ERR_INVALID saying so, naming the three settings.
+enum oscar_status oscar_calib_check_tiers(const struct oscar_calib_params * p);
 // "1.00:0.80:0.02" (start:stop:step) or "1,0.96,0.9" -> grid. OSCAR_ERR_INVALID on bad text.
 enum oscar_status oscar_calib_parse_grid(const char * text, struct oscar_calib_params * p);
 
@@ -72,6 +76,7 @@ struct oscar_calib_corpus {
     char      sha256[65];   // of all corpus bytes read (files in sorted order)
     char      name[256];    // file name(s), for metadata
     int64_t   n_docs;       // paragraphs / JSONL records tokenized
+    uint64_t  tokenizer_hash; // of the tokenizer that made the tokens (0: synthetic tokens)
 };
 // Tokenizes the corpus until max_tokens tokens are produced (0 = all). path:
 // a text file (paragraphs split at blank lines), a .jsonl file (jsonl_field of
@@ -89,6 +94,7 @@ struct oscar_calib_plan {
     int32_t * heldout_start;  // [n_heldout + 1]
     const int32_t * tokens;   // the corpus stream (not owned)
     int64_t   n_tokens;       // calibration tokens used (seq_start[n_seq])
+    const struct oscar_calib_corpus * corpus; // the tokens' source (not owned; NULL from a store)
 };
 enum oscar_status oscar_calib_plan_make(const struct oscar_calib_corpus * c, const struct oscar_calib_params * p,
                                         struct oscar_calib_plan * out);
@@ -121,7 +127,10 @@ enum oscar_status oscar_calib_capture_heldout(const struct oscar_model * m, cons
                                               const struct oscar_calib_params * p, struct oscar_calib_heldout * out,
                                               struct oscar_calib_timing * t);
 // Pass 1 (+ pass 2 when the V objective is sst) over the calibration
-// sequences into a new accumulator; checkpoints / resumes per params.
+// sequences into a new accumulator; checkpoints / resumes per params. A
+// checkpoint records the plan, the capture dtype, the model's attention shape
+// and the identities of the model, tokenizer and corpus (plan->corpus); a
+// resume refuses one that differs in any of them (OSCAR_ERR_INVALID naming it).
 enum oscar_status oscar_calib_accumulate(const struct oscar_model * m, const struct oscar_calib_plan * plan,
                                          const struct oscar_calib_params * p, struct oscar_stats ** out,
                                          struct oscar_calib_timing * t);

@@ -3,11 +3,15 @@
 // optional bf16 rounding of the captured rows and their copy into the HDF5
 // activation store; the replay of a store instead of the forward pass.
 //
-// Checkpoint file (native little-endian, written atomically):
-//   "OSCCALCK" | u32 version 1 | u32 pass (1|2) | i32 next_seq | i32 n_seq |
-//   i64 n_tokens | i32 seq_len | i32 batch | u32 kinds | u32 pad | u64 stats_size | stats checkpoint bytes
-// A resume refuses a checkpoint whose plan (tokens, seq_len, batch, kinds)
-// differs. Checkpoints are taken at batch boundaries, so the batches of a
+// Checkpoint file (native little-endian, written atomically): struct
+// ckpt_header (version 2) then the lib/stats checkpoint bytes. The header holds
+// the plan (tokens, sequences, seq_len, batch, stats kinds, capture dtype) and
+// what the sums were made of: the model's attention shape (layers, heads, KV
+// heads, head_dim, n_embd), the model's sha256 (the one the artifact records),
+// the tokenizer hash and the corpus sha256. A resume refuses a checkpoint that
+// differs in any of them, naming it, and checks the statistics' own shape
+// against the model before a single row is added (their buffers are sized by
+// it). Checkpoints are taken at batch boundaries, so the batches of a
 // resumed run are exactly those of an uninterrupted one, and the accumulator
 // state (lib/stats, chunking- and thread-invariant) makes the result identical.
 #include <stdio.h>
@@ -24,7 +28,7 @@
 #include "util/log.h"
 
 #define CKPT_MAGIC "OSCCALCK"
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u
 
 struct ckpt_header {
     char     magic[8];
@@ -36,8 +40,15 @@ struct ckpt_header {
     int32_t  seq_len;
     int32_t  batch;
     uint32_t kinds;
+    uint32_t capture_bf16;
+    int32_t  n_layer, n_head, n_head_kv, head_dim, n_embd;
     uint32_t pad;
+    uint64_t tokenizer_hash;
     uint64_t stats_size;
+    char     model_sha256[72];  // NUL-terminated hex (or empty)
+    char     corpus_sha256[72];
+    char     model[512];        // names, for the messages only
+    char     corpus[256];
 };
 
 struct hook_ctx {
@@ -197,8 +208,9 @@ static uint32_t stats_kinds(const struct oscar_calib_params * p) {
     return k;
 }
 
-static void fill_header(struct ckpt_header * hd, const struct oscar_calib_plan * plan,
+static void fill_header(struct ckpt_header * hd, const struct oscar_model * m, const struct oscar_calib_plan * plan,
                         const struct oscar_calib_params * p, uint32_t pass, int32_t next_seq) {
+    const struct oscar_model_config * c = &m->config;
     memset(hd, 0, sizeof(*hd));
     memcpy(hd->magic, CKPT_MAGIC, 8);
     hd->version = CKPT_VERSION;
@@ -209,6 +221,16 @@ static void fill_header(struct ckpt_header * hd, const struct oscar_calib_plan *
     hd->seq_len = p->seq_len;
     hd->batch = p->batch;
     hd->kinds = stats_kinds(p);
+    hd->capture_bf16 = p->capture_bf16;
+    hd->n_layer = c->n_layer, hd->n_head = c->n_head, hd->n_head_kv = c->n_head_kv;
+    hd->head_dim = c->head_dim, hd->n_embd = c->n_embd;
+    snprintf(hd->model_sha256, sizeof hd->model_sha256, "%s", m->source_sha256);
+    snprintf(hd->model, sizeof hd->model, "%s", c->name[0] ? c->name : m->source);
+    if (plan->corpus) {
+        hd->tokenizer_hash = plan->corpus->tokenizer_hash;
+        snprintf(hd->corpus_sha256, sizeof hd->corpus_sha256, "%s", plan->corpus->sha256);
+        snprintf(hd->corpus, sizeof hd->corpus, "%s", plan->corpus->name);
+    }
 }
 
 static enum oscar_status save_ckpt(const char * path, const struct oscar_stats * s, const struct ckpt_header * hd0) {
@@ -224,32 +246,73 @@ static enum oscar_status save_ckpt(const char * path, const struct oscar_stats *
     return st;
 }
 
-static enum oscar_status load_ckpt(const char * path, const struct oscar_calib_plan * plan,
+// What the checkpoint's sums were made of must be what this run feeds them.
+static enum oscar_status check_source(const char * path, const struct ckpt_header * hd, const struct ckpt_header * now) {
+    if (hd->n_layer != now->n_layer || hd->n_head != now->n_head || hd->n_head_kv != now->n_head_kv ||
+        hd->head_dim != now->head_dim || hd->n_embd != now->n_embd)
+        return osc_error(OSCAR_ERR_INVALID,
+                         "%s: checkpoint was made for model %s with %d layers, %d heads, %d KV heads, head_dim %d, "
+                         "n_embd %d; --model %s has %d layers, %d heads, %d KV heads, head_dim %d, n_embd %d",
+                         path, hd->model, (int) hd->n_layer, (int) hd->n_head, (int) hd->n_head_kv,
+                         (int) hd->head_dim, (int) hd->n_embd, now->model, (int) now->n_layer, (int) now->n_head,
+                         (int) now->n_head_kv, (int) now->head_dim, (int) now->n_embd);
+    if (strcmp(hd->model_sha256, now->model_sha256) != 0)
+        return osc_error(OSCAR_ERR_INVALID, "%s: checkpoint was made with model %s (sha256 %.16s...); --model %s has "
+                         "sha256 %.16s...", path, hd->model, hd->model_sha256, now->model, now->model_sha256);
+    if (hd->tokenizer_hash != now->tokenizer_hash)
+        return osc_error(OSCAR_ERR_INVALID, "%s: checkpoint was made with tokenizer %016llx; --model's is %016llx",
+                         path, (unsigned long long) hd->tokenizer_hash, (unsigned long long) now->tokenizer_hash);
+    if (strcmp(hd->corpus_sha256, now->corpus_sha256) != 0)
+        return osc_error(OSCAR_ERR_INVALID, "%s: checkpoint was made on corpus %s (sha256 %.16s...); --corpus %s has "
+                         "sha256 %.16s...", path, hd->corpus, hd->corpus_sha256, now->corpus, now->corpus_sha256);
+    if (hd->n_seq != now->n_seq || hd->n_tokens != now->n_tokens || hd->seq_len != now->seq_len ||
+        hd->batch != now->batch || hd->kinds != now->kinds || hd->capture_bf16 != now->capture_bf16)
+        return osc_error(OSCAR_ERR_INVALID,
+                         "%s: checkpoint was made with a different plan (tokens %lld seq-len %d batch %d kinds %u "
+                         "capture %s; now %lld %d %d %u %s)",
+                         path, (long long) hd->n_tokens, (int) hd->seq_len, (int) hd->batch, hd->kinds,
+                         hd->capture_bf16 ? "bf16" : "fp32", (long long) now->n_tokens, (int) now->seq_len,
+                         (int) now->batch, now->kinds, now->capture_bf16 ? "bf16" : "fp32");
+    return OSCAR_OK;
+}
+
+// The statistics' own shape sizes their buffers: it must be the model's, whatever the header says.
+static enum oscar_status check_stats_shape(const char * path, const struct oscar_stats * s, const struct ckpt_header * now) {
+    struct oscar_stats_params sp = oscar_stats_get_params(s);
+    if (sp.n_layer != now->n_layer || sp.n_head != now->n_head || sp.n_head_kv != now->n_head_kv ||
+        sp.head_dim != now->head_dim || sp.kinds != now->kinds)
+        return osc_error(OSCAR_ERR_FORMAT, "%s: checkpoint statistics are for %d layers, %d heads, %d KV heads, "
+                         "head_dim %d, kinds %u, not the model's (corrupt file)", path, (int) sp.n_layer,
+                         (int) sp.n_head, (int) sp.n_head_kv, (int) sp.head_dim, sp.kinds);
+    return OSCAR_OK;
+}
+
+static enum oscar_status load_ckpt(const char * path, const struct oscar_model * m, const struct oscar_calib_plan * plan,
                                    const struct oscar_calib_params * p, struct oscar_stats ** out, uint32_t * pass,
                                    int32_t * next_seq) {
     struct osc_mapped_file mf;
     enum oscar_status st = osc_map_file(path, &mf);
     if (st != OSCAR_OK) return st;
-    struct ckpt_header hd, want;
-    fill_header(&want, plan, p, 0, 0);
-    if (mf.size < sizeof(hd)) {
+    struct ckpt_header hd, now;
+    fill_header(&now, m, plan, p, 0, 0);
+    if (mf.size < 8 || memcmp(mf.data, CKPT_MAGIC, 8) != 0) {
+        st = osc_error(OSCAR_ERR_FORMAT, "%s: not an oscar-calibrate checkpoint (bad magic)", path);
+        goto out;
+    }
+    if (mf.size < sizeof hd) {
         st = osc_error(OSCAR_ERR_FORMAT, "%s: checkpoint truncated (%zu bytes)", path, mf.size);
         goto out;
     }
-    memcpy(&hd, mf.data, sizeof(hd));
-    if (memcmp(hd.magic, CKPT_MAGIC, 8) != 0 || hd.version != CKPT_VERSION) {
-        st = osc_error(OSCAR_ERR_FORMAT, "%s: not an oscar-calibrate checkpoint (bad magic/version)", path);
+    memcpy(&hd, mf.data, sizeof hd);
+    if (hd.version != CKPT_VERSION) {
+        st = osc_error(OSCAR_ERR_UNSUPPORTED, "%s: checkpoint format version %u, this oscar-calibrate reads %u; "
+                       "remove it to start over", path, (unsigned) hd.version, CKPT_VERSION);
         goto out;
     }
-    if (hd.n_seq != want.n_seq || hd.n_tokens != want.n_tokens || hd.seq_len != want.seq_len ||
-        hd.batch != want.batch || hd.kinds != want.kinds) {
-        st = osc_error(OSCAR_ERR_INVALID,
-                       "%s: checkpoint was made with a different plan (tokens %lld seq-len %d batch %d kinds %u; "
-                       "now %lld %d %d %u)",
-                       path, (long long) hd.n_tokens, (int) hd.seq_len, (int) hd.batch, hd.kinds,
-                       (long long) want.n_tokens, (int) want.seq_len, (int) want.batch, want.kinds);
-        goto out;
-    }
+    // the names are only printed, but never past their arrays
+    hd.model_sha256[sizeof hd.model_sha256 - 1] = hd.corpus_sha256[sizeof hd.corpus_sha256 - 1] = '\0';
+    hd.model[sizeof hd.model - 1] = hd.corpus[sizeof hd.corpus - 1] = '\0';
+    if ((st = check_source(path, &hd, &now)) != OSCAR_OK) goto out;
     if ((hd.pass != 1 && hd.pass != 2) || hd.next_seq < 0 || hd.next_seq > hd.n_seq ||
         hd.stats_size != mf.size - sizeof(hd)) {
         st = osc_error(OSCAR_ERR_FORMAT, "%s: checkpoint header corrupted", path);
@@ -260,6 +323,14 @@ static enum oscar_status load_ckpt(const char * path, const struct oscar_calib_p
         st = osc_error_prefix(st, "%s", path);
         goto out;
     }
+    if ((st = check_stats_shape(path, *out, &now)) != OSCAR_OK ||
+        (oscar_stats_phase(*out) != (int32_t) hd.pass &&
+         (st = osc_error(OSCAR_ERR_FORMAT, "%s: checkpoint of pass %u holds statistics of phase %d (corrupt file)",
+                         path, (unsigned) hd.pass, (int) oscar_stats_phase(*out))))) {
+        oscar_stats_free(*out);
+        *out = NULL;
+        goto out;
+    }
     *pass = hd.pass;
     *next_seq = hd.next_seq;
 out:
@@ -268,7 +339,8 @@ out:
 }
 
 // ---- accumulation ---------------------------------------------------------------------------
-static enum oscar_status run_pass(struct oscar_forward * f, struct hook_ctx * hc, const struct oscar_calib_plan * plan,
+static enum oscar_status run_pass(struct oscar_forward * f, const struct oscar_model * m, struct hook_ctx * hc,
+                                  const struct oscar_calib_plan * plan,
                                   const struct oscar_calib_params * p, uint32_t pass, int32_t first_seq,
                                   int32_t * sbuf, struct oscar_calib_timing * t) {
     struct osc_progress pr;
@@ -288,7 +360,7 @@ static enum oscar_status run_pass(struct oscar_forward * f, struct hook_ctx * hc
         osc_progress_update(&pr, plan->seq_start[s1]);
         if (p->checkpoint_path && p->checkpoint_every > 0 && since >= p->checkpoint_every && s1 < plan->n_seq) {
             struct ckpt_header hd;
-            fill_header(&hd, plan, p, pass, s1);
+            fill_header(&hd, m, plan, p, pass, s1);
             if ((st = save_ckpt(p->checkpoint_path, hc->stats, &hd)) != OSCAR_OK) return st;
             since = 0;
         }
@@ -300,7 +372,7 @@ static enum oscar_status run_pass(struct oscar_forward * f, struct hook_ctx * hc
     if (st == OSCAR_OK && p->checkpoint_path && p->checkpoint_every > 0 && pass == 1 &&
         oscar_stats_phase(hc->stats) == 2) {
         struct ckpt_header hd;
-        fill_header(&hd, plan, p, 2, 0);
+        fill_header(&hd, m, plan, p, 2, 0);
         st = save_ckpt(p->checkpoint_path, hc->stats, &hd);
     }
     return st;
@@ -320,7 +392,7 @@ enum oscar_status oscar_calib_accumulate(const struct oscar_model * m, const str
     *out = NULL;
     if (!sbuf || !hook_bufs(&hc, p, c)) goto out;
     if (p->resume && p->checkpoint_path && access(p->checkpoint_path, F_OK) == 0) {
-        if ((st = load_ckpt(p->checkpoint_path, plan, p, &s, &pass, &next_seq)) != OSCAR_OK) goto out;
+        if ((st = load_ckpt(p->checkpoint_path, m, plan, p, &s, &pass, &next_seq)) != OSCAR_OK) goto out;
         osc_info("resuming pass %u at sequence %d/%d from %s", pass, (int) next_seq, (int) plan->n_seq,
                  p->checkpoint_path);
     } else {
@@ -345,11 +417,11 @@ enum oscar_status oscar_calib_accumulate(const struct oscar_model * m, const str
     struct oscar_forward_params fp = fwd_params(p, &hook);
     if ((st = oscar_forward_init(m, &fp, &f)) != OSCAR_OK) goto out;
     if (pass == 1) {
-        if ((st = run_pass(f, &hc, plan, p, 1, next_seq, sbuf, t)) != OSCAR_OK) goto out;
+        if ((st = run_pass(f, m, &hc, plan, p, 1, next_seq, sbuf, t)) != OSCAR_OK) goto out;
         next_seq = 0;
     }
     hc.store = NULL;
-    if (oscar_stats_phase(s) == 2 && (st = run_pass(f, &hc, plan, p, 2, next_seq, sbuf, t)) != OSCAR_OK) goto out;
+    if (oscar_stats_phase(s) == 2 && (st = run_pass(f, m, &hc, plan, p, 2, next_seq, sbuf, t)) != OSCAR_OK) goto out;
     t->accumulate += hc.t_accum;
     t->store += hc.t_store;
     *out = s;

@@ -49,6 +49,26 @@ want 1 "at least one window" "$V" --model "$M" --corpus "$T/short.txt" --methods
 want 1 "art8: artifact has 8 layers" "$V" --model "$M" --rotations "$T/art8" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}"
 ok "unreadable model / artifact / corpus and a mismatched artifact exit 1 naming the input"
 
+# ---- outputs checked before any compute, written whole; --tokens beyond the corpus ----
+# --model names no file: an error about the model would mean --report was checked too late
+mkdir -p "$T/rep-foreign" && echo notes > "$T/rep-foreign/notes.txt"
+want 1 "notes.txt" "$V" --model "$T/none.gguf" --corpus "$T/c.txt" --methods bf16 --report "$T/rep-foreign"
+echo x > "$T/rep-file"
+want 1 "not a directory" "$V" --model "$T/none.gguf" --corpus "$T/c.txt" --methods bf16 --report "$T/rep-file"
+# a report that could be written only in part (layers.svg cannot be a file here) is refused up front
+mkdir -p "$T/rep-part/layers.svg"
+want 1 "layers.svg" "$V" --model "$M" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}" --report "$T/rep-part"
+[ "$(ls -A "$T/rep-part")" = layers.svg ] || fail "partial report written: $(ls -A "$T/rep-part")"
+for i in 1 2; do
+    "$V" --model "$M" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}" --report "$T/rep" --quiet 2>"$T/err" \
+        || fail "report run $i: $(cat "$T/err")"
+done
+[ "$(ls "$T/rep" | tr '\n' ' ')" = "layers.svg report.json summary.md " ] || fail "report files: $(ls -A "$T/rep")"
+ls -A "$T" | grep -q '^\.rep\.' && fail "report temporaries left: $(ls -A "$T")"
+want 1 "c.txt" "$V" --model "$M" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}" --tokens 1000000
+grep -q "1000000" "$T/err" && grep -Eq "[0-9]+ tokens" "$T/err" || fail "--tokens beyond the corpus: $(cat "$T/err")"
+ok "--report checked before compute and replaced whole; --tokens beyond the corpus is an error naming it"
+
 # ---- --device: cpu is the default simulation; cuda refuses what its kernels cannot do ----
 want 2 "bad --device" "$V" --model "$M" --corpus "$T/c.txt" --device tpu
 "$V" --model "$M" --rotations "$T/art" --corpus "$T/c.txt" --methods bf16,oscar "${SMALL[@]}" --json \
