@@ -450,7 +450,7 @@ static enum oscar_status recorded_sha256(const char * json_path, char want[65]) 
         return osc_error(OSCAR_ERR_FORMAT, "%s: missing, so there is no recorded sha256 to check %s against",
                          json_path, OSCAR_ARTIFACT_TENSORS);
     enum oscar_status s = osc_read_file(json_path, (size_t) 64 << 20, &text, &n);
-    if (s != OSCAR_OK) return osc_error_prefix(s == OSCAR_ERR_INVALID ? OSCAR_ERR_FORMAT : s, "%s", json_path);
+    if (s != OSCAR_OK) return s == OSCAR_ERR_INVALID ? OSCAR_ERR_FORMAT : s; // too large: not an oscar.json
     json_error_t err;
     json_t * root = json_loadb(text, n, 0, &err);
     free(text);
@@ -488,6 +488,9 @@ static enum oscar_status check_model(const struct oscar_artifact * a, const stru
     if (!t->model_sha256[0])
         return osc_error(OSCAR_ERR_INVALID, "cannot check the artifact against %s: the model has no sha256 identity",
                          label);
+    if (!rec[0])
+        return osc_error(OSCAR_ERR_INVALID, "cannot check the artifact against %s: it records no "
+                         "oscar.base_model_sha256 (calibrated on %s)", label, base);
     if (strcasecmp(rec, t->model_sha256) != 0)
         return osc_error(OSCAR_ERR_INVALID,
                          "artifact was calibrated on %s (oscar.base_model_sha256 %s), but %s has sha256 %s",

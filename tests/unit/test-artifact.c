@@ -314,6 +314,11 @@ static void test_load_integrity(void ** state) {
     expect_load("other model", dir, &other, OSCAR_ERR_INVALID, "calibrated on 1 (oscar.base_model_sha256 1), but other.gguf has sha256 abc");
     expect_load("unknown model", dir, &unknown, OSCAR_ERR_INVALID, "random");
     expect_load("other model, forced", dir, &other_forced, OSCAR_OK, NULL);
+    ok(oscar_artifact_set_meta(a, "oscar.base_model_sha256", ""));   // e.g. a random-init calibration
+    path(dir, sizeof dir, "load-noid");
+    ok(oscar_artifact_write(a, dir));
+    expect_load("artifact without an identity", dir, &model, OSCAR_ERR_INVALID, "records no oscar.base_model_sha256");
+    path(dir, sizeof dir, "load");
     // (a) a low mantissa bit that orthogonality cannot see: the hash does
     rewrite_tensors(dir, ed_flip_low);
     struct oscar_artifact * b = NULL;
