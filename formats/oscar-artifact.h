@@ -52,9 +52,9 @@
 // measure <= 0.7·eps32 whatever D (every composition on SmolLM2, both
 // groupings; synthetic D = 64..256). 8·eps32 (9.5e-7) leaves margin and still
 // fails one flipped exponent bit, or mantissa bit >= 4 + log2(D), of any
-// element of size >= 1/√D (every row has one), and a flipped sign unless the
-// element is alone in its column. Smaller flips are the job of the sha256
-// check (oscar_artifact_load).
+// element of size >= 1/√D (every row has one), and its flipped sign unless the
+// rest of its column is ~0. Smaller flips are the job of the sha256 check
+// (oscar_artifact_load).
 #define OSCAR_ARTIFACT_ORTH_TOL (8.0 * 1.1920928955078125e-7)
 
 struct oscar_artifact {

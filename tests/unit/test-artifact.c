@@ -234,7 +234,7 @@ static void test_validate_and_refuse(void ** state) {
 // Flipping one bit of an element of size >= 1/sqrt(D) (every row has one) must fail the
 // orthogonality bound for the sign, every exponent bit and the mantissa bits from
 // 4 + log2(D) up (their diagonal change 1.5·x²·2^(k-24) >= 1.5·2^(k-24)/D exceeds 8 eps32 plus
-// the ~0.4 eps32 of the fp32 rounding); the lowest mantissa bit stays invisible to it (the
+// the < eps32 of the fp32 rounding); the lowest mantissa bit stays invisible to it (the
 // sha256 check of oscar_artifact_load catches that one).
 static void test_orth_bit_flips(void ** state) {
     (void) state;
@@ -243,7 +243,8 @@ static void test_orth_bit_flips(void ** state) {
         ok(oscar_artifact_init(1, 1, 1, dim, false, false, false, &a));
         rand_orth_n(a->k_rotation, dim);
         rand_orth_n(a->v_rotation, dim);
-        for (int i = 0; oscar_artifact_required_meta[i]; i++) ok(oscar_artifact_set_meta(a, oscar_artifact_required_meta[i], "1"));
+        for (int i = 0; oscar_artifact_required_meta[i]; i++)
+            ok(oscar_artifact_set_meta(a, oscar_artifact_required_meta[i], "1"));
         ok(oscar_artifact_validate(a, true));
         int32_t row = dim / 3, c = 0;
         float * r = a->v_rotation + (size_t) row * (size_t) dim;
@@ -259,7 +260,8 @@ static void test_orth_bit_flips(void ** state) {
             if (bit >= 4 + lg && st != OSCAR_ERR_NUMERIC)
                 fail_msg("D %d: flipping bit %d of R[%d][%d] passed the orthogonality check", (int) dim, bit,
                          (int) row, (int) c);
-            if (bit == 0 && st != OSCAR_OK) fail_msg("D %d: the lowest mantissa bit: %s", (int) dim, oscar_last_error());
+            if (bit == 0 && st != OSCAR_OK)
+                fail_msg("D %d: the lowest mantissa bit: %s", (int) dim, oscar_last_error());
             u ^= 1u << bit;
             memcpy(&r[c], &u, 4);
         }
@@ -301,7 +303,8 @@ static void test_load_integrity(void ** state) {
     const struct oscar_artifact_trust other = {.model_sha256 = "abc", .model_label = "other.gguf"};
     const struct oscar_artifact_trust unknown = {.model_sha256 = "", .model_label = "random"};
     const struct oscar_artifact_trust force = {.force = true};
-    const struct oscar_artifact_trust other_forced = {.model_sha256 = "abc", .model_label = "other.gguf", .force = true};
+    const struct oscar_artifact_trust other_forced = {.model_sha256 = "abc", .model_label = "other.gguf",
+                                                      .force = true};
     struct oscar_artifact * a = make(false);
     char dir[512], f[600], sha[65];
     path(dir, sizeof dir, "load");
@@ -311,13 +314,15 @@ static void test_load_integrity(void ** state) {
     snprintf(f, sizeof f, "%s/%s", dir, OSCAR_ARTIFACT_TENSORS);
     expect_load("the file itself", f, &model, OSCAR_OK, NULL);
     // (c) another model, or one without an identity
-    expect_load("other model", dir, &other, OSCAR_ERR_INVALID, "calibrated on 1 (oscar.base_model_sha256 1), but other.gguf has sha256 abc");
-    expect_load("unknown model", dir, &unknown, OSCAR_ERR_INVALID, "random");
+    expect_load("other model", dir, &other, OSCAR_ERR_INVALID,
+                "calibrated on 1 (oscar.base_model_sha256 1), but other.gguf has sha256 abc");
+    expect_load("unknown model", dir, &unknown, OSCAR_ERR_INVALID, "against random: the model has no sha256 identity");
     expect_load("other model, forced", dir, &other_forced, OSCAR_OK, NULL);
     ok(oscar_artifact_set_meta(a, "oscar.base_model_sha256", ""));   // e.g. a random-init calibration
     path(dir, sizeof dir, "load-noid");
     ok(oscar_artifact_write(a, dir));
-    expect_load("artifact without an identity", dir, &model, OSCAR_ERR_INVALID, "records no oscar.base_model_sha256");
+    expect_load("artifact without an identity", dir, &model, OSCAR_ERR_INVALID,
+                "records no oscar.base_model_sha256");
     path(dir, sizeof dir, "load");
     // (a) a low mantissa bit that orthogonality cannot see: the hash does
     rewrite_tensors(dir, ed_flip_low);
@@ -332,7 +337,8 @@ static void test_load_integrity(void ** state) {
     rewrite_tensors(dir, ed_flip_exp);
     ok(osc_sha256_file(f, sha));
     set_recorded_sha(dir, sha);
-    expect_load("exponent bit flipped, hash matches", dir, NULL, OSCAR_ERR_NUMERIC, "layers.1.k_rotation is not orthogonal");
+    expect_load("exponent bit flipped, hash matches", dir, NULL, OSCAR_ERR_NUMERIC,
+                "layers.1.k_rotation is not orthogonal");
     expect_load("exponent bit flipped, forced", dir, &force, OSCAR_OK, NULL);
     rewrite_tensors(dir, ed_flip_exp);
     ok(osc_sha256_file(f, sha));
