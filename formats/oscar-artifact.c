@@ -18,6 +18,7 @@
 
 #include "formats/safetensors.h"
 #include "hub/hub-internal.h"
+#include "rotation/fit.h"
 #include "util/fs.h"
 #include "util/log.h"
 #include "util/sha256.h"
@@ -178,27 +179,13 @@ static enum oscar_status check_finite(const char * what, int32_t layer, const fl
     return OSCAR_OK;
 }
 
-// max |R·Rᵀ − I| in fp64 (symmetric: the upper triangle suffices).
-static double orth_err(int32_t D, const float * r) {
-    double worst = 0.0;
-    for (int32_t i = 0; i < D; i++) {
-        for (int32_t j = i; j < D; j++) {
-            double s = 0.0;
-            for (int32_t k = 0; k < D; k++) s += (double) r[i * D + k] * (double) r[j * D + k];
-            double e = fabs(s - (i == j ? 1.0 : 0.0));
-            if (e > worst) worst = e;
-        }
-    }
-    return worst;
-}
-
 // Every K and V rotation orthogonal to OSCAR_ARTIFACT_ORTH_TOL; names the first that is not.
 static enum oscar_status check_orthogonal(const struct oscar_artifact * a) {
     for (int32_t l = 0; l < a->n_layer; l++) {
         for (int32_t h = 0; h < n_rot(a); h++) {
             for (int kv = 0; kv < 2; kv++) {
                 const float * r = kv ? oscar_artifact_v_rotation(a, l, h) : oscar_artifact_k_rotation(a, l, h);
-                double e = orth_err(a->head_dim, r);
+                double e = oscar_fit_orth_error_f32(a->head_dim, r);
                 if (e <= OSCAR_ARTIFACT_ORTH_TOL) continue;
                 char head[32] = "";
                 if (a->per_head) snprintf(head, sizeof head, " (KV head %d)", (int) h);
