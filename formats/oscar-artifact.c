@@ -12,12 +12,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "formats/safetensors.h"
 #include "hub/hub-internal.h"
+#include "rotation/fit.h"
 #include "util/fs.h"
+#include "util/log.h"
+#include "util/sha256.h"
 
 const char * const oscar_artifact_required_meta[] = {
     "oscar.k_objective", "oscar.v_objective", "oscar.composition", "oscar.base_model",
@@ -175,17 +179,24 @@ static enum oscar_status check_finite(const char * what, int32_t layer, const fl
     return OSCAR_OK;
 }
 
-static double orth_err(int32_t D, const float * r) {
-    double worst = 0.0;
-    for (int32_t i = 0; i < D; i++) {
-        for (int32_t j = 0; j < D; j++) {
-            double s = 0.0;
-            for (int32_t k = 0; k < D; k++) s += (double) r[i * D + k] * (double) r[j * D + k];
-            double e = fabs(s - (i == j ? 1.0 : 0.0));
-            if (e > worst) worst = e;
+// Every K and V rotation orthogonal to OSCAR_ARTIFACT_ORTH_TOL; names the first that is not.
+static enum oscar_status check_orthogonal(const struct oscar_artifact * a) {
+    for (int32_t l = 0; l < a->n_layer; l++) {
+        for (int32_t h = 0; h < n_rot(a); h++) {
+            for (int kv = 0; kv < 2; kv++) {
+                const float * r = kv ? oscar_artifact_v_rotation(a, l, h) : oscar_artifact_k_rotation(a, l, h);
+                double e = oscar_fit_orth_error_f32(a->head_dim, r);
+                if (e <= OSCAR_ARTIFACT_ORTH_TOL) continue;
+                char head[32] = "";
+                if (a->per_head) snprintf(head, sizeof head, " (KV head %d)", (int) h);
+                return osc_error(OSCAR_ERR_NUMERIC,
+                                 "artifact: layers.%d.%c_rotation%s is not orthogonal: max|R·Rᵀ−I| = %.3g > %.3g "
+                                 "(8·eps32)",
+                                 (int) l, kv ? 'v' : 'k', head, e, OSCAR_ARTIFACT_ORTH_TOL);
+            }
         }
     }
-    return worst;
+    return OSCAR_OK;
 }
 
 static enum oscar_status check_meta_int(const struct oscar_artifact * a, const char * key, int32_t want) {
@@ -233,18 +244,8 @@ enum oscar_status oscar_artifact_validate(const struct oscar_artifact * a, bool 
                                  (double) kc, (double) vc);
             }
         }
-        if (!check_orth) continue;
-        for (size_t r = 0; r < R; r++) {
-            double ek = orth_err(a->head_dim, a->k_rotation + (lr + r) * D * D);
-            double ev = orth_err(a->head_dim, a->v_rotation + (lr + r) * D * D);
-            if (!(ek <= OSCAR_ARTIFACT_ORTH_TOL) || !(ev <= OSCAR_ARTIFACT_ORTH_TOL)) {
-                return osc_error(OSCAR_ERR_NUMERIC,
-                                 "artifact: layers.%d rotation %zu not orthogonal: max|R·Rᵀ−I| K %.3g V %.3g > %g",
-                                 (int) l, r, ek, ev, OSCAR_ARTIFACT_ORTH_TOL);
-            }
-        }
     }
-    return OSCAR_OK;
+    return check_orth ? check_orthogonal(a) : OSCAR_OK;
 }
 
 enum oscar_status oscar_artifact_check_shape(const struct oscar_artifact * a, int32_t n_layer, int32_t n_head,
@@ -330,22 +331,22 @@ static enum oscar_status read_layers(const struct osc_safetensors * st, const ch
     return OSCAR_OK;
 }
 
+// The oscar.safetensors of an artifact given as its directory or as the file itself (malloc'ed).
+static enum oscar_status tensors_file(const char * path, char ** file) {
+    struct stat sb;
+    *file = NULL;
+    if (stat(path, &sb) != 0) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: %s", path, strerror(errno));
+    *file = S_ISDIR(sb.st_mode) ? osc_path_join(path, OSCAR_ARTIFACT_TENSORS) : strdup(path);
+    return *file ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "out of memory");
+}
+
 enum oscar_status oscar_artifact_read(const char * path, bool check_orth, struct oscar_artifact ** out) {
     enum oscar_status s = OSCAR_ERR_FORMAT;
     struct osc_safetensors * st = NULL;
     struct oscar_artifact * a = NULL;
     char * file = NULL;
     *out = NULL;
-    struct stat sb;
-    if (stat(path, &sb) != 0) {
-        s = osc_error(OSCAR_ERR_NOT_FOUND, "%s: %s", path, strerror(errno));
-        goto out;
-    }
-    file = S_ISDIR(sb.st_mode) ? osc_path_join(path, OSCAR_ARTIFACT_TENSORS) : strdup(path);
-    if (!file) {
-        s = osc_error(OSCAR_ERR_NOMEM, "out of memory");
-        goto out;
-    }
+    if ((s = tensors_file(path, &file)) != OSCAR_OK) goto out;
     if ((s = osc_safetensors_open(file, &st)) != OSCAR_OK) goto out;
     const char * ver = osc_safetensors_metadata(st, "oscar.format_version");
     if (!ver) {
@@ -415,6 +416,103 @@ out:
     osc_safetensors_close(st);
     free(file);
     return s;
+}
+
+// ---- integrity (oscar_artifact_load) ---------------------------------------------------------
+// The file `name` in the directory of `file` (malloc'ed).
+static char * sibling(const char * file, const char * name) {
+    const char * slash = strrchr(file, '/');
+    if (!slash) return strdup(name);
+    char * dir = strndup(file, (size_t) (slash - file) + (slash == file));
+    char * p = dir ? osc_path_join(dir, name) : NULL;
+    free(dir);
+    return p;
+}
+
+// The sha256 oscar.json records for oscar.safetensors (64 hex digits) into want.
+static enum oscar_status recorded_sha256(const char * json_path, char want[65]) {
+    char * text = NULL;
+    size_t n = 0;
+    if (access(json_path, F_OK) != 0)
+        return osc_error(OSCAR_ERR_FORMAT, "%s: missing, so there is no recorded sha256 to check %s against",
+                         json_path, OSCAR_ARTIFACT_TENSORS);
+    enum oscar_status s = osc_read_file(json_path, (size_t) 64 << 20, &text, &n);
+    if (s != OSCAR_OK) return s == OSCAR_ERR_INVALID ? OSCAR_ERR_FORMAT : s; // too large: not an oscar.json
+    json_error_t err;
+    json_t * root = json_loadb(text, n, 0, &err);
+    free(text);
+    if (!root) return osc_error(OSCAR_ERR_FORMAT, "%s: not valid JSON (line %d: %s)", json_path, err.line, err.text);
+    const char * sha = json_string_value(
+        json_object_get(json_object_get(json_object_get(root, "files"), OSCAR_ARTIFACT_TENSORS), "sha256"));
+    bool hex = sha && strlen(sha) == 64 && strspn(sha, "0123456789abcdefABCDEF") == 64;
+    if (hex) snprintf(want, 65, "%s", sha);
+    json_decref(root);
+    if (!hex)
+        return osc_error(OSCAR_ERR_FORMAT, "%s: no sha256 (64 hex digits) recorded for %s (files.\"%s\".sha256)",
+                         json_path, OSCAR_ARTIFACT_TENSORS, OSCAR_ARTIFACT_TENSORS);
+    return OSCAR_OK;
+}
+
+// (a) the tensors file is the one its oscar.json describes.
+static enum oscar_status check_file_hash(const char * file) {
+    char want[65], got[65];
+    char * json_path = sibling(file, OSCAR_ARTIFACT_JSON);
+    if (!json_path) return osc_error(OSCAR_ERR_NOMEM, "out of memory");
+    enum oscar_status s = recorded_sha256(json_path, want);
+    if (s == OSCAR_OK) s = osc_sha256_file(file, got);
+    if (s == OSCAR_OK && strcasecmp(want, got) != 0)
+        s = osc_error(OSCAR_ERR_FORMAT, "%s: sha256 %s, but %s records %s: the file was modified or corrupted", file,
+                      got, json_path, want);
+    free(json_path);
+    return s;
+}
+
+// (c) the artifact was calibrated on the model it is used with.
+static enum oscar_status check_model(const struct oscar_artifact * a, const struct oscar_artifact_trust * t) {
+    const char * base = oscar_artifact_get_meta(a, "oscar.base_model");
+    const char * rec = oscar_artifact_get_meta(a, "oscar.base_model_sha256");
+    const char * label = t->model_label ? t->model_label : "the model";
+    if (!t->model_sha256[0])
+        return osc_error(OSCAR_ERR_INVALID, "cannot check the artifact against %s: the model has no sha256 identity",
+                         label);
+    if (!rec[0])
+        return osc_error(OSCAR_ERR_INVALID, "cannot check the artifact against %s: it records no "
+                         "oscar.base_model_sha256 (calibrated on %s)", label, base);
+    if (strcasecmp(rec, t->model_sha256) != 0)
+        return osc_error(OSCAR_ERR_INVALID,
+                         "artifact was calibrated on %s (oscar.base_model_sha256 %s), but %s has sha256 %s",
+                         base, rec, label, t->model_sha256);
+    return OSCAR_OK;
+}
+
+// A failed check s (its message prefixed with `where` when given) is an error,
+// or with force a warning and OSCAR_OK (running out of memory stays an error).
+static enum oscar_status verdict(enum oscar_status s, const char * where, const struct oscar_artifact_trust * t) {
+    if (s == OSCAR_OK) return s;
+    if (where) osc_error_prefix(s, "%s", where);
+    if (!t || !t->force || s == OSCAR_ERR_NOMEM) return s;
+    osc_warn("%s (forced: using the artifact anyway)", oscar_last_error());
+    osc_error_clear();
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_artifact_load(const char * path, const struct oscar_artifact_trust * trust,
+                                      struct oscar_artifact ** out) {
+    struct oscar_artifact * a = NULL;
+    char * file = NULL;
+    *out = NULL;
+    enum oscar_status s = oscar_artifact_read(path, false, &a);
+    if (s == OSCAR_OK) s = tensors_file(path, &file);
+    if (s == OSCAR_OK) s = verdict(check_file_hash(file), NULL, trust);
+    if (s == OSCAR_OK) s = verdict(check_orthogonal(a), file, trust);
+    if (s == OSCAR_OK && trust && trust->model_sha256) s = verdict(check_model(a, trust), path, trust);
+    free(file);
+    if (s != OSCAR_OK) {
+        oscar_artifact_free(a);
+        return s;
+    }
+    *out = a;
+    return OSCAR_OK;
 }
 
 // ---- writer --------------------------------------------------------------------------
