@@ -11,6 +11,8 @@
 #              tool carries 64 MiB per call, so a stage-only call can bring
 #              parts ahead: OSCAR_STAGE_ONLY=1 copies them and exits)
 #   corpora/   the corpora as `make deps` builds them
+#   shared/    ../shared's data the oracles read (data/tokenizers/qwen3), when
+#              the GPU machine's copy of the checkout has no ../shared beside it
 # The model is checked against the sha256 that datasets/deps.sh pins.
 #
 #   bash tests/gpu/gpu-cpu-tests.sh        # then: N passed, N failed
@@ -25,6 +27,7 @@ mkdir -p "$OSCAR_CACHE/models" "$OSCAR_CACHE/parts"
 # --- stage what was carried ----------------------------------------------------
 [ -d "$carry/model" ] && cp "$carry"/model/* "$OSCAR_CACHE/parts/" 2>/dev/null
 [ -d "$carry/corpora" ] && cp -r "$carry/corpora" "$OSCAR_CACHE/"
+[ -d "$carry/shared" ] && export OSCAR_SHARED=$carry/shared
 if [ "${OSCAR_STAGE_ONLY:-0}" = 1 ]; then
     ls -la "$OSCAR_CACHE/parts"
     exit 0
