@@ -116,6 +116,14 @@ struct oscar_calib_timing {
 };
 
 // ---- capture ----------------------------------------------------------------------------
+// The calibration forward pass (layer-pass.c), layer-major: all calibration and
+// held-out sequences through layer 0, then layer 1, ...; per layer the pass-1
+// sums, then the SST sums with that layer's final A_h from the K/V it kept (no
+// second forward pass), and the held-out rows. Returns a finished accumulator
+// and fills *held. Equal to two whole passes bit for bit (same batches).
+enum oscar_status oscar_calib_capture(const struct oscar_model * m, const struct oscar_calib_plan * plan,
+                                      const struct oscar_calib_params * p, struct oscar_stats ** stats,
+                                      struct oscar_calib_heldout * held, struct oscar_calib_timing * t);
 // Runs the forward pass over the held-out sequences and keeps their rows.
 enum oscar_status oscar_calib_capture_heldout(const struct oscar_model * m, const struct oscar_calib_plan * plan,
                                               const struct oscar_calib_params * p, struct oscar_calib_heldout * out,
