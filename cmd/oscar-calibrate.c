@@ -1,6 +1,6 @@
 // oscar-calibrate - model + corpus -> OSCAR rotation artifact.
-// Pipeline (lib/calibrate): corpus -> plan -> held-out rows -> pass 1/2
-// covariances -> fit -> clip search -> gate -> artifact. Exit 0 ok, 1 failure
+// Pipeline (lib/calibrate): corpus -> plan -> one layer-major pass (covariances
+// and held-out rows) -> fit -> clip search -> gate -> artifact. Exit 0 ok, 1 failure
 // (including a failed gate with --strict), 2 usage error.
 #include <getopt.h>
 #include <libgen.h>
@@ -46,7 +46,8 @@ static void usage(FILE * f) {
             "      --clip K,V            fixed clip ratios (reference 0.96,0.92)\n"
             "      --clip-search GRID    start:stop:step or list [1.00:0.80:0.02] (default mode)\n"
             "  -t, --threads N           [all cores]\n"
-            "      --checkpoint-every N  tokens between checkpoints (OUT.ckpt) [0 = off]\n"
+            "      --checkpoint-every N  checkpoint (OUT.ckpt) at the first layer boundary after N\n"
+            "                            token-layers (sequences x tokens x layers done) [0 = off]\n"
             "      --resume              continue from OUT.ckpt\n"
             "      --strict              refuse to write when OSCAR does not beat Hadamard and naive INT2\n"
             "      --seed N              [0]\n"
@@ -217,7 +218,13 @@ static void print_gate(const struct oscar_calib_gate * g, const struct oscar_cal
             g->pass ? "PASS" : "FAIL: OSCAR is not below Hadamard and naive INT2");
 }
 
-// Corpus -> plan -> held-out rows -> both passes (forward), writing the store if asked.
+// Calibration tokens per second of capture (forward + sums; held-out rows not counted).
+static double capture_rate(const struct oscar_calib_plan * plan, const struct oscar_calib_timing * t) {
+    const double s = t->forward + t->accumulate;
+    return s > 0 ? (double) plan->n_tokens / s : 0.0;
+}
+
+// Corpus -> plan -> the layer-major pass (statistics and held-out rows), writing the store if asked.
 static enum oscar_status from_forward(const struct opts * o, const struct oscar_model * m, struct oscar_tokenizer * tok,
                                       struct oscar_calib_params * p, struct oscar_calib_corpus * corpus,
                                       struct oscar_calib_plan * plan, struct oscar_calib_heldout * held,
@@ -243,8 +250,7 @@ static enum oscar_status from_forward(const struct opts * o, const struct oscar_
         if ((rc = oscar_actstore_create(o->save_act, &in, &w)) != OSCAR_OK) return rc;
         p->act_out = w;
     }
-    if ((rc = oscar_calib_capture_heldout(m, plan, p, held, t)) == OSCAR_OK &&
-        (rc = oscar_calib_accumulate(m, plan, p, st, t)) == OSCAR_OK && w) {
+    if ((rc = oscar_calib_capture(m, plan, p, st, held, t)) == OSCAR_OK && w) {
         double t0 = osc_now();
         rc = oscar_actstore_commit(w);   // frees w
         t->store += osc_now() - t0;
@@ -371,9 +377,9 @@ int main(int argc, char ** argv) {
     }
     if (p.checkpoint_path) remove(ckpt);
     fprintf(stderr, "timing: forward %.2fs  accumulate %.2fs  eigh %.2fs  clip %.2fs  gate %.2fs  held-out %.2fs  "
-            "store %.2fs  total %.2fs  (%.1f tok/s over both passes)\nwrote %s (%s)\n", t.forward, t.accumulate,
+            "store %.2fs  total %.2fs  (capture %.1f calibration tok/s)\nwrote %s (%s)\n", t.forward, t.accumulate,
             t.eigh, t.clip, t.gate, t.heldout, t.store, t.total,
-            t.tokens_forwarded > 0 ? t.tokens_forwarded / (t.forward + t.accumulate) : 0.0, o.out,
+            capture_rate(&plan, &t), o.out,
             oscar_artifact_get_meta(art, "oscar.calib_tag"));
     double rss = oscar_calib_peak_rss_mb();
     fprintf(stderr, "peak RSS %.1f MiB\n", rss);
@@ -384,7 +390,7 @@ int main(int argc, char ** argv) {
                        "\"tokens_per_s\": %.2f}, \"summary\": %s}\n",
                        o.out, o.from_act ? "activations" : o.device ? o.device : "forward", (long long) plan.n_tokens, (int) plan.n_seq,
                        fit.orth_err_max, rss, (double) t.device_peak_bytes / 1073741824.0, t.forward, t.accumulate, t.eigh, t.clip, t.gate, t.heldout, t.store,
-                       t.total, t.tokens_forwarded > 0 ? t.tokens_forwarded / (t.forward + t.accumulate) : 0.0,
+                       t.total, capture_rate(&plan, &t),
                        art->summary_json);
     rc = 0;
 out:

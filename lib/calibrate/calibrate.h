@@ -2,8 +2,9 @@
 //
 //   corpus.c     corpus (text file | JSONL field | directory) -> tokens, sha256
 //   plan.c       tokens -> calibration sequences (--tokens, --seq-len) + held-out sequences
-//   capture.c    forward passes with the capture hook: held-out rows, pass 1 (qqt/ktk/vtv/vatt),
-//                pass 2 (sst with the final A_h); checkpoint/resume every N tokens
+//   layer-pass.c the forward pass, layer-major: per layer the pass-1 sums (qqt/ktk/vtv/vatt),
+//                the sst sums with that layer's final A_h, the held-out rows; checkpoints
+//                between layers (layer-ckpt.c); replay.c the same from an activation store
 //   calib-verify.c  the held-out rows / methods as lib/verify inputs (every error
 //                metric is lib/verify's: logit error, post-W_O relative error)
 //   clip.c       clip-ratio search per layer x {K, V} (x KV head)
@@ -111,7 +112,6 @@ void oscar_calib_heldout_free(struct oscar_calib_heldout * h);
 struct oscar_calib_timing {
     double forward, accumulate, eigh, clip, gate, heldout, total;
     double store;             // activation store writes (--save-activations) or reads (--from-activations)
-    int64_t tokens_forwarded; // both passes
     int64_t device_peak_bytes; // --device cuda: largest device memory in use seen by the forward pass
 };
 
@@ -124,16 +124,6 @@ struct oscar_calib_timing {
 enum oscar_status oscar_calib_capture(const struct oscar_model * m, const struct oscar_calib_plan * plan,
                                       const struct oscar_calib_params * p, struct oscar_stats ** stats,
                                       struct oscar_calib_heldout * held, struct oscar_calib_timing * t);
-// Runs the forward pass over the held-out sequences and keeps their rows.
-enum oscar_status oscar_calib_capture_heldout(const struct oscar_model * m, const struct oscar_calib_plan * plan,
-                                              const struct oscar_calib_params * p, struct oscar_calib_heldout * out,
-                                              struct oscar_calib_timing * t);
-// Pass 1 (+ pass 2 when the V objective is sst) over the calibration
-// sequences into a new accumulator; checkpoints / resumes per params.
-enum oscar_status oscar_calib_accumulate(const struct oscar_model * m, const struct oscar_calib_plan * plan,
-                                         const struct oscar_calib_params * p, struct oscar_stats ** out,
-                                         struct oscar_calib_timing * t);
-
 // ---- from an activation store (replay.c; actstore.h) ------------------------------------
 // The plan (sequence boundaries of the stored calibration and held-out rows),
 // the held-out rows (W_O from m, whose shapes must match the store) and both

@@ -214,7 +214,6 @@ enum oscar_status oscar_calib_device_accumulate(const struct oscar_calib_device 
         }
         if (st != OSCAR_OK) goto out;
         t->forward += osc_now() - t0;
-        t->tokens_forwarded += plan->n_tokens;
         t0 = osc_now();
         if ((st = oscar_fwd_end_pass(f)) != OSCAR_OK) goto out;
         t->accumulate += osc_now() - t0;

@@ -12,11 +12,17 @@
 // (stats.h), which is unchanged. Memory: the hidden states of all sequences
 // [N, C], one layer's calibration K/V [N_cal, Hkv, D] x 2 when SST is on, the
 // held-out rows, and the forward scratch of one batch.
+//
+// Checkpoints (layer-ckpt.c) are taken between layers, after at least
+// p->checkpoint_every token-layers since the last one; --resume continues at
+// the layer after the last checkpoint with the same batches.
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "calibrate/actstore.h"
 #include "calibrate/calibrate.h"
+#include "calibrate/layer-ckpt.h"
 #include "quant/quant.h"
 #include "util/log.h"
 #include "util/mem.h"
@@ -195,18 +201,12 @@ static enum oscar_status setup(struct layer_pass * lp, struct oscar_capture_hook
     const struct oscar_calib_params * p = lp->p;
     enum oscar_status st = plan_batches(lp);
     if (st != OSCAR_OK || (st = alloc_heldout(lp)) != OSCAR_OK) return st;
-    struct oscar_stats_params sp = oscar_stats_default_params();
-    sp.n_layer = c->n_layer, sp.n_head = c->n_head, sp.n_head_kv = c->n_head_kv, sp.head_dim = c->head_dim;
-    sp.kinds = stats_kinds(p);
-    sp.n_threads = p->n_threads;
-    sp.max_tokens = p->batch * p->seq_len;
-    if ((st = oscar_stats_init(&sp, &lp->stats)) != OSCAR_OK) return st;
     const size_t C = (size_t) c->n_embd, kvrow = (size_t) c->n_head_kv * (size_t) c->head_dim;
     const size_t T = (size_t) p->batch * (size_t) p->seq_len;
     lp->x = osc_alloc_large((size_t) lp->n_rows * C * sizeof(float));
     lp->sbuf = malloc(((size_t) p->batch + 1) * sizeof(int32_t));
     bool ok = lp->x && lp->sbuf;
-    if (sp.kinds & OSCAR_STATS_SST) {
+    if (stats_kinds(p) & OSCAR_STATS_SST) {
         lp->keep_k = osc_alloc_large((size_t) lp->n_cal * kvrow * sizeof(float));
         lp->keep_v = osc_alloc_large((size_t) lp->n_cal * kvrow * sizeof(float));
         ok = ok && lp->keep_k && lp->keep_v;
@@ -226,6 +226,24 @@ static enum oscar_status setup(struct layer_pass * lp, struct oscar_capture_hook
     fp.max_tokens = p->batch * p->seq_len;
     fp.hook = hook;
     return oscar_forward_init(lp->m, &fp, &lp->f);
+}
+
+// A new accumulator at layer 0, or the checkpoint's state (--resume).
+static enum oscar_status start(struct layer_pass * lp, const struct osc_layer_ckpt * ck, int32_t * first_layer) {
+    const struct oscar_model_config * c = &lp->m->config;
+    *first_layer = 0;
+    if (lp->p->resume && ck->path && access(ck->path, F_OK) == 0) {
+        enum oscar_status st = osc_layer_ckpt_load(ck, &lp->stats, first_layer);
+        if (st == OSCAR_OK)
+            osc_info("resuming at layer %d/%d from %s", (int) *first_layer, (int) c->n_layer, ck->path);
+        return st;
+    }
+    struct oscar_stats_params sp = oscar_stats_default_params();
+    sp.n_layer = c->n_layer, sp.n_head = c->n_head, sp.n_head_kv = c->n_head_kv, sp.head_dim = c->head_dim;
+    sp.kinds = stats_kinds(lp->p);
+    sp.n_threads = lp->p->n_threads;
+    sp.max_tokens = lp->p->batch * lp->p->seq_len;
+    return oscar_stats_init(&sp, &lp->stats);
 }
 
 static void teardown(struct layer_pass * lp) {
@@ -249,22 +267,32 @@ enum oscar_status oscar_calib_capture(const struct oscar_model * m, const struct
     *stats = NULL;
     enum oscar_status st = setup(&lp, &hook);
     const int32_t L = m->config.n_layer;
+    const struct osc_layer_ckpt ck = {.path = p->checkpoint_path, .m = m, .plan = plan, .p = p, .kinds = stats_kinds(p),
+                                      .x = lp.x, .n_rows = lp.n_rows, .held = held};
+    int32_t first = 0;
+    if (st == OSCAR_OK) st = start(&lp, &ck, &first);
     struct osc_progress pr;
     osc_progress_init(&pr, "layer-major pass", "tok", (int64_t) L * lp.n_rows);   // token-layers
-    for (int32_t l = 0; l < L && st == OSCAR_OK; l++) {
+    int64_t since = 0;   // token-layers since the last checkpoint
+    for (int32_t l = first; l < L && st == OSCAR_OK; l++) {
         for (int32_t i = 0; i < lp.n_batches && st == OSCAR_OK; i++) {
             const struct batch_ref * b = &lp.batches[i];
             double t0 = osc_now(), a0 = lp.t_accum, w0 = lp.t_store;
             st = run_batch_layer(&lp, b, l);
             const double dt = osc_now() - t0 - (lp.t_accum - a0) - (lp.t_store - w0);
             if (b->heldout) t->heldout += dt;
-            else t->forward += dt, t->tokens_forwarded += l == 0 ? b->n : 0;
+            else t->forward += dt;
             osc_progress_update(&pr, (int64_t) l * lp.n_rows + b->row0 + b->n);
         }
         double t0 = osc_now();
         if (st == OSCAR_OK) st = oscar_stats_end_layer_pass(lp.stats, l);
         t->accumulate += osc_now() - t0;
         if (st == OSCAR_OK && oscar_stats_layer_phase(lp.stats, l) == 2) st = sst_from_kept(&lp, l);
+        since += lp.n_rows;
+        if (st == OSCAR_OK && ck.path && p->checkpoint_every > 0 && since >= p->checkpoint_every && l + 1 < L) {
+            st = osc_layer_ckpt_save(&ck, lp.stats, l + 1);
+            since = 0;
+        }
     }
     if (st == OSCAR_OK) osc_progress_finish(&pr);
     t->accumulate += lp.t_accum;
