@@ -155,19 +155,20 @@ check:
 
 # libFuzzer targets: the library is compiled once with clang's coverage and
 # sanitizer instrumentation, then each tests/fuzz/fuzz-*.c links against it.
+# Undefined behaviour aborts the run like a memory error does.
 FUZZ_SRC  := $(sort $(wildcard tests/fuzz/fuzz-*.c))
 FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 FUZZ_OBJ  := $(LIB_SRC:%.c=build-fuzz/obj/%.o)
-FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -I. -Ilib $(PKG_CFLAGS) -g -O1 -fopenmp
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -I. -Ilib $(PKG_CFLAGS) -g -O1 -fopenmp -fno-sanitize-recover=undefined
 
 build-fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -MMD -MP -c $< -o $@
 
 build-fuzz/liboscar-fuzz.a: $(FUZZ_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-build-fuzz/fuzz-%: tests/fuzz/fuzz-%.c build-fuzz/liboscar-fuzz.a
+build-fuzz/fuzz-%: tests/fuzz/fuzz-%.c tests/fuzz/fuzz-common.h build-fuzz/liboscar-fuzz.a
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined $< build-fuzz/liboscar-fuzz.a -o $@ $(PKG_LIBS) -lm -lpthread
 
 fuzz: $(FUZZ_BINS)
@@ -191,3 +192,4 @@ clean:
 	rm -rf build build-san build-fuzz
 
 -include $(LIB_OBJ:.o=.d)
+-include $(FUZZ_OBJ:.o=.d)

@@ -3,11 +3,9 @@
 // and held-out rows) -> fit -> clip search -> gate -> artifact. Exit 0 ok, 1 failure
 // (including a failed gate with --strict), 2 usage error.
 #include <getopt.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "calibrate/actstore.h"
 #include "calibrate/calibrate.h"
@@ -31,7 +29,7 @@ static void usage(FILE * f) {
             "                            (pulled into the shared HF cache; HF_HUB_OFFLINE=1 uses the cache)\n"
             "  -f, --corpus PATH         text file, .jsonl, or directory of them (not with --from-activations)\n"
             "      --jsonl-field NAME    [text]\n"
-            "  -o, --out DIR             artifact directory\n"
+            "  -o, --out DIR             artifact directory: new, or an artifact to replace (checked before any compute)\n"
             "      --tokens N            calibration tokens [20000]\n"
             "  -c, --seq-len N           tokens per sequence [512]\n"
             "  -b, --batch N             sequences per forward call [4]\n"
@@ -48,7 +46,8 @@ static void usage(FILE * f) {
             "  -t, --threads N           [all cores]\n"
             "      --checkpoint-every N  checkpoint (OUT.ckpt) at the first layer boundary after N\n"
             "                            token-layers (sequences x tokens x layers done) [0 = off]\n"
-            "      --resume              continue from OUT.ckpt\n"
+            "      --resume              continue from OUT.ckpt (refused if made for another model,\n"
+            "                            corpus, tokenizer or plan)\n"
             "      --strict              refuse to write when OSCAR does not beat Hadamard and naive INT2\n"
             "      --seed N              [0]\n"
             "      --capture-dtype bf16|fp32  round captured q/k/v to bf16 like the reference [fp32]\n"
@@ -198,12 +197,20 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         usage(stderr);
         return 2;
     }
+    if (!*o->out) {
+        fprintf(stderr, "oscar-calibrate: --out is empty\n");
+        return 2;
+    }
+    if (!o->from_act && oscar_calib_check_tiers(p) != OSCAR_OK) { // the store's seq-len: from_store
+        fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
+        return 2;
+    }
     if (o->from_act && (o->save_act || p->checkpoint_every > 0 || p->resume)) {
         fprintf(stderr, "--from-activations does not take --save-activations, --checkpoint-every or --resume\n");
         return 2;
     }
     if (o->save_act && p->resume) {
-        fprintf(stderr, "--save-activations needs pass 1 from the start: not with --resume\n");
+        fprintf(stderr, "--save-activations writes every layer from the first: not with --resume\n");
         return 2;
     }
     return 0;
@@ -301,6 +308,7 @@ static enum oscar_status from_store(const struct opts * o, const struct oscar_mo
     snprintf(corpus->sha256, sizeof(corpus->sha256), "%s", in->corpus_sha256);
     p->seq_len = in->seq_len;
     p->capture_bf16 = in->bf16;
+    if ((rc = oscar_calib_check_tiers(p)) != OSCAR_OK) return osc_error_prefix(rc, "%s", o->from_act);
     if ((rc = oscar_calib_plan_from_store(*store, plan)) != OSCAR_OK) return rc;
     p->n_heldout = plan->n_heldout;
     osc_info("%s: %lld calibration rows in %d sequences, %d held-out sequences, %s", o->from_act,
@@ -329,11 +337,8 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
         return 1;
     }
-    char out_copy[4096];
-    snprintf(out_copy, sizeof(out_copy), "%s", o.out);
-    const char * parent = dirname(out_copy);
-    if (osc_mkdirs(parent) != OSCAR_OK || access(parent, W_OK) != 0) { // fail before hours of compute
-        fprintf(stderr, "oscar-calibrate: output directory %s is not writable\n", parent);
+    if (oscar_artifact_check_dest(o.out) != OSCAR_OK) { // fail before hours of compute
+        fprintf(stderr, "oscar-calibrate: --out: %s\n", oscar_last_error());
         goto out;
     }
     struct oscar_model shape = {0}; // the random-init model's description (no host weights)
@@ -375,7 +380,10 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
         goto out;
     }
-    if (p.checkpoint_path) remove(ckpt);
+    if (p.checkpoint_path) {
+        remove(ckpt);
+        osc_remove_stale_temps(ckpt);
+    }
     fprintf(stderr, "timing: forward %.2fs  accumulate %.2fs  eigh %.2fs  clip %.2fs  gate %.2fs  held-out %.2fs  "
             "store %.2fs  total %.2fs  (capture %.1f calibration tok/s)\nwrote %s (%s)\n", t.forward, t.accumulate,
             t.eigh, t.clip, t.gate, t.heldout, t.store, t.total,

@@ -178,7 +178,8 @@ enum oscar_status osc_hf_config_parse(const char * json, size_t len, const char 
 enum oscar_status osc_hf_config_load(const char * path, struct oscar_model_config * out) {
     char * text = NULL;
     size_t len = 0;
-    enum oscar_status s = osc_read_file(path, 16u << 20, &text, &len);
+    enum oscar_status s = osc_require_regular(path);
+    if (s == OSCAR_OK) s = osc_read_file(path, 16u << 20, &text, &len);
     if (s == OSCAR_OK) s = osc_hf_config_parse(text, len, path, out);
     free(text);
     return s;

@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "formats/gguf.h"
 #include "util/fs.h"
@@ -281,7 +282,8 @@ static enum oscar_status open_index(struct osc_safetensors * st, const char * pa
     else strcpy(dir, ".");
     char * text = NULL;
     size_t len;
-    s = osc_read_file(path, 64u << 20, &text, &len);
+    s = osc_require_regular(path);
+    if (s == OSCAR_OK) s = osc_read_file(path, 64u << 20, &text, &len);
     if (s != OSCAR_OK) goto out;
     root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
     json_t * wm = json_object_get(root, "weight_map");
@@ -356,9 +358,8 @@ enum oscar_status osc_safetensors_open(const char * path, struct osc_safetensors
         if (s == OSCAR_OK) s = build_index(st);
     } else { // a directory
         p = osc_path_join(path, "model.safetensors.index.json");
-        FILE * fp = p ? fopen(p, "rb") : NULL;
-        if (fp) {
-            fclose(fp);
+        struct stat sb;
+        if (p && stat(p, &sb) == 0) { // not opened here: a FIFO would block
             s = open_index(st, p);
         } else {
             free(p);

@@ -16,7 +16,8 @@
 //      oscar_capture_hook feeding oscar_stats_add
 //   -> oscar_fit_stats (rotations) -> clip search + gate (lib/calibrate)
 //   -> oscar_artifact_write; oscar-verify measures an artifact (lib/verify),
-//   oscar-zoo moves it (lib/hub) and exports it (formats/oscar-export.h).
+//   oscar-zoo moves it (lib/hub) and exports it (formats/oscar-export.h); both
+//   load it with oscar_artifact_load (sha256, orthogonality, model identity).
 #ifndef OSCAR_H
 #define OSCAR_H
 

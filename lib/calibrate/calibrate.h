@@ -63,6 +63,12 @@ struct oscar_calib_params {
 };
 
 struct oscar_calib_params oscar_calib_default_params(void);
+// The clip search and the gate measure the INT2 middle of the held-out
+// sequences: with seq_len <= sink + recent there is none (every row BF16).
+// OSCAR_ERR_INVALID saying so, naming the three settings.
+enum oscar_status oscar_calib_check_tiers(const struct oscar_calib_params * p);
+// The lib/stats kinds the K and V objectives need (OSCAR_STATS_* bits).
+uint32_t oscar_calib_stats_kinds(const struct oscar_calib_params * p);
 // "1.00:0.80:0.02" (start:stop:step) or "1,0.96,0.9" -> grid. OSCAR_ERR_INVALID on bad text.
 enum oscar_status oscar_calib_parse_grid(const char * text, struct oscar_calib_params * p);
 
@@ -73,6 +79,7 @@ struct oscar_calib_corpus {
     char      sha256[65];   // of all corpus bytes read (files in sorted order)
     char      name[256];    // file name(s), for metadata
     int64_t   n_docs;       // paragraphs / JSONL records tokenized
+    uint64_t  tokenizer_hash; // of the tokenizer that made the tokens (0: synthetic tokens)
 };
 // Tokenizes the corpus until max_tokens tokens are produced (0 = all). path:
 // a text file (paragraphs split at blank lines), a .jsonl file (jsonl_field of
@@ -90,6 +97,7 @@ struct oscar_calib_plan {
     int32_t * heldout_start;  // [n_heldout + 1]
     const int32_t * tokens;   // the corpus stream (not owned)
     int64_t   n_tokens;       // calibration tokens used (seq_start[n_seq])
+    const struct oscar_calib_corpus * corpus; // the tokens' source (not owned; NULL from a store)
 };
 enum oscar_status oscar_calib_plan_make(const struct oscar_calib_corpus * c, const struct oscar_calib_params * p,
                                         struct oscar_calib_plan * out);
@@ -121,6 +129,9 @@ struct oscar_calib_timing {
 // sums, then the SST sums with that layer's final A_h from the K/V it kept (no
 // second forward pass), and the held-out rows. Returns a finished accumulator
 // and fills *held. Equal to two whole passes bit for bit (same batches).
+// Checkpoints (layer-ckpt.c) record the plan, the capture dtype, the model's
+// attention shape and the identities of the model, tokenizer and corpus
+// (plan->corpus); a resume refuses one that differs (OSCAR_ERR_INVALID naming it).
 enum oscar_status oscar_calib_capture(const struct oscar_model * m, const struct oscar_calib_plan * plan,
                                       const struct oscar_calib_params * p, struct oscar_stats ** stats,
                                       struct oscar_calib_heldout * held, struct oscar_calib_timing * t);

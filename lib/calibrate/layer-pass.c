@@ -163,12 +163,6 @@ static enum oscar_status plan_batches(struct layer_pass * lp) {
     return OSCAR_OK;
 }
 
-static uint32_t stats_kinds(const struct oscar_calib_params * p) {
-    uint32_t k = (uint32_t) p->k_objective | (uint32_t) p->v_objective;
-    if (p->v_objective == OSCAR_STATS_SST) k |= OSCAR_STATS_QQT;
-    return k;
-}
-
 static enum oscar_status alloc_heldout(struct layer_pass * lp) {
     const struct oscar_model_config * c = &lp->m->config;
     const struct oscar_calib_plan * plan = lp->plan;
@@ -206,7 +200,7 @@ static enum oscar_status setup(struct layer_pass * lp, struct oscar_capture_hook
     lp->x = osc_alloc_large((size_t) lp->n_rows * C * sizeof(float));
     lp->sbuf = malloc(((size_t) p->batch + 1) * sizeof(int32_t));
     bool ok = lp->x && lp->sbuf;
-    if (stats_kinds(p) & OSCAR_STATS_SST) {
+    if (oscar_calib_stats_kinds(p) & OSCAR_STATS_SST) {
         lp->keep_k = osc_alloc_large((size_t) lp->n_cal * kvrow * sizeof(float));
         lp->keep_v = osc_alloc_large((size_t) lp->n_cal * kvrow * sizeof(float));
         ok = ok && lp->keep_k && lp->keep_v;
@@ -240,7 +234,7 @@ static enum oscar_status start(struct layer_pass * lp, const struct osc_layer_ck
     }
     struct oscar_stats_params sp = oscar_stats_default_params();
     sp.n_layer = c->n_layer, sp.n_head = c->n_head, sp.n_head_kv = c->n_head_kv, sp.head_dim = c->head_dim;
-    sp.kinds = stats_kinds(lp->p);
+    sp.kinds = oscar_calib_stats_kinds(lp->p);
     sp.n_threads = lp->p->n_threads;
     sp.max_tokens = lp->p->batch * lp->p->seq_len;
     return oscar_stats_init(&sp, &lp->stats);
@@ -265,9 +259,11 @@ enum oscar_status oscar_calib_capture(const struct oscar_model * m, const struct
     struct layer_pass lp = {.m = m, .plan = plan, .p = p, .held = held, .t = t};
     struct oscar_capture_hook hook;
     *stats = NULL;
+    memset(held, 0, sizeof *held); // freed on any failure, even one before it is filled
     enum oscar_status st = setup(&lp, &hook);
     const int32_t L = m->config.n_layer;
-    const struct osc_layer_ckpt ck = {.path = p->checkpoint_path, .m = m, .plan = plan, .p = p, .kinds = stats_kinds(p),
+    const struct osc_layer_ckpt ck = {.path = p->checkpoint_path, .m = m, .plan = plan, .p = p,
+                                      .kinds = oscar_calib_stats_kinds(p),
                                       .x = lp.x, .n_rows = lp.n_rows, .held = held};
     int32_t first = 0;
     if (st == OSCAR_OK) st = start(&lp, &ck, &first);

@@ -110,7 +110,7 @@ enum oscar_status oscar_calib_accumulate_from_store(struct oscar_actstore * s, c
     const struct oscar_actstore_info * in = oscar_actstore_get_info(s);
     struct oscar_stats_params sp = oscar_stats_default_params();
     sp.n_layer = in->n_layer, sp.n_head = in->n_head, sp.n_head_kv = in->n_head_kv, sp.head_dim = in->head_dim;
-    sp.kinds = stats_kinds(p);
+    sp.kinds = oscar_calib_stats_kinds(p);
     sp.n_threads = p->n_threads;
     int32_t maxrows = 0;   // rows of the largest batch, as a forward run would batch them
     for (int32_t s0 = 0; s0 < plan->n_seq; s0 += p->batch) {

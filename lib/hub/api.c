@@ -7,12 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static enum oscar_status check_repo(const char * repo_id) {
-    if (!osc_repo_id_valid(repo_id)) {
-        return osc_error(OSCAR_ERR_INVALID, "'%s': not a valid repo id (expected owner/name)", repo_id);
-    }
-    return OSCAR_OK;
-}
+#include "util/log.h"
 
 // GET `url` (with retries) and parse the JSON body.
 static enum oscar_status get_json(struct oscar_hub * hub, const char * url, const char * what, json_t ** out,
@@ -59,7 +54,7 @@ static char * dup_str(json_t * o, const char * key) {
 enum oscar_status oscar_hub_info(struct oscar_hub * hub, const char * repo_id, const char * revision,
                                  struct oscar_hub_info * out) {
     memset(out, 0, sizeof *out);
-    enum oscar_status st = check_repo(repo_id);
+    enum oscar_status st = osc_check_repo_rev(repo_id, revision && *revision ? revision : NULL);
     if (st != OSCAR_OK) {
         return st;
     }
@@ -143,7 +138,7 @@ static enum oscar_status add_entry(struct oscar_hub_listing * l, json_t * e) {
 enum oscar_status oscar_hub_list(struct oscar_hub * hub, const char * repo_id, const char * revision,
                                  const char * prefix, struct oscar_hub_listing * out) {
     memset(out, 0, sizeof *out);
-    enum oscar_status st = check_repo(repo_id);
+    enum oscar_status st = osc_check_repo_rev(repo_id, revision && *revision ? revision : NULL);
     if (st != OSCAR_OK) {
         return st;
     }
@@ -212,7 +207,7 @@ void oscar_hub_listing_free(struct oscar_hub_listing * l) {
 }
 
 enum oscar_status osc_api_create_repo(struct oscar_hub * hub, const char * repo_id, int is_private) {
-    enum oscar_status st = check_repo(repo_id);
+    enum oscar_status st = osc_check_repo_rev(repo_id, NULL);
     if (st != OSCAR_OK) {
         return st;
     }
@@ -236,15 +231,17 @@ enum oscar_status osc_api_create_repo(struct oscar_hub * hub, const char * repo_
     snprintf(url, n, "%s/api/repos/create", hub->endpoint);
     struct osc_http_req q = { .method = "POST", .url = url, .upload_fd = -1, .sink_fd = -1, .auth = 1,
                               .content_type = "application/json", .body = text, .body_len = strlen(text) };
+    double deadline = osc_now() + hub->deadline;
     for (int attempt = 0;; attempt++) {
         if ((st = osc_http_request(hub, &q, &r)) != OSCAR_OK) {
             goto out;
         }
-        int busy = r.status == 409 && r.body.data && strstr(r.body.data, "conflicting operation");
-        if (!busy || attempt >= hub->max_retries) {
+        int    busy = r.status == 409 && r.body.data && strstr(r.body.data, "conflicting operation");
+        double wait = busy ? osc_http_backoff(hub, attempt, &r) : 0;
+        if (!busy || attempt >= hub->max_retries || osc_now() + wait > deadline) {
             break;
         }
-        osc_sleep(osc_http_backoff(hub, attempt, &r));
+        osc_sleep(wait);
     }
     if (r.status == 200 || r.status == 201 || r.status == 409) {
         st = OSCAR_OK; // 409: exists (exist_ok)

@@ -108,6 +108,8 @@ enum oscar_status oscar_hub_init(struct oscar_hub * hub) {
     hub->user_agent      = strdup(ua);
     hub->connect_timeout = env_long("HF_HUB_ETAG_TIMEOUT", 10);
     hub->read_timeout    = env_long("HF_HUB_DOWNLOAD_TIMEOUT", 10);
+    hub->low_speed       = env_long("OSCAR_HUB_LOW_SPEED_LIMIT", 1024);
+    hub->deadline        = (double) env_long("OSCAR_HUB_DEADLINE", 300);
     hub->max_retries     = (int) env_long("OSCAR_HUB_MAX_RETRIES", 5);
     if (env("OSCAR_HUB_MAX_RETRIES") && !strcmp(env("OSCAR_HUB_MAX_RETRIES"), "0")) {
         hub->max_retries = 0;

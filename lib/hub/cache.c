@@ -1,11 +1,14 @@
 // cache.c - the shared Hugging Face cache layout (docs/ecosystem.md §2):
 // models--owner--name/{blobs,refs,snapshots,.no_exist}, relative symlinks,
-// atomic ref writes, .locks/<repo folder>/<etag>.lock taken with flock.
+// atomic ref writes, .locks/<repo folder>/<etag>.lock taken with flock, and
+// the per-commit tree listing trees/<commit>.json that huggingface_hub (2.4)
+// keeps to tell a complete snapshot from a partial one.
 // Refuses repo paths with "..", absolute paths or empty components.
 #include "hub/hub-internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -13,6 +16,7 @@
 #include <unistd.h>
 
 #include "util/fs.h"
+#include "util/log.h"
 
 int osc_is_commit_hash(const char * s) {
     size_t n = 0;
@@ -109,13 +113,17 @@ static enum oscar_status mkparent(const char * path) {
 }
 
 enum oscar_status osc_cache_read_ref(const char * repo_dir, const char * rev, char commit[41]) {
+    enum oscar_status st = osc_check_repo_rev(NULL, rev); // refs/<rev> must stay inside refs/
+    if (st != OSCAR_OK) {
+        return st;
+    }
     char * path = fmt("%s/refs/%s%s", repo_dir, rev, "");
     if (!path) {
         return osc_error(OSCAR_ERR_NOMEM, "out of memory");
     }
-    char *            text = NULL;
-    size_t            n    = 0;
-    enum oscar_status st   = OSCAR_ERR_NOT_FOUND;
+    char * text = NULL;
+    size_t n    = 0;
+    st          = OSCAR_ERR_NOT_FOUND;
     if (access(path, F_OK) == 0 && osc_read_file(path, 4096, &text, &n) == OSCAR_OK) {
         size_t k = strspn(text, "0123456789abcdef");
         if (k == 40) {
@@ -134,6 +142,10 @@ enum oscar_status osc_cache_read_ref(const char * repo_dir, const char * rev, ch
 }
 
 enum oscar_status osc_cache_write_ref(const char * repo_dir, const char * rev, const char * commit) {
+    enum oscar_status st = osc_check_repo_rev(NULL, rev);
+    if (st != OSCAR_OK) {
+        return st;
+    }
     char cur[41];
     if (osc_cache_read_ref(repo_dir, rev, cur) == OSCAR_OK && !strcmp(cur, commit)) {
         return OSCAR_OK;
@@ -143,7 +155,7 @@ enum oscar_status osc_cache_write_ref(const char * repo_dir, const char * rev, c
     if (!path) {
         return osc_error(OSCAR_ERR_NOMEM, "out of memory");
     }
-    enum oscar_status st = mkparent(path);
+    st = mkparent(path);
     if (st == OSCAR_OK) {
         st = osc_write_file_atomic(path, commit, strlen(commit)); // no newline, as huggingface_hub
     }
@@ -196,14 +208,16 @@ enum oscar_status osc_cache_mark_no_exist(const char * repo_dir, const char * co
 
 enum oscar_status osc_cache_offline_repo(const char * cache_dir, const char * repo_id, const char * rev,
                                          char ** repo_dir, char commit[41]) {
+    *repo_dir                = NULL;
+    enum oscar_status status = osc_check_repo_rev(repo_id, rev);
+    if (status != OSCAR_OK) return status;
     char * rd = osc_cache_repo_dir(cache_dir, repo_id);
-    *repo_dir = NULL;
     if (!rd) return osc_error(OSCAR_ERR_NOMEM, "out of memory");
     if (osc_is_commit_hash(rev)) {
         memcpy(commit, rev, 41);
     } else if (osc_cache_read_ref(rd, rev, commit) != OSCAR_OK) {
-        enum oscar_status st = osc_error(OSCAR_ERR_NOT_FOUND, "%s@%s: revision not in the cache (%s/refs/%s) and "
-                                         "offline", repo_id, rev, rd, rev);
+        enum oscar_status st = osc_error(OSCAR_ERR_NOT_FOUND, "%s@%s: revision not in the cache (%s/refs/%s)",
+                                         repo_id, rev, rd, rev);
         free(rd);
         return st;
     }
@@ -226,12 +240,97 @@ enum oscar_status osc_cache_lookup(const char * cache_dir, const char * repo_id,
     } else if (nx && access(nx, F_OK) == 0) {
         st = osc_error(OSCAR_ERR_NOT_FOUND, "%s@%s: %s does not exist at commit %s", repo_id, rev, path, commit);
     } else {
-        st = osc_error(OSCAR_ERR_NOT_FOUND, "%s@%s: %s is not in the cache (%s) and offline", repo_id, rev, path,
+        st = osc_error(OSCAR_ERR_NOT_FOUND, "%s@%s: %s is not in the cache (%s)", repo_id, rev, path,
                        snap ? snap : "?");
     }
     free(snap);
     free(nx);
     free(rd);
+    return st;
+}
+
+// trees/<commit>.json, as huggingface_hub writes it: {"format_version": 1, "files": {path: {"size",
+// "blob_id", "lfs_sha256"?, "lfs_size"?}}}, files only, sorted.
+#define TREE_FORMAT_VERSION 1
+
+static char * tree_path(const char * repo_dir, const char * commit) {
+    return fmt("%s/trees/%s.json%s", repo_dir, commit, "");
+}
+
+enum oscar_status osc_cache_write_tree(const char * repo_dir, const char * commit,
+                                       const struct oscar_hub_listing * l) {
+    json_t * files = json_object();
+    json_t * root  = json_pack("{s:i, s:o}", "format_version", TREE_FORMAT_VERSION, "files", files);
+    for (int i = 0; root && i < l->n; i++) { // json_pack took `files`: freed with root
+        const struct oscar_hub_entry * e = &l->entries[i];
+        if (e->is_dir) {
+            continue;
+        }
+        if (!e->oid) { // not a listing huggingface_hub could use: write none
+            json_decref(root);
+            return OSCAR_OK;
+        }
+        json_t * f = json_pack("{s:I, s:s}", "size", (json_int_t) e->size, "blob_id", e->oid);
+        if (f && e->lfs_oid) {
+            json_object_set_new(f, "lfs_sha256", json_string(e->lfs_oid));
+            json_object_set_new(f, "lfs_size", json_integer((json_int_t) e->size));
+        }
+        json_object_set_new(files, e->path, f);
+    }
+    char *            text = root ? json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
+    char *            path = tree_path(repo_dir, commit);
+    enum oscar_status st   = text && path ? mkparent(path) : osc_error(OSCAR_ERR_NOMEM, "out of memory");
+    if (st == OSCAR_OK) {
+        st = osc_write_file_atomic(path, text, strlen(text));
+    }
+    free(text);
+    free(path);
+    json_decref(root);
+    return st;
+}
+
+enum oscar_status osc_cache_read_tree(const char * repo_dir, const char * commit, struct oscar_hub_listing * out) {
+    memset(out, 0, sizeof *out);
+    char * path = tree_path(repo_dir, commit);
+    if (!path) {
+        return osc_error(OSCAR_ERR_NOMEM, "out of memory");
+    }
+    json_error_t e;
+    json_t *     root  = access(path, F_OK) == 0 ? json_load_file(path, 0, &e) : NULL;
+    json_t *     files = json_object_get(root, "files");
+    int          ok    = json_integer_value(json_object_get(root, "format_version")) == TREE_FORMAT_VERSION &&
+                         json_is_object(files);
+    enum oscar_status st = ok ? OSCAR_OK : OSCAR_ERR_NOT_FOUND;
+    const char *      key;
+    json_t *          v;
+    json_object_foreach(files, key, v) {
+        if (!osc_repo_path_valid(key) || !json_is_integer(json_object_get(v, "size"))) {
+            st = OSCAR_ERR_NOT_FOUND;
+            break;
+        }
+        struct oscar_hub_entry * ne = realloc(out->entries, (size_t) (out->n + 1) * sizeof *ne);
+        if (!ne) {
+            st = osc_error(OSCAR_ERR_NOMEM, "out of memory");
+            break;
+        }
+        out->entries               = ne;
+        struct oscar_hub_entry * x = &ne[out->n++];
+        memset(x, 0, sizeof *x);
+        x->path = strdup(key);
+        x->size = json_integer_value(json_object_get(v, "size"));
+        if (!x->path) {
+            st = osc_error(OSCAR_ERR_NOMEM, "out of memory");
+            break;
+        }
+    }
+    if (root && st == OSCAR_ERR_NOT_FOUND) {
+        osc_warn("%s: ignoring a malformed tree listing", path);
+    }
+    if (st != OSCAR_OK) {
+        oscar_hub_listing_free(out);
+    }
+    json_decref(root);
+    free(path);
     return st;
 }
 

@@ -49,6 +49,11 @@ static enum oscar_status probe(struct oscar_hub * hub, const char * repo_id, con
             break;
         }
         int redirect = r.status >= 300 && r.status < 400 && r.location;
+        if (redirect && !osc_url_is_http(r.location)) {
+            st = osc_error(OSCAR_ERR_FORMAT, "%s: refusing a redirect to '%.200s' (only http and https)", what,
+                           r.location);
+            break;
+        }
         if (!redirect || !osc_url_same_origin(r.location, hub->endpoint) || r.repo_commit || hop > 5) {
             break;
         }
@@ -120,6 +125,7 @@ static enum oscar_status fetch(struct oscar_hub * hub, const struct meta * m, co
     if (have > m->size && ftruncate(fd, 0) == 0) {
         have = 0;
     }
+    double deadline = osc_now() + hub->deadline; // moves on whenever an attempt brought bytes
     for (int attempt = 0; have < m->size; attempt++) {
         if (lseek(fd, have, SEEK_SET) != have) {
             st = osc_error(OSCAR_ERR_IO, "%s: seek: %s", part, strerror(errno));
@@ -161,6 +167,9 @@ static enum oscar_status fetch(struct oscar_hub * hub, const struct meta * m, co
         }
         double wait = osc_http_backoff(hub, attempt, st == OSCAR_OK ? &r : NULL);
         osc_http_resp_free(&r);
+        if (now > have) {
+            deadline = osc_now() + hub->deadline;
+        }
         have = now;
         if (have > m->size) {
             st = osc_error(OSCAR_ERR_FORMAT, "%s: server sent %lld bytes, expected %lld", label, (long long) have,
@@ -181,6 +190,11 @@ static enum oscar_status fetch(struct oscar_hub * hub, const struct meta * m, co
         }
         if (attempt >= hub->max_retries) {
             st = osc_error_prefix(st, "%s: giving up after %d attempts", label, attempt + 1);
+            goto fail;
+        }
+        if (osc_now() + wait > deadline) {
+            st = osc_error_prefix(st, "%s: giving up: no progress, and a retry in %.1fs would pass the %.0fs "
+                                  "deadline (OSCAR_HUB_DEADLINE)", label, wait, hub->deadline);
             goto fail;
         }
         osc_warn("%s, retrying in %.1fs (%d/%d)", oscar_last_error(), wait, attempt + 1, hub->max_retries);
@@ -351,11 +365,15 @@ enum oscar_status oscar_hub_download(struct oscar_hub * hub, const char * repo_i
                                      const char * path, const char * local_dir, char ** out_path) {
     const char * rev = revision && *revision ? revision : "main";
     *out_path        = NULL;
-    if (!osc_repo_id_valid(repo_id)) {
-        return osc_error(OSCAR_ERR_INVALID, "'%s': not a valid repo id (expected owner/name)", repo_id);
+    enum oscar_status st = osc_check_repo_rev(repo_id, rev);
+    if (st != OSCAR_OK) {
+        return st;
     }
     if (!osc_repo_path_valid(path)) {
         return osc_error(OSCAR_ERR_INVALID, "'%s': not a valid path inside a repo", path);
+    }
+    if (local_dir && (st = osc_local_dir_check(local_dir, path)) != OSCAR_OK) {
+        return st;
     }
     if (hub->offline) {
         if (local_dir) {
@@ -367,10 +385,11 @@ enum oscar_status oscar_hub_download(struct oscar_hub * hub, const char * repo_i
             free(dest);
             return osc_error(OSCAR_ERR_NOT_FOUND, "%s: not in %s and offline (HF_HUB_OFFLINE)", path, local_dir);
         }
-        return osc_cache_lookup(hub->cache_dir, repo_id, rev, path, out_path);
+        st = osc_cache_lookup(hub->cache_dir, repo_id, rev, path, out_path);
+        return st == OSCAR_OK ? st : osc_error_prefix(st, "offline (HF_HUB_OFFLINE)");
     }
-    struct meta       m  = { .size = -1 };
-    enum oscar_status st = probe(hub, repo_id, rev, path, &m);
+    struct meta m = { .size = -1 };
+    st            = probe(hub, repo_id, rev, path, &m);
     if (st == OSCAR_ERR_NOT_FOUND && m.commit[0] && !local_dir) {
         char * rd = osc_cache_repo_dir(hub->cache_dir, repo_id);
         char   msg[1024];

@@ -4,6 +4,11 @@
 // only to URLs with the endpoint's origin, so a 302 to a CDN host never
 // carries it (docs/ecosystem.md §1.1). Retries cover transport errors and
 // 408/429/5xx with exponential backoff, honouring Retry-After / RateLimit.
+// Every hop must be http(s): libcurl is limited to those protocols and a
+// Location with another scheme (file://, gopher://, ...) is refused before it
+// is fetched. Transfers slower than hub->low_speed for hub->read_timeout
+// seconds are cut; osc_http_request keeps each request, retries and waits
+// included, within hub->deadline.
 // Refuses: bodies over OSC_BUF_MAX in memory, more than 10 redirects.
 #include "hub/hub-internal.h"
 
@@ -337,8 +342,19 @@ static enum oscar_status hop(const struct oscar_hub * hub, const struct osc_http
     curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(c, CURLOPT_UNRESTRICTED_AUTH, 0L);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, hub->connect_timeout);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+#if LIBCURL_VERSION_NUM >= 0x075500 // 7.85: the string forms
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#else
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS, (long) (CURLPROTO_HTTP | CURLPROTO_HTTPS));
+    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS, (long) (CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, hub->low_speed);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, hub->read_timeout);
+    if (q->deadline > 0) {
+        double left = q->deadline - osc_now();
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, left > 0.001 ? (long) (left * 1000) : 1L);
+    }
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, err);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, x);
@@ -389,6 +405,12 @@ enum oscar_status osc_http_once(const struct oscar_hub * hub, const struct osc_h
     enum oscar_status st  = url ? OSCAR_OK : OSCAR_ERR_NOMEM;
     for (int i = 0; st == OSCAR_OK; i++) {
         osc_http_resp_free(r);
+        if (!osc_url_is_http(url)) { // never hand libcurl a file:// or gopher:// Location
+            st = i == 0 ? osc_error(OSCAR_ERR_FORMAT, "'%.200s': not an http(s) URL", url)
+                        : osc_error(OSCAR_ERR_FORMAT, "%s: refusing a redirect to '%.200s' (only http and https)",
+                                    q->url, url);
+            break;
+        }
         st = hop(hub, q, url, r, &x);
         if (st != OSCAR_OK || !q->follow || r->status < 300 || r->status >= 400 || !r->location) {
             break;
@@ -418,22 +440,38 @@ enum oscar_status osc_http_once(const struct oscar_hub * hub, const struct osc_h
 enum oscar_status osc_http_request(const struct oscar_hub * hub, const struct osc_http_req * q,
                                    struct osc_http_resp * r) {
     OSCAR_ASSERT(q->sink_fd < 0);
-    enum oscar_status st = OSCAR_OK;
+    // A request body (an LFS upload, a big commit) may take longer: it gets the
+    // time it needs at the lowest accepted speed on top of the deadline.
+    double sent  = (double) (q->upload_fd >= 0 ? q->upload_len : (int64_t) q->body_len);
+    double slack = hub->low_speed > 0 ? sent / (double) hub->low_speed : 0;
+    struct osc_http_req qd = *q;
+    qd.deadline            = osc_now() + hub->deadline + slack;
+    enum oscar_status st   = OSCAR_OK;
     for (int attempt = 0;; attempt++) {
         r->written     = 0;
         r->write_errno = 0;
-        st             = osc_http_once(hub, q, r);
+        st             = osc_http_once(hub, &qd, r);
         int transient  = st == OSCAR_ERR_NETWORK || (st == OSCAR_OK && osc_http_retryable(r->status));
         if (!transient || attempt >= hub->max_retries) {
             break;
         }
         double w = osc_http_backoff(hub, attempt, st == OSCAR_OK ? r : NULL);
+        char   why[600];
         if (st == OSCAR_OK) {
-            osc_warn("%s %s: HTTP %ld%s%s, retrying in %.1fs (%d/%d)", q->method, q->url, r->status,
-                     r->error_code ? " " : "", r->error_code ? r->error_code : "", w, attempt + 1, hub->max_retries);
+            snprintf(why, sizeof why, "%s %s: HTTP %ld%s%s", q->method, q->url, r->status, r->error_code ? " " : "",
+                     r->error_code ? r->error_code : "");
         } else {
-            osc_warn("%s, retrying in %.1fs (%d/%d)", oscar_last_error(), w, attempt + 1, hub->max_retries);
+            snprintf(why, sizeof why, "%s", oscar_last_error());
         }
+        if (osc_now() + w > qd.deadline) { // the caller reports the last answer or error
+            osc_warn("%s; giving up: a retry in %.1fs would pass the %.0fs deadline (OSCAR_HUB_DEADLINE)", why, w,
+                     hub->deadline);
+            if (st != OSCAR_OK) {
+                st = osc_error_prefix(st, "giving up at the %.0fs deadline (OSCAR_HUB_DEADLINE)", hub->deadline);
+            }
+            break;
+        }
+        osc_warn("%s, retrying in %.1fs (%d/%d)", why, w, attempt + 1, hub->max_retries);
         osc_sleep(w);
     }
     return st;

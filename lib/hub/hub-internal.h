@@ -40,6 +40,20 @@ int osc_url_same_origin(const char * a, const char * b);
 char * osc_etag_normalize(const char * etag);
 // 1 for a valid repo id "name" or "owner/name" ([A-Za-z0-9._-], no "--" or "..").
 int osc_repo_id_valid(const char * repo_id);
+// 1 for a branch, tag or commit name that git accepts (git check-ref-format): no "..",
+// "//", "@{", control characters, space, ~ ^ : ? * [ or backslash, no leading or trailing '/', no
+// component starting with '.' or ending in ".lock", at most 255 bytes. Such names
+// are safe to use as a path below refs/.
+int osc_revision_valid(const char * rev);
+// OSCAR_OK, or OSCAR_ERR_INVALID with a message naming the bad repo id or
+// revision (either NULL: not checked). Called before either reaches a URL or a path.
+enum oscar_status osc_check_repo_rev(const char * repo_id, const char * rev);
+// OSCAR_ERR_UNSUPPORTED for a repo path inside .cache/huggingface/, where a
+// --local-dir keeps its download metadata (the file would overwrite it).
+enum oscar_status osc_local_dir_check(const char * local_dir, const char * path);
+// 1 when `url` is http:// or https:// (case-insensitive): the only schemes the
+// client speaks, on the first hop and on every redirect.
+int osc_url_is_http(const char * url);
 // 1 for a relative path with no "..", "." or empty components and no leading '/'.
 int osc_repo_path_valid(const char * path);
 
@@ -61,6 +75,7 @@ struct osc_http_req {
     const char *        progress;     // label for a progress bar, or NULL
     int64_t             progress_total;
     const char * const * headers;     // extra "Name: value" lines, NULL-terminated, or NULL
+    double              deadline;     // > 0: osc_now() (util/log.h) by which every hop must be done
 };
 
 struct osc_http_resp {
@@ -91,12 +106,13 @@ void osc_http_resp_free(struct osc_http_resp * r);
 // "HTTP/x 200" resets the headers (a new hop or 100-continue).
 void osc_http_parse_header(struct osc_http_resp * r, const char * line, size_t len);
 // One request, following redirects if asked. OSCAR_OK whenever an HTTP
-// status came back (check r->status); OSCAR_ERR_NETWORK on transport errors;
-// OSCAR_ERR_IO when the sink could not be written.
+// status came back (check r->status); OSCAR_ERR_NETWORK on transport errors
+// and a passed q->deadline; OSCAR_ERR_IO when the sink could not be written;
+// OSCAR_ERR_FORMAT for a URL or redirect that is not http(s) (never fetched).
 enum oscar_status osc_http_once(const struct oscar_hub * hub, const struct osc_http_req * q,
                                 struct osc_http_resp * r);
 // osc_http_once with retries on transport errors and 408/429/5xx (not for
-// sink_fd requests: download.c resumes those itself).
+// sink_fd requests: download.c resumes those itself), all within hub->deadline.
 enum oscar_status osc_http_request(const struct oscar_hub * hub, const struct osc_http_req * q,
                                    struct osc_http_resp * r);
 int osc_http_retryable(long status);
@@ -144,6 +160,13 @@ enum oscar_status osc_cache_mark_no_exist(const char * repo_dir, const char * co
 // NOT_FOUND when a .no_exist marker says so, IO error naming the missing path.
 enum oscar_status osc_cache_lookup(const char * cache_dir, const char * repo_id, const char * rev,
                                    const char * path, char ** out);
+// trees/<commit>.json, huggingface_hub's cached tree listing of a commit (files only):
+// written by an online pull before it downloads, read offline to find missing files.
+// Reading gives NOT_FOUND when the file is absent or malformed (then only warned about).
+enum oscar_status osc_cache_write_tree(const char * repo_dir, const char * commit,
+                                       const struct oscar_hub_listing * l);
+// Read entries carry path and size only.
+enum oscar_status osc_cache_read_tree(const char * repo_dir, const char * commit, struct oscar_hub_listing * out);
 // flock(LOCK_EX) on <cache>/.locks/<repo folder>/<etag>.lock; *fd to unlock.
 enum oscar_status osc_cache_lock(const char * cache_dir, const char * repo_id, const char * etag, int * fd);
 void osc_cache_unlock(int fd);

@@ -24,7 +24,11 @@ struct oscar_hub {
     char * cache_dir;       // HF_HUB_CACHE or $HF_HOME/hub
     char * user_agent;      // "oscar/<ver>; curl/<ver>"
     long   connect_timeout; // seconds (HF_HUB_ETAG_TIMEOUT, default 10)
-    long   read_timeout;    // seconds without a byte (HF_HUB_DOWNLOAD_TIMEOUT, default 10)
+    long   read_timeout;    // seconds below low_speed (HF_HUB_DOWNLOAD_TIMEOUT, default 10)
+    long   low_speed;       // bytes/s a transfer must keep up (OSCAR_HUB_LOW_SPEED_LIMIT, default 1024)
+    double deadline;        // seconds one request may take, retries and waits included (plus the
+                            // time its body needs at low_speed); for a download, counted from its
+                            // last progress (OSCAR_HUB_DEADLINE, default 300)
     int    max_retries;     // retries after the first attempt (OSCAR_HUB_MAX_RETRIES, default 5)
     double backoff_base;    // first backoff in seconds, doubled per retry (OSCAR_HUB_BACKOFF, default 1)
     double backoff_max;     // cap for one wait (8 s)
@@ -47,9 +51,11 @@ enum oscar_status oscar_hub_set_token(struct oscar_hub * hub, const char * token
 enum oscar_status oscar_hub_download(struct oscar_hub * hub, const char * repo_id, const char * revision,
                                      const char * path, const char * local_dir, char ** out_path);
 
-// Downloads every file under `prefix` (NULL or "" = whole repo) at `revision`.
-// *out_dir (malloc'ed) is the snapshot directory or local_dir; *n_files counts
-// the files fetched or found.
+// Downloads every file under `prefix` (NULL or "" = whole repo; or one file) at
+// `revision`. *out_dir (malloc'ed) is the snapshot directory or local_dir;
+// *n_files counts the files fetched or found. Offline, or when the Hub cannot be
+// reached, the cached snapshot serves; if the commit's listing is cached
+// (trees/<commit>.json), a snapshot missing any file under `prefix` is an error.
 enum oscar_status oscar_hub_pull(struct oscar_hub * hub, const char * repo_id, const char * revision,
                                  const char * prefix, const char * local_dir, char ** out_dir, int * n_files);
 

@@ -2,7 +2,8 @@
 // preupload (regular vs LFS per file) -> LFS batch (basic or multipart PUTs
 // without the token, then verify) -> NDJSON commit with parentCommit.
 // Refuses: a README.md without valid YAML front matter, symlinks leaving
-// the folder, regular files over 10 MiB sent inline (the Hub's limit).
+// the folder or pointing at folders, regular files over 10 MiB sent inline
+// (the Hub's limit).
 #include "hub/hub-internal.h"
 
 #include <dirent.h>
@@ -77,7 +78,30 @@ static enum oscar_status add_file(struct ulist * l, const char * local, const ch
     return f->sample ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "out of memory");
 }
 
-static enum oscar_status walk(struct ulist * l, const char * dir, const char * prefix) {
+// A symlink in the pushed folder is followed only to a regular file inside
+// `root` (the folder's real path); links to folders (loops, duplicated
+// trees) and links leaving the folder are refused, naming the link.
+static enum oscar_status add_link(struct ulist * l, const char * root, const char * local, const char * rp) {
+    char *            real = realpath(local, NULL);
+    size_t            n    = strlen(root);
+    struct stat       sb;
+    enum oscar_status st;
+    if (!real) {
+        st = osc_error(OSCAR_ERR_IO, "%s: broken symlink: %s", local, strerror(errno));
+    } else if (stat(real, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        st = osc_error(OSCAR_ERR_UNSUPPORTED, "%s: symlink to a folder or special file (%s): refusing to follow it",
+                       local, real);
+    } else if (strncmp(real, root, n) || real[n] != '/') {
+        st = osc_error(OSCAR_ERR_UNSUPPORTED, "%s: symlink to %s, outside %s: refusing to push it", local, real,
+                       root);
+    } else {
+        st = add_file(l, real, rp);
+    }
+    free(real);
+    return st;
+}
+
+static enum oscar_status walk(struct ulist * l, const char * root, const char * dir, const char * prefix) {
     DIR * d = opendir(dir);
     if (!d) {
         return osc_error(OSCAR_ERR_IO, "%s: %s", dir, strerror(errno));
@@ -93,10 +117,12 @@ static enum oscar_status walk(struct ulist * l, const char * dir, const char * p
         struct stat sb;
         if (!local || !rp) {
             st = osc_error(OSCAR_ERR_NOMEM, "out of memory");
-        } else if (stat(local, &sb) != 0) {
+        } else if (lstat(local, &sb) != 0) {
             st = osc_error(OSCAR_ERR_IO, "%s: %s", local, strerror(errno));
+        } else if (S_ISLNK(sb.st_mode)) {
+            st = add_link(l, root, local, rp);
         } else if (S_ISDIR(sb.st_mode)) {
-            st = walk(l, local, rp);
+            st = walk(l, root, local, rp);
         } else if (S_ISREG(sb.st_mode)) {
             st = add_file(l, local, rp);
         }
@@ -520,14 +546,20 @@ enum oscar_status oscar_hub_push(struct oscar_hub * hub, const char * dir, const
     if (hub->offline) {
         return osc_error(OSCAR_ERR_NETWORK, "push needs the network (HF_HUB_OFFLINE is set)");
     }
-    if (!o.repo_id || !osc_repo_id_valid(o.repo_id)) {
-        return osc_error(OSCAR_ERR_INVALID, "'%s': not a valid repo id (expected owner/name)",
-                         o.repo_id ? o.repo_id : "");
+    if ((st = osc_check_repo_rev(o.repo_id ? o.repo_id : "", o.revision)) != OSCAR_OK) {
+        return st;
     }
     if (*o.path_in_repo && !osc_repo_path_valid(o.path_in_repo)) {
         return osc_error(OSCAR_ERR_INVALID, "'%s': not a valid path inside a repo", o.path_in_repo);
     }
-    if ((st = check_card(dir, o.skip_card_check)) != OSCAR_OK || (st = walk(&l, dir, o.path_in_repo)) != OSCAR_OK) {
+    char * root = realpath(dir, NULL);
+    if (!root) {
+        return osc_error(OSCAR_ERR_IO, "%s: %s", dir, strerror(errno));
+    }
+    // The walk refuses links out of the folder before the card check reads README.md.
+    st = walk(&l, root, dir, o.path_in_repo);
+    free(root);
+    if (st != OSCAR_OK || (st = check_card(dir, o.skip_card_check)) != OSCAR_OK) {
         goto out;
     }
     if (l.n == 0) {

@@ -1,5 +1,5 @@
-// url.c - URL quoting and building, repo id / path validation, the
-// token-host rule. Pure string functions: no I/O, no libcurl.
+// url.c - URL quoting and building, repo id / revision / path validation,
+// the token-host rule. Pure string functions: no I/O, no libcurl.
 #include "hub/hub-internal.h"
 
 #include <ctype.h>
@@ -161,6 +161,51 @@ int osc_repo_id_valid(const char * repo_id) {
     }
     return !strchr(slash + 1, '/') && name_ok(repo_id, (size_t) (slash - repo_id)) &&
            name_ok(slash + 1, strlen(slash + 1));
+}
+
+int osc_revision_valid(const char * rev) {
+    size_t n = strlen(rev);
+    if (n == 0 || n > 255 || rev[0] == '/' || rev[n - 1] == '/' || rev[n - 1] == '.' || !strcmp(rev, "@") ||
+        strstr(rev, "..") || strstr(rev, "//") || strstr(rev, "@{") || strstr(rev, "/.") || rev[0] == '.') {
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char) rev[i];
+        if (c < 0x20 || c == 0x7f || strchr(" ~^:?*[\\", c)) {
+            return 0;
+        }
+    }
+    // No component may end in ".lock" (git refuses it: the lock file of that ref).
+    for (const char * p = strstr(rev, ".lock"); p; p = strstr(p + 1, ".lock")) {
+        if (p[5] == '\0' || p[5] == '/') {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+enum oscar_status osc_check_repo_rev(const char * repo_id, const char * rev) {
+    if (repo_id && !osc_repo_id_valid(repo_id)) {
+        return osc_error(OSCAR_ERR_INVALID, "'%s': not a valid repo id (expected owner/name)", repo_id);
+    }
+    if (rev && !osc_revision_valid(rev)) {
+        return osc_error(OSCAR_ERR_INVALID, "'%s': not a valid revision (a branch, tag or commit name)", rev);
+    }
+    return OSCAR_OK;
+}
+
+enum oscar_status osc_local_dir_check(const char * local_dir, const char * path) {
+    const char * b = ".cache/huggingface";
+    size_t       n = strlen(b);
+    if (!strncmp(path, b, n) && (path[n] == '\0' || path[n] == '/')) {
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: the repo file would overwrite the download metadata kept in "
+                         "%s/%s; refusing it", path, local_dir, b);
+    }
+    return OSCAR_OK;
+}
+
+int osc_url_is_http(const char * url) {
+    return !strncasecmp(url, "http://", 7) || !strncasecmp(url, "https://", 8);
 }
 
 int osc_repo_path_valid(const char * path) {

@@ -65,10 +65,14 @@ static enum oscar_status gguf_get(void * ctx, enum osc_wkind kind, int32_t layer
                          (long long) t->ne[2], (long long) t->ne[3], (long long) (cols ? cols : rows),
                          (long long) (cols ? rows : 1));
     }
+    if (!dst) return OSCAR_OK; // check pass
     enum oscar_status st = osc_ggml_dequantize(t->type, t->data, dst, t->n_elements);
     if (st != OSCAR_OK) return osc_error_prefix(st, "%s: tensor '%s'", path, name);
     bool qk = kind == OSC_W_Q || kind == OSC_W_K || kind == OSC_W_BQ || kind == OSC_W_BK;
     if (qk && s->c->arch == OSCAR_ARCH_LLAMA) {
+        // allocated on first use, after the check pass has seen the q/k tensors it is sized by
+        if (!s->tmp) s->tmp = malloc((size_t) s->c->head_dim * (size_t) s->c->n_embd * sizeof(float));
+        if (!s->tmp) return osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", path);
         unpermute(dst, s->tmp, rows, cols ? cols : 1, s->c->head_dim);
     }
     return OSCAR_OK;
@@ -141,6 +145,17 @@ static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_con
     return OSCAR_OK;
 }
 
+// No blk.N.* tensor beyond block_count (missing ones fail in osc_model_fill).
+static enum oscar_status check_layers(const struct osc_gguf * g, const struct oscar_model_config * c) {
+    char field[64]; // the arch names are the GGUF key prefixes
+    snprintf(field, sizeof field, "%s.block_count", oscar_arch_name(c->arch));
+    enum oscar_status st = OSCAR_OK;
+    for (int64_t i = 0; st == OSCAR_OK && i < osc_gguf_n_tensors(g); i++) {
+        st = osc_model_check_layer(osc_gguf_path(g), osc_gguf_tensor(g, i)->name, "blk.", c->n_layer, field);
+    }
+    return st;
+}
+
 enum oscar_status osc_model_load_gguf(const char * path, struct oscar_model * m) {
     struct osc_gguf * g = NULL;
     struct gguf_src s = {0};
@@ -149,13 +164,10 @@ enum oscar_status osc_model_load_gguf(const char * path, struct oscar_model * m)
     st = read_config(g, &m->config);
     if (st == OSCAR_OK) st = osc_model_config_check(&m->config, path);
     if (st != OSCAR_OK) goto out;
+    st = check_layers(g, &m->config);
+    if (st != OSCAR_OK) goto out;
     s.g = g;
     s.c = &m->config;
-    s.tmp = malloc((size_t) m->config.head_dim * (size_t) m->config.n_embd * sizeof(float));
-    if (!s.tmp) {
-        st = osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", path);
-        goto out;
-    }
     struct osc_weight_source src = {gguf_get, &s};
     st = osc_model_fill(m, &src, false);
     if (st == OSCAR_OK) st = osc_sha256_file(path, m->source_sha256);

@@ -16,6 +16,8 @@ enum osc_wkind {
 // A format's view of its tensors. get() fills dst [rows, cols] (cols = 0 for
 // a vector of `rows`) in HF layout, or returns OSCAR_ERR_NOT_FOUND (with a
 // message naming the tensor) when absent; shape mismatches are FORMAT errors.
+// With dst == NULL it only checks presence and shape (osc_model_fill does
+// that for every tensor before it allocates anything).
 struct osc_weight_source {
     enum oscar_status (*get)(void * ctx, enum osc_wkind kind, int32_t layer, int64_t rows, int64_t cols,
                              float * dst);
@@ -27,8 +29,16 @@ struct osc_weight_source {
 // and `tie_if_missing` is false).
 enum oscar_status osc_model_fill(struct oscar_model * m, const struct osc_weight_source * src, bool tie_if_missing);
 
-// Checks a config for consistency (positive sizes, heads divide); names `what`.
+// Checks a config for consistency (positive sizes, heads divide, products of
+// sizes without overflow and below 2^40 floats); names `what`.
 enum oscar_status osc_model_config_check(const struct oscar_model_config * c, const char * what);
+
+// FORMAT error naming `tensor` when it is named "<prefix>N.<rest>"
+// ("model.layers.", "blk.") with N >= n_layer, the config's `field`: weights
+// with more layers than the config declares would otherwise load as a
+// truncated model. Other names pass.
+enum oscar_status osc_model_check_layer(const char * what, const char * tensor, const char * prefix,
+                                        int32_t n_layer, const char * field);
 
 enum oscar_status osc_model_load_gguf(const char * path, struct oscar_model * m);
 enum oscar_status osc_model_load_hf(const char * dir, struct oscar_model * m);

@@ -50,7 +50,17 @@ static enum oscar_status st_get(void * ctx, enum osc_wkind kind, int32_t layer, 
                          (long long) (t->n_dims > 1 ? t->shape[1] : 0), (long long) rows, cols ? ", " : "",
                          (long long) (cols ? cols : 0));
     }
-    return osc_st_to_f32(t, dst);
+    return dst ? osc_st_to_f32(t, dst) : OSCAR_OK; // dst NULL: check pass
+}
+
+// No model.layers.N.* tensor beyond num_hidden_layers (missing ones fail in osc_model_fill).
+static enum oscar_status check_layers(const struct osc_safetensors * st, const char * cfg, int32_t n_layer) {
+    enum oscar_status s = OSCAR_OK;
+    for (int64_t i = 0; s == OSCAR_OK && i < osc_safetensors_n_tensors(st); i++) {
+        s = osc_model_check_layer(cfg, osc_safetensors_tensor(st, i)->name, "model.layers.", n_layer,
+                                  "num_hidden_layers");
+    }
+    return s;
 }
 
 enum oscar_status osc_model_load_hf(const char * dir, struct oscar_model * m) {
@@ -60,6 +70,7 @@ enum oscar_status osc_model_load_hf(const char * dir, struct oscar_model * m) {
     if (st == OSCAR_OK) st = osc_hf_config_load(cfg, &m->config);
     if (st == OSCAR_OK) st = osc_model_config_check(&m->config, cfg);
     if (st == OSCAR_OK) st = osc_safetensors_open(dir, &s.st);
+    if (st == OSCAR_OK) st = check_layers(s.st, cfg, m->config.n_layer);
     if (st == OSCAR_OK) {
         struct osc_weight_source src = {st_get, &s};
         st = osc_model_fill(m, &src, false);

@@ -3,7 +3,11 @@
 //
 // Every tensor's shape is checked against the config by the format source;
 // this file only decides what is required (biases for qwen2, q/k norms for
-// qwen3, output unless tied) and where it lives in the slab.
+// qwen3, output unless tied) and where it lives in the slab. The config
+// comes from the file, so all of it is checked before the slab is
+// allocated: sizes and their products (overflow-checked), then every tensor
+// (present, right shape), and the loaders refuse layer tensors beyond the
+// declared layer count.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +30,46 @@ const char * oscar_arch_name(enum oscar_arch arch) {
     return "unknown";
 }
 
+// Dimensions of the weight tensors; products of config numbers are
+// overflow-checked (the config comes from an untrusted file).
+struct dims {
+    int64_t q, kv;  // n_head * head_dim, n_head_kv * head_dim
+    int64_t layer;  // floats of one layer
+    int64_t total;  // floats of the whole slab, with a separate output matrix
+};
+
+#define MODEL_MAX_FLOATS ((int64_t) 1 << 40)
+
+static bool mul(int64_t a, int64_t b, int64_t * out) {
+    return !__builtin_mul_overflow(a, b, out) && *out <= MODEL_MAX_FLOATS;
+}
+
+static bool add(int64_t a, int64_t b, int64_t * out) {
+    return !__builtin_add_overflow(a, b, out) && *out <= MODEL_MAX_FLOATS;
+}
+
+// Fills d, or returns false with *what naming the product that is too large.
+static bool model_dims(const struct oscar_model_config * c, struct dims * d, const char ** what) {
+    int64_t C = c->n_embd, vc, qc, kvc, fc, x;
+    *what = "num_attention_heads x head_dim";
+    if (!mul(c->n_head, c->head_dim, &d->q) || d->q > INT32_MAX || !mul(d->q, C, &qc)) return false;
+    *what = "num_key_value_heads x head_dim";
+    if (!mul(c->n_head_kv, c->head_dim, &d->kv) || !mul(d->kv, C, &kvc)) return false;
+    *what = "vocab_size x hidden_size";
+    if (!mul(c->n_vocab, C, &vc)) return false;
+    *what = "intermediate_size x hidden_size";
+    if (!mul(c->n_ff, C, &fc)) return false;
+    // one layer: 2 norms, q, k, v, o, gate, up, down (+ q/k/v biases, + q/k norms)
+    *what = "the size of one layer";
+    bool ok = mul(C, 2, &d->layer) && add(d->layer, 2 * qc, &d->layer) && mul(kvc, 2, &x) &&
+              add(d->layer, x, &d->layer) && mul(fc, 3, &x) && add(d->layer, x, &d->layer);
+    if (ok && c->qkv_bias) ok = add(d->layer, d->q + 2 * d->kv, &d->layer);
+    if (ok && c->qk_norm) ok = add(d->layer, 2 * (int64_t) c->head_dim, &d->layer);
+    if (!ok) return false;
+    *what = "num_hidden_layers x the size of one layer";
+    return mul(d->layer, c->n_layer, &d->total) && add(d->total, 2 * vc, &d->total) && add(d->total, C, &d->total);
+}
+
 enum oscar_status osc_model_config_check(const struct oscar_model_config * c, const char * what) {
     if (c->arch != OSCAR_ARCH_LLAMA && c->arch != OSCAR_ARCH_QWEN2 && c->arch != OSCAR_ARCH_QWEN3) {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: unknown architecture %d", what, (int) c->arch);
@@ -40,11 +84,13 @@ enum oscar_status osc_model_config_check(const struct oscar_model_config * c, co
         return osc_error(OSCAR_ERR_FORMAT, "%s: %d query heads are not a multiple of %d KV heads, or head_dim %d "
                          "is odd", what, c->n_head, c->n_head_kv, c->head_dim);
     }
-    // every tensor must stay addressable: bound the largest products
-    int64_t big = (int64_t) 1 << 40;
-    if ((int64_t) c->n_vocab * c->n_embd > big || (int64_t) c->n_ff * c->n_embd > big ||
-        (int64_t) c->n_head * c->head_dim * c->n_embd > big || c->n_layer > 100000) {
-        return osc_error(OSCAR_ERR_FORMAT, "%s: model sizes are implausibly large", what);
+    // every tensor, and the whole slab, must stay addressable
+    struct dims d;
+    const char * field = "num_hidden_layers";
+    if (c->n_layer > 100000 || !model_dims(c, &d, &field)) {
+        return osc_error(OSCAR_ERR_FORMAT, "%s: %s is implausibly large (layers %d, embd %d, heads %d/%d, "
+                         "head_dim %d, ff %d, vocab %d)", what, field, c->n_layer, c->n_embd, c->n_head,
+                         c->n_head_kv, c->head_dim, c->n_ff, c->n_vocab);
     }
     if (!(c->rope_theta > 0) || !(c->rms_eps > 0)) {
         return osc_error(OSCAR_ERR_FORMAT, "%s: rope_theta and rms_eps must be positive", what);
@@ -52,13 +98,27 @@ enum oscar_status osc_model_config_check(const struct oscar_model_config * c, co
     return OSCAR_OK;
 }
 
-// Floats needed for one layer.
-static int64_t layer_floats(const struct oscar_model_config * c) {
-    int64_t C = c->n_embd, q = (int64_t) c->n_head * c->head_dim, kv = (int64_t) c->n_head_kv * c->head_dim;
-    int64_t n = 2 * C + (q + 2 * kv) * C + C * q + 3 * (int64_t) c->n_ff * C;
-    if (c->qkv_bias) n += q + 2 * kv;
-    if (c->qk_norm) n += 2 * (int64_t) c->head_dim;
-    return n;
+// Layer N of a tensor named "<prefix>N.<rest>", saturated at INT32_MAX; -1
+// when the name is not a layer tensor.
+static int32_t layer_of(const char * name, const char * prefix) {
+    size_t n = strlen(prefix);
+    if (strncmp(name, prefix, n) != 0) return -1;
+    const char * p = name + n;
+    int64_t v = 0;
+    int k = 0;
+    for (; p[k] >= '0' && p[k] <= '9'; k++) {
+        if (v <= INT32_MAX) v = v * 10 + (p[k] - '0'); // saturates past INT32_MAX
+    }
+    if (k == 0 || p[k] != '.') return -1;
+    return v > INT32_MAX ? INT32_MAX : (int32_t) v;
+}
+
+enum oscar_status osc_model_check_layer(const char * what, const char * tensor, const char * prefix,
+                                        int32_t n_layer, const char * field) {
+    int32_t layer = layer_of(tensor, prefix);
+    if (layer < n_layer) return OSCAR_OK;
+    return osc_error(OSCAR_ERR_FORMAT, "%s: tensor '%s' is in layer %d but %s is %d (the weights hold more "
+                     "layers than the config declares)", what, tensor, (int) layer, field, (int) n_layer);
 }
 
 static float * take(float ** cur, int64_t n) {
@@ -69,8 +129,11 @@ static float * take(float ** cur, int64_t n) {
 
 static enum oscar_status alloc_weights(struct oscar_model * m, bool with_output) {
     const struct oscar_model_config * c = &m->config;
-    int64_t VC = (int64_t) c->n_vocab * c->n_embd;
-    int64_t total = VC + c->n_embd + (with_output ? VC : 0) + layer_floats(c) * c->n_layer;
+    struct dims d;
+    const char * field;
+    OSCAR_ASSERT(model_dims(c, &d, &field)); // osc_model_config_check has passed
+    int64_t C = c->n_embd, q = d.q, kv = d.kv, VC = (int64_t) c->n_vocab * C;
+    int64_t total = d.total - (with_output ? 0 : VC);
     struct model_storage * st = calloc(1, sizeof *st);
     m->layers = calloc((size_t) c->n_layer, sizeof *m->layers);
     if (st) st->slab = malloc((size_t) total * sizeof(float));
@@ -80,7 +143,6 @@ static enum oscar_status alloc_weights(struct oscar_model * m, bool with_output)
                          (long long) (total * 4 >> 20));
     }
     float * cur = st->slab;
-    int64_t C = c->n_embd, q = (int64_t) c->n_head * c->head_dim, kv = (int64_t) c->n_head_kv * c->head_dim;
     m->tok_embd = take(&cur, VC);
     m->output_norm = take(&cur, C);
     m->output = with_output ? take(&cur, VC) : m->tok_embd;
@@ -109,23 +171,48 @@ static enum oscar_status alloc_weights(struct oscar_model * m, bool with_output)
     return OSCAR_OK;
 }
 
-static enum oscar_status fill_layer(const struct oscar_model_config * c, struct oscar_layer_weights * l,
-                                    int32_t i, const struct osc_weight_source * s) {
+// Reads every tensor of layer i into l, or with l == NULL only checks that
+// each one is there with its shape.
+static enum oscar_status visit_layer(const struct oscar_model_config * c, const struct oscar_layer_weights * l,
+                                     int32_t i, const struct osc_weight_source * s) {
     int64_t C = c->n_embd, q = (int64_t) c->n_head * c->head_dim, kv = (int64_t) c->n_head_kv * c->head_dim;
     int64_t F = c->n_ff;
-    struct { enum osc_wkind k; int64_t r, cl; float * dst; } t[] = {
-        {OSC_W_ATTN_NORM, C, 0, l->attn_norm}, {OSC_W_Q, q, C, l->wq}, {OSC_W_K, kv, C, l->wk},
-        {OSC_W_V, kv, C, l->wv}, {OSC_W_BQ, q, 0, l->bq}, {OSC_W_BK, kv, 0, l->bk}, {OSC_W_BV, kv, 0, l->bv},
-        {OSC_W_QNORM, c->head_dim, 0, l->q_norm}, {OSC_W_KNORM, c->head_dim, 0, l->k_norm},
-        {OSC_W_O, C, q, l->wo}, {OSC_W_FFN_NORM, C, 0, l->ffn_norm}, {OSC_W_GATE, F, C, l->w_gate},
-        {OSC_W_UP, F, C, l->w_up}, {OSC_W_DOWN, C, F, l->w_down},
+    const struct oscar_layer_weights none = {0}, * w = l ? l : &none;
+    bool b = c->qkv_bias, n = c->qk_norm;
+    struct { enum osc_wkind k; int64_t r, cl; float * dst; bool need; } t[] = {
+        {OSC_W_ATTN_NORM, C, 0, w->attn_norm, true}, {OSC_W_Q, q, C, w->wq, true}, {OSC_W_K, kv, C, w->wk, true},
+        {OSC_W_V, kv, C, w->wv, true}, {OSC_W_BQ, q, 0, w->bq, b}, {OSC_W_BK, kv, 0, w->bk, b},
+        {OSC_W_BV, kv, 0, w->bv, b}, {OSC_W_QNORM, c->head_dim, 0, w->q_norm, n},
+        {OSC_W_KNORM, c->head_dim, 0, w->k_norm, n}, {OSC_W_O, C, q, w->wo, true},
+        {OSC_W_FFN_NORM, C, 0, w->ffn_norm, true}, {OSC_W_GATE, F, C, w->w_gate, true},
+        {OSC_W_UP, F, C, w->w_up, true}, {OSC_W_DOWN, C, F, w->w_down, true},
     };
     for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
-        if (!t[k].dst) continue;
+        if (!t[k].need) continue;
         enum oscar_status st = s->get(s->ctx, t[k].k, i, t[k].r, t[k].cl, t[k].dst);
         if (st != OSCAR_OK) return st;
     }
     return OSCAR_OK;
+}
+
+// The check pass (nothing is read or allocated): every tensor the config
+// asks for is present with its shape. A missing output is tied here when
+// the caller allows it.
+static enum oscar_status check_tensors(struct oscar_model * m, const struct osc_weight_source * src,
+                                       bool tie_if_missing, bool * with_output) {
+    const struct oscar_model_config * c = &m->config;
+    enum oscar_status st = src->get(src->ctx, OSC_W_EMBD, -1, c->n_vocab, c->n_embd, NULL);
+    if (st == OSCAR_OK) st = src->get(src->ctx, OSC_W_OUT_NORM, -1, c->n_embd, 0, NULL);
+    if (st == OSCAR_OK && *with_output) {
+        st = src->get(src->ctx, OSC_W_OUTPUT, -1, c->n_vocab, c->n_embd, NULL);
+        if (st == OSCAR_ERR_NOT_FOUND && tie_if_missing) {
+            *with_output = false;
+            m->config.tied_embeddings = true;
+            st = OSCAR_OK;
+        }
+    }
+    for (int32_t i = 0; st == OSCAR_OK && i < c->n_layer; i++) st = visit_layer(c, NULL, i, src);
+    return st;
 }
 
 enum oscar_status osc_model_fill(struct oscar_model * m, const struct osc_weight_source * src, bool tie_if_missing) {
@@ -134,21 +221,16 @@ enum oscar_status osc_model_fill(struct oscar_model * m, const struct osc_weight
     if (st != OSCAR_OK) return st;
     // With tied embeddings no second V x C block is allocated.
     bool with_output = !c->tied_embeddings;
-    st = alloc_weights(m, with_output);
+    // Validate first, allocate after: the slab is sized from the config, so
+    // it is only allocated once tensors of exactly those shapes (whose data
+    // the format reader has checked to lie inside the file) back all of it.
+    st = check_tensors(m, src, tie_if_missing, &with_output);
+    if (st == OSCAR_OK) st = alloc_weights(m, with_output);
     if (st != OSCAR_OK) return st;
     st = src->get(src->ctx, OSC_W_EMBD, -1, c->n_vocab, c->n_embd, m->tok_embd);
     if (st == OSCAR_OK) st = src->get(src->ctx, OSC_W_OUT_NORM, -1, c->n_embd, 0, m->output_norm);
-    if (st == OSCAR_OK && with_output) {
-        st = src->get(src->ctx, OSC_W_OUTPUT, -1, c->n_vocab, c->n_embd, m->output);
-        if (st == OSCAR_ERR_NOT_FOUND && tie_if_missing) {
-            // the slab keeps the unused V x C block (only when a caller asks
-            // for tie-on-missing; the GGUF loader decides tying beforehand)
-            m->output = m->tok_embd;
-            m->config.tied_embeddings = true;
-            st = OSCAR_OK;
-        }
-    }
-    for (int32_t i = 0; st == OSCAR_OK && i < c->n_layer; i++) st = fill_layer(c, &m->layers[i], i, src);
+    if (st == OSCAR_OK && with_output) st = src->get(src->ctx, OSC_W_OUTPUT, -1, c->n_vocab, c->n_embd, m->output);
+    for (int32_t i = 0; st == OSCAR_OK && i < c->n_layer; i++) st = visit_layer(c, &m->layers[i], i, src);
     return st;
 }
 
@@ -165,6 +247,9 @@ enum oscar_status oscar_model_load(const char * path, struct oscar_model ** out)
     *out = NULL;
     struct stat sb;
     if (stat(path, &sb) != 0) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: no such file or directory", path);
+    if (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode)) { // a FIFO would block in open()
+        return osc_error(OSCAR_ERR_IO, "%s: not a regular file or a directory", path);
+    }
     struct oscar_model * m = calloc(1, sizeof *m);
     if (!m) return osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", path);
     snprintf(m->source, sizeof m->source, "%s", path);
@@ -197,6 +282,7 @@ static enum oscar_status random_get(void * ctx, enum osc_wkind kind, int32_t lay
                                     float * dst) {
     (void) layer;
     struct random_src * r = ctx;
+    if (!dst) return OSCAR_OK; // check pass: every shape exists
     int64_t n = rows * (cols ? cols : 1);
     bool norm = kind == OSC_W_OUT_NORM || kind == OSC_W_ATTN_NORM || kind == OSC_W_FFN_NORM ||
                 kind == OSC_W_QNORM || kind == OSC_W_KNORM;

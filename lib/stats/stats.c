@@ -40,7 +40,8 @@ static enum oscar_status check_params(const struct oscar_stats_params * p) {
         return osc_error(OSCAR_ERR_INVALID, "stats: sst needs qqt (its weights use the final A_h)");
     }
     if (p->n_threads < 0 || p->n_threads > OSC_MAX_THREADS || p->max_tokens < 0) {
-        return osc_error(OSCAR_ERR_INVALID, "stats: negative n_threads or max_tokens");
+        return osc_error(OSCAR_ERR_INVALID, "stats: n_threads %d (0 .. %d) or max_tokens %d out of range",
+                         (int) p->n_threads, OSC_MAX_THREADS, (int) p->max_tokens);
     }
     return OSCAR_OK;
 }

@@ -191,6 +191,7 @@ enum oscar_status osc_tok_new(const char * name, struct oscar_tokenizer ** out) 
         free(tok);
         return osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", name ? name : "tokenizer");
     }
+    tok->max_ids = 1 << 30;
     tok->unk_id = -1;
     tok->bos = -1;
     tok->eos = -1;
@@ -200,8 +201,9 @@ enum oscar_status osc_tok_new(const char * name, struct oscar_tokenizer ** out) 
 }
 
 static enum oscar_status ensure_id(struct oscar_tokenizer * tok, int32_t id) {
-    if (id < 0 || id >= (1 << 30)) {
-        return osc_error(OSCAR_ERR_FORMAT, "%s: token id %d out of range", tok->name, (int) id);
+    if (id < 0 || id >= tok->max_ids) {
+        return osc_error(OSCAR_ERR_FORMAT, "%s: token id %d out of range (ids must be below %d)", tok->name,
+                         (int) id, (int) tok->max_ids);
     }
     if (id < tok->ids_cap) {
         if (id >= tok->n_ids) {
@@ -426,7 +428,8 @@ enum oscar_status osc_tok_add_split(struct oscar_tokenizer * tok, const char * p
     }
     int        err = 0;
     PCRE2_SIZE eoff = 0;
-    uint32_t   opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    // PCRE2_LITERAL refuses PCRE2_UCP (which only affects \\w, \\d, ... anyway)
+    uint32_t   opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code * code = pcre2_compile((PCRE2_SPTR) pattern, PCRE2_ZERO_TERMINATED, opts, &err, &eoff, NULL);
     if (!code) {
         PCRE2_UCHAR msg[256];

@@ -54,6 +54,9 @@ static bool grow(void ** p, size_t * cap, size_t need, size_t elem) {
 
 static enum oscar_status push_ids(struct oscar_tokenizer * tok, struct oscar_tokens * out, const int32_t * ids,
                                   size_t n) {
+    if (n == 0) { // ids may be NULL (an empty cached word)
+        return OSCAR_OK;
+    }
     if (out->max_n && out->n + n > out->max_n) {
         return osc_error(OSCAR_ERR_INVALID, "%s: more than %zu tokens", tok->name, out->max_n);
     }
@@ -225,6 +228,9 @@ static enum oscar_status encode_word(struct oscar_tokenizer * tok, const uint8_t
     if (len <= CACHE_MAX_WORD_BYTES) {
         h = osc_fnv1a64(OSC_FNV1A64_INIT, w, len);
         uint64_t * v = osc_bmap_get(&tok->cache, w, len, h);
+        if (v && (*v & 0xFFFFFF) == 0) { // a word whose bytes all lack a token
+            return OSCAR_OK;
+        }
         if (v) {
             return push_ids(tok, out, tok->cache_ids + (*v >> 24), (size_t) (*v & 0xFFFFFF));
         }
@@ -240,7 +246,7 @@ static enum oscar_status encode_word(struct oscar_tokenizer * tok, const uint8_t
         }
         if (grow((void **) &tok->cache_ids, &tok->cache_ids_cap, tok->cache_ids_n + (size_t) k,
                  sizeof *tok->cache_ids)) {
-            memcpy(tok->cache_ids + tok->cache_ids_n, tok->word_ids, (size_t) k * sizeof(int32_t));
+            if (k > 0) memcpy(tok->cache_ids + tok->cache_ids_n, tok->word_ids, (size_t) k * sizeof(int32_t));
             if (osc_bmap_put(&tok->cache, w, len, h, ((uint64_t) tok->cache_ids_n << 24) | (uint64_t) k)) {
                 tok->cache_ids_n += (size_t) k;
             }

@@ -81,6 +81,7 @@ struct oscar_tokenizer {
 
     // per id [0, n_ids)
     int32_t    n_ids, ids_cap;
+    int32_t    max_ids; // ids must be below this (a loader bounds it by the tokens its file lists)
     uint8_t *  flags;
     uint32_t * tok_off; // into pool
     uint32_t * tok_len;

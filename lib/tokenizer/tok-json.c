@@ -273,6 +273,17 @@ static enum oscar_status parse(const char * name, const char * data, size_t len,
     return OSCAR_OK;
 }
 
+// Ids index dense per-id tables, so a tiny file naming id 2^30 - 1 would
+// make them gigabytes: ids are bounded by the tokens the file lists plus
+// room for unused ids (HF files leave a handful, e.g. between the vocabulary
+// and the added tokens).
+static int32_t id_limit(json_t * root) {
+    json_t * model = json_object_get(root, "model");
+    size_t n = json_object_size(json_object_get(model, "vocab")) +
+               json_array_size(json_object_get(root, "added_tokens"));
+    return n < (1u << 30) - 65536 ? (int32_t) n + 65536 : 1 << 30;
+}
+
 enum oscar_status oscar_tokenizer_from_json(const char * name, const char * json, size_t json_len,
                                             const char * config, size_t config_len,
                                             struct oscar_tokenizer ** out) {
@@ -283,6 +294,7 @@ enum oscar_status oscar_tokenizer_from_json(const char * name, const char * json
     enum oscar_status st = parse(name, json, json_len, &root);
     if (st == OSCAR_OK && config) st = parse(name, config, config_len, &cfg);
     if (st == OSCAR_OK) st = osc_tok_new(name, &tok);
+    if (st == OSCAR_OK) tok->max_ids = id_limit(root);
     if (st == OSCAR_OK) st = load_normalizer(tok, json_object_get(root, "normalizer"));
     if (st == OSCAR_OK) st = load_model(tok, json_object_get(root, "model"));
     if (st == OSCAR_OK) st = load_added(tok, json_object_get(root, "added_tokens"));
@@ -327,7 +339,8 @@ static bool file_exists(const char * p) {
 static enum oscar_status load_json_file(const char * path, struct oscar_tokenizer ** out) {
     char * json = NULL, * cfg = NULL, * cfg_path = NULL;
     size_t json_len = 0, cfg_len = 0;
-    enum oscar_status st = osc_read_file(path, MAX_JSON_BYTES, &json, &json_len);
+    enum oscar_status st = osc_require_regular(path);
+    if (st == OSCAR_OK) st = osc_read_file(path, MAX_JSON_BYTES, &json, &json_len);
     if (st == OSCAR_OK) { // tokenizer_config.json next to it, when there
         const char * slash = strrchr(path, '/');
         size_t       dlen = slash ? (size_t) (slash - path) : 0;
@@ -357,6 +370,8 @@ enum oscar_status oscar_tokenizer_load(const char * path, struct oscar_tokenizer
         free(p);
         return st;
     }
+    enum oscar_status st = osc_require_regular(path); // before fopen, which blocks on a FIFO
+    if (st != OSCAR_OK) return st;
     FILE * fp = fopen(path, "rb");
     if (!fp) {
         return osc_error(OSCAR_ERR_IO, "%s: cannot open", path);

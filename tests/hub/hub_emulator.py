@@ -16,7 +16,10 @@ Errors carry X-Error-Code / X-Error-Message / X-Request-Id.
 
 Control (tests only): POST /_emu/fault {"method","path_re","kind","count","retry_after"} with kind in
 500 | 429 | drop (close mid-body) | drop_headers (close before any answer) | wrong_hash (flip a byte) |
-advance (another commit lands on main of fault["repo"] first);
+advance (another commit lands on main of fault["repo"] first) | redirect (to fault["location"]: for an
+LFS file's /resolve/ it replaces the CDN URL, with the Hub headers kept; elsewhere a bare 302) |
+any_revision (model info answers an unknown revision with main's commit, as a hostile server might) |
+drip (send the body one byte every fault["interval"] seconds, default 0.8);
 GET /_emu/log (requests seen: method, host, path, range, auth); POST /_emu/clear_log.
 
 Usage: hub_emulator.py --port-file F [--token T] [--page-size N] [--multipart-threshold BYTES]
@@ -31,6 +34,7 @@ import json
 import re
 import secrets
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -167,6 +171,8 @@ class Handler(BaseHTTPRequestHandler):
             if fault and fault["kind"] == "drop_headers":
                 self.close_connection = True
                 return
+            if fault and fault["kind"] == "redirect" and "/resolve/" not in path:
+                return self.send(302, b"", {"Location": fault["location"]}, ctype=None)
             self.fault = fault
             if self.is_cdn:
                 return self.cdn_route(path)
@@ -244,6 +250,12 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             return
+        if fault and fault["kind"] == "drip":  # alive, but slower than any useful transfer
+            for i in range(len(chunk)):
+                self.wfile.write(chunk[i:i + 1])
+                self.wfile.flush()
+                time.sleep(fault.get("interval", 0.8))
+            return
         self.wfile.write(chunk)
 
     def resolve(self, repo_id, rev, fpath):
@@ -257,6 +269,9 @@ class Handler(BaseHTTPRequestHandler):
         base = {"X-Repo-Commit": sha, "ETag": '"%s"' % e["oid"]}
         if e["lfs"]:
             url = "%s/lfs/%s?sig=%s" % (st.cdn, e["lfs"], secrets.token_hex(8))
+            fault = getattr(self, "fault", None)
+            if fault and fault["kind"] == "redirect":
+                url = fault["location"]
             h = dict(base, **{"X-Linked-Etag": '"%s"' % e["lfs"], "X-Linked-Size": e["size"], "Location": url})
             return self.send(302, b"", h, ctype=None)
         return self.send_bytes(e["data"], base)
@@ -291,6 +306,9 @@ class Handler(BaseHTTPRequestHandler):
     def info(self, repo_id, rev):
         with self.state.lock:
             r = self.repo(repo_id)
+            fault = getattr(self, "fault", None)
+            if fault and fault["kind"] == "any_revision" and rev not in r["branches"]:
+                rev = "main"
             sha = self.commit_of(r, rev)
             c = r["commits"][sha]
             blobs = "blobs=true" in urllib.parse.urlsplit(self.path).query.lower()

@@ -14,7 +14,7 @@ F=$C/corpora/austen/prideprejudice.txt
 [ -f "$M" ] && [ -f "$F" ] || { echo "skip: model or corpus missing"; exit 77; }
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 CAL="$B/bin/oscar-calibrate"
-common=(--tokens 512 -c 128 --heldout 1 -q)
+common=(--tokens 512 -c 128 --heldout 1 --sink 16 --recent 32 -q)   # INT2 rows in the held-out gate
 
 "$CAL" -m "$M" -f "$F" "${common[@]}" -o "$T/classic"
 "$CAL" -m "$M" -f "$F" "${common[@]}" -o "$T/device" --device cpu

@@ -3,7 +3,10 @@
 # connection dropped mid-body (resume with Range), 500 and dropped headers
 # (retry), 429 + Retry-After (waits), persistent truncation and wrong hashes
 # (clear error, nothing in blobs/ or snapshots/), a full disk, 404 (.no_exist),
-# bad token (X-Error-Code + request id), and the token never reaching the CDN host.
+# bad token (X-Error-Code + request id), the token never reaching the CDN host,
+# redirects to other protocols, revisions and repo ids that would leave the cache,
+# the overall deadline and low-speed limit, an unreachable endpoint, and repo files
+# that would overwrite --local-dir metadata.
 source "$(dirname "$0")/hub-lib.sh"
 start_emulator
 P=m/calib
@@ -95,4 +98,74 @@ log = json.load(sys.stdin)
 assert not [e for e in log if e["cdn"] and e["auth"]], "token leaked to the CDN"
 assert all(e["auth"] for e in log if not e["cdn"] and not e["path"].startswith("/_emu")), "token not sent to the Hub"' \
     || fail "token host rule"
+
+# 9. redirects are http(s) only, on every hop: a file:// body is never read (nor printed in the
+#    error), a gopher:// hop never reaches the local service it names (here the emulator itself)
+fresh
+printf 'SECRET-CANARY\n' > "$T/secret"
+emu_fault "{\"method\":\"HEAD\",\"path_re\":\"oscar.safetensors\$\",\"kind\":\"redirect\",\"location\":\"file://$T/secret\",\"count\":99}"
+$ZOO pull me/zoo --path $P/oscar.safetensors --quiet 2>"$T/err" && fail "file:// redirect followed"
+grep -q SECRET-CANARY "$T/err" && fail "file:// redirect: the local file was read: $(cat "$T/err")"
+grep -q "only http and https" "$T/err" || fail "file:// redirect: unclear error: $(cat "$T/err")"
+no_entry file-redirect
+GOPHER="${ENDPOINT/http:/gopher:}/_GET%20/_emu/gopher-canary%20HTTP/1.0%0D%0A%0D%0A"
+emu_fault "{\"method\":\"GET\",\"path_re\":\"/api/models/me/zoo/revision\",\"kind\":\"redirect\",\"location\":\"$GOPHER\",\"count\":99}"
+$ZOO pull me/zoo --quiet 2>"$T/err" && fail "gopher:// redirect followed"
+emu_log | python3 -c '
+import json, sys
+assert not [e for e in json.load(sys.stdin) if "gopher-canary" in e["path"]], "a gopher:// redirect reached the emulator"' \
+    || fail "gopher:// redirect"
+grep -q "only http and https" "$T/err" || fail "gopher:// redirect: unclear error: $(cat "$T/err")"
+
+# 10. revisions and repo ids are checked before they reach a path, online and offline: a server
+#     that answers any revision with a commit does not get refs/../../../../escaped written
+fresh
+$ZOO pull me/zoo --revision refs/pr/1 --quiet 2>"$T/err" && fail "refs/pr/1 does not exist on the emulator"
+grep -q "RevisionNotFound" "$T/err" || fail "refs/pr/1 not asked for: $(cat "$T/err")"
+emu_fault '{"method":"GET","path_re":"/api/models/me/zoo/revision/","kind":"any_revision","count":99}'
+for off in 0 1; do
+    HF_HUB_OFFLINE=$off $ZOO pull me/zoo --revision ../../../../escaped --quiet 2>"$T/err"; rc=$?
+    [ $rc = 2 ] || fail "revision ../../../../escaped (offline=$off): want exit 2, got $rc: $(cat "$T/err")"
+    grep -q "not a valid revision" "$T/err" || fail "bad revision: unclear error: $(cat "$T/err")"
+done
+for rev in refs/../x main.lock 'a b' '@{1}' /main 'x:y'; do
+    $ZOO pull me/zoo --revision "$rev" --quiet 2>/dev/null; rc=$?
+    [ $rc = 2 ] || fail "revision '$rev': want exit 2, got $rc"
+done
+[ -z "$(find "$T" -name escaped)" ] || fail "a ref was written outside the cache"
+HF_HUB_OFFLINE=1 $ZOO pull 'a/b/../../../../x' --quiet 2>"$T/err"; rc=$?
+[ $rc = 2 ] && grep -q "not a valid repo id" "$T/err" || fail "offline repo id with ..: rc $rc: $(cat "$T/err")"
+
+# 11. an overall deadline: a Retry-After of an hour is not waited for (OSCAR_HUB_DEADLINE), and a
+#     body dripping at 5 bytes/s is cut by the low-speed limit instead of running for hours
+fresh
+emu_fault '{"method":"GET","path_re":"/api/models/me/zoo/revision","kind":"429","retry_after":3600,"count":99}'
+OSCAR_HUB_DEADLINE=3 timeout 60 $ZOO pull me/zoo 2>"$T/err"; rc=$?
+[ $rc = 1 ] || fail "Retry-After 3600 with a 3 s deadline: want exit 1, got $rc"
+grep -q "OSCAR_HUB_DEADLINE" "$T/err" || fail "deadline: unclear error: $(cat "$T/err")"
+fresh
+emu_fault '{"method":"GET","path_re":"^/lfs/","kind":"drip","interval":0.2,"count":99}'
+OSCAR_HUB_LOW_SPEED_LIMIT=1000 HF_HUB_DOWNLOAD_TIMEOUT=1 timeout 60 \
+    $ZOO pull me/zoo --path $P/oscar.safetensors --quiet 2>"$T/err"; rc=$?
+[ $rc = 1 ] || fail "dripping body: want exit 1, got $rc"
+grep -q "oscar.safetensors" "$T/err" || fail "drip: error does not name the file: $(cat "$T/err")"
+no_entry drip
+
+# 12. an unreachable endpoint is a network error, not "offline"
+fresh
+HF_ENDPOINT=http://127.0.0.1:9 $ZOO pull me/zoo --quiet 2>"$T/err" && fail "pull from a closed port succeeded"
+grep -q "offline" "$T/err" && fail "unreachable endpoint reported as offline: $(cat "$T/err")"
+grep -qi "connect" "$T/err" || fail "unreachable endpoint: unclear error: $(cat "$T/err")"
+
+# 13. a repo file inside .cache/huggingface/ must not overwrite the --local-dir metadata
+fresh
+hostile=".cache/huggingface/download/$P/oscar.json.metadata"
+printf '{"key":"header","value":{"summary":"hostile"}}\n{"key":"file","value":{"path":"%s","content":"%s","encoding":"base64"}}\n' \
+    "$hostile" "$(printf 'evil\nevil\n0\n' | base64 -w0)" > "$T/hostile.ndjson"
+curl -sf -X POST -H "Authorization: Bearer $HF_TOKEN" -H 'Content-Type: application/x-ndjson' \
+    --data-binary @"$T/hostile.ndjson" "$ENDPOINT/api/models/me/zoo/commit/main" >/dev/null || fail "hostile commit"
+$ZOO pull me/zoo --local-dir "$T/ld" --quiet 2>"$T/err" && fail "a repo file was let into the --local-dir metadata"
+grep -q "$hostile" "$T/err" || fail "local-dir metadata: unclear error: $(cat "$T/err")"
+! grep -rqs evil "$T/ld" || fail "hostile bytes reached $T/ld"
+$ZOO pull me/zoo --path $P --local-dir "$T/ld" --quiet >/dev/null || fail "local-dir pull of the other files"
 echo "ok"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test-hub-push.sh - oscar-zoo push against the local Hub emulator: model-card
 # checks, multipart LFS uploads, no-op pushes, retries on 500/429, a
-# parentCommit race (412), private repos and the token sources, ls/info --json,
-# usage errors (exit 2).
+# parentCommit race (412), symlinks (followed only to files inside the folder),
+# private repos and the token sources, ls/info --json, usage errors (exit 2).
 source "$(dirname "$0")/hub-lib.sh"
 start_emulator --multipart-threshold 100000 --chunk-size 65536
 P=smollm2-135m/austen-t20000-g64
@@ -56,6 +56,27 @@ emu_fault '{"method":"POST","path_re":"/preupload/","kind":"advance","repo":"me/
 $ZOO push "$T/art" --repo me/zoo --path-in-repo $P --quiet 2>"$T/err" && fail "stale parentCommit accepted"
 grep -q "412" "$T/err" || fail "race error: $(cat "$T/err")"
 $ZOO push "$T/art" --repo me/zoo --path-in-repo $P --quiet >/dev/null || fail "push after the race"
+
+# symlinks: a link to a file inside the folder is pushed as that file's bytes; a link leaving the
+# folder (file or directory), a link to a folder, and a loop are refused before any upload, naming the link
+printf 'outside secret\n' > "$T/outside.txt"
+mkdir -p "$T/outdir" && printf 'x\n' > "$T/outdir/f.txt"
+for case in "leak.txt:$T/outside.txt" "outdir:$T/outdir" "up:.." "self:." "loop:loop"; do
+    name=${case%%:*}; target=${case#*:}
+    rm -rf "$T/lnk" && cp -r "$T/art" "$T/lnk" && ln -s "$target" "$T/lnk/$name"
+    emu_post /_emu/clear_log '{}'
+    timeout 60 $ZOO push "$T/lnk" --repo me/zoo --path-in-repo links --quiet 2>"$T/err"; rc=$?
+    [ $rc = 1 ] || fail "symlink $name -> $target: want exit 1, got $rc: $(cat "$T/err")"
+    grep -q "$T/lnk/$name" "$T/err" || fail "symlink $name: error does not name the link: $(cat "$T/err")"
+    [ "$(emu_log | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" = 1 ] \
+        || fail "symlink $name: the refused push reached the Hub"   # the one entry: /_emu/log itself
+done
+rm -rf "$T/lnk" && cp -r "$T/art" "$T/lnk" && ln -s oscar.json "$T/lnk/alias.json"
+$ZOO push "$T/lnk" --repo me/links --path-in-repo links --quiet >/dev/null || fail "push with a link inside the folder"
+$ZOO ls me/links --path links --json | python3 -c '
+import json, os, sys
+ls = {e["path"]: e for e in json.load(sys.stdin)}
+assert ls["links/alias.json"]["size"] == os.path.getsize(sys.argv[1]), ls' "$T/art/oscar.json" || fail "inside link content"
 
 # private repo: anonymous -> refused; token from $HF_HOME/token and HF_TOKEN_PATH -> fine
 $ZOO info me/zoo --json | python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["private"] is True and j["files"] == 4, j' \

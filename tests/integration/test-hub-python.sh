@@ -6,6 +6,8 @@
 #   3. a cache written by oscar-zoo is read by huggingface_hub with HF_HUB_OFFLINE=1
 #   4. a cache written by huggingface_hub is read by oscar-zoo offline
 #   5. --local-dir metadata written by oscar-zoo is accepted by huggingface_hub (no re-download)
+#   6. single files resolve offline; a partial snapshot (interrupted pull) is refused offline by
+#      both clients, through the tree listing (trees/<commit>.json) whichever client wrote it
 source "$(dirname "$0")/hub-lib.sh"
 have_hf_python || { echo "skip: no huggingface_hub in $VENV_PY"; exit 77; }
 start_emulator --page-size 3
@@ -27,6 +29,11 @@ lfs = {s.rfilename: s.lfs is not None for s in info.siblings}
 assert lfs[p + "/oscar.safetensors"] and not lfs[p + "/oscar.json"], lfs
 print("python read oscar push: ok")
 PY
+
+# 1b. one file, offline, from that cache (hf_hub_download writes no tree listing)
+out=$(HF_HUB_OFFLINE=1 HF_ENDPOINT=http://127.0.0.1:9 $ZOO pull me/zoo --path $P/oscar.json --cache-dir "$T/py-cache" --quiet) \
+    || fail "offline single-file pull from the python cache"
+cmp "$out/$P/oscar.json" "$T/art/oscar.json" || fail "offline single file differs"
 
 # 2. oscar-zoo pulls what huggingface_hub uploaded
 mkdir -p "$T/pyart/calib"
@@ -82,4 +89,32 @@ import json, sys
 log = json.load(sys.stdin)
 gets = [e for e in log if e["method"] == "GET" and ("/lfs/" in e["path"] or "/resolve/" in e["path"])]
 assert not gets, gets' || fail "huggingface_hub re-downloaded a file oscar-zoo had written to --local-dir"
+# 6. offline single files, and partial snapshots refused by both clients, whichever wrote them
+out=$(HF_HUB_OFFLINE=1 $ZOO pull me/zoo --path $P/oscar.safetensors --quiet) || fail "offline single file from oscar cache"
+cmp "$out/$P/oscar.safetensors" "$T/art/oscar.safetensors" || fail "offline single file differs"
+emu_fault '{"method":"GET","path_re":"^/lfs/","kind":"drop","count":99}'  # an interrupted pull
+$ZOO pull me/zoo --cache-dir "$T/partial" --quiet 2>/dev/null && fail "pull with a dead CDN succeeded"
+emu_post /_emu/clear_log '{}'
+HF_HUB_OFFLINE=1 $ZOO pull me/zoo --cache-dir "$T/partial" --quiet 2>"$T/err" && fail "offline pull of a partial snapshot succeeded"
+grep -q "incomplete" "$T/err" && grep -q "$P/oscar.safetensors" "$T/err" || fail "partial snapshot: unclear error: $(cat "$T/err")"
+HF_HUB_OFFLINE=1 $ZOO pull me/zoo --path $P/oscar.json --cache-dir "$T/partial" --quiet >/dev/null \
+    || fail "offline pull of a file the partial snapshot has"
+HF_HUB_OFFLINE=1 "$VENV_PY" - "$T/partial" <<'PY' || fail "huggingface_hub accepted the partial snapshot oscar-zoo left"
+import sys
+from huggingface_hub import snapshot_download
+try:
+    snapshot_download("me/zoo", cache_dir=sys.argv[1])
+except Exception as e:
+    assert "incomplete" in str(e), repr(e)
+else:
+    raise SystemExit("partial snapshot accepted")
+PY
+"$VENV_PY" - "$T/hf-partial" $P <<'PY' || fail "snapshot_download into a fresh cache"
+import os, sys
+from huggingface_hub import snapshot_download
+snap = snapshot_download("me/zoo", cache_dir=sys.argv[1])  # online: writes trees/<commit>.json
+os.remove(os.path.join(snap, sys.argv[2], "oscar.safetensors"))  # as if interrupted
+PY
+HF_HUB_OFFLINE=1 $ZOO pull me/zoo --cache-dir "$T/hf-partial" --quiet 2>"$T/err" && fail "oscar-zoo accepted a partial huggingface_hub snapshot"
+grep -q "incomplete" "$T/err" || fail "partial python snapshot: unclear error: $(cat "$T/err")"
 echo "ok"

@@ -50,6 +50,73 @@ static void test_url_building(void ** state) {
     assert_false(osc_repo_path_valid("./a"));
 }
 
+// Revisions become paths below refs/ and repo ids folder names: git's ref
+// rules keep both inside the cache (issue 18 item 4).
+static void test_revision_rules(void ** state) {
+    (void) state;
+    const char * good[] = { "main", "refs/pr/1", "v1.0", "feature/x-y_z", "a@b", "release-2026.12",
+                            "0123456789abcdef0123456789abcdef01234567" };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        if (!osc_revision_valid(good[i])) fail_msg("'%s' refused", good[i]);
+    }
+    const char * bad[] = { "", "..", "../x", "../../../../X", "a/../b", "a..b", "/main", "main/", "a//b", ".hidden",
+                           "a/.b", "x.lock", "a.lock/b", "a b", "a\tb", "a\nb", "a~1", "a^", "a:b", "a?", "a*",
+                           "a[", "a\\b", "@", "a@{1}", "main.", "\x7f" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (osc_revision_valid(bad[i])) fail_msg("'%s' accepted", bad[i]);
+    }
+    char longrev[300];
+    memset(longrev, 'a', sizeof longrev - 1);
+    longrev[sizeof longrev - 1] = '\0';
+    assert_false(osc_revision_valid(longrev));
+    assert_int_equal(osc_check_repo_rev("me/zoo", "refs/pr/1"), OSCAR_OK);
+    assert_int_equal(osc_check_repo_rev("me/zoo", NULL), OSCAR_OK);
+    assert_int_equal(osc_check_repo_rev("a/b/../../x", "main"), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "not a valid repo id"));
+    assert_int_equal(osc_check_repo_rev(NULL, "../x"), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "'../x': not a valid revision"));
+    // The cache refuses them too, whoever calls it: nothing is created outside refs/.
+    char * rd = osc_path_join(tmpdir, "revs/models--me--zoo");
+    char   got[41];
+    assert_int_equal(osc_cache_write_ref(rd, "../../escaped", "1111111111111111111111111111111111111111"),
+                     OSCAR_ERR_INVALID);
+    assert_int_equal(osc_cache_read_ref(rd, "../../../etc/passwd", got), OSCAR_ERR_INVALID);
+    char * esc = osc_path_join(tmpdir, "revs/escaped");
+    assert_int_not_equal(access(esc, F_OK), 0);
+    char * dir = NULL;
+    assert_int_equal(osc_cache_offline_repo(tmpdir, "a/b/../../../../x", "main", &dir, got), OSCAR_ERR_INVALID);
+    assert_null(dir);
+    free(esc);
+    free(rd);
+}
+
+// Only http(s) URLs are fetched, on the first hop and after every redirect (issue 18 item 2).
+static void test_url_schemes(void ** state) {
+    (void) state;
+    assert_true(osc_url_is_http("http://127.0.0.1:8080/x"));
+    assert_true(osc_url_is_http("HTTPS://huggingface.co/"));
+    assert_false(osc_url_is_http("file:///etc/passwd"));
+    assert_false(osc_url_is_http("gopher://127.0.0.1:25/_HELO"));
+    assert_false(osc_url_is_http("ftp://x/y"));
+    assert_false(osc_url_is_http("//huggingface.co/x"));
+    assert_false(osc_url_is_http("httpx://x"));
+    assert_false(osc_url_is_http(""));
+    // A request to such a URL fails before libcurl sees it.
+    struct oscar_hub     hub = { .endpoint = "http://127.0.0.1:9", .user_agent = "t", .connect_timeout = 1,
+                                 .read_timeout = 1, .low_speed = 1, .deadline = 5 };
+    struct osc_http_req  q   = { .method = "GET", .url = "file:///etc/passwd", .upload_fd = -1, .sink_fd = -1 };
+    struct osc_http_resp r;
+    osc_http_resp_reset(&r);
+    assert_int_equal(osc_http_once(&hub, &q, &r), OSCAR_ERR_FORMAT);
+    assert_non_null(strstr(oscar_last_error(), "not an http(s) URL"));
+    assert_null(r.body.data);
+    osc_http_resp_free(&r);
+    assert_int_equal(osc_local_dir_check("/ld", "m/x.json"), OSCAR_OK);
+    assert_int_equal(osc_local_dir_check("/ld", ".cache/hf.json"), OSCAR_OK);
+    assert_int_equal(osc_local_dir_check("/ld", ".cache/huggingface/download/x.metadata"), OSCAR_ERR_UNSUPPORTED);
+    assert_int_equal(osc_local_dir_check("/ld", ".cache/huggingface"), OSCAR_ERR_UNSUPPORTED);
+}
+
 static void test_token_host_rule(void ** state) {
     (void) state;
     assert_true(osc_url_same_origin("https://huggingface.co/x", "https://huggingface.co"));
@@ -224,6 +291,61 @@ static void test_cache_refs_and_lookup(void ** state) {
     free(rd);
 }
 
+// Offline resolution of "owner/name:file" (oscar-verify -m, export) and the
+// tree listing that tells a partial snapshot from a complete one (issue 18 item 11).
+static void test_offline_resolve(void ** state) {
+    (void) state;
+    const char * c1    = "3333333333333333333333333333333333333333";
+    char *       cache = osc_path_join(tmpdir, "offline-cache");
+    char *       rd    = osc_cache_repo_dir(cache, "me/zoo");
+    char *       blob  = osc_cache_blob_path(rd, "abcd");
+    char *       blobs = osc_path_join(rd, "blobs");
+    assert_int_equal(osc_mkdirs(blobs), OSCAR_OK);
+    assert_int_equal(osc_write_file_atomic(blob, "GGUF", 4), OSCAR_OK);
+    assert_int_equal(osc_cache_write_ref(rd, "main", c1), OSCAR_OK);
+    assert_int_equal(osc_cache_link_snapshot(rd, c1, "m/t/model.gguf", "abcd"), OSCAR_OK);
+    struct oscar_hub hub = { .endpoint = "http://127.0.0.1:9", .cache_dir = cache, .offline = 1 };
+    char *           p   = NULL;
+    // No tree listing (a cache written by hf_hub_download): what the snapshot holds is served.
+    assert_int_equal(oscar_hub_resolve_local(&hub, "me/zoo:m/t/model.gguf", &p), OSCAR_OK);
+    char * want = osc_cache_snapshot_path(rd, c1, "m/t/model.gguf");
+    assert_string_equal(p, want);
+    free(p);
+    assert_int_equal(oscar_hub_resolve_local(&hub, "me/zoo@main:m/t", &p), OSCAR_OK);
+    free(p);
+    assert_int_equal(oscar_hub_resolve_local(&hub, "me/zoo:m/t/other.gguf", &p), OSCAR_ERR_NOT_FOUND);
+    // With a listing naming a file the snapshot lacks: the folder is incomplete, the present file is fine.
+    struct oscar_hub_entry   e[] = { { .path = "m/t/model.gguf", .oid = "abcd", .size = 4 },
+                                     { .path = "m/t/tokenizer.json", .oid = "ef01", .size = 9 },
+                                     { .path = "m/t", .is_dir = 1 } };
+    struct oscar_hub_listing l   = { .entries = e, .n = 3 };
+    assert_int_equal(osc_cache_write_tree(rd, c1, &l), OSCAR_OK);
+    struct oscar_hub_listing back;
+    assert_int_equal(osc_cache_read_tree(rd, c1, &back), OSCAR_OK);
+    assert_int_equal(back.n, 2);
+    assert_string_equal(back.entries[1].path, "m/t/tokenizer.json");
+    assert_int_equal(back.entries[1].size, 9);
+    oscar_hub_listing_free(&back);
+    assert_int_equal(oscar_hub_resolve_local(&hub, "me/zoo:m/t/model.gguf", &p), OSCAR_OK);
+    free(p);
+    assert_int_equal(oscar_hub_resolve_local(&hub, "me/zoo:m/t", &p), OSCAR_ERR_NOT_FOUND);
+    assert_non_null(strstr(oscar_last_error(), "incomplete: 1 of 2 file(s) missing (m/t/tokenizer.json)"));
+    assert_null(p);
+    // A malformed or hostile listing is ignored, not trusted.
+    char * tp = osc_path_join(rd, "trees/3333333333333333333333333333333333333333.json");
+    const char * hostile = "{\"format_version\": 1, \"files\": {\"../../../etc/passwd\": {\"size\": 1}}}";
+    assert_int_equal(osc_write_file_atomic(tp, hostile, strlen(hostile)), OSCAR_OK);
+    assert_int_equal(osc_cache_read_tree(rd, c1, &back), OSCAR_ERR_NOT_FOUND);
+    assert_int_equal(oscar_hub_resolve_local(&hub, "me/zoo:m/t", &p), OSCAR_OK);
+    free(p);
+    free(tp);
+    free(want);
+    free(blobs);
+    free(blob);
+    free(rd);
+    free(cache);
+}
+
 static void test_ndjson(void ** state) {
     (void) state;
     const unsigned char bin[] = { 0, 1, 2, 0xff, 'a' };
@@ -337,14 +459,22 @@ static void test_env_config(void ** state) {
     assert_string_equal(hub.endpoint, "http://127.0.0.1:9");
     assert_string_equal(hub.token, "hf_file");
     assert_true(hub.offline);
+    assert_int_equal(hub.low_speed, 1024); // the limits every transfer and request run under
+    assert_true(hub.deadline == 300.0);
     assert_non_null(strstr(hub.cache_dir, "hfhome/hub"));
     assert_true(strncmp(hub.user_agent, "oscar/" OSCAR_VERSION ";", strlen("oscar/" OSCAR_VERSION ";")) == 0);
     oscar_hub_free(&hub);
     setenv("HUGGING_FACE_HUB_TOKEN", "hf_legacy", 1);
     setenv("HF_HUB_OFFLINE", "0", 1);
+    setenv("OSCAR_HUB_DEADLINE", "7", 1);
+    setenv("OSCAR_HUB_LOW_SPEED_LIMIT", "50", 1);
     assert_int_equal(oscar_hub_init(&hub), OSCAR_OK);
     assert_string_equal(hub.token, "hf_legacy");
     assert_false(hub.offline);
+    assert_int_equal(hub.low_speed, 50);
+    assert_true(hub.deadline == 7.0);
+    unsetenv("OSCAR_HUB_DEADLINE");
+    unsetenv("OSCAR_HUB_LOW_SPEED_LIMIT");
     oscar_hub_free(&hub);
     setenv("HF_TOKEN", "hf_env", 1);
     setenv("HF_HUB_CACHE", "/x/cache", 1);
@@ -369,6 +499,8 @@ int main(void) {
         cmocka_unit_test(test_cache_paths),    cmocka_unit_test(test_cache_refs_and_lookup),
         cmocka_unit_test(test_ndjson),         cmocka_unit_test(test_hashes_base64),
         cmocka_unit_test(test_card_check),     cmocka_unit_test(test_env_config),
+        cmocka_unit_test(test_revision_rules), cmocka_unit_test(test_url_schemes),
+        cmocka_unit_test(test_offline_resolve),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -16,11 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "formats/hf-config.h"
 #include "formats/safetensors.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "util/sha256.h"
 #include "oscar.h"
 #include "util/fs.h"
@@ -319,6 +321,132 @@ static void test_load_errors(void ** state) {
     free(dir);
 }
 
+// A copy of the GGUF fixture with the uint32 value of `key` replaced.
+static char * gguf_with_u32(const char * name, const char * key, uint32_t v) {
+    char * data = NULL;
+    size_t n = 0;
+    assert_int_equal(osc_read_file("tests/fixtures/model/tiny-llama.gguf", 1 << 20, &data, &n), OSCAR_OK);
+    char * k = memmem(data, n, key, strlen(key));
+    assert_non_null(k);
+    uint32_t type;
+    memcpy(&type, k + strlen(key), 4);
+    assert_int_equal(type, 4); // GGUF uint32
+    memcpy(k + strlen(key) + 4, &v, 4);
+    char * path = osc_path_join(tmpdir, name);
+    assert_int_equal(osc_write_file_atomic(path, data, n), OSCAR_OK);
+    free(data);
+    return path;
+}
+
+// An HF directory with the fixture's weights and the given config.json.
+static char * hf_with_config(const char * name, const char * config) {
+    char * dir = osc_path_join(tmpdir, name);
+    assert_int_equal(osc_mkdirs(dir), OSCAR_OK);
+    char * cfg = osc_path_join(dir, "config.json");
+    assert_int_equal(osc_write_file_atomic(cfg, config, strlen(config)), OSCAR_OK);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "cp tests/fixtures/model/hf/model.safetensors '%s/'", dir);
+    assert_int_equal(system(cmd), 0);
+    free(cfg);
+    return dir;
+}
+
+static void expect_load_error(const char * path, enum oscar_status want, const char * msg1, const char * msg2) {
+    struct oscar_model * m = NULL;
+    enum oscar_status st = oscar_model_load(path, &m);
+    if (st != want || !strstr(oscar_last_error(), msg1) || !strstr(oscar_last_error(), msg2)) {
+        print_error("%s: status %d, message '%s'\n", path, (int) st, oscar_last_error());
+    }
+    assert_int_equal(st, want);
+    assert_null(m);
+    assert_non_null(strstr(oscar_last_error(), msg1));
+    assert_non_null(strstr(oscar_last_error(), msg2));
+}
+
+#define HF_CONFIG(layers) "{\"model_type\":\"llama\",\"hidden_size\":16,\"num_hidden_layers\":" layers "," \
+    "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":24,\"vocab_size\":40}"
+
+// Regression (issue 18, item 8): weights holding more layers than the config
+// declares used to load as a truncated model; fewer layers were (and are)
+// refused as missing tensors.
+static void test_layer_count(void ** state) {
+    (void) state;
+    char * d1 = hf_with_config("hf-1layer", HF_CONFIG("1"));
+    expect_load_error(d1, OSCAR_ERR_FORMAT, "model.layers.1.", "num_hidden_layers is 1");
+    char * d3 = hf_with_config("hf-3layers", HF_CONFIG("3"));
+    expect_load_error(d3, OSCAR_ERR_NOT_FOUND, "model.layers.2.", "missing");
+    char * g1 = gguf_with_u32("1block.gguf", "llama.block_count", 1);
+    expect_load_error(g1, OSCAR_ERR_FORMAT, "blk.1.", "llama.block_count is 1");
+    char * g3 = gguf_with_u32("3blocks.gguf", "llama.block_count", 3);
+    expect_load_error(g3, OSCAR_ERR_NOT_FOUND, "blk.2.", "missing");
+    char * g2 = gguf_with_u32("2blocks.gguf", "llama.block_count", 2); // unchanged: loads
+    struct oscar_model * m = NULL;
+    assert_int_equal(oscar_model_load(g2, &m), OSCAR_OK);
+    oscar_model_free(m);
+    free(d1);
+    free(d3);
+    free(g1);
+    free(g3);
+    free(g2);
+}
+
+// Regression (issue 18, item 9): a GGUF whose metadata declares a huge model
+// over small tensors used to allocate for the metadata first (here 64 GiB of
+// scratch, then 1.6 TB of weights); the tensors are now checked first.
+static void test_validate_before_alloc(void ** state) {
+    (void) state;
+    char * g = gguf_with_u32("wide.gguf", "llama.embedding_length", 1u << 18);
+    expect_load_error(g, OSCAR_ERR_FORMAT, "token_embd.weight", "has shape");
+    free(g);
+}
+
+// Regression (issue 18, item 7): products of config sizes overflowed int64
+// (UBSan: signed overflow in load.c) instead of being refused by name.
+static void test_config_overflow(void ** state) {
+    (void) state;
+    struct oscar_model_config c = {.arch = OSCAR_ARCH_LLAMA, .n_layer = 1, .n_embd = 1 << 30, .n_head = 1 << 30,
+                                   .n_head_kv = 1, .head_dim = 1 << 30, .n_ff = 1, .n_vocab = 1, .n_ctx_train = 8,
+                                   .rope_theta = 1e4f, .rms_eps = 1e-6f};
+    struct oscar_model * m = NULL;
+    assert_int_equal(oscar_model_init_random(&c, 1, &m), OSCAR_ERR_FORMAT);
+    assert_null(m);
+    assert_non_null(strstr(oscar_last_error(), "num_attention_heads x head_dim"));
+    c.n_head = 2;
+    c.head_dim = 2;
+    c.n_layer = 100000; // each product fits, the whole slab does not
+    c.n_ff = 1 << 20;
+    c.n_embd = 1 << 12;
+    assert_int_equal(oscar_model_init_random(&c, 1, &m), OSCAR_ERR_FORMAT);
+    assert_non_null(strstr(oscar_last_error(), "num_hidden_layers x the size of one layer"));
+    char * d = hf_with_config("hf-huge", "{\"model_type\":\"llama\",\"hidden_size\":1073741824,"
+                              "\"num_hidden_layers\":1,\"num_attention_heads\":1073741824,\"num_key_value_heads\":1,"
+                              "\"head_dim\":1073741824,\"intermediate_size\":1,\"vocab_size\":1}");
+    expect_load_error(d, OSCAR_ERR_FORMAT, "config.json", "num_attention_heads x head_dim");
+    free(d);
+}
+
+// Regression (issue 18, item 17): --model on a FIFO blocked in open().
+static void test_fifo_model(void ** state) {
+    (void) state;
+    char * fifo = osc_path_join(tmpdir, "model.gguf");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(20); // a hang fails the test instead of stalling the suite
+    expect_load_error(fifo, OSCAR_ERR_IO, fifo, "not a regular file");
+    struct oscar_tokenizer * tok = NULL;
+    assert_int_equal(oscar_tokenizer_load(fifo, &tok), OSCAR_ERR_IO);
+    assert_null(tok);
+    // a model directory whose config.json is a FIFO
+    char * dir = osc_path_join(tmpdir, "hf-fifo");
+    assert_int_equal(osc_mkdirs(dir), OSCAR_OK);
+    char * cfg = osc_path_join(dir, "config.json");
+    assert_int_equal(mkfifo(cfg, 0600), 0);
+    expect_load_error(dir, OSCAR_ERR_IO, "config.json", "not a regular file");
+    alarm(0);
+    free(cfg);
+    free(dir);
+    free(fifo);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sha256),
@@ -328,6 +456,10 @@ int main(void) {
         cmocka_unit_test(test_safetensors_bad),
         cmocka_unit_test(test_hf_config),
         cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_layer_count),
+        cmocka_unit_test(test_validate_before_alloc),
+        cmocka_unit_test(test_config_overflow),
+        cmocka_unit_test(test_fifo_model),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

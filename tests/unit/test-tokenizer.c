@@ -219,6 +219,47 @@ static void test_id_holes(void ** state) {
     oscar_tokenizer_free(tok);
 }
 
+// Regression (issue 18, item 12): a Split pre-tokenizer with a String
+// pattern (literal text, as HF escapes it) failed to compile: PCRE2_LITERAL
+// does not combine with PCRE2_UCP.
+static void test_split_string(void ** state) {
+    (void) state;
+    static const char fmt[] = "{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+                              "\"pattern\":{\"String\":\"%s\"},\"behavior\":\"Isolated\",\"invert\":false},"
+                              "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true}]},"
+                              "\"model\":{\"type\":\"BPE\",\"vocab\":{" VOCAB "},\"merges\":" MERGES "}}";
+    char j[4096];
+    struct oscar_tokenizer * tok = NULL;
+    snprintf(j, sizeof j, fmt, "l+"); // as a regex it would cut "ll" out of "hello"
+    enum oscar_status st = oscar_tokenizer_from_json("split.json", j, strlen(j), NULL, 0, &tok);
+    if (st != OSCAR_OK) print_error("%s\n", oscar_last_error());
+    assert_int_equal(st, OSCAR_OK);
+    EXPECT(tok, "hello", true, 11);
+    oscar_tokenizer_free(tok);
+    snprintf(j, sizeof j, fmt, "ll"); // "he" "ll" "o"
+    assert_int_equal(oscar_tokenizer_from_json("split.json", j, strlen(j), NULL, 0, &tok), OSCAR_OK);
+    EXPECT(tok, "hello", true, 8, 9, 3);
+    oscar_tokenizer_free(tok);
+}
+
+// Regression (issue 18, item 7): with no single-byte tokens every byte is
+// dropped; a repeated word then hit the word cache with no ids (UBSan:
+// memcpy from NULL in tok-encode.c).
+static void test_no_byte_tokens(void ** state) {
+    (void) state;
+    static const char j[] = "{\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"added_tokens\":[{\"id\":0,"
+                            "\"content\":\"<s>\",\"special\":true}],\"model\":{\"vocab\":{},\"merges\":[]}}";
+    struct oscar_tokenizer * tok = NULL;
+    assert_int_equal(oscar_tokenizer_from_json("empty.json", j, sizeof j - 1, NULL, 0, &tok), OSCAR_OK);
+    int32_t * ids = NULL;
+    size_t    n = 7;
+    assert_int_equal(oscar_tokenizer_encode(tok, "hi hi hi", 8, true, &ids, &n), OSCAR_OK);
+    assert_int_equal(n, 0);
+    assert_null(ids);
+    EXPECT(tok, "hi<s> hi", true, 0);
+    oscar_tokenizer_free(tok);
+}
+
 static void test_corrupt_json(void ** state) {
     (void) state;
     static const struct { const char * json; enum oscar_status st; const char * msg; } cases[] = {
@@ -229,6 +270,10 @@ static void test_corrupt_json(void ** state) {
         { "{\"model\":{\"vocab\":{\"a\":\"x\"},\"merges\":[]}}", OSCAR_ERR_FORMAT, "not a token id" },
         { "{\"model\":{\"vocab\":{\"a\":-1},\"merges\":[]}}", OSCAR_ERR_FORMAT, "not a token id" },
         { "{\"model\":{\"vocab\":{\"a\":0,\"b\":0},\"merges\":[]}}", OSCAR_ERR_FORMAT, "appears twice" },
+        // a 50-byte file must not size per-id tables for 2^30 ids (found by fuzz-tokenizer-json)
+        { "{\"model\":{\"vocab\":{\"a\":1073741823},\"merges\":[]}}", OSCAR_ERR_FORMAT, "below 65537" },
+        { "{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},\"added_tokens\":[{\"id\":65538,\"content\":\"x\"}]}",
+          OSCAR_ERR_FORMAT, "below 65538" },
         { "{\"model\":{\"vocab\":{\"a\":0},\"merges\":[\"a zz\"]}}", OSCAR_ERR_FORMAT, "unknown token 'zz'" },
         { "{\"model\":{\"vocab\":{\"a\":0},\"merges\":[\"a a\"]}}", OSCAR_ERR_FORMAT, "missing from the vocabulary" },
         { "{\"model\":{\"vocab\":{\"a\":0},\"merges\":[[\"a\"]]}}", OSCAR_ERR_FORMAT, "model.merges[0]" },
@@ -440,6 +485,8 @@ int main(void) {
         cmocka_unit_test(test_long_word_and_decode),
         cmocka_unit_test(test_hash),
         cmocka_unit_test(test_id_holes),
+        cmocka_unit_test(test_split_string),
+        cmocka_unit_test(test_no_byte_tokens),
         cmocka_unit_test(test_corrupt_json),
         cmocka_unit_test(test_sha256),
         cmocka_unit_test(test_corpus),
