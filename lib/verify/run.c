@@ -293,6 +293,9 @@ static enum oscar_status ppl_method(struct vrun * r, int32_t i, const int32_t * 
 // ---- driver ------------------------------------------------------------------------------------
 enum oscar_status oscar_verify_check_tokens(const struct oscar_verify_params * p, size_t n_ids) {
     int64_t T = p->ctx > 0 ? p->ctx : 1, n_win = p->tokens / T > 1 ? p->tokens / T : 1;
+    if ((size_t) p->metric_tokens > n_ids)
+        return osc_error(OSCAR_ERR_INVALID, "the corpus has %zu tokens, fewer than the %d of --metric-tokens", n_ids,
+                         p->metric_tokens);
     if (n_win * T <= (int64_t) n_ids) return OSCAR_OK;
     if (!p->tokens || n_win == 1)
         return osc_error(OSCAR_ERR_INVALID, "the corpus has %zu tokens, need at least one window of %d", n_ids, p->ctx);
@@ -328,7 +331,7 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
     if ((st = oscar_verify_check_tokens(p, n_ids)) != OSCAR_OK) return st;
     int64_t n_win = (p->tokens ? p->tokens : T) / T;
     if (n_win < 1) n_win = 1;
-    r.MT = (size_t) p->metric_tokens < n_ids ? p->metric_tokens : (int32_t) n_ids;
+    r.MT = p->metric_tokens; // <= n_ids (oscar_verify_check_tokens)
     if (r.MT <= p->sink + p->recent)
         osc_warn("verify: metric_tokens %d <= sink %d + recent %d: nothing is INT2 in the metrics pass, the "
                  "per-layer metrics and drift only show the bf16 rounding", r.MT, p->sink, p->recent);

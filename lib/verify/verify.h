@@ -88,7 +88,8 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
 void oscar_verify_report_free(struct oscar_verify_report * rep);
 
 // Checks that the corpus holds what p asks for: one window of ctx tokens and
-// the whole windows of p->tokens (never clamped to a shorter corpus).
+// the whole windows of p->tokens and the --metric-tokens prefix (never clamped
+// to a shorter corpus).
 // OSCAR_ERR_INVALID "the corpus has N tokens, fewer than ..." naming the request.
 enum oscar_status oscar_verify_check_tokens(const struct oscar_verify_params * p, size_t n_ids);
 

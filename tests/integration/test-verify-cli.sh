@@ -71,7 +71,9 @@ done
 ls -A "$T" | grep -q '^\.rep\.' && fail "report temporaries left: $(ls -A "$T")"
 want 1 "c.txt" "$V" --model "$M" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}" --tokens 1000000
 grep -q "1000000" "$T/err" && grep -Eq "[0-9]+ tokens" "$T/err" || fail "--tokens beyond the corpus: $(cat "$T/err")"
-ok "--report checked before compute and replaced whole; --tokens beyond the corpus is an error naming it"
+want 1 "fewer than the 1000000 of --metric-tokens" "$V" --model "$M" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}" \
+    --metric-tokens 1000000
+ok "--report checked before compute and replaced whole; --tokens / --metric-tokens beyond the corpus are errors naming it"
 
 # ---- integrity: the recorded sha256, orthogonality, the model's identity; --force ----
 flip() { # flip DIR BIT [rehash]: flips BIT of layers.3.v_rotation[5], optionally re-records the sha256
