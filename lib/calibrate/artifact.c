@@ -176,6 +176,7 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
     SETF("oscar.calib_corpus", "%s", prov->corpus->name);
     SETF("oscar.calib_sha256", "%s", prov->corpus->sha256);
     SETF("oscar.calib_tokens", "%lld", (long long) prov->plan->n_tokens);
+    SETF("oscar.capture_dtype", "%s", p->capture_bf16 ? "bfloat16" : "float32"); // of the q/k/v the sums saw
     SETF("oscar.calib_sequences", "%d", (int) prov->plan->n_seq);
     SETF("oscar.calib_heldout_tokens", "%d",
          (int) (prov->plan->heldout_start[prov->plan->n_heldout] - prov->plan->heldout_start[0]));

@@ -268,7 +268,7 @@ enum oscar_status oscar_calib_capture(const struct oscar_model * m, const struct
     int32_t first = 0;
     if (st == OSCAR_OK) st = start(&lp, &ck, &first);
     struct osc_progress pr;
-    osc_progress_init(&pr, "layer-major pass", "tok", (int64_t) L * lp.n_rows);   // token-layers
+    osc_progress_init(&pr, "layer-major pass", "token-layers", (int64_t) L * lp.n_rows);
     int64_t since = 0;   // token-layers since the last checkpoint
     for (int32_t l = first; l < L && st == OSCAR_OK; l++) {
         for (int32_t i = 0; i < lp.n_batches && st == OSCAR_OK; i++) {

@@ -42,6 +42,7 @@ struct oscar_forward {
     float *   inv_freq; // [D/2]
     int32_t * pos;      // [T] positions used by the last run
     int32_t   n_tokens; // T of the last run
+    int32_t   rope_T;   // tokens cos_t/sin_t hold the angles of pos for (-1: none)
 };
 
 struct oscar_forward_params oscar_forward_default_params(void) {
@@ -135,6 +136,7 @@ enum oscar_status oscar_forward_init(const struct oscar_model * m, const struct 
     f->sin_t    = alloc_f(T * D / 2);
     f->inv_freq = alloc_f(D / 2);
     f->pos      = malloc(T * sizeof(int32_t));
+    f->rope_T   = -1;
     if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->cos_t || !f->sin_t ||
         !f->inv_freq || !f->pos)
         goto fail_nomem;
@@ -373,10 +375,18 @@ enum oscar_status oscar_forward_begin(struct oscar_forward * f, const struct osc
     f->n_tokens = 0;
     enum oscar_status st = check_batch(f, batch);
     if (st != OSCAR_OK) return st;
+    // The layer-major calibration pass begins every batch once per layer with
+    // the same positions: the tables are kept when nothing changed.
+    const int32_t T = batch->seq_start[batch->n_seq];
+    bool same = T == f->rope_T;
     for (int32_t s = 0; s < batch->n_seq; s++)
-        for (int32_t t = batch->seq_start[s]; t < batch->seq_start[s + 1]; t++)
-            f->pos[t] = batch->pos ? batch->pos[t] : t - batch->seq_start[s];
-    rope_tables(f, batch->seq_start[batch->n_seq]);
+        for (int32_t t = batch->seq_start[s]; t < batch->seq_start[s + 1]; t++) {
+            const int32_t p = batch->pos ? batch->pos[t] : t - batch->seq_start[s];
+            same = same && f->pos[t] == p;
+            f->pos[t] = p;
+        }
+    if (!same) rope_tables(f, T);
+    f->rope_T = T;
     f->batch = batch;
     return OSCAR_OK;
 }
