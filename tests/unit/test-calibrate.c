@@ -1,8 +1,8 @@
 // test-calibrate.c - lib/calibrate: checkpoints refuse what they were not made
 // of (issue 18 item 1), and the tier check of the gate.
 //
-// A run of oscar_calib_accumulate with checkpoints leaves its last checkpoint
-// behind (the command removes it after the artifact is written), so a resume
+// A run of oscar_calib_capture with checkpoints leaves its last checkpoint
+// (between layers 0 and 1) behind (the command removes it after the artifact is written), so a resume
 // with another model, corpus, tokenizer or capture dtype can be tried on it
 // directly. Before the fix a checkpoint of one shape was loaded for a model of
 // another and the smaller rows of that model were read as the larger ones
@@ -61,13 +61,18 @@ static void fixture_init(struct fixture * f) {
     assert_int_equal(oscar_calib_plan_make(&f->corpus, &f->p, &f->plan), OSCAR_OK);
 }
 
-// Accumulates with m; returns the status and frees the statistics.
+// Runs the capture pass with m; returns the status and frees what it made.
 static enum oscar_status accumulate(const struct oscar_model * m, struct fixture * f) {
     struct oscar_stats * s = NULL;
+    struct oscar_calib_heldout held;
     struct oscar_calib_timing t = {0};
-    enum oscar_status st = oscar_calib_accumulate(m, &f->plan, &f->p, &s, &t);
-    if (st == OSCAR_OK) assert_non_null(s);
-    else assert_null(s);
+    enum oscar_status st = oscar_calib_capture(m, &f->plan, &f->p, &s, &held, &t);
+    if (st == OSCAR_OK) {
+        assert_non_null(s);
+        oscar_calib_heldout_free(&held);
+    } else {
+        assert_null(s);
+    }
     oscar_stats_free(s);
     return st;
 }
@@ -120,26 +125,33 @@ static void test_resume_checks_the_statistics_shape(void ** state) {
     assert_int_equal(accumulate(b, &f), OSCAR_OK);
     f.p.checkpoint_path = f.ckpt;
     assert_int_equal(accumulate(a, &f), OSCAR_OK);
-    // a's header in front of b's statistics
+    // a's checkpoint with b's statistics in place of its own (and their size in a's header)
     FILE * fa = fopen(f.ckpt, "rb"), * fb = fopen(ckb, "rb");
     assert_non_null(fa), assert_non_null(fb);
-    static uint8_t ha[1 << 20], hb[1 << 20];
+    static uint8_t ha[1 << 20], hb[1 << 20], out[1 << 21];
     size_t na = fread(ha, 1, sizeof ha, fa), nb = fread(hb, 1, sizeof hb, fb);
     fclose(fa), fclose(fb);
     assert_true(na > 1000 && nb > 1000 && na < sizeof ha && nb < sizeof hb);
-    // the header is the part before the lib/stats magic
+    // the header is the part before the lib/stats magic; lib/stats' own header
+    // (stats.h) gives its size: 96 bytes + the u64 payload size at offset 48
     uint8_t * sa = memmem(ha, na, "OSCSTATS", 8), * sb = memmem(hb, nb, "OSCSTATS", 8);
     assert_non_null(sa), assert_non_null(sb);
     size_t h = (size_t) (sa - ha);
     assert_int_equal(h, (size_t) (sb - hb));
-    uint64_t size_a = na - h, size_b = nb - h;
+    uint64_t size_a, size_b;
+    memcpy(&size_a, sa + 48, 8), memcpy(&size_b, sb + 48, 8);
+    size_a += 96, size_b += 96;
+    assert_true(h + size_a <= na && h + size_b <= nb && size_a != size_b);
     uint8_t * field = memmem(ha, h, &size_a, 8); // the header's stats size
     assert_non_null(field);
     memcpy(field, &size_b, 8);
-    memcpy(hb, ha, h);
+    size_t n = 0;
+    memcpy(out, ha, h), n += h;
+    memcpy(out + n, sb, size_b), n += size_b;
+    memcpy(out + n, sa + size_a, na - h - size_a), n += na - h - size_a; // a's hidden states and held-out rows
     FILE * fo = fopen(f.ckpt, "wb");
     assert_non_null(fo);
-    assert_int_equal(fwrite(hb, 1, nb, fo), nb);
+    assert_int_equal(fwrite(out, 1, n, fo), n);
     fclose(fo);
     f.p.resume = true;
     assert_int_equal(accumulate(a, &f), OSCAR_ERR_FORMAT);
