@@ -390,6 +390,8 @@ int main(int argc, char ** argv) {
     t.total = osc_now() - t0;
     if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){o.random_init ? &shape : m, tok, &corpus, &plan}, &p, &fit,
                                    &clip, &gate, &t, &art) ||
+        // the CUDA pass in bf16 feeds its Gram GEMMs bf16 q/k/v (backend/forward-backend.h)
+        (on_cuda(&o) && !o.gpu_fp32 && oscar_artifact_set_meta(art, "oscar.capture_dtype", "bfloat16")) ||
         oscar_artifact_write(art, o.out)) {
         fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
         goto out;
