@@ -1,13 +1,11 @@
 // oscar-calibrate - model + corpus -> OSCAR rotation artifact.
-// Pipeline (lib/calibrate): corpus -> plan -> held-out rows -> pass 1/2
-// covariances -> fit -> clip search -> gate -> artifact. Exit 0 ok, 1 failure
+// Pipeline (lib/calibrate): corpus -> plan -> one layer-major pass (covariances
+// and held-out rows) -> fit -> clip search -> gate -> artifact. Exit 0 ok, 1 failure
 // (including a failed gate with --strict), 2 usage error.
 #include <getopt.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "calibrate/actstore.h"
 #include "calibrate/calibrate.h"
@@ -20,7 +18,7 @@
 
 struct opts {
     const char * model, * corpus, * jsonl_field, * out, * save_act, * from_act;
-    const char * device, * random_init; // NULL: the classic CPU capture path
+    const char * device, * random_init; // device NULL: cpu
     bool strict, json, gpu_fp32;        // gpu_fp32: --gpu-precision fp32
 };
 
@@ -31,7 +29,7 @@ static void usage(FILE * f) {
             "                            (pulled into the shared HF cache; HF_HUB_OFFLINE=1 uses the cache)\n"
             "  -f, --corpus PATH         text file, .jsonl, or directory of them (not with --from-activations)\n"
             "      --jsonl-field NAME    [text]\n"
-            "  -o, --out DIR             artifact directory\n"
+            "  -o, --out DIR             artifact directory: new, or an artifact to replace (checked before any compute)\n"
             "      --tokens N            calibration tokens [20000]\n"
             "  -c, --seq-len N           tokens per sequence [512]\n"
             "  -b, --batch N             sequences per forward call [4]\n"
@@ -46,8 +44,10 @@ static void usage(FILE * f) {
             "      --clip K,V            fixed clip ratios (reference 0.96,0.92)\n"
             "      --clip-search GRID    start:stop:step or list [1.00:0.80:0.02] (default mode)\n"
             "  -t, --threads N           [all cores]\n"
-            "      --checkpoint-every N  tokens between checkpoints (OUT.ckpt) [0 = off]\n"
-            "      --resume              continue from OUT.ckpt\n"
+            "      --checkpoint-every N  checkpoint (OUT.ckpt) at the first layer boundary after N\n"
+            "                            token-layers (sequences x tokens x layers done) [0 = off]\n"
+            "      --resume              continue from OUT.ckpt (refused if made for another model,\n"
+            "                            corpus, tokenizer or plan)\n"
             "      --strict              refuse to write when OSCAR does not beat Hadamard and naive INT2\n"
             "      --seed N              [0]\n"
             "      --capture-dtype bf16|fp32  round captured q/k/v to bf16 like the reference [fp32]\n"
@@ -55,14 +55,19 @@ static void usage(FILE * f) {
             "                            (stored in the capture dtype, so a replay is exact)\n"
             "      --from-activations FILE  fit, clip search and gate from a store: no forward pass\n"
             "                            (--model still gives W_O and the provenance; it must match)\n"
-            "      --device cpu|cuda     run both capture passes, the clip search and the gate on this device\n"
-            "                            (sums kept on the device; no checkpoints or activation store)\n"
+            "      --device cpu|cuda     where the capture, the clip search and the gate run [cpu]; cuda keeps\n"
+            "                            its sums on the device (two passes; no checkpoints or activation store)\n"
             "      --gpu-precision bf16|fp32  with --device cuda: bf16 weights and GEMM inputs (fast), or\n"
             "                            fp32 throughout (the CPU pass's numerics, 2x weight memory, slower) [bf16]\n"
             "      --random-init NAME    random-weight model of a named shape (qwen3-8b, smollm2-135m) on\n"
             "                            synthetic tokens, instead of --model/--corpus: for benchmarks only\n"
-            "  -q, --quiet               -v, --verbose (stage timings)   --json  summary on stdout\n");
+            "  -q, --quiet               errors only on stderr (no progress, gate table or timings)\n"
+            "  -v, --verbose             stage timings\n"
+            "      --json                the summary on stdout; stderr as with --quiet\n");
 }
+
+// CUDA runs the two-pass device capture (capture-device.h); the CPU, the layer-major pass.
+static bool on_cuda(const struct opts * o) { return o->device && strcmp(o->device, "cuda") == 0; }
 
 // Upper bounds of the numeric options: far beyond any real run, low enough that
 // no product of them (tokens + held-out rows, batch x seq-len) overflows.
@@ -155,7 +160,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         case O_SEED: NUM(osc_parse_u64("--seed", optarg, &p->seed)); break;
         case 'q': oscar_log_set_level(OSCAR_LOG_ERROR); break;
         case 'v': oscar_log_set_level(OSCAR_LOG_DEBUG); break;
-        case O_JSON: o->json = true; break;
+        case O_JSON: o->json = true, oscar_log_set_level(OSCAR_LOG_ERROR); break; // stdout is the report
         case O_CDT:
             if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) return fprintf(stderr, "bad --capture-dtype\n"), 2;
             p->capture_bf16 = !strcmp(optarg, "bf16");
@@ -181,10 +186,14 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
             fprintf(stderr, "--random-init replaces --model, --corpus and --from-activations\n");
             return 2;
         }
-        if (!o->device) o->device = "cpu";
+        if (o->save_act) {
+            fprintf(stderr, "--random-init takes no --save-activations (synthetic tokens)\n");
+            return 2;
+        }
     }
-    if (o->device && (o->from_act || o->save_act || p->checkpoint_every > 0 || p->resume)) {
-        fprintf(stderr, "--device / --random-init take no --from/--save-activations, --checkpoint-every or --resume\n");
+    if (on_cuda(o) && (o->from_act || o->save_act || p->checkpoint_every > 0 || p->resume || p->capture_bf16)) {
+        fprintf(stderr, "--device cuda takes no --from/--save-activations, --checkpoint-every, --resume or "
+                        "--capture-dtype bf16 (yet)\n");
         return 2;
     }
     if ((int64_t) p->batch * p->seq_len > MAX_SEQ) {
@@ -197,12 +206,20 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         usage(stderr);
         return 2;
     }
+    if (!*o->out) {
+        fprintf(stderr, "oscar-calibrate: --out is empty\n");
+        return 2;
+    }
+    if (!o->from_act && oscar_calib_check_tiers(p) != OSCAR_OK) { // the store's seq-len: from_store
+        fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
+        return 2;
+    }
     if (o->from_act && (o->save_act || p->checkpoint_every > 0 || p->resume)) {
         fprintf(stderr, "--from-activations does not take --save-activations, --checkpoint-every or --resume\n");
         return 2;
     }
     if (o->save_act && p->resume) {
-        fprintf(stderr, "--save-activations needs pass 1 from the start: not with --resume\n");
+        fprintf(stderr, "--save-activations writes every layer from the first: not with --resume\n");
         return 2;
     }
     return 0;
@@ -217,17 +234,24 @@ static void print_gate(const struct oscar_calib_gate * g, const struct oscar_cal
             g->pass ? "PASS" : "FAIL: OSCAR is not below Hadamard and naive INT2");
 }
 
-// Corpus -> plan -> held-out rows -> both passes (forward), writing the store if asked.
+// Calibration tokens per second of capture (forward + sums; held-out rows not counted).
+static double capture_rate(const struct oscar_calib_plan * plan, const struct oscar_calib_timing * t) {
+    const double s = t->forward + t->accumulate;
+    return s > 0 ? (double) plan->n_tokens / s : 0.0;
+}
+
+// Corpus (or synthetic tokens for --random-init) -> plan -> the layer-major
+// pass (statistics and held-out rows), writing the store if asked.
 static enum oscar_status from_forward(const struct opts * o, const struct oscar_model * m, struct oscar_tokenizer * tok,
                                       struct oscar_calib_params * p, struct oscar_calib_corpus * corpus,
                                       struct oscar_calib_plan * plan, struct oscar_calib_heldout * held,
                                       struct oscar_stats ** st, struct oscar_calib_timing * t) {
-    enum oscar_status rc;
     struct oscar_actstore * w = NULL;
-    if ((rc = oscar_calib_corpus_load(tok, o->corpus, o->jsonl_field, p->n_tokens + (int64_t) p->n_heldout * p->seq_len,
-                                      corpus)) ||
-        (rc = oscar_calib_plan_make(corpus, p, plan)))
-        return rc;
+    const int64_t need = p->n_tokens + (int64_t) p->n_heldout * p->seq_len;
+    enum oscar_status rc = o->random_init ? oscar_calib_synthetic_corpus(need, m->config.n_vocab, p->seed, corpus)
+                                          : oscar_calib_corpus_load(tok, o->corpus, o->jsonl_field, need, corpus);
+    if (rc == OSCAR_OK) rc = oscar_calib_plan_make(corpus, p, plan);
+    if (rc != OSCAR_OK) return rc;
     if (o->save_act) {
         const struct oscar_model_config * c = &m->config;
         struct oscar_actstore_info in = {.n_layer = c->n_layer, .n_head = c->n_head, .n_head_kv = c->n_head_kv,
@@ -243,8 +267,7 @@ static enum oscar_status from_forward(const struct opts * o, const struct oscar_
         if ((rc = oscar_actstore_create(o->save_act, &in, &w)) != OSCAR_OK) return rc;
         p->act_out = w;
     }
-    if ((rc = oscar_calib_capture_heldout(m, plan, p, held, t)) == OSCAR_OK &&
-        (rc = oscar_calib_accumulate(m, plan, p, st, t)) == OSCAR_OK && w) {
+    if ((rc = oscar_calib_capture(m, plan, p, st, held, t)) == OSCAR_OK && w) {
         double t0 = osc_now();
         rc = oscar_actstore_commit(w);   // frees w
         t->store += osc_now() - t0;
@@ -257,7 +280,7 @@ static enum oscar_status from_forward(const struct opts * o, const struct oscar_
 }
 
 // Corpus (or synthetic tokens) -> plan -> held-out rows -> both passes through
-// the forward backend on o->device (lib/calibrate/capture-device.h).
+// the CUDA forward backend (lib/calibrate/capture-device.h).
 static enum oscar_status from_device(const struct opts * o, const struct oscar_model * m,
                                      const struct oscar_model_config * random, struct oscar_tokenizer * tok,
                                      struct oscar_calib_params * p, struct oscar_calib_corpus * corpus,
@@ -295,6 +318,7 @@ static enum oscar_status from_store(const struct opts * o, const struct oscar_mo
     snprintf(corpus->sha256, sizeof(corpus->sha256), "%s", in->corpus_sha256);
     p->seq_len = in->seq_len;
     p->capture_bf16 = in->bf16;
+    if ((rc = oscar_calib_check_tiers(p)) != OSCAR_OK) return osc_error_prefix(rc, "%s", o->from_act);
     if ((rc = oscar_calib_plan_from_store(*store, plan)) != OSCAR_OK) return rc;
     p->n_heldout = plan->n_heldout;
     osc_info("%s: %lld calibration rows in %d sequences, %d held-out sequences, %s", o->from_act,
@@ -323,11 +347,8 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
         return 1;
     }
-    char out_copy[4096];
-    snprintf(out_copy, sizeof(out_copy), "%s", o.out);
-    const char * parent = dirname(out_copy);
-    if (osc_mkdirs(parent) != OSCAR_OK || access(parent, W_OK) != 0) { // fail before hours of compute
-        fprintf(stderr, "oscar-calibrate: output directory %s is not writable\n", parent);
+    if (oscar_artifact_check_dest(o.out) != OSCAR_OK) { // fail before hours of compute
+        fprintf(stderr, "oscar-calibrate: --out: %s\n", oscar_last_error());
         goto out;
     }
     struct oscar_model shape = {0}; // the random-init model's description (no host weights)
@@ -346,8 +367,11 @@ int main(int argc, char ** argv) {
         if (strcmp(model_path, o.model)) osc_info("--model %s -> %s", o.model, model_path);
         o.model = model_path;
     }
-    if ((!o.random_init && (oscar_model_load(o.model, &m) || oscar_tokenizer_load(o.model, &tok))) ||
-        (o.device    ? from_device(&o, m, o.random_init ? &shape.config : NULL, tok, &p, &corpus, &plan, &held, &st, &t)
+    // --random-init on the CPU: the weights materialised on the host (the same
+    // generator and seed as oscar_fwd_init_random's cpu backend)
+    if (((o.random_init && !on_cuda(&o)) ? oscar_model_init_random(&shape.config, p.seed, &m) != OSCAR_OK
+         : !o.random_init && (oscar_model_load(o.model, &m) || oscar_tokenizer_load(o.model, &tok))) ||
+        (on_cuda(&o) ? from_device(&o, m, o.random_init ? &shape.config : NULL, tok, &p, &corpus, &plan, &held, &st, &t)
          : o.from_act ? from_store(&o, m, tok, &p, &store, &corpus, &plan, &held, &st, &t)
                       : from_forward(&o, m, tok, &p, &corpus, &plan, &held, &st, &t)) ||
         oscar_calib_fit_rotations(st, &p, &fit, &t) || oscar_calib_clip_search(&held, &fit, &p, &clip, &t) ||
@@ -355,7 +379,8 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
         goto out;
     }
-    print_gate(&gate, &clip);
+    const bool report = oscar_log_get_level() <= OSCAR_LOG_INFO; // not --quiet / --json
+    if (report) print_gate(&gate, &clip);
     if (!gate.pass && o.strict) {
         fprintf(stderr, "oscar-calibrate: --strict: gate failed, nothing written\n");
         goto out;
@@ -363,34 +388,41 @@ int main(int argc, char ** argv) {
     if (!gate.pass) osc_warn("WARNING: the gate FAILED (OSCAR mean %.4g vs Hadamard %.4g, naive %.4g); writing anyway",
                              gate.mean_oscar, gate.mean_hadamard, gate.mean_naive);
     t.total = osc_now() - t0;
-    if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){m ? m : &shape, tok, &corpus, &plan}, &p, &fit,
+    if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){o.random_init ? &shape : m, tok, &corpus, &plan}, &p, &fit,
                                    &clip, &gate, &t, &art) ||
+        // the CUDA pass in bf16 feeds its Gram GEMMs bf16 q/k/v (backend/forward-backend.h)
+        (on_cuda(&o) && !o.gpu_fp32 && oscar_artifact_set_meta(art, "oscar.capture_dtype", "bfloat16")) ||
         oscar_artifact_write(art, o.out)) {
         fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
         goto out;
     }
-    if (p.checkpoint_path) remove(ckpt);
-    fprintf(stderr, "timing: forward %.2fs  accumulate %.2fs  eigh %.2fs  clip %.2fs  gate %.2fs  held-out %.2fs  "
-            "store %.2fs  total %.2fs  (%.1f tok/s over both passes)\nwrote %s (%s)\n", t.forward, t.accumulate,
-            t.eigh, t.clip, t.gate, t.heldout, t.store, t.total,
-            t.tokens_forwarded > 0 ? t.tokens_forwarded / (t.forward + t.accumulate) : 0.0, o.out,
-            oscar_artifact_get_meta(art, "oscar.calib_tag"));
+    if (p.checkpoint_path) {
+        remove(ckpt);
+        osc_remove_stale_temps(ckpt);
+    }
     double rss = oscar_calib_peak_rss_mb();
-    fprintf(stderr, "peak RSS %.1f MiB\n", rss);
-    if (t.device_peak_bytes) fprintf(stderr, "peak device memory in use %.2f GiB\n", (double) t.device_peak_bytes / 1073741824.0);
+    if (report) {
+        fprintf(stderr, "timing: forward %.2fs  accumulate %.2fs  eigh %.2fs  clip %.2fs  gate %.2fs  held-out %.2fs  "
+                "store %.2fs  total %.2fs  (capture %.1f calibration tok/s)\nwrote %s (%s)\n", t.forward,
+                t.accumulate, t.eigh, t.clip, t.gate, t.heldout, t.store, t.total, capture_rate(&plan, &t), o.out,
+                oscar_artifact_get_meta(art, "oscar.calib_tag"));
+        fprintf(stderr, "peak RSS %.1f MiB\n", rss);
+        if (t.device_peak_bytes)
+            fprintf(stderr, "peak device memory in use %.2f GiB\n", (double) t.device_peak_bytes / 1073741824.0);
+    }
     if (o.json) printf("{\"out\": \"%s\", \"source\": \"%s\", \"tokens\": %lld, \"sequences\": %d, \"orth_err_max\": %.3g, "
                        "\"peak_rss_mb\": %.1f, \"device_peak_gib\": %.2f, \"timing_s\": {\"forward\": %.3f, \"accumulate\": %.3f, \"eigh\": %.3f, "
                        "\"clip\": %.3f, \"gate\": %.3f, \"heldout\": %.3f, \"store\": %.3f, \"total\": %.3f, "
                        "\"tokens_per_s\": %.2f}, \"summary\": %s}\n",
-                       o.out, o.from_act ? "activations" : o.device ? o.device : "forward", (long long) plan.n_tokens, (int) plan.n_seq,
+                       o.out, o.from_act ? "activations" : on_cuda(&o) ? "cuda" : "forward", (long long) plan.n_tokens, (int) plan.n_seq,
                        fit.orth_err_max, rss, (double) t.device_peak_bytes / 1073741824.0, t.forward, t.accumulate, t.eigh, t.clip, t.gate, t.heldout, t.store,
-                       t.total, t.tokens_forwarded > 0 ? t.tokens_forwarded / (t.forward + t.accumulate) : 0.0,
+                       t.total, capture_rate(&plan, &t),
                        art->summary_json);
     rc = 0;
 out:
     oscar_artifact_free(art); oscar_calib_gate_free(&gate); oscar_calib_clip_free(&clip); oscar_calib_fit_free(&fit);
     oscar_stats_free(st);
-    if (o.device) oscar_calib_device_heldout_free(&held); else oscar_calib_heldout_free(&held); oscar_calib_plan_free(&plan); oscar_calib_corpus_free(&corpus);
+    if (on_cuda(&o)) oscar_calib_device_heldout_free(&held); else oscar_calib_heldout_free(&held); oscar_calib_plan_free(&plan); oscar_calib_corpus_free(&corpus);
     oscar_tokenizer_free(tok); oscar_model_free(m); oscar_actstore_free(store);
     oscar_hub_free(&hub); free(model_path);
     return rc;

@@ -20,7 +20,7 @@
 
 struct opts {
     const char * model, * rotations, * corpus, * jsonl_field, * report_dir;
-    bool json, update_card;
+    bool json, update_card, force;
 };
 
 static void usage(FILE * f) {
@@ -43,6 +43,8 @@ static void usage(FILE * f) {
             "      --metric-tokens N    tokens of the per-layer metrics / drift pass [512]\n"
             "  -o, --report DIR         write report.json, layers.svg, summary.md\n"
             "      --update-card        put summary.md into the artifact's README.md (local artifact only)\n"
+            "      --force              use an artifact that fails its integrity checks (sha256 in oscar.json,\n"
+            "                           orthogonality, calibrated on this --model), with a warning\n"
             "  -t, --threads N          [all cores]\n"
             "      --device cpu|cuda    where the forward passes run [cpu]; cuda: the GPU forward pass (bf16\n"
             "                           weights and activations) with the INT2 write and fused tiered decode\n"
@@ -72,13 +74,13 @@ static int bad(const char * what) {
     } while (0)
 
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_params * p, bool * quiet) {
-    enum { O_JF = 256, O_SINK, O_REC, O_PAGE, O_PROMPT, O_GS, O_SD, O_METH, O_TOK, O_MT, O_JSON, O_CARD, O_DEV, O_GPREC };
+    enum { O_JF = 256, O_SINK, O_REC, O_PAGE, O_PROMPT, O_GS, O_SD, O_METH, O_TOK, O_MT, O_JSON, O_CARD, O_DEV, O_GPREC, O_FORCE };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"rotations", 1, 0, 'r'}, {"corpus", 1, 0, 'f'}, {"jsonl-field", 1, 0, O_JF},
         {"ctx", 1, 0, 'c'}, {"sink", 1, 0, O_SINK}, {"recent", 1, 0, O_REC}, {"page", 1, 0, O_PAGE}, {"prompt", 1, 0, O_PROMPT},
         {"group-size", 1, 0, O_GS}, {"scale-dtype", 1, 0, O_SD}, {"methods", 1, 0, O_METH},
         {"tokens", 1, 0, O_TOK}, {"metric-tokens", 1, 0, O_MT}, {"report", 1, 0, 'o'},
-        {"update-card", 0, 0, O_CARD}, {"device", 1, 0, O_DEV}, {"gpu-precision", 1, 0, O_GPREC}, {"threads", 1, 0, 't'}, {"json", 0, 0, O_JSON}, {"quiet", 0, 0, 'q'},
+        {"update-card", 0, 0, O_CARD}, {"force", 0, 0, O_FORCE}, {"device", 1, 0, O_DEV}, {"gpu-precision", 1, 0, O_GPREC}, {"threads", 1, 0, 't'}, {"json", 0, 0, O_JSON}, {"quiet", 0, 0, 'q'},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:r:f:c:o:t:qh", lo, NULL)) != -1) {
@@ -104,6 +106,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_pa
         case O_MT: NUM(osc_parse_i32("--metric-tokens", optarg, 2, MAX_SEQ, &p->metric_tokens)); break;
         case 'o': o->report_dir = optarg; break;
         case O_CARD: o->update_card = true; break;
+        case O_FORCE: o->force = true; break;
         case 't': NUM(osc_parse_threads("--threads", optarg, &p->n_threads)); break;
         case O_DEV:
             if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) return fprintf(stderr, "oscar-verify: bad --device\n"), 2;
@@ -159,14 +162,17 @@ int main(int argc, char ** argv) {
     struct oscar_corpus_stats cs = {0};
     struct oscar_verify_report rep = {0};
     char * model_path = NULL, * rot_path = NULL, * text = NULL;
-    const char * stage = "--model", * arg = o.model;
+    const char * stage = "--report", * arg = o.report_dir;
     rc = 1;
+    if (o.report_dir && oscar_verify_check_report_dir(o.report_dir)) goto out; // before any compute
+    stage = "--model", arg = o.model;
     if (oscar_hub_resolve_local(&hub, o.model, &model_path) || oscar_model_load(model_path, &m) ||
         oscar_tokenizer_load(model_path, &tok))
         goto out;
     stage = "--rotations", arg = o.rotations;
     const struct oscar_model_config * mc = &m->config;
-    if (o.rotations && (oscar_hub_resolve_local(&hub, o.rotations, &rot_path) || oscar_artifact_read(rot_path, true, &art) ||
+    struct oscar_artifact_trust trust = {.model_sha256 = m->source_sha256, .model_label = o.model, .force = o.force};
+    if (o.rotations && (oscar_hub_resolve_local(&hub, o.rotations, &rot_path) || oscar_artifact_load(rot_path, &trust, &art) ||
                         oscar_artifact_check_shape(art, mc->n_layer, mc->n_head, mc->n_head_kv, mc->head_dim, mc->name)))
         goto out;
     stage = "--corpus", arg = o.corpus;
@@ -174,7 +180,7 @@ int main(int argc, char ** argv) {
     co.jsonl_field = o.jsonl_field;
     int64_t need = p.tokens ? p.tokens : p.ctx;
     co.max_tokens = (size_t) (need > p.metric_tokens ? need : p.metric_tokens);
-    if (oscar_corpus_tokenize(tok, o.corpus, &co, &ids, &cs)) goto out;
+    if (oscar_corpus_tokenize(tok, o.corpus, &co, &ids, &cs) || oscar_verify_check_tokens(&p, ids.n)) goto out;
     stage = "verify", arg = NULL;
     if (oscar_verify_run(m, art, ids.ids, ids.n, &p, &rep)) goto out;
     snprintf(rep.model, sizeof rep.model, "%s", o.model);

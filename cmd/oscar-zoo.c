@@ -4,7 +4,7 @@
 //   oscar-zoo pull ID [--path P] [--revision R] [--local-dir D] [--cache-dir C]
 //   oscar-zoo ls ID [--path P] [--revision R]
 //   oscar-zoo info ID [--revision R]
-//   oscar-zoo export ARTIFACT --format pt|gguf --out PATH [--base BASE.gguf] [--qk-order auto|hf|ggml]
+//   oscar-zoo export ARTIFACT --format pt|gguf --out PATH [--base BASE.gguf] [--qk-order auto|hf|ggml] [--force]
 //
 // Thin front end over lib/hub: parses arguments, calls the library, prints
 // results (stdout; --json for machines) and progress (stderr). Exit codes:
@@ -35,7 +35,7 @@ struct args {
     const char * out;       // export: directory (pt) or file (gguf)
     const char * base;      // export gguf: base model to bake into
     const char * qk_order;  // export gguf: auto | hf | ggml
-    int          is_private, json, quiet, offline, no_card_check;
+    int          is_private, json, quiet, offline, no_card_check, force;
 };
 
 static void usage(FILE * f) {
@@ -53,6 +53,8 @@ static void usage(FILE * f) {
           "       --format gguf --out FILE      rotation tensors for the OSCAR llama.cpp fork\n"
           "       [--base MODEL.gguf]           bake them into a copy of MODEL.gguf\n"
           "       [--qk-order auto|hf|ggml]     K rotation order (auto: ggml for llama-arch targets)\n"
+          "       [--force]                     export an artifact that fails its integrity checks (sha256\n"
+          "                                     in oscar.json, orthogonality), with a warning\n"
           "\n"
           "options for every command:\n"
           "  --json                machine-readable output on stdout\n"
@@ -72,7 +74,7 @@ static void usage(FILE * f) {
 
 static int parse(int argc, char ** argv, struct args * a) {
     enum { O_REPO = 256, O_PIR, O_REV, O_PRIV, O_MSG, O_PATH, O_LDIR, O_CDIR, O_JSON, O_QUIET, O_TOKEN, O_OFF, O_NOCARD,
-           O_FORMAT, O_OUT, O_BASE, O_QK };
+           O_FORMAT, O_OUT, O_BASE, O_QK, O_FORCE };
     static const struct option opts[] = {
         { "repo", required_argument, 0, O_REPO },      { "path-in-repo", required_argument, 0, O_PIR },
         { "revision", required_argument, 0, O_REV },   { "private", no_argument, 0, O_PRIV },
@@ -83,6 +85,7 @@ static int parse(int argc, char ** argv, struct args * a) {
         { "no-card-check", no_argument, 0, O_NOCARD }, { "help", no_argument, 0, 'h' },
         { "format", required_argument, 0, O_FORMAT },  { "out", required_argument, 0, O_OUT },
         { "base", required_argument, 0, O_BASE },      { "qk-order", required_argument, 0, O_QK },
+        { "force", no_argument, 0, O_FORCE },
         { 0, 0, 0, 0 },
     };
     memset(a, 0, sizeof *a);
@@ -115,6 +118,7 @@ static int parse(int argc, char ** argv, struct args * a) {
             case O_OUT: a->out = optarg; break;
             case O_BASE: a->base = optarg; break;
             case O_QK: a->qk_order = optarg; break;
+            case O_FORCE: a->force = 1; break;
             case 'h': usage(stdout); exit(0);
             default: return -1;
         }
@@ -125,8 +129,8 @@ static int parse(int argc, char ** argv, struct args * a) {
         return -1;
     }
     a->target = argv[optind];
-    if ((a->format || a->out || a->base || a->qk_order) && strcmp(a->cmd, "export")) {
-        fputs("oscar-zoo: --format, --out, --base and --qk-order are only for export\n", stderr);
+    if ((a->format || a->out || a->base || a->qk_order || a->force) && strcmp(a->cmd, "export")) {
+        fputs("oscar-zoo: --format, --out, --base, --qk-order and --force are only for export\n", stderr);
         return -1;
     }
     if (!strcmp(a->cmd, "export")) {
@@ -285,7 +289,8 @@ static enum oscar_status cmd_export(struct oscar_hub * hub, const struct args * 
     struct oscar_artifact * art = NULL;
     enum oscar_status       st  = oscar_hub_resolve_local(hub, a->target, &dir);
     if (st == OSCAR_OK) {
-        st = oscar_artifact_read(dir, true, &art);
+        struct oscar_artifact_trust trust = { .force = a->force };
+        st = oscar_artifact_load(dir, &trust, &art);
     }
     if (st == OSCAR_OK) {
         st = !strcmp(a->format, "pt") ? export_pt(art, a) : export_gguf(art, a);

@@ -12,12 +12,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "formats/safetensors.h"
 #include "hub/hub-internal.h"
+#include "rotation/fit.h"
 #include "util/fs.h"
+#include "util/log.h"
+#include "util/sha256.h"
 
 const char * const oscar_artifact_required_meta[] = {
     "oscar.k_objective", "oscar.v_objective", "oscar.composition", "oscar.base_model",
@@ -175,17 +179,24 @@ static enum oscar_status check_finite(const char * what, int32_t layer, const fl
     return OSCAR_OK;
 }
 
-static double orth_err(int32_t D, const float * r) {
-    double worst = 0.0;
-    for (int32_t i = 0; i < D; i++) {
-        for (int32_t j = 0; j < D; j++) {
-            double s = 0.0;
-            for (int32_t k = 0; k < D; k++) s += (double) r[i * D + k] * (double) r[j * D + k];
-            double e = fabs(s - (i == j ? 1.0 : 0.0));
-            if (e > worst) worst = e;
+// Every K and V rotation orthogonal to OSCAR_ARTIFACT_ORTH_TOL; names the first that is not.
+static enum oscar_status check_orthogonal(const struct oscar_artifact * a) {
+    for (int32_t l = 0; l < a->n_layer; l++) {
+        for (int32_t h = 0; h < n_rot(a); h++) {
+            for (int kv = 0; kv < 2; kv++) {
+                const float * r = kv ? oscar_artifact_v_rotation(a, l, h) : oscar_artifact_k_rotation(a, l, h);
+                double e = oscar_fit_orth_error_f32(a->head_dim, r);
+                if (e <= OSCAR_ARTIFACT_ORTH_TOL) continue;
+                char head[32] = "";
+                if (a->per_head) snprintf(head, sizeof head, " (KV head %d)", (int) h);
+                return osc_error(OSCAR_ERR_NUMERIC,
+                                 "artifact: layers.%d.%c_rotation%s is not orthogonal: max|R·Rᵀ−I| = %.3g > %.3g "
+                                 "(8·eps32)",
+                                 (int) l, kv ? 'v' : 'k', head, e, OSCAR_ARTIFACT_ORTH_TOL);
+            }
         }
     }
-    return worst;
+    return OSCAR_OK;
 }
 
 static enum oscar_status check_meta_int(const struct oscar_artifact * a, const char * key, int32_t want) {
@@ -233,18 +244,8 @@ enum oscar_status oscar_artifact_validate(const struct oscar_artifact * a, bool 
                                  (double) kc, (double) vc);
             }
         }
-        if (!check_orth) continue;
-        for (size_t r = 0; r < R; r++) {
-            double ek = orth_err(a->head_dim, a->k_rotation + (lr + r) * D * D);
-            double ev = orth_err(a->head_dim, a->v_rotation + (lr + r) * D * D);
-            if (!(ek <= OSCAR_ARTIFACT_ORTH_TOL) || !(ev <= OSCAR_ARTIFACT_ORTH_TOL)) {
-                return osc_error(OSCAR_ERR_NUMERIC,
-                                 "artifact: layers.%d rotation %zu not orthogonal: max|R·Rᵀ−I| K %.3g V %.3g > %g",
-                                 (int) l, r, ek, ev, OSCAR_ARTIFACT_ORTH_TOL);
-            }
-        }
     }
-    return OSCAR_OK;
+    return check_orth ? check_orthogonal(a) : OSCAR_OK;
 }
 
 enum oscar_status oscar_artifact_check_shape(const struct oscar_artifact * a, int32_t n_layer, int32_t n_head,
@@ -330,22 +331,22 @@ static enum oscar_status read_layers(const struct osc_safetensors * st, const ch
     return OSCAR_OK;
 }
 
+// The oscar.safetensors of an artifact given as its directory or as the file itself (malloc'ed).
+static enum oscar_status tensors_file(const char * path, char ** file) {
+    struct stat sb;
+    *file = NULL;
+    if (stat(path, &sb) != 0) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: %s", path, strerror(errno));
+    *file = S_ISDIR(sb.st_mode) ? osc_path_join(path, OSCAR_ARTIFACT_TENSORS) : strdup(path);
+    return *file ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "out of memory");
+}
+
 enum oscar_status oscar_artifact_read(const char * path, bool check_orth, struct oscar_artifact ** out) {
     enum oscar_status s = OSCAR_ERR_FORMAT;
     struct osc_safetensors * st = NULL;
     struct oscar_artifact * a = NULL;
     char * file = NULL;
     *out = NULL;
-    struct stat sb;
-    if (stat(path, &sb) != 0) {
-        s = osc_error(OSCAR_ERR_NOT_FOUND, "%s: %s", path, strerror(errno));
-        goto out;
-    }
-    file = S_ISDIR(sb.st_mode) ? osc_path_join(path, OSCAR_ARTIFACT_TENSORS) : strdup(path);
-    if (!file) {
-        s = osc_error(OSCAR_ERR_NOMEM, "out of memory");
-        goto out;
-    }
+    if ((s = tensors_file(path, &file)) != OSCAR_OK) goto out;
     if ((s = osc_safetensors_open(file, &st)) != OSCAR_OK) goto out;
     const char * ver = osc_safetensors_metadata(st, "oscar.format_version");
     if (!ver) {
@@ -415,6 +416,103 @@ out:
     osc_safetensors_close(st);
     free(file);
     return s;
+}
+
+// ---- integrity (oscar_artifact_load) ---------------------------------------------------------
+// The file `name` in the directory of `file` (malloc'ed).
+static char * sibling(const char * file, const char * name) {
+    const char * slash = strrchr(file, '/');
+    if (!slash) return strdup(name);
+    char * dir = strndup(file, (size_t) (slash - file) + (slash == file));
+    char * p = dir ? osc_path_join(dir, name) : NULL;
+    free(dir);
+    return p;
+}
+
+// The sha256 oscar.json records for oscar.safetensors (64 hex digits) into want.
+static enum oscar_status recorded_sha256(const char * json_path, char want[65]) {
+    char * text = NULL;
+    size_t n = 0;
+    if (access(json_path, F_OK) != 0)
+        return osc_error(OSCAR_ERR_FORMAT, "%s: missing, so there is no recorded sha256 to check %s against",
+                         json_path, OSCAR_ARTIFACT_TENSORS);
+    enum oscar_status s = osc_read_file(json_path, (size_t) 64 << 20, &text, &n);
+    if (s != OSCAR_OK) return s == OSCAR_ERR_INVALID ? OSCAR_ERR_FORMAT : s; // too large: not an oscar.json
+    json_error_t err;
+    json_t * root = json_loadb(text, n, 0, &err);
+    free(text);
+    if (!root) return osc_error(OSCAR_ERR_FORMAT, "%s: not valid JSON (line %d: %s)", json_path, err.line, err.text);
+    const char * sha = json_string_value(
+        json_object_get(json_object_get(json_object_get(root, "files"), OSCAR_ARTIFACT_TENSORS), "sha256"));
+    bool hex = sha && strlen(sha) == 64 && strspn(sha, "0123456789abcdefABCDEF") == 64;
+    if (hex) snprintf(want, 65, "%s", sha);
+    json_decref(root);
+    if (!hex)
+        return osc_error(OSCAR_ERR_FORMAT, "%s: no sha256 (64 hex digits) recorded for %s (files.\"%s\".sha256)",
+                         json_path, OSCAR_ARTIFACT_TENSORS, OSCAR_ARTIFACT_TENSORS);
+    return OSCAR_OK;
+}
+
+// (a) the tensors file is the one its oscar.json describes.
+static enum oscar_status check_file_hash(const char * file) {
+    char want[65], got[65];
+    char * json_path = sibling(file, OSCAR_ARTIFACT_JSON);
+    if (!json_path) return osc_error(OSCAR_ERR_NOMEM, "out of memory");
+    enum oscar_status s = recorded_sha256(json_path, want);
+    if (s == OSCAR_OK) s = osc_sha256_file(file, got);
+    if (s == OSCAR_OK && strcasecmp(want, got) != 0)
+        s = osc_error(OSCAR_ERR_FORMAT, "%s: sha256 %s, but %s records %s: the file was modified or corrupted", file,
+                      got, json_path, want);
+    free(json_path);
+    return s;
+}
+
+// (c) the artifact was calibrated on the model it is used with.
+static enum oscar_status check_model(const struct oscar_artifact * a, const struct oscar_artifact_trust * t) {
+    const char * base = oscar_artifact_get_meta(a, "oscar.base_model");
+    const char * rec = oscar_artifact_get_meta(a, "oscar.base_model_sha256");
+    const char * label = t->model_label ? t->model_label : "the model";
+    if (!t->model_sha256[0])
+        return osc_error(OSCAR_ERR_INVALID, "cannot check the artifact against %s: the model has no sha256 identity",
+                         label);
+    if (!rec[0])
+        return osc_error(OSCAR_ERR_INVALID, "cannot check the artifact against %s: it records no "
+                         "oscar.base_model_sha256 (calibrated on %s)", label, base);
+    if (strcasecmp(rec, t->model_sha256) != 0)
+        return osc_error(OSCAR_ERR_INVALID,
+                         "artifact was calibrated on %s (oscar.base_model_sha256 %s), but %s has sha256 %s",
+                         base, rec, label, t->model_sha256);
+    return OSCAR_OK;
+}
+
+// A failed check s (its message prefixed with `where` when given) is an error,
+// or with force a warning and OSCAR_OK (running out of memory stays an error).
+static enum oscar_status verdict(enum oscar_status s, const char * where, const struct oscar_artifact_trust * t) {
+    if (s == OSCAR_OK) return s;
+    if (where) osc_error_prefix(s, "%s", where);
+    if (!t || !t->force || s == OSCAR_ERR_NOMEM) return s;
+    osc_warn("%s (forced: using the artifact anyway)", oscar_last_error());
+    osc_error_clear();
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_artifact_load(const char * path, const struct oscar_artifact_trust * trust,
+                                      struct oscar_artifact ** out) {
+    struct oscar_artifact * a = NULL;
+    char * file = NULL;
+    *out = NULL;
+    enum oscar_status s = oscar_artifact_read(path, false, &a);
+    if (s == OSCAR_OK) s = tensors_file(path, &file);
+    if (s == OSCAR_OK) s = verdict(check_file_hash(file), NULL, trust);
+    if (s == OSCAR_OK) s = verdict(check_orthogonal(a), file, trust);
+    if (s == OSCAR_OK && trust && trust->model_sha256) s = verdict(check_model(a, trust), path, trust);
+    free(file);
+    if (s != OSCAR_OK) {
+        oscar_artifact_free(a);
+        return s;
+    }
+    *out = a;
+    return OSCAR_OK;
 }
 
 // ---- writer --------------------------------------------------------------------------
@@ -594,67 +692,20 @@ out:
     return s;
 }
 
-static void fsync_path(const char * path) {
-    int fd = open(path, O_RDONLY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
+// The files an artifact directory may hold: only such a directory is replaced.
+static const char * const artifact_files[] = {OSCAR_ARTIFACT_TENSORS, OSCAR_ARTIFACT_JSON, OSCAR_ARTIFACT_README,
+                                              NULL};
+
+enum oscar_status oscar_artifact_check_dest(const char * dir) {
+    return osc_dir_check_dest(dir, "an oscar artifact", artifact_files);
 }
 
-static void remove_tree(const char * dir) {
-    DIR * d = opendir(dir);
-    if (d) {
-        struct dirent * e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            char * p = osc_path_join(dir, e->d_name);
-            if (p) {
-                unlink(p);
-                free(p);
-            }
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
-// An existing directory may be replaced only if it is empty or holds an artifact.
-static enum oscar_status check_replaceable(const char * dir, bool * exists) {
-    struct stat sb;
-    *exists = false;
-    if (stat(dir, &sb) != 0) return OSCAR_OK;
-    if (!S_ISDIR(sb.st_mode)) return osc_error(OSCAR_ERR_INVALID, "%s: exists and is not a directory", dir);
-    *exists = true;
-    DIR * d = opendir(dir);
-    if (!d) return osc_error(OSCAR_ERR_IO, "%s: %s", dir, strerror(errno));
-    bool foreign = false;
-    struct dirent * e;
-    while ((e = readdir(d)) != NULL) {
-        const char * n = e->d_name;
-        if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0) continue;
-        if (strcmp(n, OSCAR_ARTIFACT_TENSORS) != 0 && strcmp(n, OSCAR_ARTIFACT_JSON) != 0 &&
-            strcmp(n, OSCAR_ARTIFACT_README) != 0) {
-            foreign = true;
-        }
-    }
-    closedir(d);
-    if (foreign) {
-        return osc_error(OSCAR_ERR_INVALID, "%s: exists and holds files that are not an oscar artifact; refusing "
-                                            "to replace it",
-                         dir);
-    }
-    return OSCAR_OK;
-}
-
-enum oscar_status oscar_artifact_write(const struct oscar_artifact * a_in, const char * dir_in) {
-    enum oscar_status s = OSCAR_ERR_NOMEM;
-    char * dir = strdup(dir_in), * parent = NULL, * tmp = NULL, * old = NULL, * st_path = NULL;
+enum oscar_status oscar_artifact_write(const struct oscar_artifact * a_in, const char * dir) {
+    enum oscar_status s;
+    char * st_path = NULL;
     struct oscar_artifact * a = NULL;
-    bool exists = false, tmp_made = false;
-    if (!dir) goto out;
-    size_t dl = strlen(dir);
-    while (dl > 1 && dir[dl - 1] == '/') dir[--dl] = '\0';
+    struct osc_dir_stage stage;
+    bool staged = false;
     // copy the metadata so the writer can add its own keys without touching the input
     if ((s = oscar_artifact_init(a_in->n_layer, a_in->n_head, a_in->n_head_kv, a_in->head_dim, a_in->per_head,
                                  a_in->clip_per_head, false, &a)) != OSCAR_OK) {
@@ -678,58 +729,26 @@ enum oscar_status oscar_artifact_write(const struct oscar_artifact * a_in, const
     }
     if ((s = fill_meta(a)) != OSCAR_OK) goto out;
     if ((s = oscar_artifact_validate(a, true)) != OSCAR_OK) goto out;
-    const char * slash = strrchr(dir, '/');
-    const char * name = slash ? slash + 1 : dir;
-    parent = slash ? strndup(dir, (size_t) (slash - dir) + (slash == dir)) : strdup(".");
-    if (!parent) goto out;
-    if ((s = osc_mkdirs(parent)) != OSCAR_OK) goto out;
-    if ((s = check_replaceable(dir, &exists)) != OSCAR_OK) goto out;
-    size_t n = strlen(parent) + strlen(name) + 64;
-    tmp = malloc(n);
-    old = malloc(n);
-    if (!tmp || !old) {
+    if ((s = osc_dir_stage_open(&stage, dir, "an oscar artifact", artifact_files)) != OSCAR_OK) goto out;
+    staged = true;
+    st_path = osc_path_join(stage.tmp, OSCAR_ARTIFACT_TENSORS);
+    if (!st_path) {
         s = osc_error(OSCAR_ERR_NOMEM, "out of memory");
         goto out;
     }
-    snprintf(tmp, n, "%s/.%s.tmp.%ld", parent, name, (long) getpid());
-    snprintf(old, n, "%s/.%s.old.%ld", parent, name, (long) getpid());
-    remove_tree(tmp);
-    if (mkdir(tmp, 0755) != 0) {
-        s = osc_error(OSCAR_ERR_IO, "%s: cannot create directory: %s", tmp, strerror(errno));
-        goto out;
-    }
-    tmp_made = true;
-    st_path = osc_path_join(tmp, OSCAR_ARTIFACT_TENSORS);
-    if (!st_path) goto out;
     if ((s = write_tensors(a, st_path)) != OSCAR_OK) goto out;
-    if ((s = write_json(a, tmp, st_path)) != OSCAR_OK) goto out;
-    if ((s = write_card(a, tmp)) != OSCAR_OK) goto out;
-    fsync_path(tmp);
-    if (exists && rename(dir, old) != 0) {
-        s = osc_error(OSCAR_ERR_IO, "%s: cannot move the old artifact aside: %s", dir, strerror(errno));
-        goto out;
-    }
-    if (rename(tmp, dir) != 0) {
-        s = osc_error(OSCAR_ERR_IO, "%s: rename failed: %s", dir, strerror(errno));
-        if (exists) rename(old, dir);
-        goto out;
-    }
-    tmp_made = false;
-    if (exists) remove_tree(old);
-    fsync_path(parent);
-    s = OSCAR_OK;
+    if ((s = write_json(a, stage.tmp, st_path)) != OSCAR_OK) goto out;
+    if ((s = write_card(a, stage.tmp)) != OSCAR_OK) goto out;
+    staged = false;
+    s = osc_dir_stage_commit(&stage);
 out:
-    if (tmp_made) remove_tree(tmp);
+    if (staged) osc_dir_stage_abort(&stage);
     if (a) {
         a->k_rotation = a->v_rotation = a->k_eigenvalues = a->v_eigenvalues = a->k_clip = a->v_clip = NULL;
         a->k_mean = NULL;
         a->summary_json = a->card_markdown = NULL;
         oscar_artifact_free(a);
     }
-    free(dir);
-    free(parent);
-    free(tmp);
-    free(old);
     free(st_path);
     return s;
 }

@@ -20,11 +20,14 @@
 // oscar.format_version / format itself from the struct, the caller sets the
 // provenance keys (objectives, base model, calibration, ...).
 //
-// Writes are atomic at the directory level: the three files are written into
-// "<parent>/.<name>.tmp.<pid>", fsync'ed, and the directory is renamed to
-// <name>; an existing artifact directory at <name> is replaced (moved aside,
-// then removed). A crash leaves either the old artifact or the new one, never a
-// half-written one. A non-empty <name> that is not an artifact is refused.
+// Writes are atomic at the directory level (util/fs.h, osc_dir_stage): the
+// three files are written into "<parent>/.<name>.tmp.<pid>", fsync'ed, and the
+// directory is put in place at <name>, swapped with an existing artifact
+// directory in one rename (RENAME_EXCHANGE), whose old contents are then
+// removed. A crash leaves the old artifact or the new one, never a half-written
+// one nor none; the next write removes the temporaries of a dead writer. A
+// <name> that is a file, or a directory holding anything but the three files,
+// is refused.
 //
 // Usage:
 //   struct oscar_artifact * a;
@@ -45,11 +48,17 @@
 #define OSCAR_ARTIFACT_TENSORS "oscar.safetensors"
 #define OSCAR_ARTIFACT_JSON    "oscar.json"
 #define OSCAR_ARTIFACT_README  "README.md"
-// Orthogonality tolerance used by the reader's optional check: max |R·Rᵀ − I|.
-// fp32 rotations built from fp64 orthogonal matrices reach ~1e-7 at D = 128
-// (D·eps32 ≈ 1.5e-5 is the worst-case bound of the rounding of D products);
-// 1e-5 leaves room above the typical value and below any real defect.
-#define OSCAR_ARTIFACT_ORTH_TOL 1e-5
+// Orthogonality bound of the reader and the writer: max |R·Rᵀ − I| over the
+// entries. Rounding an exactly orthogonal matrix to fp32 moves R·Rᵀ by at most
+// 2u + u² < eps32 (u = 2^-24 per element, Cauchy-Schwarz over unit rows), and
+// the fp64 fit before it adds ~D·eps64, nothing at fp32 scale: real artifacts
+// measure <= 0.7·eps32 whatever D (every composition on SmolLM2, both
+// groupings; synthetic D = 64..256). 8·eps32 (9.5e-7) leaves margin and still
+// fails one flipped exponent bit, or mantissa bit >= 4 + log2(D), of any
+// element of size >= 1/√D (every row has one), and its flipped sign unless the
+// rest of its column is ~0. Smaller flips are the job of the sha256 check
+// (oscar_artifact_load).
+#define OSCAR_ARTIFACT_ORTH_TOL (8.0 * 1.1920928955078125e-7)
 
 struct oscar_artifact {
     int32_t n_layer;       // L
@@ -118,6 +127,28 @@ enum oscar_status oscar_artifact_validate(const struct oscar_artifact * a, bool 
 // are not required by the reader (they are derived files).
 enum oscar_status oscar_artifact_read(const char * path, bool check_orth, struct oscar_artifact ** out);
 
+// What the loading tool knows: the identity of the model the artifact is for
+// (NULL: no model, e.g. an export) and whether the user forces the load.
+struct oscar_artifact_trust {
+    const char * model_sha256; // oscar_model.source_sha256 of that model ("" = unknown)
+    const char * model_label;  // how the user named the model, for messages
+    bool         force;        // integrity failures become warnings
+};
+
+// Reads an artifact (oscar_artifact_read: structure, shapes, finite values)
+// and checks its integrity, the one path every tool loads artifacts by:
+//   (a) the sha256 of oscar.safetensors equals the one oscar.json records for
+//       it (a missing oscar.json or record fails too): OSCAR_ERR_FORMAT;
+//   (b) every rotation is orthogonal to OSCAR_ARTIFACT_ORTH_TOL: OSCAR_ERR_NUMERIC;
+//   (c) with trust->model_sha256: it equals oscar.base_model_sha256, the
+//       identity of the model the artifact was calibrated on: OSCAR_ERR_INVALID
+//       naming both.
+// With trust->force each failure is logged as a warning and the artifact is
+// returned anyway; structural errors are never forced. trust NULL: no model,
+// no force.
+enum oscar_status oscar_artifact_load(const char * path, const struct oscar_artifact_trust * trust,
+                                      struct oscar_artifact ** out);
+
 // Checks the artifact against a model's attention shape (layers, heads, D):
 // OSCAR_ERR_INVALID "artifact has 30 layers of head_dim 64, model ... has ...".
 enum oscar_status oscar_artifact_check_shape(const struct oscar_artifact * a, int32_t n_layer, int32_t n_head,
@@ -126,5 +157,9 @@ enum oscar_status oscar_artifact_check_shape(const struct oscar_artifact * a, in
 // Validates (with the orthogonality check) and writes the artifact directory
 // atomically (see the header comment). The parent directory is created.
 enum oscar_status oscar_artifact_write(const struct oscar_artifact * a, const char * dir);
+// The destination checks of oscar_artifact_write alone (a name, a parent we
+// can create and write in, no foreign file or directory in the way), to run
+// before the compute that produces the artifact. The parent is created.
+enum oscar_status oscar_artifact_check_dest(const char * dir);
 
 #endif

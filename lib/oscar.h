@@ -12,10 +12,12 @@
 //
 // The pipeline, stage by stage (see cmd/oscar-calibrate.c):
 //   oscar_model_load -> oscar_tokenizer_load -> oscar_corpus_tokenize
-//   -> oscar_forward_run with an oscar_capture_hook feeding oscar_stats_add
+//   -> oscar_calib_capture: layer by layer, oscar_forward_layer with an
+//      oscar_capture_hook feeding oscar_stats_add
 //   -> oscar_fit_stats (rotations) -> clip search + gate (lib/calibrate)
 //   -> oscar_artifact_write; oscar-verify measures an artifact (lib/verify),
-//   oscar-zoo moves it (lib/hub) and exports it (formats/oscar-export.h).
+//   oscar-zoo moves it (lib/hub) and exports it (formats/oscar-export.h); both
+//   load it with oscar_artifact_load (sha256, orthogonality, model identity).
 #ifndef OSCAR_H
 #define OSCAR_H
 

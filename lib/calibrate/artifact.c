@@ -30,6 +30,19 @@ struct oscar_calib_params oscar_calib_default_params(void) {
     return p;
 }
 
+enum oscar_status oscar_calib_check_tiers(const struct oscar_calib_params * p) {
+    if ((int64_t) p->seq_len > (int64_t) p->sink + p->recent) return OSCAR_OK;
+    return osc_error(OSCAR_ERR_INVALID, "--seq-len %d <= --sink %d + --recent %d: every held-out row stays BF16, so "
+                     "the clip search and the gate would compare nothing; use a longer --seq-len or a smaller "
+                     "--sink/--recent", (int) p->seq_len, (int) p->sink, (int) p->recent);
+}
+
+uint32_t oscar_calib_stats_kinds(const struct oscar_calib_params * p) {
+    uint32_t k = (uint32_t) p->k_objective | (uint32_t) p->v_objective;
+    if (p->v_objective == OSCAR_STATS_SST) k |= OSCAR_STATS_QQT; // the SST weights need QᵀQ
+    return k;
+}
+
 enum oscar_status oscar_calib_parse_grid(const char * text, struct oscar_calib_params * p) {
     double a, b, s;
     char tail;
@@ -163,6 +176,7 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
     SETF("oscar.calib_corpus", "%s", prov->corpus->name);
     SETF("oscar.calib_sha256", "%s", prov->corpus->sha256);
     SETF("oscar.calib_tokens", "%lld", (long long) prov->plan->n_tokens);
+    SETF("oscar.capture_dtype", "%s", p->capture_bf16 ? "bfloat16" : "float32"); // of the q/k/v the sums saw
     SETF("oscar.calib_sequences", "%d", (int) prov->plan->n_seq);
     SETF("oscar.calib_heldout_tokens", "%d",
          (int) (prov->plan->heldout_start[prov->plan->n_heldout] - prov->plan->heldout_start[0]));

@@ -2,8 +2,9 @@
 //
 //   corpus.c     corpus (text file | JSONL field | directory) -> tokens, sha256
 //   plan.c       tokens -> calibration sequences (--tokens, --seq-len) + held-out sequences
-//   capture.c    forward passes with the capture hook: held-out rows, pass 1 (qqt/ktk/vtv/vatt),
-//                pass 2 (sst with the final A_h); checkpoint/resume every N tokens
+//   layer-pass.c the forward pass, layer-major: per layer the pass-1 sums (qqt/ktk/vtv/vatt),
+//                the sst sums with that layer's final A_h, the held-out rows; checkpoints
+//                between layers (layer-ckpt.c); replay.c the same from an activation store
 //   calib-verify.c  the held-out rows / methods as lib/verify inputs (every error
 //                metric is lib/verify's: logit error, post-W_O relative error)
 //   clip.c       clip-ratio search per layer x {K, V} (x KV head)
@@ -62,6 +63,12 @@ struct oscar_calib_params {
 };
 
 struct oscar_calib_params oscar_calib_default_params(void);
+// The clip search and the gate measure the INT2 middle of the held-out
+// sequences: with seq_len <= sink + recent there is none (every row BF16).
+// OSCAR_ERR_INVALID saying so, naming the three settings.
+enum oscar_status oscar_calib_check_tiers(const struct oscar_calib_params * p);
+// The lib/stats kinds the K and V objectives need (OSCAR_STATS_* bits).
+uint32_t oscar_calib_stats_kinds(const struct oscar_calib_params * p);
 // "1.00:0.80:0.02" (start:stop:step) or "1,0.96,0.9" -> grid. OSCAR_ERR_INVALID on bad text.
 enum oscar_status oscar_calib_parse_grid(const char * text, struct oscar_calib_params * p);
 
@@ -72,6 +79,7 @@ struct oscar_calib_corpus {
     char      sha256[65];   // of all corpus bytes read (files in sorted order)
     char      name[256];    // file name(s), for metadata
     int64_t   n_docs;       // paragraphs / JSONL records tokenized
+    uint64_t  tokenizer_hash; // of the tokenizer that made the tokens (0: synthetic tokens)
 };
 // Tokenizes the corpus until max_tokens tokens are produced (0 = all). path:
 // a text file (paragraphs split at blank lines), a .jsonl file (jsonl_field of
@@ -89,6 +97,7 @@ struct oscar_calib_plan {
     int32_t * heldout_start;  // [n_heldout + 1]
     const int32_t * tokens;   // the corpus stream (not owned)
     int64_t   n_tokens;       // calibration tokens used (seq_start[n_seq])
+    const struct oscar_calib_corpus * corpus; // the tokens' source (not owned; NULL from a store)
 };
 enum oscar_status oscar_calib_plan_make(const struct oscar_calib_corpus * c, const struct oscar_calib_params * p,
                                         struct oscar_calib_plan * out);
@@ -111,21 +120,21 @@ void oscar_calib_heldout_free(struct oscar_calib_heldout * h);
 struct oscar_calib_timing {
     double forward, accumulate, eigh, clip, gate, heldout, total;
     double store;             // activation store writes (--save-activations) or reads (--from-activations)
-    int64_t tokens_forwarded; // both passes
     int64_t device_peak_bytes; // --device cuda: largest device memory in use seen by the forward pass
 };
 
 // ---- capture ----------------------------------------------------------------------------
-// Runs the forward pass over the held-out sequences and keeps their rows.
-enum oscar_status oscar_calib_capture_heldout(const struct oscar_model * m, const struct oscar_calib_plan * plan,
-                                              const struct oscar_calib_params * p, struct oscar_calib_heldout * out,
-                                              struct oscar_calib_timing * t);
-// Pass 1 (+ pass 2 when the V objective is sst) over the calibration
-// sequences into a new accumulator; checkpoints / resumes per params.
-enum oscar_status oscar_calib_accumulate(const struct oscar_model * m, const struct oscar_calib_plan * plan,
-                                         const struct oscar_calib_params * p, struct oscar_stats ** out,
-                                         struct oscar_calib_timing * t);
-
+// The calibration forward pass (layer-pass.c), layer-major: all calibration and
+// held-out sequences through layer 0, then layer 1, ...; per layer the pass-1
+// sums, then the SST sums with that layer's final A_h from the K/V it kept (no
+// second forward pass), and the held-out rows. Returns a finished accumulator
+// and fills *held. Equal to two whole passes bit for bit (same batches).
+// Checkpoints (layer-ckpt.c) record the plan, the capture dtype, the model's
+// attention shape and the identities of the model, tokenizer and corpus
+// (plan->corpus); a resume refuses one that differs (OSCAR_ERR_INVALID naming it).
+enum oscar_status oscar_calib_capture(const struct oscar_model * m, const struct oscar_calib_plan * plan,
+                                      const struct oscar_calib_params * p, struct oscar_stats ** stats,
+                                      struct oscar_calib_heldout * held, struct oscar_calib_timing * t);
 // ---- from an activation store (replay.c; actstore.h) ------------------------------------
 // The plan (sequence boundaries of the stored calibration and held-out rows),
 // the held-out rows (W_O from m, whose shapes must match the store) and both

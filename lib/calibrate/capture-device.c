@@ -49,12 +49,6 @@ enum oscar_status oscar_calib_synthetic_corpus(int64_t n, int32_t n_vocab, uint6
     return OSCAR_OK;
 }
 
-static uint32_t stats_kinds(const struct oscar_calib_params * p) { // as capture.c
-    uint32_t k = (uint32_t) p->k_objective | (uint32_t) p->v_objective;
-    if (p->v_objective == OSCAR_STATS_SST) k |= OSCAR_STATS_QQT;
-    return k;
-}
-
 static enum oscar_status make_fwd(const struct oscar_calib_device * d, const struct oscar_calib_params * p,
                                   struct oscar_stats * s, const struct oscar_capture_hook * hook,
                                   struct oscar_fwd ** f) {
@@ -203,7 +197,7 @@ enum oscar_status oscar_calib_device_accumulate(const struct oscar_calib_device 
     }
     struct oscar_stats_params sp = oscar_stats_default_params();
     sp.n_layer = c->n_layer, sp.n_head = c->n_head, sp.n_head_kv = c->n_head_kv, sp.head_dim = c->head_dim;
-    sp.kinds = stats_kinds(p), sp.n_threads = p->n_threads, sp.max_tokens = p->batch * p->seq_len;
+    sp.kinds = oscar_calib_stats_kinds(p), sp.n_threads = p->n_threads, sp.max_tokens = p->batch * p->seq_len;
     if ((st = oscar_stats_init(&sp, &s)) != OSCAR_OK) goto out;
     if ((st = make_fwd(d, p, s, NULL, &f)) != OSCAR_OK) goto out;
     for (int32_t pass = 1; pass <= 2 && oscar_stats_phase(s) == pass; pass++) {
@@ -214,7 +208,6 @@ enum oscar_status oscar_calib_device_accumulate(const struct oscar_calib_device 
         }
         if (st != OSCAR_OK) goto out;
         t->forward += osc_now() - t0;
-        t->tokens_forwarded += plan->n_tokens;
         t0 = osc_now();
         if ((st = oscar_fwd_end_pass(f)) != OSCAR_OK) goto out;
         t->accumulate += osc_now() - t0;

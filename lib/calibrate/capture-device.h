@@ -4,8 +4,8 @@
 // random-init models of a named shape with a synthetic token stream (benchmarks: no
 // weights, tokenizer or corpus needed).
 //
-// Hook-up in cmd/oscar-calibrate.c (replaces oscar_calib_capture_heldout +
-// oscar_calib_accumulate when --device / --random-init are given):
+// Hook-up in cmd/oscar-calibrate.c (replaces oscar_calib_capture when --device /
+// --random-init are given; this path still runs two whole passes):
 //   struct oscar_calib_device d = {.device = "cuda", .model = m};         // or .random = &cfg
 //   oscar_calib_device_heldout(&d, &plan, &p, &held, &t) ||
 //   oscar_calib_device_accumulate(&d, &plan, &p, &st, &t)
@@ -44,7 +44,7 @@ enum oscar_status oscar_calib_device_heldout(const struct oscar_calib_device * d
 void oscar_calib_device_heldout_free(struct oscar_calib_heldout * h);
 
 // Pass 1 and pass 2 over plan's sequences in batches of p->batch on d; *out = the
-// finished accumulator (the kinds oscar_calib_accumulate would use). t->forward gets the
+// finished accumulator (the kinds oscar_calib_capture uses). t->forward gets the
 // pass wall time, t->accumulate the end-of-pass time (download + lib/stats).
 enum oscar_status oscar_calib_device_accumulate(const struct oscar_calib_device * d,
                                                 const struct oscar_calib_plan * plan,

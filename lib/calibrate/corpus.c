@@ -30,6 +30,7 @@ enum oscar_status oscar_calib_corpus_load(struct oscar_tokenizer * tok, const ch
     out->tokens = toks.ids;
     out->n      = (int64_t) toks.n;
     out->n_docs = (int64_t) cs.n_docs;
+    out->tokenizer_hash = oscar_tokenizer_hash_fnv1a64(tok);
     const char * base = strrchr(path, '/');
     base = base && base[1] ? base + 1 : path;
     snprintf(out->name, sizeof(out->name), "%s", base);
@@ -80,6 +81,7 @@ enum oscar_status oscar_calib_plan_make(const struct oscar_calib_corpus * c, con
     out->n_heldout = p->n_heldout;
     out->tokens = c->tokens;
     out->n_tokens = budget;
+    out->corpus = c;
     return OSCAR_OK;
 }
 

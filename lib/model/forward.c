@@ -1,6 +1,7 @@
 // forward.c - CPU forward pass of a decoder-only transformer (Llama/SmolLM, Qwen2, Qwen3), fp32.
 //
-// Every projection is one OpenBLAS sgemm over all T tokens of the batch; attention
+// Every projection is one GEMM over all T tokens of the batch (util/blas: fixed tiles, so
+// the bytes do not depend on the thread count); attention
 // runs per (sequence, query head, block of BQ query rows) on OpenMP threads with an
 // online softmax over key tiles, so no T x T score matrix exists at all. All scratch is sized once in
 // oscar_forward_init from max_tokens; oscar_forward_run allocates nothing.
@@ -27,6 +28,7 @@ struct oscar_forward {
     const struct oscar_model * m;
     struct oscar_forward_params p;
     int32_t n_threads;
+    const struct oscar_batch * batch; // set by oscar_forward_begin
     float *   x;        // [T, C] residual stream
     float *   xn;       // [T, C] normed input of the current sub-layer; final normed hidden after a run
     float *   q;        // [T, Hq, D]
@@ -40,6 +42,7 @@ struct oscar_forward {
     float *   inv_freq; // [D/2]
     int32_t * pos;      // [T] positions used by the last run
     int32_t   n_tokens; // T of the last run
+    int32_t   rope_T;   // tokens cos_t/sin_t hold the angles of pos for (-1: none)
 };
 
 struct oscar_forward_params oscar_forward_default_params(void) {
@@ -133,6 +136,7 @@ enum oscar_status oscar_forward_init(const struct oscar_model * m, const struct 
     f->sin_t    = alloc_f(T * D / 2);
     f->inv_freq = alloc_f(D / 2);
     f->pos      = malloc(T * sizeof(int32_t));
+    f->rope_T   = -1;
     if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->cos_t || !f->sin_t ||
         !f->inv_freq || !f->pos)
         goto fail_nomem;
@@ -365,21 +369,49 @@ static enum oscar_status run_layer(struct oscar_forward * f, const struct oscar_
     return OSCAR_OK;
 }
 
-enum oscar_status oscar_forward_run(struct oscar_forward * f, const struct oscar_batch * batch, float * logits) {
+enum oscar_status oscar_forward_begin(struct oscar_forward * f, const struct oscar_batch * batch) {
     OSCAR_ASSERT(f);
+    f->batch    = NULL;
+    f->n_tokens = 0;
     enum oscar_status st = check_batch(f, batch);
+    if (st != OSCAR_OK) return st;
+    // The layer-major calibration pass begins every batch once per layer with
+    // the same positions: the tables are kept when nothing changed.
+    const int32_t T = batch->seq_start[batch->n_seq];
+    bool same = T == f->rope_T;
+    for (int32_t s = 0; s < batch->n_seq; s++)
+        for (int32_t t = batch->seq_start[s]; t < batch->seq_start[s + 1]; t++) {
+            const int32_t p = batch->pos ? batch->pos[t] : t - batch->seq_start[s];
+            same = same && f->pos[t] == p;
+            f->pos[t] = p;
+        }
+    if (!same) rope_tables(f, T);
+    f->rope_T = T;
+    f->batch = batch;
+    return OSCAR_OK;
+}
+
+void oscar_forward_embed(struct oscar_forward * f) {
+    OSCAR_ASSERT(f && f->batch);
+    const struct oscar_batch * b = f->batch;
+    const size_t C = (size_t)f->m->config.n_embd;
+    for (int32_t t = 0; t < b->seq_start[b->n_seq]; t++)
+        memcpy(f->x + (size_t)t * C, f->m->tok_embd + (size_t)b->tokens[t] * C, C * sizeof(float));
+}
+
+float * oscar_forward_residual(struct oscar_forward * f) { return f->x; }
+
+enum oscar_status oscar_forward_layer(struct oscar_forward * f, int32_t layer) {
+    OSCAR_ASSERT(f && f->batch && layer >= 0 && layer < f->m->config.n_layer);
+    return run_layer(f, f->batch, layer);
+}
+
+enum oscar_status oscar_forward_run(struct oscar_forward * f, const struct oscar_batch * batch, float * logits) {
+    enum oscar_status st = oscar_forward_begin(f, batch);
     if (st != OSCAR_OK) return st;
     const struct oscar_model_config * c = &f->m->config;
     const int32_t T = batch->seq_start[batch->n_seq], C = c->n_embd;
-    f->n_tokens = 0;
-
-    for (int32_t s = 0; s < batch->n_seq; s++)
-        for (int32_t t = batch->seq_start[s]; t < batch->seq_start[s + 1]; t++)
-            f->pos[t] = batch->pos ? batch->pos[t] : t - batch->seq_start[s];
-    rope_tables(f, T);
-    for (int32_t t = 0; t < T; t++)
-        memcpy(f->x + (size_t)t * C, f->m->tok_embd + (size_t)batch->tokens[t] * C, (size_t)C * sizeof(float));
-
+    oscar_forward_embed(f);
     for (int32_t l = 0; l < c->n_layer; l++) {
         st = run_layer(f, batch, l);
         if (st != OSCAR_OK) return st;

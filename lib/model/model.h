@@ -157,6 +157,20 @@ void oscar_forward_free(struct oscar_forward * f);
 // Runs the batch. logits: [T, V] or NULL (then the LM head is skipped).
 enum oscar_status oscar_forward_run(struct oscar_forward * f, const struct oscar_batch * batch, float * logits);
 
+// Layer by layer (a layer-major caller such as calibration, which advances all
+// its sequences through layer l before layer l+1). oscar_forward_begin checks
+// the batch and sets its positions; oscar_forward_residual is the residual
+// stream [T, C] of that batch, which oscar_forward_embed fills with the token
+// embeddings (the input of layer 0) or the caller fills with the output of an
+// earlier layer; oscar_forward_layer runs layer l on it in place (capture hook
+// and attention override as in a run). oscar_forward_run is begin, embed,
+// every layer, the final norm and the LM head: the same arithmetic. The batch
+// passed to begin must stay valid until the next begin or run.
+enum oscar_status oscar_forward_begin(struct oscar_forward * f, const struct oscar_batch * batch);
+void oscar_forward_embed(struct oscar_forward * f);
+float * oscar_forward_residual(struct oscar_forward * f);
+enum oscar_status oscar_forward_layer(struct oscar_forward * f, int32_t layer);
+
 // The final normed hidden state [T, C] of the last successful run (the LM head's
 // input: logits = hidden @ output^T), and its T. Owned by f; valid until the next
 // run or oscar_forward_free. T is 0 before the first run or after a failed one.

@@ -8,7 +8,7 @@
 // continues the fixed block schedule and stays bit-identical.
 //
 // Payload order (L layers, H = Hkv, D, B = OSCAR_STATS_BLOCK):
-//   int64 n_tok1[L], int64 n_tok2[L], int32 n_pend[L], int32 pad[L]
+//   int64 n_tok1[L], int64 n_tok2[L], int32 n_pend[L], int32 phase[L] (the header's phase is their minimum)
 //   fp64 ktk, vtv, qqt, sst, vatt [L, H, D, D] (enabled kinds, in that order)
 //   fp64 sst_wsum[L, H], fp64 vatt_wsum[L, H], int64 sst_nneg[L, H]
 //   per layer l: its n_pend[l] staged rows of q [Hq, D] f32 (QQT), k [H, D] f32
@@ -93,11 +93,10 @@ static void io(struct cursor * c, void * field, size_t n) {
 static void io_payload(struct oscar_stats * s, struct cursor * c) {
     const size_t L = (size_t) s->p.n_layer, H = (size_t) s->p.n_head_kv, D = (size_t) s->p.head_dim;
     const size_t B = OSCAR_STATS_BLOCK, mats = L * H * s->dd * sizeof(double);
-    int32_t pad[1] = {0};
     io(c, s->n_tok1, L * sizeof(int64_t));
     io(c, s->n_tok2, L * sizeof(int64_t));
     io(c, s->n_pend, L * sizeof(int32_t));
-    for (size_t l = 0; l < L; l++) io(c, pad, sizeof pad);
+    io(c, s->phase, L * sizeof(int32_t));
     double * m[5] = {s->ktk, s->vtv, s->qqt, s->sst, s->vatt};
     for (int i = 0; i < 5; i++) {
         if (m[i]) io(c, m[i], mats);
@@ -131,7 +130,7 @@ enum oscar_status oscar_stats_save(const struct oscar_stats * s, void * buf, siz
     hd.n_head_kv = s->p.n_head_kv;
     hd.head_dim = s->p.head_dim;
     hd.block = OSCAR_STATS_BLOCK;
-    hd.phase = s->phase;
+    hd.phase = oscar_stats_phase(s);
     hd.payload_size = need - sizeof hd;
     uint8_t * out = buf;
     struct cursor c = {out + sizeof hd, NULL, 0};
@@ -201,18 +200,23 @@ enum oscar_status oscar_stats_load(const void * buf, size_t size, int32_t n_thre
         st = osc_error_prefix(st == OSCAR_ERR_NOMEM ? st : OSCAR_ERR_FORMAT, "stats checkpoint");
         goto out;
     }
-    s->phase = hd.phase;
     if (hd.payload_size < fixed_bytes(s)) {
         st = osc_error(OSCAR_ERR_FORMAT, "stats checkpoint: payload too short for its shape");
         goto out;
     }
     memcpy(s->n_pend, payload + L * 16, L * sizeof(int32_t));
+    memcpy(s->phase, payload + L * 20, L * sizeof(int32_t));
     for (size_t l = 0; l < L; l++) {
-        if (s->n_pend[l] < 0 || s->n_pend[l] >= OSCAR_STATS_BLOCK) {
-            st = osc_error(OSCAR_ERR_FORMAT, "stats checkpoint: layer %zu: bad staged row count %d", l,
-                           (int) s->n_pend[l]);
+        if (s->n_pend[l] < 0 || s->n_pend[l] >= OSCAR_STATS_BLOCK || s->phase[l] < 1 || s->phase[l] > 3) {
+            st = osc_error(OSCAR_ERR_FORMAT, "stats checkpoint: layer %zu: bad staged row count %d or phase %d", l,
+                           (int) s->n_pend[l], (int) s->phase[l]);
             goto out;
         }
+    }
+    if (oscar_stats_phase(s) != hd.phase) {
+        st = osc_error(OSCAR_ERR_FORMAT, "stats checkpoint: header phase %d, layers say %d", (int) hd.phase,
+                       (int) oscar_stats_phase(s));
+        goto out;
     }
     if (hd.payload_size != fixed_bytes(s) + pending_rows(s) * row_bytes(s)) {
         st = osc_error(OSCAR_ERR_FORMAT, "stats checkpoint: payload size does not match its shape");

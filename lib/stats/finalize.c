@@ -67,7 +67,7 @@ enum oscar_status oscar_stats_sigma(const struct oscar_stats * s, enum oscar_sta
         return osc_error(OSCAR_ERR_INVALID, "stats: estimator 0x%x was not accumulated", (unsigned) kind);
     }
     const int32_t need = kind == OSCAR_STATS_SST ? 3 : 2;
-    if (s->phase < need) {
+    if (s->phase[layer] < need) {
         return osc_error(OSCAR_ERR_INVALID, "stats: layer %d: pass %d has not ended yet", (int) layer,
                          (int) (need - 1));
     }

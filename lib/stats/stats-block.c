@@ -111,7 +111,7 @@ void osc_stats_flush_layer(struct oscar_stats * s, int32_t l) {
     enum item_kind kinds[5];
     int32_t n_kinds = 0;
     const uint32_t k = s->p.kinds;
-    if (s->phase == 1) {
+    if (s->phase[l] == 1) {
         if (k & OSCAR_STATS_KTK) kinds[n_kinds++] = IT_KTK;
         if (k & OSCAR_STATS_VTV) kinds[n_kinds++] = IT_VTV;
         if (k & OSCAR_STATS_QQT) kinds[n_kinds++] = IT_QQT;

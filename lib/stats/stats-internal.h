@@ -11,7 +11,8 @@
 
 struct oscar_stats {
     struct oscar_stats_params p;
-    int32_t phase; // 1, 2, 3
+    int32_t * phase; // [L] 1, 2, 3: layers advance on their own (a layer-major caller
+                     // ends layer l's pass 1 before layer l+1 has seen a token)
     int32_t g;     // Hq / Hkv
     size_t  dd;    // D * D
 

@@ -40,7 +40,8 @@ static enum oscar_status check_params(const struct oscar_stats_params * p) {
         return osc_error(OSCAR_ERR_INVALID, "stats: sst needs qqt (its weights use the final A_h)");
     }
     if (p->n_threads < 0 || p->n_threads > OSC_MAX_THREADS || p->max_tokens < 0) {
-        return osc_error(OSCAR_ERR_INVALID, "stats: negative n_threads or max_tokens");
+        return osc_error(OSCAR_ERR_INVALID, "stats: n_threads %d (0 .. %d) or max_tokens %d out of range",
+                         (int) p->n_threads, OSC_MAX_THREADS, (int) p->max_tokens);
     }
     return OSCAR_OK;
 }
@@ -59,7 +60,6 @@ enum oscar_status osc_stats_alloc(const struct oscar_stats_params * p, struct os
     struct oscar_stats * s = calloc(1, sizeof *s);
     if (!s) return osc_error(OSCAR_ERR_NOMEM, "stats: out of memory");
     s->p = *p;
-    s->phase = 1;
     s->g = p->n_head / p->n_head_kv;
     s->dd = (size_t) p->head_dim * (size_t) p->head_dim;
     s->n_threads = p->n_threads > 0 ? p->n_threads : omp_get_max_threads();
@@ -83,6 +83,7 @@ enum oscar_status osc_stats_alloc(const struct oscar_stats_params * p, struct os
     s->n_tok1 = zalloc(L, sizeof(int64_t), true, &fail);
     s->n_tok2 = zalloc(L, sizeof(int64_t), true, &fail);
     s->n_pend = zalloc(L, sizeof(int32_t), true, &fail);
+    s->phase = zalloc(L, sizeof(int32_t), true, &fail);
     s->st_q = zalloc(L * B * (size_t) p->n_head * D, sizeof(float), osc_stats_has_q(s), &fail);
     s->st_k = zalloc(L * B * H * D, sizeof(float), osc_stats_has_k(s), &fail);
     s->st_v = zalloc(L * B * H * D, sizeof(float), osc_stats_has_v(s), &fail);
@@ -97,6 +98,7 @@ enum oscar_status osc_stats_alloc(const struct oscar_stats_params * p, struct os
         s->att_scr = zalloc((size_t) s->n_threads * s->att_per_thread, sizeof(double), true, &fail);
         s->wchunk = zalloc(T * H, sizeof(double), true, &fail);
     }
+    for (size_t l = 0; !fail && l < L; l++) s->phase[l] = 1;
     if (fail) {
         oscar_stats_free(s);
         return osc_error(OSCAR_ERR_NOMEM, "stats: out of memory for %d layers x %d KV heads x %dx%d accumulators",
@@ -114,14 +116,23 @@ void oscar_stats_free(struct oscar_stats * s) {
     if (!s) return;
     free(s->ktk); free(s->vtv); free(s->qqt); free(s->sst); free(s->vatt);
     free(s->sst_wsum); free(s->vatt_wsum); free(s->sst_nneg);
-    free(s->n_tok1); free(s->n_tok2); free(s->n_pend);
+    free(s->n_tok1); free(s->n_tok2); free(s->n_pend); free(s->phase);
     free(s->st_q); free(s->st_k); free(s->st_v); free(s->st_w);
     free(s->scr); free(s->att_scr); free(s->wchunk);
     free(s);
 }
 
 struct oscar_stats_params oscar_stats_get_params(const struct oscar_stats * s) { return s->p; }
-int32_t oscar_stats_phase(const struct oscar_stats * s) { return s->phase; }
+int32_t oscar_stats_phase(const struct oscar_stats * s) {
+    int32_t ph = 3;
+    for (int32_t l = 0; l < s->p.n_layer; l++) ph = s->phase[l] < ph ? s->phase[l] : ph;
+    return ph;
+}
+
+int32_t oscar_stats_layer_phase(const struct oscar_stats * s, int32_t layer) {
+    OSCAR_ASSERT(layer >= 0 && layer < s->p.n_layer);
+    return s->phase[layer];
+}
 
 // ---- adding rows ---------------------------------------------------------------
 
@@ -142,18 +153,19 @@ static enum oscar_status check_finite(const float * x, int32_t T, int32_t H, int
 
 static enum oscar_status check_chunk(const struct oscar_stats * s, const struct oscar_stats_chunk * c) {
     const struct oscar_stats_params * p = &s->p;
-    if (s->phase == 3) return osc_error(OSCAR_ERR_INVALID, "stats: add after the last pass ended");
     if (c->layer < 0 || c->layer >= p->n_layer || c->n_tokens < 0) {
         return osc_error(OSCAR_ERR_INVALID, "stats: bad chunk (layer %d of %d, %d tokens)", (int) c->layer,
                          (int) p->n_layer, (int) c->n_tokens);
     }
-    const bool p1 = s->phase == 1;
+    const int32_t phase = s->phase[c->layer];
+    if (phase == 3) return osc_error(OSCAR_ERR_INVALID, "stats: layer %d: add after the last pass ended", (int) c->layer);
+    const bool p1 = phase == 1;
     const bool need_q = p1 && (osc_stats_has_q(s) || osc_stats_has_w(s));
     const bool need_k = (p1 && (p->kinds & (OSCAR_STATS_KTK | OSCAR_STATS_VATT))) || !p1;
     const bool need_v = (p1 && (p->kinds & (OSCAR_STATS_VTV | OSCAR_STATS_VATT))) || !p1;
     if ((need_q && !c->q) || (need_k && !c->k) || (need_v && !c->v)) {
         return osc_error(OSCAR_ERR_INVALID, "stats: layer %d: chunk lacks q, k or v needed in pass %d",
-                         (int) c->layer, (int) s->phase);
+                         (int) c->layer, (int) phase);
     }
     enum oscar_status st = OSCAR_OK;
     if (need_q) st = check_finite(c->q, c->n_tokens, p->n_head, p->head_dim, "q", c->layer);
@@ -186,18 +198,19 @@ static void stage_rows(struct oscar_stats * s, const struct oscar_stats_chunk * 
     const size_t qrow = (size_t) s->p.n_head * (size_t) s->p.head_dim;
     const size_t kvrow = (size_t) s->p.n_head_kv * (size_t) s->p.head_dim;
     const size_t H = (size_t) s->p.n_head_kv;
-    if (s->phase == 1 && osc_stats_has_q(s)) {
+    const int32_t phase = s->phase[l];
+    if (phase == 1 && osc_stats_has_q(s)) {
         memcpy(s->st_q + (l * B + pend) * qrow, c->q + (size_t) t0 * qrow, (size_t) n * qrow * sizeof(float));
     }
-    const bool want_k = s->phase == 2 || (s->p.kinds & OSCAR_STATS_KTK);
+    const bool want_k = phase == 2 || (s->p.kinds & OSCAR_STATS_KTK);
     if (want_k && s->st_k) {
         memcpy(s->st_k + (l * B + pend) * kvrow, c->k + (size_t) t0 * kvrow, (size_t) n * kvrow * sizeof(float));
     }
-    const bool want_v = s->phase == 2 || (s->p.kinds & (OSCAR_STATS_VTV | OSCAR_STATS_VATT));
+    const bool want_v = phase == 2 || (s->p.kinds & (OSCAR_STATS_VTV | OSCAR_STATS_VATT));
     if (want_v && s->st_v) {
         memcpy(s->st_v + (l * B + pend) * kvrow, c->v + (size_t) t0 * kvrow, (size_t) n * kvrow * sizeof(float));
     }
-    if (s->phase == 1 && osc_stats_has_w(s)) {
+    if (phase == 1 && osc_stats_has_w(s)) {
         memcpy(s->st_w + (l * B + pend) * H, s->wchunk + (size_t) t0 * H, (size_t) n * H * sizeof(double));
     }
     s->n_pend[l] += n;
@@ -206,7 +219,8 @@ static void stage_rows(struct oscar_stats * s, const struct oscar_stats_chunk * 
 enum oscar_status oscar_stats_add(struct oscar_stats * s, const struct oscar_stats_chunk * c) {
     enum oscar_status st = check_chunk(s, c);
     if (st != OSCAR_OK) return st;
-    if (s->phase == 1 && osc_stats_has_w(s)) osc_stats_attn_mass(s, c);
+    const bool p1 = s->phase[c->layer] == 1;
+    if (p1 && osc_stats_has_w(s)) osc_stats_attn_mass(s, c);
     int32_t t = 0;
     while (t < c->n_tokens) {
         int32_t n = OSCAR_STATS_BLOCK - s->n_pend[c->layer];
@@ -215,23 +229,44 @@ enum oscar_status oscar_stats_add(struct oscar_stats * s, const struct oscar_sta
         t += n;
         if (s->n_pend[c->layer] == OSCAR_STATS_BLOCK) osc_stats_flush_layer(s, c->layer);
     }
-    if (s->phase == 1) s->n_tok1[c->layer] += c->n_tokens;
+    if (p1) s->n_tok1[c->layer] += c->n_tokens;
     else s->n_tok2[c->layer] += c->n_tokens;
     return OSCAR_OK;
 }
 
+// Checks that layer l may end its current pass (nothing changes).
+static enum oscar_status check_layer_end(const struct oscar_stats * s, int32_t l) {
+    if (s->phase[l] == 3) return osc_error(OSCAR_ERR_INVALID, "stats: layer %d: every pass has already ended", (int) l);
+    if (s->phase[l] == 1 && s->n_tok1[l] == 0)
+        return osc_error(OSCAR_ERR_INVALID, "stats: layer %d saw no tokens in pass 1", (int) l);
+    if (s->phase[l] == 2 && s->n_tok2[l] != s->n_tok1[l])
+        return osc_error(OSCAR_ERR_INVALID, "stats: layer %d saw %lld tokens in pass 2 but %lld in pass 1", (int) l,
+                         (long long) s->n_tok2[l], (long long) s->n_tok1[l]);
+    return OSCAR_OK;
+}
+
+static void end_layer(struct oscar_stats * s, int32_t l) {
+    osc_stats_flush_layer(s, l);
+    s->phase[l] = (s->phase[l] == 1 && (s->p.kinds & OSCAR_STATS_SST)) ? 2 : 3;
+}
+
+enum oscar_status oscar_stats_end_layer_pass(struct oscar_stats * s, int32_t layer) {
+    if (layer < 0 || layer >= s->p.n_layer)
+        return osc_error(OSCAR_ERR_INVALID, "stats: no layer %d of %d", (int) layer, (int) s->p.n_layer);
+    enum oscar_status st = check_layer_end(s, layer);
+    if (st == OSCAR_OK) end_layer(s, layer);
+    return st;
+}
+
 enum oscar_status oscar_stats_end_pass(struct oscar_stats * s) {
-    if (s->phase == 3) return osc_error(OSCAR_ERR_INVALID, "stats: every pass has already ended");
+    const int32_t phase = oscar_stats_phase(s);
     for (int32_t l = 0; l < s->p.n_layer; l++) {
-        if (s->phase == 1 && s->n_tok1[l] == 0) {
-            return osc_error(OSCAR_ERR_INVALID, "stats: layer %d saw no tokens in pass 1", (int) l);
-        }
-        if (s->phase == 2 && s->n_tok2[l] != s->n_tok1[l]) {
-            return osc_error(OSCAR_ERR_INVALID, "stats: layer %d saw %lld tokens in pass 2 but %lld in pass 1",
-                             (int) l, (long long) s->n_tok2[l], (long long) s->n_tok1[l]);
-        }
+        if (s->phase[l] != phase)
+            return osc_error(OSCAR_ERR_INVALID, "stats: layer %d is in pass %d, others in %d: end layers one by one",
+                             (int) l, (int) s->phase[l], (int) phase);
+        enum oscar_status st = check_layer_end(s, l);
+        if (st != OSCAR_OK) return st;
     }
-    for (int32_t l = 0; l < s->p.n_layer; l++) osc_stats_flush_layer(s, l);
-    s->phase = (s->phase == 1 && (s->p.kinds & OSCAR_STATS_SST)) ? 2 : 3;
+    for (int32_t l = 0; l < s->p.n_layer; l++) end_layer(s, l);
     return OSCAR_OK;
 }

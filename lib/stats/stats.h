@@ -98,8 +98,10 @@ void oscar_stats_free(struct oscar_stats * s);
 
 // The parameters the accumulator was created (or loaded) with.
 struct oscar_stats_params oscar_stats_get_params(const struct oscar_stats * s);
-// 1 = pass 1, 2 = pass 2 (SST), 3 = finished.
+// 1 = pass 1, 2 = pass 2 (SST), 3 = finished: the earliest phase of any layer.
 int32_t oscar_stats_phase(const struct oscar_stats * s);
+// The phase of one layer (layers advance on their own with oscar_stats_end_layer_pass).
+int32_t oscar_stats_layer_phase(const struct oscar_stats * s, int32_t layer);
 
 // Adds one layer's chunk to the current pass. Non-finite inputs, bad shapes
 // or bad sequence boundaries fail (OSCAR_ERR_NUMERIC / OSCAR_ERR_INVALID)
@@ -110,6 +112,11 @@ enum oscar_status oscar_stats_add(struct oscar_stats * s, const struct oscar_sta
 // Ending pass 1 fails if a layer saw no tokens, as does ending pass 2 if a
 // layer saw a different number of tokens than in pass 1.
 enum oscar_status oscar_stats_end_pass(struct oscar_stats * s);
+// The same for one layer: a layer-major caller ends layer l's pass 1, feeds
+// layer l's pass 2 and ends it before layer l+1 sees a token. The sums are the
+// same as with whole passes (each layer's stream is the same). oscar_stats_end_pass
+// needs every layer in the same phase.
+enum oscar_status oscar_stats_end_layer_pass(struct oscar_stats * s, int32_t layer);
 
 // Finalised, symmetrised fp64 matrix out [D, D] for one kind (not SST|QQT
 // combined): head < 0 gives the per-layer matrix (method.md §2), head >= 0
@@ -138,7 +145,7 @@ enum oscar_status oscar_stats_layer_info(const struct oscar_stats * s, int32_t l
 //     layer (pending rows only).
 // Loading rejects a wrong magic/endianness/size/CRC (OSCAR_ERR_FORMAT) or a
 // newer version (OSCAR_ERR_UNSUPPORTED) with a message saying which.
-#define OSCAR_STATS_CKPT_VERSION 1
+#define OSCAR_STATS_CKPT_VERSION 2
 
 // Exact number of bytes oscar_stats_save() writes.
 size_t oscar_stats_checkpoint_size(const struct oscar_stats * s);

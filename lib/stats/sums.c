@@ -14,9 +14,9 @@ enum oscar_status oscar_stats_add_sums(struct oscar_stats * s, const struct osca
     const uint32_t k = s->p.kinds;
     if (x->pass != 1 && x->pass != 2)
         return osc_error(OSCAR_ERR_INVALID, "stats: external sums of pass %d (1 or 2)", (int) x->pass);
-    if (x->pass != s->phase)
+    if (x->pass != oscar_stats_phase(s))
         return osc_error(OSCAR_ERR_INVALID, "stats: external sums of pass %d while the accumulator is in phase %d",
-                         (int) x->pass, (int) s->phase);
+                         (int) x->pass, (int) oscar_stats_phase(s));
     if (x->n_tokens < 0) return osc_error(OSCAR_ERR_INVALID, "stats: external sums of %lld tokens",
                                           (long long) x->n_tokens);
     const bool p1 = x->pass == 1;

@@ -1,13 +1,19 @@
 // fs.c - file mappings, whole-file reads and crash-safe writes.
 #include "util/fs.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "util/log.h"
 
 enum oscar_status osc_require_regular(const char * path) {
     struct stat sb;
@@ -143,6 +149,7 @@ enum oscar_status osc_atomic_open(struct osc_atomic_file * f, const char * path)
         return osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", path);
     }
     sprintf(f->tmp_path, "%s.tmp.%ld", path, (long) getpid());
+    osc_remove_stale_temps(path);
     int fd = open(f->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         int e = errno;
@@ -172,15 +179,18 @@ void osc_atomic_abort(struct osc_atomic_file * f) {
     memset(f, 0, sizeof *f);
 }
 
-static void fsync_dir(const char * path) {
-    char * dir = dir_of(path);
-    if (!dir) {
-        return;
-    }
+static void fsync_this_dir(const char * dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) {
         fsync(fd); // best effort: some filesystems refuse directory fsync
         close(fd);
+    }
+}
+
+static void fsync_dir(const char * path) {
+    char * dir = dir_of(path);
+    if (dir) {
+        fsync_this_dir(dir);
     }
     free(dir);
 }
@@ -249,5 +259,282 @@ enum oscar_status osc_mkdirs(const char * path) {
         }
     }
     free(p);
+    return st;
+}
+
+// ---- stale temporaries ---------------------------------------------------------------
+// True when `name` is `prefix` followed by the decimal pid (no leading zero)
+// of a process that no longer exists; never for our own pid.
+static bool is_stale(const char * name, const char * prefix) {
+    size_t n = strlen(prefix);
+    if (strncmp(name, prefix, n) != 0 || name[n] < '1' || name[n] > '9') {
+        return false;
+    }
+    long pid = 0;
+    for (const char * d = name + n; *d; d++) {
+        if (*d < '0' || *d > '9') {
+            return false;
+        }
+        pid = pid * 10 + (*d - '0');
+        if (pid > INT_MAX) {
+            return false;
+        }
+    }
+    return pid != (long) getpid() && kill((pid_t) pid, 0) != 0 && errno == ESRCH;
+}
+
+// Removes a file, or a directory and the files in it (staging directories hold no subdirectories).
+static void remove_path(const char * path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) {
+        return;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        unlink(path);
+        return;
+    }
+    DIR * d = opendir(path);
+    if (d) {
+        for (struct dirent * e; (e = readdir(d)) != NULL;) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
+                continue;
+            }
+            char * p = osc_path_join(path, e->d_name);
+            if (p) {
+                unlink(p);
+            }
+            free(p);
+        }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+// Removes the entries "<prefix><pid>" of dir whose writer is dead. The names
+// are collected first so that the directory is not changed while it is read.
+static void remove_stale(const char * dir, const char * prefix) {
+    DIR * d = opendir(dir);
+    if (!d) {
+        return;
+    }
+    char ** names = NULL;
+    size_t n = 0, cap = 0;
+    for (struct dirent * e; (e = readdir(d)) != NULL;) {
+        if (!is_stale(e->d_name, prefix)) {
+            continue;
+        }
+        if (n == cap) {
+            char ** nn = realloc(names, (cap = cap ? cap * 2 : 8) * sizeof *nn);
+            if (!nn) {
+                break;
+            }
+            names = nn;
+        }
+        if ((names[n] = strdup(e->d_name)) != NULL) {
+            n++;
+        }
+    }
+    closedir(d);
+    for (size_t i = 0; i < n; i++) {
+        char * p = osc_path_join(dir, names[i]);
+        if (p) {
+            remove_path(p);
+            osc_info("removed %s, left by an interrupted run", p);
+        }
+        free(p);
+        free(names[i]);
+    }
+    free(names);
+}
+
+// "<dir of path>", "<prefix><base name of path><suffix>" for the stale patterns.
+static char * sibling_pattern(const char * path, const char * prefix, const char * suffix) {
+    const char * slash = strrchr(path, '/');
+    const char * base  = slash ? slash + 1 : path;
+    char * s = malloc(strlen(prefix) + strlen(base) + strlen(suffix) + 1);
+    if (s) {
+        sprintf(s, "%s%s%s", prefix, base, suffix);
+    }
+    return s;
+}
+
+void osc_remove_stale_temps(const char * path) {
+    char * dir = dir_of(path), * pat = sibling_pattern(path, "", ".tmp.");
+    if (dir && pat) {
+        remove_stale(dir, pat);
+    }
+    free(dir);
+    free(pat);
+}
+
+// ---- output directories -----------------------------------------------------------------
+static bool listed(const char * const * files, const char * name) {
+    for (; files && *files; files++) {
+        if (strcmp(*files, name) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// An existing destination may be replaced only if it is a real directory of our own files.
+static enum oscar_status check_dest(const char * dir, const char * what, const char * const * files) {
+    struct stat sb;
+    if (lstat(dir, &sb) != 0) {
+        return errno == ENOENT ? OSCAR_OK : osc_error(OSCAR_ERR_IO, "%s: %s", dir, strerror(errno));
+    }
+    if (S_ISLNK(sb.st_mode)) {
+        return osc_error(OSCAR_ERR_INVALID, "%s: is a symbolic link; name the directory itself", dir);
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        return osc_error(OSCAR_ERR_INVALID, "%s: exists and is not a directory", dir);
+    }
+    DIR * d = opendir(dir);
+    if (!d) {
+        return osc_error(OSCAR_ERR_IO, "%s: %s", dir, strerror(errno));
+    }
+    enum oscar_status st = OSCAR_OK;
+    for (struct dirent * e; st == OSCAR_OK && (e = readdir(d)) != NULL;) {
+        const char * n = e->d_name;
+        if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0) {
+            continue;
+        }
+        char * p = osc_path_join(dir, n);
+        if (!listed(files, n)) {
+            st = osc_error(OSCAR_ERR_INVALID, "%s: exists and holds '%s', which is not part of %s; refusing to "
+                                              "replace it", dir, n, what);
+        } else if (!p || lstat(p, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+            st = osc_error(OSCAR_ERR_INVALID, "%s: '%s' is not a regular file; refusing to replace it", dir, n);
+        }
+        free(p);
+    }
+    closedir(d);
+    return st;
+}
+
+static void stage_free(struct osc_dir_stage * s) {
+    free(s->dir);
+    free(s->parent);
+    free(s->tmp);
+    free(s->old);
+    memset(s, 0, sizeof *s);
+}
+
+enum oscar_status osc_dir_stage_open(struct osc_dir_stage * s, const char * dir, const char * what,
+                                     const char * const * files) {
+    memset(s, 0, sizeof *s);
+    if (!dir || !*dir) {
+        return osc_error(OSCAR_ERR_INVALID, "output directory: the path is empty");
+    }
+    enum oscar_status st = OSCAR_ERR_NOMEM;
+    char * stale_tmp = NULL, * stale_old = NULL, * own = NULL;
+    if (!(s->dir = strdup(dir))) {
+        goto fail;
+    }
+    size_t n = strlen(s->dir);
+    while (n > 1 && s->dir[n - 1] == '/') {
+        s->dir[--n] = '\0';
+    }
+    const char * slash = strrchr(s->dir, '/');
+    const char * name  = slash ? slash + 1 : s->dir;
+    if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+        st = osc_error(OSCAR_ERR_INVALID, "%s: not a directory name that can be replaced", dir);
+        goto fail;
+    }
+    s->parent = dir_of(s->dir);
+    stale_tmp = sibling_pattern(s->dir, ".", ".tmp.");
+    stale_old = sibling_pattern(s->dir, ".", ".old.");
+    own = malloc(strlen(name) + 32);
+    if (!s->parent || !stale_tmp || !stale_old || !own) {
+        goto fail;
+    }
+    sprintf(own, "%s%ld", stale_tmp, (long) getpid());
+    s->tmp = osc_path_join(s->parent, own);
+    sprintf(own, "%s%ld", stale_old, (long) getpid());
+    s->old = osc_path_join(s->parent, own);
+    if (!s->tmp || !s->old) {
+        goto fail;
+    }
+    if ((st = osc_mkdirs(s->parent)) != OSCAR_OK) {
+        goto fail;
+    }
+    remove_stale(s->parent, stale_tmp);
+    remove_stale(s->parent, stale_old);
+    if ((st = check_dest(s->dir, what, files)) != OSCAR_OK) {
+        goto fail;
+    }
+    remove_path(s->tmp); // this process's own leftover, if any
+    if (mkdir(s->tmp, 0755) != 0) {
+        st = osc_error(OSCAR_ERR_IO, "%s: cannot create a directory in %s: %s", s->dir, s->parent, strerror(errno));
+        goto fail;
+    }
+    free(stale_tmp);
+    free(stale_old);
+    free(own);
+    return OSCAR_OK;
+fail:
+    if (st == OSCAR_ERR_NOMEM) {
+        osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", dir);
+    }
+    free(stale_tmp);
+    free(stale_old);
+    free(own);
+    stage_free(s);
+    return st;
+}
+
+void osc_dir_stage_abort(struct osc_dir_stage * s) {
+    if (s->tmp) {
+        remove_path(s->tmp);
+    }
+    stage_free(s);
+}
+
+// Fallback where the filesystem cannot exchange: move the old directory aside, then
+// the new one in (a kill in between leaves both, as hidden siblings, and no <dir>).
+static enum oscar_status replace_by_renames(const struct osc_dir_stage * s) {
+    if (rename(s->dir, s->old) != 0) {
+        return osc_error(OSCAR_ERR_IO, "%s: cannot move the old directory aside: %s", s->dir, strerror(errno));
+    }
+    if (rename(s->tmp, s->dir) != 0) {
+        enum oscar_status st = osc_error(OSCAR_ERR_IO, "%s: cannot put the new directory in place: %s", s->dir,
+                                         strerror(errno));
+        if (rename(s->old, s->dir) != 0) {
+            osc_warn("%s: its previous contents are in %s", s->dir, s->old);
+        }
+        return st;
+    }
+    remove_path(s->old);
+    return OSCAR_OK;
+}
+
+enum oscar_status osc_dir_stage_commit(struct osc_dir_stage * s) {
+    enum oscar_status st = OSCAR_OK;
+    fsync_this_dir(s->tmp);
+    // after an exchange the staging name holds the old contents, removed below
+    if (renameat2(AT_FDCWD, s->tmp, AT_FDCWD, s->dir, RENAME_EXCHANGE) != 0) {
+        if (errno == ENOENT) {
+            if (rename(s->tmp, s->dir) != 0) {
+                st = osc_error(OSCAR_ERR_IO, "%s: rename failed: %s", s->dir, strerror(errno));
+            }
+        } else if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
+            st = replace_by_renames(s);
+        } else {
+            st = osc_error(OSCAR_ERR_IO, "%s: cannot put the new directory in place: %s", s->dir, strerror(errno));
+        }
+    }
+    if (st == OSCAR_OK) {
+        fsync_this_dir(s->parent);
+    }
+    osc_dir_stage_abort(s);
+    return st;
+}
+
+enum oscar_status osc_dir_check_dest(const char * dir, const char * what, const char * const * files) {
+    struct osc_dir_stage s;
+    enum oscar_status st = osc_dir_stage_open(&s, dir, what, files);
+    if (st == OSCAR_OK) {
+        osc_dir_stage_abort(&s);
+    }
     return st;
 }

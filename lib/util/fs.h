@@ -3,7 +3,12 @@
 // Every output file oscar produces goes through osc_atomic_file: the data is
 // written to "<path>.tmp.<pid>" in the target directory, fsync'ed, renamed
 // over <path>, and the directory is fsync'ed. A failure or an abort before
-// commit leaves no half-written <path> behind.
+// commit leaves no half-written <path> behind. Output directories (artifacts,
+// reports) go through osc_dir_stage the same way, as a whole.
+//
+// Temporaries of a writer that was killed stay behind; the next writer of the
+// same path removes them: only names of exactly our patterns ("<name>.tmp.<pid>",
+// ".<name>.tmp.<pid>", ".<name>.old.<pid>") whose pid is not a live process.
 #ifndef OSCAR_UTIL_FS_H
 #define OSCAR_UTIL_FS_H
 
@@ -53,6 +58,39 @@ void osc_atomic_abort(struct osc_atomic_file * f);
 
 // Writes `size` bytes atomically to `path`.
 enum oscar_status osc_write_file_atomic(const char * path, const void * data, size_t size);
+
+// Removes the "<path>.tmp.<pid>" files that dead writers of `path` left
+// (osc_atomic_open does this itself; call it after removing `path`).
+void osc_remove_stale_temps(const char * path);
+
+// ---- output directories, replaced whole -----------------------------------------
+// The files are written into a staging sibling "<parent>/.<name>.tmp.<pid>";
+// commit swaps it with an existing <dir> in one renameat2(RENAME_EXCHANGE) and
+// then removes the old contents, so <dir> is never missing. (A filesystem
+// without RENAME_EXCHANGE gets two renames through ".<name>.old.<pid>".)
+struct osc_dir_stage {
+    char * dir;    // destination, trailing slashes removed
+    char * parent; // its parent directory
+    char * tmp;    // the staging directory: write the files here
+    char * old;    // where the old directory waits in the two-rename fallback
+};
+
+// Checks the destination and creates the staging directory: `dir` must have
+// a name (not empty, ".", ".."), its parent is created (mkdir -p) and must
+// let us create the staging directory there, and an existing `dir` must be a
+// real directory holding only regular files named in `files` (NULL-terminated;
+// `what` names them in the error, e.g. "an oscar artifact"). Removes stale
+// staging siblings of dead writers first. Errors name `dir` and the problem.
+enum oscar_status osc_dir_stage_open(struct osc_dir_stage * s, const char * dir, const char * what,
+                                     const char * const * files);
+// fsyncs the staging directory and puts it in place (see above). Always
+// releases `s`; on failure the staging directory is removed and `dir` is unchanged.
+enum oscar_status osc_dir_stage_commit(struct osc_dir_stage * s);
+// Removes the staging directory (safe after a failed commit or twice).
+void osc_dir_stage_abort(struct osc_dir_stage * s);
+// The checks of osc_dir_stage_open without keeping anything: a pre-flight
+// before hours of compute.
+enum oscar_status osc_dir_check_dest(const char * dir, const char * what, const char * const * files);
 
 // mkdir -p. Existing directories are fine.
 enum oscar_status osc_mkdirs(const char * path);

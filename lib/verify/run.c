@@ -291,6 +291,19 @@ static enum oscar_status ppl_method(struct vrun * r, int32_t i, const int32_t * 
 }
 
 // ---- driver ------------------------------------------------------------------------------------
+enum oscar_status oscar_verify_check_tokens(const struct oscar_verify_params * p, size_t n_ids) {
+    int64_t T = p->ctx > 0 ? p->ctx : 1, n_win = p->tokens / T > 1 ? p->tokens / T : 1;
+    if ((size_t) p->metric_tokens > n_ids)
+        return osc_error(OSCAR_ERR_INVALID, "the corpus has %zu tokens, fewer than the %d of --metric-tokens", n_ids,
+                         p->metric_tokens);
+    if (n_win * T <= (int64_t) n_ids) return OSCAR_OK;
+    if (!p->tokens || n_win == 1)
+        return osc_error(OSCAR_ERR_INVALID, "the corpus has %zu tokens, need at least one window of %d", n_ids, p->ctx);
+    return osc_error(OSCAR_ERR_INVALID, "the corpus has %zu tokens, fewer than the %lld that --tokens %lld asks for "
+                     "(%lld windows of %d)", n_ids, (long long) (n_win * T), (long long) p->tokens,
+                     (long long) n_win, p->ctx);
+}
+
 static enum oscar_status check_params(const struct oscar_model * m, const struct oscar_artifact * art,
                                       size_t n_ids, const struct oscar_verify_params * p) {
     const struct oscar_model_config * c = &m->config;
@@ -315,10 +328,10 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
     enum oscar_status st = check_params(m, art, n_ids, p);
     if (st != OSCAR_OK) return st;
     int32_t T = p->ctx;
+    if ((st = oscar_verify_check_tokens(p, n_ids)) != OSCAR_OK) return st;
     int64_t n_win = (p->tokens ? p->tokens : T) / T;
     if (n_win < 1) n_win = 1;
-    if (n_win * T > (int64_t) n_ids) n_win = (int64_t) n_ids / T;
-    r.MT = (size_t) p->metric_tokens < n_ids ? p->metric_tokens : (int32_t) n_ids;
+    r.MT = p->metric_tokens; // <= n_ids (oscar_verify_check_tokens)
     if (r.MT <= p->sink + p->recent)
         osc_warn("verify: metric_tokens %d <= sink %d + recent %d: nothing is INT2 in the metrics pass, the "
                  "per-layer metrics and drift only show the bf16 rounding", r.MT, p->sink, p->recent);
@@ -368,20 +381,33 @@ void oscar_verify_report_free(struct oscar_verify_report * rep) {
 }
 
 // ---- outputs ---------------------------------------------------------------------------------
+static const char * const report_files[] = {"report.json", "layers.svg", "summary.md", NULL};
+
+enum oscar_status oscar_verify_check_report_dir(const char * dir) {
+    return osc_dir_check_dest(dir, "an oscar-verify report", report_files);
+}
+
+// The three files go into a staging directory that replaces dir whole (util/fs.h).
 enum oscar_status oscar_verify_write_dir(const struct oscar_verify_report * rep, const char * dir) {
     char p[4096];
     char * md = NULL;
-    enum oscar_status st = osc_mkdirs(dir);
-    if (st == OSCAR_OK && snprintf(p, sizeof p, "%s/report.json", dir) >= (int) sizeof p)
+    struct osc_dir_stage sd;
+    enum oscar_status st = osc_dir_stage_open(&sd, dir, "an oscar-verify report", report_files);
+    if (st != OSCAR_OK) return st;
+    if (snprintf(p, sizeof p, "%s/report.json", sd.tmp) >= (int) sizeof p)
         st = osc_error(OSCAR_ERR_INVALID, "%s: path too long", dir);
     if (st == OSCAR_OK) st = oscar_verify_write_json(rep, p);
-    snprintf(p, sizeof p, "%s/layers.svg", dir);
+    snprintf(p, sizeof p, "%s/layers.svg", sd.tmp);
     if (st == OSCAR_OK) st = oscar_verify_write_svg(rep, p);
-    snprintf(p, sizeof p, "%s/summary.md", dir);
+    snprintf(p, sizeof p, "%s/summary.md", sd.tmp);
     if (st == OSCAR_OK) st = oscar_verify_markdown(rep, &md);
     if (st == OSCAR_OK) st = osc_write_file_atomic(p, md, strlen(md));
     free(md);
-    return st;
+    if (st != OSCAR_OK) {
+        osc_dir_stage_abort(&sd);
+        return st;
+    }
+    return osc_dir_stage_commit(&sd);
 }
 
 void oscar_verify_print_table(const struct oscar_verify_report * rep, FILE * f) {

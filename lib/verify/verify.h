@@ -79,16 +79,26 @@ enum oscar_status oscar_verify_parse_methods(const char * list, bool have_artifa
 // Runs the evaluation on tokens ids[0..n_ids). art may be NULL (then no
 // oscar* method). Fills *rep (numbers and config; the caller sets the model,
 // rotations and corpus labels); free it with oscar_verify_report_free.
-// Errors: OSCAR_ERR_INVALID for bad parameters, too few tokens for one
-// window, or an artifact whose shape does not match the model.
+// Errors: OSCAR_ERR_INVALID for bad parameters, too few tokens for the windows
+// asked for (oscar_verify_check_tokens), or an artifact whose shape does not match the model.
 enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct oscar_artifact * art,
                                    const int32_t * ids, size_t n_ids, const struct oscar_verify_params * p,
                                    struct oscar_verify_report * rep);
 
 void oscar_verify_report_free(struct oscar_verify_report * rep);
 
-// Writes dir/report.json, dir/layers.svg and dir/summary.md (creates dir).
+// Checks that the corpus holds what p asks for: one window of ctx tokens and
+// the whole windows of p->tokens and the --metric-tokens prefix (never clamped
+// to a shorter corpus).
+// OSCAR_ERR_INVALID "the corpus has N tokens, fewer than ..." naming the request.
+enum oscar_status oscar_verify_check_tokens(const struct oscar_verify_params * p, size_t n_ids);
+
+// Writes dir/report.json, dir/layers.svg and dir/summary.md as a whole: into a
+// staging directory that then replaces dir (util/fs.h osc_dir_stage; parents
+// are created). A dir that is a file or holds other files is refused.
 enum oscar_status oscar_verify_write_dir(const struct oscar_verify_report * rep, const char * dir);
+// The checks of oscar_verify_write_dir alone, to run before the evaluation.
+enum oscar_status oscar_verify_check_report_dir(const char * dir);
 
 // The human table: one row per method (BPE, perplexity, Δ vs the first
 // method, mean K/V relMSE, KL, post-W_O error, last-layer drift, seconds and

@@ -3,7 +3,8 @@
 # device (both capture passes, fit, clips, gate, artifact written) for the Qwen3-8B
 # shape with random weights and synthetic tokens, timed stage by stage, with the clip
 # search (default) and with fixed clips; then the .pt
-# export loaded by real torch with weights_only=True (issue 6's engine check).
+# export loaded by real torch with weights_only=True (issue 6's engine check). The
+# artifact must record the bf16 capture (oscar.capture_dtype).
 #
 #   bash tests/gpu/gpu-calibrate-e2e.sh      (OUT: logs and the --json summaries go there)
 set -u -o pipefail
@@ -25,6 +26,8 @@ for mode in search fixed; do
         >"$logdir/e2e-$mode.json" 2>"$logdir/e2e-$mode.err" || rc=1
     grep -E "timing:|peak|wrote|mean|Elapsed|Maximum resident|held-out:|layer eval|GiB" "$logdir/e2e-$mode.err"
     cut -c1-400 "$logdir/e2e-$mode.json"
+    grep -q '"oscar.capture_dtype": "bfloat16"' "$work/q8b-$mode/oscar.json" \
+        || { echo "FAIL: the bf16 device capture is not recorded as oscar.capture_dtype bfloat16"; rc=1; }
 done
 
 echo "== .pt export of that artifact, loaded by torch (weights_only=True)"

@@ -5,12 +5,14 @@
 # $OSCAR_CARRY (default .devcarry, git-ignored) and staged in $OSCAR_CACHE:
 #   debs/      Debian .debs of the libraries its image lacks (gpu-deps.sh)
 #   whl/       wheels the oracle venv needs beyond the image's Python
-#              (gguf, huggingface_hub 2.4.0 and its deps); the venv takes the
-#              image's numpy, tokenizers and safetensors (--system-site-packages)
+#              (gguf, huggingface_hub 2.4.0 and its deps: httpx2, idna, anyio, ...);
+#              the venv also sees the image's numpy, tokenizers and safetensors
 #   model/     SmolLM2-135M-Instruct.Q4_1.gguf split into parts (the device
 #              tool carries 64 MiB per call, so a stage-only call can bring
 #              parts ahead: OSCAR_STAGE_ONLY=1 copies them and exits)
 #   corpora/   the corpora as `make deps` builds them
+#   shared/    ../shared's data the oracles read (data/tokenizers/qwen3), when
+#              the GPU machine's copy of the checkout has no ../shared beside it
 # The model is checked against the sha256 that datasets/deps.sh pins.
 #
 #   bash tests/gpu/gpu-cpu-tests.sh        # then: N passed, N failed
@@ -25,6 +27,7 @@ mkdir -p "$OSCAR_CACHE/models" "$OSCAR_CACHE/parts"
 # --- stage what was carried ----------------------------------------------------
 [ -d "$carry/model" ] && cp "$carry"/model/* "$OSCAR_CACHE/parts/" 2>/dev/null
 [ -d "$carry/corpora" ] && cp -r "$carry/corpora" "$OSCAR_CACHE/"
+[ -d "$carry/shared" ] && export OSCAR_SHARED=$carry/shared
 if [ "${OSCAR_STAGE_ONLY:-0}" = 1 ]; then
     ls -la "$OSCAR_CACHE/parts"
     exit 0
@@ -37,11 +40,23 @@ fi
 got=$(sha256sum "$gguf" | cut -d' ' -f1)
 [ "$got" = "$want" ] || { echo "gpu-cpu-tests: SmolLM2 sha256 $got, want $want"; rm -f "$gguf"; exit 1; }
 
+# The image's numpy, tokenizers and safetensors live in a venv of their own (the
+# first python3 on PATH that has them); a venv made from it would see only the
+# base interpreter's packages, so a .pth file adds that venv's site-packages
+# behind the carried wheels.
 if [ ! -x "$OSCAR_CACHE/venv/bin/python" ]; then
-    python3 -m venv --system-site-packages "$OSCAR_CACHE/venv" || exit 1
+    base=""
+    for py in $(which -a python3); do
+        "$py" -c 'import numpy, tokenizers, safetensors' 2>/dev/null && { base=$py; break; }
+    done
+    [ -n "$base" ] || { echo "gpu-cpu-tests: no python3 on PATH has numpy, tokenizers and safetensors"; exit 1; }
+    "$base" -m venv "$OSCAR_CACHE/venv" || exit 1
+    site=$("$OSCAR_CACHE/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    "$base" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$site/image-packages.pth" || exit 1
     "$OSCAR_CACHE/venv/bin/pip" install -q --no-index --no-deps --disable-pip-version-check "$carry"/whl/*.whl || exit 1
 fi
-"$OSCAR_CACHE/venv/bin/python" -c 'import gguf, numpy, tokenizers, safetensors, huggingface_hub as h; print("venv: huggingface_hub", h.__version__)'
+"$OSCAR_CACHE/venv/bin/python" -c 'import gguf, numpy, tokenizers, safetensors, huggingface_hub as h
+h.hf_hub_download; print("venv: huggingface_hub", h.__version__)' || { echo "gpu-cpu-tests: the venv is incomplete"; exit 1; }
 
 # --- libraries, build, tests ------------------------------------------------------
 OSCAR_DEBS=$carry/debs . "$here/gpu-deps.sh"

@@ -42,7 +42,7 @@ for run in $runs; do
     esac
     echo "== 2. oscar-calibrate ${args[*]} ($tokens tokens, seq 512, 2 held-out sequences)"
     /usr/bin/time -f "wall %e s, max RSS %M KiB" timeout 600 build/bin/oscar-calibrate --model "$model" \
-        --corpus "$calib" --tokens "$tokens" -c 512 -b 8 --heldout 2 "${args[@]}" -o "$work/$run" --json \
+        --corpus "$calib" --tokens "$tokens" -c 512 -b 8 --heldout 2 "${args[@]}" -o "$work/$run" --json -v \
         >"$logdir/calib-$run.json" 2>"$logdir/calib-$run.err" || rc=1
     grep -E "^ +mean|timing:|wall " "$logdir/calib-$run.err"
 done

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# test-calibrate-device.sh - oscar-calibrate through the forward backend (--device):
-#   1. --device cpu writes a byte-identical artifact to the classic CPU capture path
-#      (same tokens, same held-out rows, same sums) on SmolLM2-135M;
+# test-calibrate-device.sh - oscar-calibrate's --device and --random-init on the CPU:
+#   1. --device cpu is the layer-major engine of the default run, with every option:
+#      byte-identical artifacts with and without it (also with --checkpoint-every), and
+#      --capture-dtype bf16 is honoured (a different artifact, the same as without
+#      --device, oscar.capture_dtype bfloat16; before, --device cpu ignored it);
 #   2. --random-init smollm2-135m runs on synthetic tokens and records that in the artifact;
 #   3. --device cuda on a machine without a GPU fails cleanly (exit 1, a message), and
-#      conflicting options are usage errors (exit 2).
+#      conflicting options (what the CUDA two-pass path lacks) are usage errors (exit 2).
 # Skips (77) without the model.
 set -euo pipefail
 B=${OSCAR_BUILD:-build}
@@ -14,12 +16,23 @@ F=$C/corpora/austen/prideprejudice.txt
 [ -f "$M" ] && [ -f "$F" ] || { echo "skip: model or corpus missing"; exit 77; }
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 CAL="$B/bin/oscar-calibrate"
-common=(--tokens 512 -c 128 --heldout 1 -q)
+common=(--tokens 512 -c 128 --heldout 1 --sink 16 --recent 32 -q)   # INT2 rows in the held-out gate
 
 "$CAL" -m "$M" -f "$F" "${common[@]}" -o "$T/classic"
 "$CAL" -m "$M" -f "$F" "${common[@]}" -o "$T/device" --device cpu
 cmp "$T/classic/oscar.safetensors" "$T/device/oscar.safetensors"
-echo "ok: --device cpu artifact is byte-identical to the classic path"
+"$CAL" -m "$M" -f "$F" "${common[@]}" -o "$T/ckpt" --device cpu --checkpoint-every 64
+cmp "$T/classic/oscar.safetensors" "$T/ckpt/oscar.safetensors"
+grep -q '"oscar.capture_dtype": "float32"' "$T/device/oscar.json"
+echo "ok: --device cpu artifact is byte-identical to the default path, with checkpoints too"
+"$CAL" -m "$M" -f "$F" "${common[@]}" -o "$T/bf16" --capture-dtype bf16
+"$CAL" -m "$M" -f "$F" "${common[@]}" -o "$T/bf16-cpu" --capture-dtype bf16 --device cpu
+cmp "$T/bf16/oscar.safetensors" "$T/bf16-cpu/oscar.safetensors"
+if cmp -s "$T/classic/oscar.safetensors" "$T/bf16/oscar.safetensors"; then
+    echo "FAIL: --capture-dtype bf16 gave the fp32-capture artifact"; exit 1
+fi
+grep -q '"oscar.capture_dtype": "bfloat16"' "$T/bf16-cpu/oscar.json"
+echo "ok: --device cpu --capture-dtype bf16 is a bf16 capture, recorded in the metadata"
 
 "$CAL" --random-init smollm2-135m "${common[@]}" -o "$T/random"
 grep -q '"oscar.base_model": "random-init:smollm2-135m"' "$T/random/oscar.json"
@@ -39,8 +52,8 @@ else
     echo "ok: --device cuda without a GPU: $(tail -n 1 "$T/cuda.err")"
 fi
 
-for bad in "--random-init qwen3-8b -m $M" "--device tpu -m $M -f $F" "--device cpu --resume -m $M -f $F" \
-           "--random-init nope"; do
+for bad in "--random-init qwen3-8b -m $M" "--device tpu -m $M -f $F" "--device cuda --resume -m $M -f $F" \
+           "--device cuda --capture-dtype bf16 -m $M -f $F" "--random-init nope"; do
     set +e
     # shellcheck disable=SC2086
     "$CAL" $bad -o "$T/bad" "${common[@]}" 2>/dev/null

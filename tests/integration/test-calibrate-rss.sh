@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # test-calibrate-rss.sh - streaming: oscar-calibrate's peak RSS (getrusage,
 # reported as peak_rss_mb in --json) at N and 4N calibration tokens differs by
-# under 5 %. Everything that is sized by the token budget is O(batch·seq_len)
-# (forward buffers, stats chunks) or fixed (held-out rows, accumulators); only
-# the corpus token array is O(T) int32 (16 KiB per 4k tokens, far below 5 %).
+# under 5 %. The forward buffers and stats chunks are O(batch·seq_len), the
+# held-out rows and accumulators fixed; what grows with the token budget T is
+# the layer-major pass's resident state: the hidden states [T, n_embd] and one
+# layer's K/V [T, 2·n_head_kv·head_dim] in f32 (3.8 KiB per SmolLM2 token,
+# 5.6 MiB more at 2048 tokens than at 512) and the int32 corpus tokens.
 # Also: a JSONL corpus (--jsonl-field) and a directory corpus calibrate.
 set -u
 . "$(dirname "$0")/common.sh"

@@ -6,6 +6,8 @@
 #  - GGUF bake into the SmolLM2 GGUF (when present): base tensors byte-identical, oscar's reader opens it;
 #  - bad input: missing/corrupt artifact, unwritable --out, --base not a GGUF, per-head to GGUF:
 #    clear error, nothing (half-)written;
+#  - integrity (the loader oscar-verify uses): a flipped rotation bit, a missing oscar.json: exit 1,
+#    nothing written; --force exports with a warning;
 #  - Hub ids: export from owner/name:path through the Hub emulator, then offline from the cache;
 #    oscar-calibrate --model resolves a Hub id to the cached snapshot file.
 source "$(dirname "$0")/hub-lib.sh"
@@ -96,6 +98,31 @@ $ZOO export "$T/art" --format pt 2>/dev/null; [ $? = 2 ] || fail "export without
 $ZOO export "$T/art" --format onnx --out x 2>/dev/null; [ $? = 2 ] || fail "bad --format: want 2"
 $ZOO export "$T/art" --format pt --base x --out x 2>/dev/null; [ $? = 2 ] || fail "--base with pt: want 2"
 ok "bad input: clear errors, usage errors exit 2, nothing half-written"
+
+# ---- integrity: the same checks as oscar-verify, the same --force ----
+cp -r "$T/art" "$T/flipped"
+"$VENV_PY" - "$T/flipped/oscar.safetensors" <<'PY' || fail "flip a bit"
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+off = 8 + n + json.loads(b[8:8 + n])["layers.2.k_rotation"]["data_offsets"][0] + 4 * 7
+b[off] ^= 1   # lowest mantissa bit of R[0][7]: invisible to orthogonality, not to the sha256
+open(sys.argv[1], "wb").write(b)
+PY
+for fmt in pt gguf; do
+    out="$T/flipped-$fmt"; [ $fmt = gguf ] && out="$T/flipped.gguf"
+    $ZOO export "$T/flipped" --format $fmt --out "$out" >/dev/null 2>"$T/err"; rc=$?
+    [ $rc = 1 ] && grep -q "flipped/oscar.safetensors: sha256 .*modified or corrupted" "$T/err" && [ ! -e "$out" ] \
+        || fail "export $fmt of a tampered artifact: exit $rc, $(cat "$T/err")"
+    $ZOO export "$T/flipped" --format $fmt --out "$out" --force >/dev/null 2>"$T/err" || fail "--force $fmt: $(cat "$T/err")"
+    grep -q "warning: .*modified or corrupted.*forced" "$T/err" && [ -e "$out" ] || fail "--force $fmt: $(cat "$T/err")"
+done
+cp -r "$T/art" "$T/nojson" && rm "$T/nojson/oscar.json"
+$ZOO export "$T/nojson" --format pt --out "$T/nojson-pt" >/dev/null 2>"$T/err"; rc=$?
+[ $rc = 1 ] && grep -q "nojson/oscar.json: missing" "$T/err" && [ ! -e "$T/nojson-pt" ] || fail "no oscar.json: exit $rc, $(cat "$T/err")"
+$ZOO export "$T/nojson" --format pt --out "$T/nojson-pt" --force >/dev/null 2>"$T/err" || fail "--force no oscar.json: $(cat "$T/err")"
+$ZOO pull me/x --force 2>/dev/null; [ $? = 2 ] || fail "--force outside export: want 2"
+ok "export checks integrity like oscar-verify: tampered / unhashed artifacts exit 1, --force warns"
 
 # ---- Hub ids ----
 start_emulator

@@ -5,7 +5,10 @@
 #  - --corpus as a text file, a JSONL file (--jsonl-field) and a directory give the token counts of
 #    lib/tokenizer's corpus reader (checked against each other), --json prints the report;
 #  - --rotations and --model as Hub ids through the Hub emulator (online, then offline from the cache);
-#  - --update-card twice leaves one block and a byte-identical README.md.
+#  - --update-card twice leaves one block and a byte-identical README.md;
+#  - integrity: an artifact of another model, a tampered rotation (low bit: the sha256 in oscar.json;
+#    exponent bit with a matching sha256: orthogonality), a missing sha256 or oscar.json exit 1 naming
+#    the problem; --force runs them with a warning.
 # Skips (77) without the model, the venv, or the emulator prerequisites.
 source "$(dirname "$0")/hub-lib.sh"
 V="$BUILD/bin/oscar-verify"
@@ -18,7 +21,8 @@ n=0
 ok() { n=$((n + 1)); echo "ok $n - $*"; }
 SMALL=(--ctx 128 --tokens 128 --sink 8 --recent 16 --metric-tokens 64 --threads 2)
 
-"$MK" "$T/art" 30 9 3 64 0 7 llama >/dev/null 2>&1 || fail "make artifact"
+MSHA=$(sha256sum "$M" | cut -d' ' -f1)   # the model's identity (lib/model: sha256 of the GGUF)
+"$MK" "$T/art" 30 9 3 64 0 7 llama "$MSHA" >/dev/null 2>&1 || fail "make artifact"
 head -c 20000 "$P" > "$T/c.txt"
 
 # ---- usage errors: 2 ----
@@ -45,9 +49,77 @@ want 1 "badart" "$V" --model "$M" --rotations "$T/badart" --corpus "$T/c.txt" --
 want 1 "$T/none.txt" "$V" --model "$M" --corpus "$T/none.txt" --methods bf16 "${SMALL[@]}"
 head -c 200 "$P" > "$T/short.txt"
 want 1 "at least one window" "$V" --model "$M" --corpus "$T/short.txt" --methods bf16 "${SMALL[@]}"
-"$MK" "$T/art8" 8 9 3 64 0 7 llama >/dev/null 2>&1 || fail "make 8-layer artifact"
+"$MK" "$T/art8" 8 9 3 64 0 7 llama "$MSHA" >/dev/null 2>&1 || fail "make 8-layer artifact"
 want 1 "art8: artifact has 8 layers" "$V" --model "$M" --rotations "$T/art8" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}"
 ok "unreadable model / artifact / corpus and a mismatched artifact exit 1 naming the input"
+
+# ---- outputs checked before any compute, written whole; --tokens beyond the corpus ----
+# --model names no file: an error about the model would mean --report was checked too late
+mkdir -p "$T/rep-foreign" && echo notes > "$T/rep-foreign/notes.txt"
+want 1 "notes.txt" "$V" --model "$T/none.gguf" --corpus "$T/c.txt" --methods bf16 --report "$T/rep-foreign"
+echo x > "$T/rep-file"
+want 1 "not a directory" "$V" --model "$T/none.gguf" --corpus "$T/c.txt" --methods bf16 --report "$T/rep-file"
+# a report that could be written only in part (layers.svg cannot be a file here) is refused up front
+mkdir -p "$T/rep-part/layers.svg"
+want 1 "layers.svg" "$V" --model "$M" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}" --report "$T/rep-part"
+[ "$(ls -A "$T/rep-part")" = layers.svg ] || fail "partial report written: $(ls -A "$T/rep-part")"
+for i in 1 2; do
+    "$V" --model "$M" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}" --report "$T/rep" --quiet 2>"$T/err" \
+        || fail "report run $i: $(cat "$T/err")"
+done
+[ "$(ls "$T/rep" | tr '\n' ' ')" = "layers.svg report.json summary.md " ] || fail "report files: $(ls -A "$T/rep")"
+ls -A "$T" | grep -q '^\.rep\.' && fail "report temporaries left: $(ls -A "$T")"
+want 1 "c.txt" "$V" --model "$M" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}" --tokens 1000000
+grep -q "1000000" "$T/err" && grep -Eq "[0-9]+ tokens" "$T/err" || fail "--tokens beyond the corpus: $(cat "$T/err")"
+want 1 "fewer than the 1000000 of --metric-tokens" "$V" --model "$M" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}" \
+    --metric-tokens 1000000
+ok "--report checked before compute and replaced whole; --tokens / --metric-tokens beyond the corpus are errors naming it"
+
+# ---- integrity: the recorded sha256, orthogonality, the model's identity; --force ----
+flip() { # flip DIR BIT [rehash]: flips BIT of layers.3.v_rotation[5], optionally re-records the sha256
+    "$VENV_PY" - "$@" <<'PY' || fail "flip $*"
+import hashlib, json, struct, sys
+d, bit = sys.argv[1], int(sys.argv[2])
+f = d + "/oscar.safetensors"
+b = bytearray(open(f, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+off = 8 + n + json.loads(b[8:8 + n])["layers.3.v_rotation"]["data_offsets"][0] + 5 * 4
+b[off:off + 4] = struct.pack("<I", struct.unpack("<I", b[off:off + 4])[0] ^ (1 << bit))
+open(f, "wb").write(b)
+if len(sys.argv) > 3:
+    j = json.load(open(d + "/oscar.json"))
+    j["files"]["oscar.safetensors"]["sha256"] = hashlib.sha256(b).hexdigest()
+    json.dump(j, open(d + "/oscar.json", "w"))
+PY
+}
+forced() { # forced GREP DIR: --force runs DIR with a warning matching GREP (not --json/-q: they silence warnings)
+    "$V" --model "$M" --rotations "$2" --corpus "$T/c.txt" --methods bf16,oscar "${SMALL[@]}" --force \
+        >"$T/out" 2>"$T/err" || fail "--force $2: $(head -3 "$T/err")"
+    grep -q "^oscar " "$T/out" || fail "--force $2: no oscar row in the table"
+    grep -q "warning: .*$1.*forced" "$T/err" || fail "--force $2: no warning '$1': $(head -3 "$T/err")"
+}
+"$MK" "$T/other" 30 9 3 64 0 7 llama >/dev/null 2>&1 || fail "make artifact of another model"
+want 1 "other: artifact was calibrated on synthetic (oscar.base_model_sha256 0), but $M has sha256 $MSHA" \
+    "$V" --model "$M" --rotations "$T/other" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}"
+forced "calibrated on synthetic" "$T/other"
+cp -r "$T/art" "$T/lowbit" && flip "$T/lowbit" 0
+want 1 "lowbit/oscar.safetensors: sha256 .* records .*: the file was modified or corrupted" \
+    "$V" --model "$M" --rotations "$T/lowbit" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}"
+forced "modified or corrupted" "$T/lowbit"
+cp -r "$T/art" "$T/expbit" && flip "$T/expbit" 23 rehash
+want 1 "expbit/oscar.safetensors: artifact: layers.3.v_rotation is not orthogonal" \
+    "$V" --model "$M" --rotations "$T/expbit" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}"
+forced "not orthogonal" "$T/expbit"
+cp -r "$T/art" "$T/nohash"
+"$VENV_PY" -c "import json,sys; f=sys.argv[1]; j=json.load(open(f)); del j['files']['oscar.safetensors']['sha256']; \
+json.dump(j, open(f, 'w'))" "$T/nohash/oscar.json" || fail "drop the sha256"
+want 1 "nohash/oscar.json: no sha256 (64 hex digits) recorded for oscar.safetensors" \
+    "$V" --model "$M" --rotations "$T/nohash" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}"
+forced "no sha256" "$T/nohash"
+cp -r "$T/art" "$T/nojson" && rm "$T/nojson/oscar.json"
+want 1 "nojson/oscar.json: missing" "$V" --model "$M" --rotations "$T/nojson" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}"
+forced "oscar.json: missing" "$T/nojson"
+ok "another model's artifact, a flipped rotation bit, a missing sha256 / oscar.json exit 1; --force warns and runs"
 
 # ---- --device: cpu is the default simulation; cuda refuses what its kernels cannot do ----
 want 2 "bad --device" "$V" --model "$M" --corpus "$T/c.txt" --device tpu

@@ -1,11 +1,13 @@
 // oscar-make-artifact - writes a synthetic oscar artifact for export tests.
 //
-//   oscar-make-artifact OUT_DIR L HQ HKV D PER_HEAD(0|1) SEED [ARCH]
+//   oscar-make-artifact OUT_DIR L HQ HKV D PER_HEAD(0|1) SEED [ARCH [BASE_SHA256]]
 //
 // Rotations are random orthogonal matrices (products of D Householder
 // reflections of Gaussian vectors, fp64, stored fp32), eigenvalues a random
 // ascending sequence, clip ratios in [0.8, 1]. Every required metadata key is
-// set (provenance "synthetic"). Prints the seed. Test-only: not installed.
+// set (provenance "synthetic"; oscar.base_model_sha256 "0" unless BASE_SHA256
+// names the model the artifact should pass for). Prints the seed. Test-only:
+// not installed.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +50,7 @@ static void random_orthogonal(float * out, int D, double * q, double * v) {
 
 int main(int argc, char ** argv) {
     if (argc < 8) {
-        fprintf(stderr, "usage: oscar-make-artifact OUT_DIR L HQ HKV D PER_HEAD SEED [ARCH]\n");
+        fprintf(stderr, "usage: oscar-make-artifact OUT_DIR L HQ HKV D PER_HEAD SEED [ARCH [BASE_SHA256]]\n");
         return 2;
     }
     int  L = atoi(argv[2]), Hq = atoi(argv[3]), Hkv = atoi(argv[4]), D = atoi(argv[5]), ph = atoi(argv[6]);
@@ -83,6 +85,7 @@ int main(int argc, char ** argv) {
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
         if (oscar_artifact_set_meta(a, kv[i][0], kv[i][1]) != OSCAR_OK) goto fail;
     if (oscar_artifact_set_meta(a, "oscar.architecture", argc > 8 ? argv[8] : "llama") != OSCAR_OK) goto fail;
+    if (argc > 9 && oscar_artifact_set_meta(a, "oscar.base_model_sha256", argv[9]) != OSCAR_OK) goto fail;
     if (oscar_artifact_write(a, argv[1]) != OSCAR_OK) goto fail;
     oscar_artifact_free(a);
     return 0;

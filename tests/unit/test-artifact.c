@@ -1,8 +1,11 @@
 // test-artifact.c - formats/oscar-artifact: write/read round trip bit-exact
 // (per-layer and per-head layouts), truncated / corrupted oscar.safetensors,
 // a missing tensor, tensor shapes that disagree with the metadata, a
-// non-orthogonal rotation (rejected when checked, accepted when not), and an
-// existing non-artifact directory that must not be overwritten.
+// non-orthogonal rotation (rejected when checked, accepted when not), an
+// existing non-artifact directory that must not be overwritten; the
+// orthogonality bound against single bit flips (D = 64, 128), and
+// oscar_artifact_load's integrity checks (recorded sha256, orthogonality, the
+// model's identity) with and without force.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,9 +19,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "formats/oscar-artifact.h"
 #include "rotation/rotation.h"
 #include "util/fs.h"
+#include "util/sha256.h"
 
 #define SEED 777u
 enum { L = 2, HQ = 4, HKV = 2, D = 8 };
@@ -27,22 +33,25 @@ enum { L = 2, HQ = 4, HKV = 2, D = 8 };
 
 static char tmpdir[256];
 
-// Random orthogonal D x D: Gram-Schmidt of a random matrix in fp64, rounded to fp32.
-static void rand_orth(float * R) {
-    double M[D][D];
-    for (int i = 0; i < D; i++)
-        for (int j = 0; j < D; j++) M[i][j] = urand() - 0.5;
-    for (int i = 0; i < D; i++) {
+// Random orthogonal n x n: Gram-Schmidt of a random matrix in fp64, rounded to fp32.
+static void rand_orth_n(float * R, int n) {
+    double * M = malloc(sizeof(double) * (size_t) (n * n));
+    assert_non_null(M);
+    for (int i = 0; i < n * n; i++) M[i] = urand() - 0.5;
+    for (int i = 0; i < n; i++) {
         for (int k = 0; k < i; k++) {
             double d = 0;
-            for (int j = 0; j < D; j++) d += M[i][j] * M[k][j];
-            for (int j = 0; j < D; j++) M[i][j] -= d * M[k][j];
+            for (int j = 0; j < n; j++) d += M[i * n + j] * M[k * n + j];
+            for (int j = 0; j < n; j++) M[i * n + j] -= d * M[k * n + j];
         }
-        double n = 0;
-        for (int j = 0; j < D; j++) n += M[i][j] * M[i][j];
-        for (int j = 0; j < D; j++) M[i][j] /= sqrt(n), R[i * D + j] = (float) M[i][j];
+        double nn = 0;
+        for (int j = 0; j < n; j++) nn += M[i * n + j] * M[i * n + j];
+        for (int j = 0; j < n; j++) M[i * n + j] /= sqrt(nn), R[i * n + j] = (float) M[i * n + j];
     }
+    free(M);
 }
+
+static void rand_orth(float * R) { rand_orth_n(R, D); }
 
 static struct oscar_artifact * make(bool per_head) {
     struct oscar_artifact * a;
@@ -96,12 +105,9 @@ static void test_round_trip(void ** state) {
     }
 }
 
-// Loads dir/oscar.safetensors, lets edit() change it, writes it back, expects read to fail with want.
-static void tamper(const char * name, void (*edit)(char * buf, size_t * n), enum oscar_status want, bool orth) {
-    struct oscar_artifact * a = make(false), * b = NULL;
-    char dir[512], f[600];
-    path(dir, sizeof dir, name);
-    assert_int_equal(oscar_artifact_write(a, dir), OSCAR_OK);
+// Lets edit() change dir/oscar.safetensors in place (oscar.json is left as it was).
+static void rewrite_tensors(const char * dir, void (*edit)(char * buf, size_t * n)) {
+    char f[600];
     snprintf(f, sizeof f, "%s/%s", dir, OSCAR_ARTIFACT_TENSORS);
     char * buf = NULL;
     size_t n = 0;
@@ -111,12 +117,21 @@ static void tamper(const char * name, void (*edit)(char * buf, size_t * n), enum
     assert_non_null(fp);
     assert_int_equal(fwrite(buf, 1, n, fp), n);
     fclose(fp);
+    free(buf);
+}
+
+// Writes an artifact, lets edit() change its oscar.safetensors, expects read to fail with want.
+static void tamper(const char * name, void (*edit)(char * buf, size_t * n), enum oscar_status want, bool orth) {
+    struct oscar_artifact * a = make(false), * b = NULL;
+    char dir[512];
+    path(dir, sizeof dir, name);
+    assert_int_equal(oscar_artifact_write(a, dir), OSCAR_OK);
+    rewrite_tensors(dir, edit);
     enum oscar_status st = oscar_artifact_read(dir, orth, &b);
     if (st != want) fail_msg("%s: read gave %d, want %d (%s)", name, (int) st, (int) want, oscar_last_error());
     printf("%s: %s\n", name, st == OSCAR_OK ? "ok" : oscar_last_error());
     oscar_artifact_free(b);
     oscar_artifact_free(a);
-    free(buf);
 }
 
 static char * header_find(char * buf, const char * s) {
@@ -147,17 +162,29 @@ static void ed_head_dim(char * buf, size_t * n) {
     char * p = header_find(buf, "\"oscar.head_dim\":\"8\"");
     p[strlen("\"oscar.head_dim\":\"")] = '4';     // tensors are [8, 8]
 }
-static void ed_nonorth(char * buf, size_t * n) {
-    (void) n;
+// The first element of layers.1.k_rotation in a loaded oscar.safetensors.
+static float * rot_elem(char * buf) {
     uint64_t hl;
     memcpy(&hl, buf, 8);
     char * p = strstr(header_find(buf, "\"layers.1.k_rotation\""), "data_offsets");
     assert_non_null(p);
     unsigned long long off = 0;
     assert_int_equal(sscanf(p, "data_offsets\":[%llu", &off), 1);
-    float two = 2.0f;
-    memcpy(buf + 8 + hl + off, &two, 4);   // R[0][0] = 2: far from orthogonal, still finite
+    return (float *) (void *) (buf + 8 + hl + off);
 }
+static void ed_nonorth(char * buf, size_t * n) {
+    (void) n;
+    float two = 2.0f;
+    memcpy(rot_elem(buf), &two, 4);   // R[0][0] = 2: far from orthogonal, still finite
+}
+static void flip_bit(char * buf, int bit) {
+    uint32_t u;
+    memcpy(&u, rot_elem(buf), 4);
+    u ^= 1u << bit;
+    memcpy(rot_elem(buf), &u, 4);
+}
+static void ed_flip_low(char * buf, size_t * n) { (void) n, flip_bit(buf, 0); }    // lowest mantissa bit
+static void ed_flip_exp(char * buf, size_t * n) { (void) n, flip_bit(buf, 23); }   // lowest exponent bit
 
 static void test_corrupt(void ** state) {
     (void) state;
@@ -204,6 +231,139 @@ static void test_validate_and_refuse(void ** state) {
     oscar_artifact_free(a);
 }
 
+// Flipping one bit of an element of size >= 1/sqrt(D) (every row has one) must fail the
+// orthogonality bound for the sign, every exponent bit and the mantissa bits from
+// 4 + log2(D) up (their diagonal change 1.5·x²·2^(k-24) >= 1.5·2^(k-24)/D exceeds 8 eps32 plus
+// the < eps32 of the fp32 rounding); the lowest mantissa bit stays invisible to it (the
+// sha256 check of oscar_artifact_load catches that one).
+static void test_orth_bit_flips(void ** state) {
+    (void) state;
+    for (int32_t dim = 64, lg = 6; dim <= 128; dim *= 2, lg++) {
+        struct oscar_artifact * a = NULL;
+        ok(oscar_artifact_init(1, 1, 1, dim, false, false, false, &a));
+        rand_orth_n(a->k_rotation, dim);
+        rand_orth_n(a->v_rotation, dim);
+        for (int i = 0; oscar_artifact_required_meta[i]; i++)
+            ok(oscar_artifact_set_meta(a, oscar_artifact_required_meta[i], "1"));
+        ok(oscar_artifact_validate(a, true));
+        int32_t row = dim / 3, c = 0;
+        float * r = a->v_rotation + (size_t) row * (size_t) dim;
+        for (int32_t j = 1; j < dim; j++)
+            if (fabsf(r[j]) > fabsf(r[c])) c = j;
+        assert_true(fabsf(r[c]) >= 1.0f / sqrtf((float) dim));
+        for (int bit = 31; bit >= 0; bit--) {
+            uint32_t u;
+            memcpy(&u, &r[c], 4);
+            u ^= 1u << bit;
+            memcpy(&r[c], &u, 4);
+            enum oscar_status st = oscar_artifact_validate(a, true);
+            if (bit >= 4 + lg && st != OSCAR_ERR_NUMERIC)
+                fail_msg("D %d: flipping bit %d of R[%d][%d] passed the orthogonality check", (int) dim, bit,
+                         (int) row, (int) c);
+            if (bit == 0 && st != OSCAR_OK)
+                fail_msg("D %d: the lowest mantissa bit: %s", (int) dim, oscar_last_error());
+            u ^= 1u << bit;
+            memcpy(&r[c], &u, 4);
+        }
+        ok(oscar_artifact_validate(a, true));
+        oscar_artifact_free(a);
+    }
+}
+
+// Rewrites dir/oscar.json: sha256 of oscar.safetensors set to `sha` (NULL: the record removed).
+static void set_recorded_sha(const char * dir, const char * sha) {
+    char f[600];
+    snprintf(f, sizeof f, "%s/%s", dir, OSCAR_ARTIFACT_JSON);
+    json_error_t err;
+    json_t * root = json_load_file(f, 0, &err);
+    assert_non_null(root);
+    json_t * rec = json_object_get(json_object_get(root, "files"), OSCAR_ARTIFACT_TENSORS);
+    assert_non_null(rec);
+    if (sha) json_object_set_new(rec, "sha256", json_string(sha));
+    else json_object_del(rec, "sha256");
+    assert_int_equal(json_dump_file(root, f, 0), 0);
+    json_decref(root);
+}
+
+static void expect_load(const char * what, const char * dir, const struct oscar_artifact_trust * t,
+                        enum oscar_status want, const char * msg) {
+    struct oscar_artifact * b = NULL;
+    enum oscar_status st = oscar_artifact_load(dir, t, &b);
+    if (st != want) fail_msg("%s: load gave %d, want %d (%s)", what, (int) st, (int) want, oscar_last_error());
+    if (msg && !strstr(oscar_last_error(), msg)) fail_msg("%s: '%s' lacks '%s'", what, oscar_last_error(), msg);
+    printf("%s: %s\n", what, st == OSCAR_OK ? "ok" : oscar_last_error());
+    assert_true((st == OSCAR_OK) == (b != NULL));
+    oscar_artifact_free(b);
+}
+
+// oscar_artifact_load: the recorded sha256, orthogonality, the model's identity; force.
+static void test_load_integrity(void ** state) {
+    (void) state;
+    const struct oscar_artifact_trust model = {.model_sha256 = "1", .model_label = "m.gguf"};
+    const struct oscar_artifact_trust other = {.model_sha256 = "abc", .model_label = "other.gguf"};
+    const struct oscar_artifact_trust unknown = {.model_sha256 = "", .model_label = "random"};
+    const struct oscar_artifact_trust force = {.force = true};
+    const struct oscar_artifact_trust other_forced = {.model_sha256 = "abc", .model_label = "other.gguf",
+                                                      .force = true};
+    struct oscar_artifact * a = make(false);
+    char dir[512], f[600], sha[65];
+    path(dir, sizeof dir, "load");
+    ok(oscar_artifact_write(a, dir));
+    expect_load("intact", dir, NULL, OSCAR_OK, NULL);
+    expect_load("intact, its model", dir, &model, OSCAR_OK, NULL);
+    snprintf(f, sizeof f, "%s/%s", dir, OSCAR_ARTIFACT_TENSORS);
+    expect_load("the file itself", f, &model, OSCAR_OK, NULL);
+    // (c) another model, or one without an identity
+    expect_load("other model", dir, &other, OSCAR_ERR_INVALID,
+                "calibrated on 1 (oscar.base_model_sha256 1), but other.gguf has sha256 abc");
+    expect_load("unknown model", dir, &unknown, OSCAR_ERR_INVALID, "against random: the model has no sha256 identity");
+    expect_load("other model, forced", dir, &other_forced, OSCAR_OK, NULL);
+    ok(oscar_artifact_set_meta(a, "oscar.base_model_sha256", ""));   // e.g. a random-init calibration
+    path(dir, sizeof dir, "load-noid");
+    ok(oscar_artifact_write(a, dir));
+    expect_load("artifact without an identity", dir, &model, OSCAR_ERR_INVALID,
+                "records no oscar.base_model_sha256");
+    path(dir, sizeof dir, "load");
+    // (a) a low mantissa bit that orthogonality cannot see: the hash does
+    rewrite_tensors(dir, ed_flip_low);
+    struct oscar_artifact * b = NULL;
+    ok(oscar_artifact_read(dir, true, &b));
+    oscar_artifact_free(b);
+    expect_load("low bit flipped", dir, NULL, OSCAR_ERR_FORMAT, "was modified or corrupted");
+    expect_load("low bit flipped, via the file", f, NULL, OSCAR_ERR_FORMAT, "was modified or corrupted");
+    expect_load("low bit flipped, forced", dir, &force, OSCAR_OK, NULL);
+    // (b) an exponent bit with a matching record (a writer that hashed bad data): orthogonality
+    rewrite_tensors(dir, ed_flip_low);
+    rewrite_tensors(dir, ed_flip_exp);
+    ok(osc_sha256_file(f, sha));
+    set_recorded_sha(dir, sha);
+    expect_load("exponent bit flipped, hash matches", dir, NULL, OSCAR_ERR_NUMERIC,
+                "layers.1.k_rotation is not orthogonal");
+    expect_load("exponent bit flipped, forced", dir, &force, OSCAR_OK, NULL);
+    rewrite_tensors(dir, ed_flip_exp);
+    ok(osc_sha256_file(f, sha));
+    set_recorded_sha(dir, sha);
+    expect_load("restored", dir, &model, OSCAR_OK, NULL);
+    // a missing record, a missing or broken oscar.json
+    set_recorded_sha(dir, NULL);
+    expect_load("no recorded sha256", dir, NULL, OSCAR_ERR_FORMAT, "no sha256 (64 hex digits) recorded");
+    expect_load("no recorded sha256, forced", dir, &force, OSCAR_OK, NULL);
+    set_recorded_sha(dir, "0123");
+    expect_load("malformed sha256", dir, NULL, OSCAR_ERR_FORMAT, "no sha256 (64 hex digits) recorded");
+    char j[600];
+    snprintf(j, sizeof j, "%s/%s", dir, OSCAR_ARTIFACT_JSON);
+    ok(osc_write_file_atomic(j, "{\"files\": [", 11));
+    expect_load("broken oscar.json", dir, NULL, OSCAR_ERR_FORMAT, "not valid JSON");
+    assert_int_equal(unlink(j), 0);
+    expect_load("no oscar.json", dir, NULL, OSCAR_ERR_FORMAT, "oscar.json: missing");
+    expect_load("no oscar.json, forced", dir, &force, OSCAR_OK, NULL);
+    // every failure forced at once still loads; structural errors are never forced
+    expect_load("no oscar.json, other model, forced", dir, &other_forced, OSCAR_OK, NULL);
+    rewrite_tensors(dir, ed_truncate);
+    expect_load("truncated, forced", dir, &force, OSCAR_ERR_FORMAT, NULL);
+    oscar_artifact_free(a);
+}
+
 static int setup(void ** state) {
     (void) state;
     snprintf(tmpdir, sizeof tmpdir, "/tmp/oscar-test-artifact-XXXXXX");
@@ -219,6 +379,7 @@ static int teardown(void ** state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_round_trip), cmocka_unit_test(test_corrupt),
-                                       cmocka_unit_test(test_validate_and_refuse)};
+                                       cmocka_unit_test(test_validate_and_refuse), cmocka_unit_test(test_orth_bit_flips),
+                                       cmocka_unit_test(test_load_integrity)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -106,6 +106,53 @@ static void test_chunking_and_threads_invariant(void ** state) {
     free(ref);
 }
 
+// Layer-major order (layer 0: pass 1, end, pass 2, end; then layer 1 ...) gives
+// the whole-pass state bit for bit; mixing phases is refused where it must be.
+static void test_layer_major_equals_pass_major(void ** state) {
+    (void) state;
+    const int sizes[] = {5, 130, 64, 1};
+    const uint32_t kinds[] = {K4, OSCAR_STATS_QQT | OSCAR_STATS_SST | OSCAR_STATS_VATT};
+    for (int ki = 0; ki < 2; ki++) {
+        size_t n0, n;
+        uint8_t * ref = full_run(kinds[ki], 2, sizes, 4, &n0);
+        struct oscar_stats * s = make(kinds[ki], 2);
+        for (int l = 0; l < L; l++) {
+            for (int pass = 1; pass <= 2; pass++) {
+                for (int t = 0, i = 0; t < T; i++) {
+                    int m = sizes[i % 4] < T - t ? sizes[i % 4] : T - t;
+                    int32_t starts[2] = {0, m};
+                    add(s, l, t, m, 1, starts);
+                    t += m;
+                }
+                if (l == 0 && pass == 1) {
+                    // layer 1 has not started: a whole-pass end is refused, the layer's own end works
+                    assert_int_equal(oscar_stats_end_pass(s), OSCAR_ERR_INVALID);
+                }
+                assert_int_equal(oscar_stats_end_layer_pass(s, l), OSCAR_OK);
+                assert_int_equal(oscar_stats_layer_phase(s, l), pass == 1 ? 2 : 3);
+            }
+            assert_int_equal(oscar_stats_phase(s), l == L - 1 ? 3 : 1);
+            if (l == 0) {   // a checkpoint between layers round-trips the mixed phases
+                size_t cn;
+                uint8_t * ck = snapshot(s, &cn);
+                struct oscar_stats * r = NULL;
+                assert_int_equal(oscar_stats_load(ck, cn, 2, T, &r), OSCAR_OK);
+                assert_int_equal(oscar_stats_layer_phase(r, 0), 3);
+                assert_int_equal(oscar_stats_layer_phase(r, 1), 1);
+                oscar_stats_free(s);
+                s = r;
+                free(ck);
+            }
+        }
+        uint8_t * b = snapshot(s, &n);
+        assert_int_equal(n, n0);
+        assert_memory_equal(b, ref, n);
+        free(b);
+        free(ref);
+        oscar_stats_free(s);
+    }
+}
+
 static void test_vatt_sequence_grouping_invariant(void ** state) {
     (void) state;
     // sequences of lengths 50, 120, 30, 200, 300 fed one per call or all in one call
@@ -273,6 +320,7 @@ static void test_sst_zero_weights_no_nan(void ** state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunking_and_threads_invariant),
+        cmocka_unit_test(test_layer_major_equals_pass_major),
         cmocka_unit_test(test_vatt_sequence_grouping_invariant),
         cmocka_unit_test(test_checkpoint_resume),
         cmocka_unit_test(test_checkpoint_rejects_corruption),

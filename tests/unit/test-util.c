@@ -1,14 +1,17 @@
-// test-util.c - error messages, atomic writes, mappings.
+// test-util.c - error messages, atomic writes, mappings, directories replaced whole.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "oscar.h"
@@ -105,6 +108,147 @@ static void test_map_fifo(void ** state) {
     free(path);
 }
 
+// ---- output directories (osc_dir_stage) -----------------------------------------------------
+static const char * const files[] = {"a.txt", "b.txt", NULL};
+
+// A pid no process has now: a child that has exited and been reaped.
+static long dead_pid(void) {
+    pid_t c = fork();
+    assert_true(c >= 0);
+    if (c == 0) _exit(0);
+    assert_int_equal(waitpid(c, NULL, 0), c);
+    return (long) c;
+}
+
+static char * pathf(const char * fmt, ...) __attribute__((format(printf, 1, 2)));
+static char * pathf(const char * fmt, ...) {
+    char rel[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rel, sizeof rel, fmt, ap);
+    va_end(ap);
+    char * p = osc_path_join(tmpdir, rel);
+    assert_non_null(p);
+    return p;
+}
+
+static void put(const char * path, const char * text) {
+    assert_int_equal(osc_write_file_atomic(path, text, strlen(text)), OSCAR_OK);
+}
+
+static bool exists(const char * path) {
+    struct stat sb;
+    return lstat(path, &sb) == 0;
+}
+
+// Writes dir/a.txt = text through a stage and commits it.
+static enum oscar_status stage_write(const char * dir, const char * text) {
+    struct osc_dir_stage s;
+    enum oscar_status st = osc_dir_stage_open(&s, dir, "a test directory", files);
+    if (st != OSCAR_OK) return st;
+    char * f = osc_path_join(s.tmp, "a.txt");
+    put(f, text);
+    free(f);
+    return osc_dir_stage_commit(&s);
+}
+
+static void test_dir_stage_replaces_whole(void ** state) {
+    (void) state;
+    char * dir = pathf("out/rep"), * a = pathf("out/rep/a.txt"), * b = pathf("out/rep/b.txt");
+    assert_int_equal(stage_write(dir, "one"), OSCAR_OK); // parent created
+    put(b, "old b");
+    assert_int_equal(stage_write(dir, "two"), OSCAR_OK);
+    char * text = NULL;
+    assert_int_equal(osc_read_file(a, 100, &text, NULL), OSCAR_OK);
+    assert_string_equal(text, "two");
+    free(text);
+    assert_false(exists(b)); // replaced whole, not merged
+    char * p = pathf("out");
+    struct dirent * e;
+    DIR * d = opendir(p);
+    assert_non_null(d);
+    int n = 0;
+    while ((e = readdir(d)) != NULL) n += e->d_name[0] != '.'; // no hidden sibling left either
+    closedir(d);
+    assert_int_equal(n, 1);
+    char * hidden = pathf("out/.rep.tmp.%ld", (long) getpid());
+    assert_false(exists(hidden));
+    // an aborted stage leaves the old directory and nothing else
+    struct osc_dir_stage s;
+    assert_int_equal(osc_dir_stage_open(&s, dir, "a test directory", files), OSCAR_OK);
+    assert_true(exists(s.tmp));
+    osc_dir_stage_abort(&s);
+    assert_false(exists(hidden));
+    assert_true(exists(a));
+    free(dir), free(a), free(b), free(p), free(hidden);
+}
+
+static void test_dir_stage_refuses(void ** state) {
+    (void) state;
+    char * foreign = pathf("foreign"), * notes = pathf("foreign/notes.txt"), * file = pathf("plain");
+    char * sub = pathf("sub"), * subdir = pathf("sub/a.txt"), * link = pathf("link");
+    assert_int_equal(osc_mkdirs(foreign), OSCAR_OK);
+    put(notes, "mine");
+    assert_int_equal(osc_dir_check_dest(foreign, "a test directory", files), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "notes.txt"));
+    assert_non_null(strstr(oscar_last_error(), "a test directory"));
+    put(file, "x");
+    assert_int_equal(osc_dir_check_dest(file, "a test directory", files), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "not a directory"));
+    assert_int_equal(osc_mkdirs(subdir), OSCAR_OK); // a listed name that is not a file
+    assert_int_equal(osc_dir_check_dest(sub, "a test directory", files), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "not a regular file"));
+    assert_int_equal(symlink(foreign, link), 0);
+    assert_int_equal(osc_dir_check_dest(link, "a test directory", files), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "symbolic link"));
+    assert_int_equal(osc_dir_check_dest("", "a test directory", files), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "empty"));
+    char * dot = pathf("foreign/.");
+    assert_int_equal(osc_dir_check_dest(dot, "a test directory", files), OSCAR_ERR_INVALID);
+    assert_int_equal(osc_dir_check_dest("/", "a test directory", files), OSCAR_ERR_INVALID);
+    assert_int_not_equal(osc_dir_check_dest("/proc/oscar-test-dir", "a test directory", files), OSCAR_OK);
+    assert_non_null(strstr(oscar_last_error(), "/proc/oscar-test-dir"));
+    // nothing was created next to the refused destinations
+    char * tmp = pathf(".foreign.tmp.%ld", (long) getpid());
+    assert_false(exists(tmp));
+    free(foreign), free(notes), free(file), free(sub), free(subdir), free(link), free(dot), free(tmp);
+}
+
+static void test_stale_temporaries_removed(void ** state) {
+    (void) state;
+    long dead = dead_pid();
+    char * dir = pathf("st/art");
+    char * t = pathf("st/.art.tmp.%ld", dead), * o = pathf("st/.art.old.%ld", dead), * t_in = pathf("st/.art.tmp.%ld/a.txt", dead);
+    char * live = pathf("st/.art.tmp.%ld", (long) getppid()), * odd = pathf("st/.art.tmp.12x"), * zero = pathf("st/.art.tmp.0%ld", dead);
+    char * other = pathf("st/.other.tmp.%ld", dead);
+    assert_int_equal(osc_mkdirs(t), OSCAR_OK);
+    put(t_in, "half");
+    assert_int_equal(osc_mkdirs(o), OSCAR_OK);
+    assert_int_equal(osc_mkdirs(live), OSCAR_OK);
+    assert_int_equal(osc_mkdirs(odd), OSCAR_OK);
+    assert_int_equal(osc_mkdirs(zero), OSCAR_OK);
+    assert_int_equal(osc_mkdirs(other), OSCAR_OK);
+    assert_int_equal(stage_write(dir, "new"), OSCAR_OK);
+    assert_false(exists(t));
+    assert_false(exists(o));
+    assert_true(exists(live)); // a live writer's, not ours to remove
+    assert_true(exists(odd));  // not our pattern
+    assert_true(exists(zero));
+    assert_true(exists(other)); // another destination's
+    // files: "<path>.tmp.<pid>" of a dead writer goes when the path is written again
+    char * f = pathf("st/f.bin"), * ft = pathf("st/f.bin.tmp.%ld", dead), * fl = pathf("st/f.bin.tmp.%ld", (long) getppid());
+    put(ft, "stale");
+    put(fl, "live");
+    put(f, "data");
+    assert_false(exists(ft));
+    assert_true(exists(fl));
+    put(ft, "stale again");
+    osc_remove_stale_temps(f);
+    assert_false(exists(ft));
+    free(dir), free(t), free(o), free(t_in), free(live), free(odd), free(zero), free(other);
+    free(f), free(ft), free(fl);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_message),
@@ -114,6 +258,9 @@ int main(void) {
         cmocka_unit_test(test_read_file_limit),
         cmocka_unit_test(test_mkdirs),
         cmocka_unit_test(test_map_fifo),
+        cmocka_unit_test(test_dir_stage_replaces_whole),
+        cmocka_unit_test(test_dir_stage_refuses),
+        cmocka_unit_test(test_stale_temporaries_removed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
