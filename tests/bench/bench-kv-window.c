@@ -1,0 +1,137 @@
+// bench-kv-window.c - quantized-cache perplexity of one window on the CPU: the
+// one-pass closed form oscar-verify runs (oscar_kv_sim) against the serving
+// cache advanced token by token (kv-decode.h: inside one forward, and as a
+// server runs it, one forward per token), per method, in one process, with
+// the bf16 one-pass window as the baseline. Also prints the largest
+// log-likelihood difference between the paths (0 for decode-batch by
+// construction; fp32-rounding sized for decode-steps).
+//
+//   bench-kv-window MODEL.gguf CORPUS.txt [--ctx N] [--sink N] [--recent N] [--page N] [-t THREADS]
+//                   [--no-steps]   (skip the one-forward-per-token path, O(ctx) forwards)
+//
+// "oscar" uses identity rotations with the reference clips: the cost of a
+// rotated ASYM INT2 cache, not a calibrated artifact's accuracy.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calibrate/calibrate.h"
+#include "util/cli.h"
+#include "util/log.h"
+#include "verify/kv-decode.h"
+
+static const char * const methods[] = {"bf16", "naive", "hadamard", "oscar", "int4-bdh", "kivi"};
+enum { N_METHODS = sizeof methods / sizeof methods[0] };
+
+struct opts {
+    const char * model, * corpus;
+    int32_t ctx, sink, recent, page, n_threads;
+    bool steps;
+};
+
+static int parse(int argc, char ** argv, struct opts * o) {
+    *o = (struct opts){.ctx = 512, .sink = 32, .recent = 128, .page = 64, .steps = true};
+    for (int i = 1; i < argc; i++) {
+        enum oscar_status st = OSCAR_OK;
+        const char * a = argv[i];
+        if (!strcmp(a, "--ctx") && i + 1 < argc) st = osc_parse_i32(a, argv[++i], 2, 1 << 16, &o->ctx);
+        else if (!strcmp(a, "--sink") && i + 1 < argc) st = osc_parse_i32(a, argv[++i], 0, 1 << 16, &o->sink);
+        else if (!strcmp(a, "--recent") && i + 1 < argc) st = osc_parse_i32(a, argv[++i], 0, 1 << 16, &o->recent);
+        else if (!strcmp(a, "--page") && i + 1 < argc) st = osc_parse_i32(a, argv[++i], 1, 1 << 16, &o->page);
+        else if (!strcmp(a, "-t") && i + 1 < argc) st = osc_parse_threads(a, argv[++i], &o->n_threads);
+        else if (!strcmp(a, "--no-steps")) o->steps = false;
+        else if (!o->model) o->model = a;
+        else if (!o->corpus) o->corpus = a;
+        else st = osc_error(OSCAR_ERR_INVALID, "unexpected argument '%s'", a);
+        if (st != OSCAR_OK) return fprintf(stderr, "bench-kv-window: %s\n", oscar_last_error()), 2;
+    }
+    if (!o->model || !o->corpus) {
+        fprintf(stderr, "usage: bench-kv-window MODEL CORPUS [--ctx N] [--sink N] [--recent N] [--page N] "
+                        "[-t THREADS] [--no-steps]\n");
+        return 2;
+    }
+    return 0;
+}
+
+static double max_diff(const double * a, const double * b, int32_t n) {
+    double w = 0;
+    for (int32_t i = 0; i < n; i++) w = fmax(w, fabs(a[i] - b[i]));
+    return w;
+}
+
+// Tokens whose log-likelihoods differ by more than tol.
+static int32_t n_differ(const double * a, const double * b, int32_t n, double tol) {
+    int32_t k = 0;
+    for (int32_t i = 0; i < n; i++) k += fabs(a[i] - b[i]) > tol;
+    return k;
+}
+
+// Seconds of one window on path, log-likelihoods into ll.
+static double timed(const struct oscar_model * m, const struct oscar_kv_transform * tf, enum oscar_kv_path path,
+                    const int32_t * tok, int32_t n, int32_t threads, double * ll) {
+    double t0 = osc_now();
+    if (oscar_kv_window_loglik(m, tf, path, tok, n, threads, ll) != OSCAR_OK) {
+        fprintf(stderr, "bench-kv-window: %s\n", oscar_last_error());
+        exit(1);
+    }
+    return osc_now() - t0;
+}
+
+int main(int argc, char ** argv) {
+    struct opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc;
+    oscar_log_set_level(OSCAR_LOG_ERROR);
+    struct oscar_model * m = NULL;
+    struct oscar_tokenizer * tok = NULL;
+    struct oscar_calib_corpus cp = {0};
+    if (oscar_model_load(o.model, &m) || oscar_tokenizer_load(o.model, &tok) ||
+        oscar_calib_corpus_load(tok, o.corpus, NULL, o.ctx, &cp)) {
+        fprintf(stderr, "bench-kv-window: %s\n", oscar_last_error());
+        return 1;
+    }
+    if (cp.n < (int64_t) o.ctx) return fprintf(stderr, "bench-kv-window: %s has %lld tokens\n", o.corpus,
+                                               (long long) cp.n), 1;
+    const struct oscar_model_config * c = &m->config;
+    const size_t L = (size_t) c->n_layer, D = (size_t) c->head_dim;
+    float * eye = calloc(L * D * D, sizeof(float));
+    float kc[1] = {0.96f}, vc[1] = {0.92f};
+    double * ll[3];
+    for (int i = 0; i < 3; i++) ll[i] = malloc(sizeof(double) * (size_t) o.ctx);
+    if (!eye || !ll[0] || !ll[1] || !ll[2]) return fprintf(stderr, "bench-kv-window: out of memory\n"), 1;
+    for (size_t l = 0; l < L; l++)
+        for (size_t i = 0; i < D; i++) eye[(l * D + i) * D + i] = 1.0f;
+    const struct oscar_tiering tiers = {.mode = OSCAR_TIERS_DECODE, .n_sink = o.sink, .n_recent = o.recent,
+                                        .n_flush = o.page, .prompt_len = o.sink, .block = 1};
+    printf("quantized-cache window, %s, ctx %d, sink %d, recent %d, page %d, threads %d\n", c->name, o.ctx, o.sink,
+           o.recent, o.page, o.n_threads);
+    printf("| method | one pass (s) | tok/s | vs bf16 one pass | decode in one forward (s) | one forward per token "
+           "(s) | one pass speed-up over per token | max dll batch | max dll steps | tokens dll steps > 1e-3 |\n"
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    double t_bf16 = 0;
+    int bad = 0;
+    for (int k = 0; k < N_METHODS; k++) {
+        struct oscar_kv_transform tf;
+        if (oscar_kv_transform_preset(methods[k], c->n_layer, c->n_head_kv, c->head_dim, 0, OSCAR_META_F32, &tiers,
+                                      false, eye, eye, false, kc, vc, &tf) != OSCAR_OK) {
+            fprintf(stderr, "bench-kv-window: %s: %s\n", methods[k], oscar_last_error());
+            return 1;
+        }
+        const int32_t n = o.ctx, t = o.n_threads;
+        const double t1 = timed(m, &tf, OSCAR_KV_ONE_PASS, cp.tokens, n, t, ll[0]);
+        const double t2 = timed(m, &tf, OSCAR_KV_DECODE_BATCH, cp.tokens, n, t, ll[1]);
+        const double t3 = o.steps ? timed(m, &tf, OSCAR_KV_DECODE_STEPS, cp.tokens, n, t, ll[2]) : (double) NAN;
+        if (k == 0) t_bf16 = t1;
+        const double db = max_diff(ll[0], ll[1], n - 1), ds = o.steps ? max_diff(ll[0], ll[2], n - 1) : (double) NAN;
+        bad |= db != 0.0; // the same schedule and arithmetic: bitwise equal (kv-decode.h)
+        printf("| %s | %.3f | %.0f | %.2fx | %.3f | %.3f | %.1fx | %.3g | %.3g | %d / %d |\n", methods[k], t1,
+               (n - 1) / t1, t_bf16 / t1, t2, t3, t3 / t1, db, ds, o.steps ? (int) n_differ(ll[0], ll[2], n - 1, 1e-3) : 0,
+               (int) (n - 1));
+    }
+    for (int i = 0; i < 3; i++) free(ll[i]);
+    free(eye);
+    oscar_calib_corpus_free(&cp), oscar_tokenizer_free(tok), oscar_model_free(m);
+    if (bad) fprintf(stderr, "bench-kv-window: the one-pass and decode-in-one-forward log-likelihoods differ\n");
+    return bad;
+}
