@@ -327,6 +327,17 @@ static enum oscar_status from_store(const struct opts * o, const struct oscar_mo
     return oscar_calib_accumulate_from_store(*store, plan, p, st, t);
 }
 
+// The model and tokenizer of --model, or for --random-init on the CPU the
+// weights materialised on the host (the generator and seed of
+// oscar_fwd_init_random's cpu backend); CUDA makes its random weights on the
+// device (*m stays NULL).
+static enum oscar_status open_model(const struct opts * o, const struct oscar_model_config * shape, uint64_t seed,
+                                    struct oscar_model ** m, struct oscar_tokenizer ** tok) {
+    if (o->random_init) return on_cuda(o) ? OSCAR_OK : oscar_model_init_random(shape, seed, m);
+    enum oscar_status st = oscar_model_load(o->model, m);
+    return st != OSCAR_OK ? st : oscar_tokenizer_load(o->model, tok);
+}
+
 int main(int argc, char ** argv) {
     struct opts o = {0};
     struct oscar_calib_params p = oscar_calib_default_params();
@@ -367,10 +378,7 @@ int main(int argc, char ** argv) {
         if (strcmp(model_path, o.model)) osc_info("--model %s -> %s", o.model, model_path);
         o.model = model_path;
     }
-    // --random-init on the CPU: the weights materialised on the host (the same
-    // generator and seed as oscar_fwd_init_random's cpu backend)
-    if (((o.random_init && !on_cuda(&o)) ? oscar_model_init_random(&shape.config, p.seed, &m) != OSCAR_OK
-         : !o.random_init && (oscar_model_load(o.model, &m) || oscar_tokenizer_load(o.model, &tok))) ||
+    if (open_model(&o, &shape.config, p.seed, &m, &tok) ||
         (on_cuda(&o) ? from_device(&o, m, o.random_init ? &shape.config : NULL, tok, &p, &corpus, &plan, &held, &st, &t)
          : o.from_act ? from_store(&o, m, tok, &p, &store, &corpus, &plan, &held, &st, &t)
                       : from_forward(&o, m, tok, &p, &corpus, &plan, &held, &st, &t)) ||
