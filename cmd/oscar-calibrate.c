@@ -3,6 +3,7 @@
 // and held-out rows) -> fit -> clip search -> gate -> artifact. Exit 0 ok, 1 failure
 // (including a failed gate with --strict), 2 usage error.
 #include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,7 @@ static void usage(FILE * f) {
             "  -m, --model PATH|ID       .gguf file, HF model directory, or Hub owner/name[@rev][:path]\n"
             "                            (pulled into the shared HF cache; HF_HUB_OFFLINE=1 uses the cache)\n"
             "  -f, --corpus PATH         text file, .jsonl, or directory of them (not with --from-activations)\n"
-            "      --jsonl-field NAME    [text]\n"
+            "      --jsonl-field NAME    the field of each JSONL record; every file is then JSONL [*.jsonl: text]\n"
             "  -o, --out DIR             artifact directory: new, or an artifact to replace (checked before any compute)\n"
             "      --tokens N            calibration tokens [20000]\n"
             "  -c, --seq-len N           tokens per sequence [512]\n"
@@ -327,6 +328,31 @@ static enum oscar_status from_store(const struct opts * o, const struct oscar_mo
     return oscar_calib_accumulate_from_store(*store, plan, p, st, t);
 }
 
+// --json: the run's summary on stdout (jansson, so any path is valid JSON).
+static enum oscar_status print_json(const struct opts * o, const struct oscar_calib_plan * plan,
+                                    const struct oscar_calib_fit * fit, const struct oscar_calib_timing * t,
+                                    double rss_mb, const char * summary_json) {
+    json_error_t err;
+    json_t * summary = json_loads(summary_json, 0, &err);
+    json_t * timing = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "forward", t->forward, "accumulate",
+                                t->accumulate, "eigh", t->eigh, "clip", t->clip, "gate", t->gate, "heldout", t->heldout,
+                                "store", t->store, "total", t->total, "tokens_per_s", capture_rate(plan, t));
+    json_t * j = summary && timing
+                     ? json_pack("{s:s, s:s, s:I, s:i, s:f, s:f, s:f, s:o, s:o}", "out", o->out, "source",
+                                 o->from_act ? "activations" : on_cuda(o) ? "cuda" : "forward", "tokens",
+                                 (json_int_t) plan->n_tokens, "sequences", (int) plan->n_seq, "orth_err_max",
+                                 fit->orth_err_max, "peak_rss_mb", rss_mb, "device_peak_gib",
+                                 (double) t->device_peak_bytes / 1073741824.0, "timing_s", timing, "summary", summary)
+                     : NULL;
+    if (!j) {
+        json_decref(summary), json_decref(timing);
+        return osc_error(OSCAR_ERR_NOMEM, "--json: cannot build the summary (%s)", summary ? "out of memory" : err.text);
+    }
+    int bad = json_dumpf(j, stdout, 0) != 0 || fputc('\n', stdout) == EOF || fflush(stdout) != 0;
+    json_decref(j); // owns timing and summary ("o")
+    return bad ? osc_error(OSCAR_ERR_IO, "--json: writing stdout failed") : OSCAR_OK;
+}
+
 // The model and tokenizer of --model, or for --random-init on the CPU the
 // weights materialised on the host (the generator and seed of
 // oscar_fwd_init_random's cpu backend); CUDA makes its random weights on the
@@ -418,14 +444,10 @@ int main(int argc, char ** argv) {
         if (t.device_peak_bytes)
             fprintf(stderr, "peak device memory in use %.2f GiB\n", (double) t.device_peak_bytes / 1073741824.0);
     }
-    if (o.json) printf("{\"out\": \"%s\", \"source\": \"%s\", \"tokens\": %lld, \"sequences\": %d, \"orth_err_max\": %.3g, "
-                       "\"peak_rss_mb\": %.1f, \"device_peak_gib\": %.2f, \"timing_s\": {\"forward\": %.3f, \"accumulate\": %.3f, \"eigh\": %.3f, "
-                       "\"clip\": %.3f, \"gate\": %.3f, \"heldout\": %.3f, \"store\": %.3f, \"total\": %.3f, "
-                       "\"tokens_per_s\": %.2f}, \"summary\": %s}\n",
-                       o.out, o.from_act ? "activations" : on_cuda(&o) ? "cuda" : "forward", (long long) plan.n_tokens, (int) plan.n_seq,
-                       fit.orth_err_max, rss, (double) t.device_peak_bytes / 1073741824.0, t.forward, t.accumulate, t.eigh, t.clip, t.gate, t.heldout, t.store,
-                       t.total, capture_rate(&plan, &t),
-                       art->summary_json);
+    if (o.json && print_json(&o, &plan, &fit, &t, rss, art->summary_json) != OSCAR_OK) {
+        fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
+        goto out;
+    }
     rc = 0;
 out:
     oscar_artifact_free(art); oscar_calib_gate_free(&gate); oscar_calib_clip_free(&clip); oscar_calib_fit_free(&fit);

@@ -29,7 +29,7 @@ static void usage(FILE * f) {
             "  -m, --model PATH|ID      .gguf file, HF model directory, or Hub owner/name[@rev][:path]\n"
             "  -r, --rotations PATH|ID  artifact directory or Hub owner/name[@rev][:path]\n"
             "  -f, --corpus PATH        held-out text file, .jsonl (--jsonl-field), or directory of them\n"
-            "      --jsonl-field NAME   [none: plain text]\n"
+            "      --jsonl-field NAME   the field of each JSONL record; every file is then JSONL [*.jsonl: text]\n"
             "  -c, --ctx N              perplexity window [2048]\n"
             "      --sink N --recent N  BF16 tiers [32, 128]\n"
             "      --page N             decode demotion page [8]\n"

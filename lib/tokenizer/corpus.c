@@ -63,7 +63,8 @@ static enum oscar_status add_doc(struct reader * r, const char * path, const cha
     return OSCAR_OK;
 }
 
-static enum oscar_status read_jsonl(struct reader * r, const char * path, const char * data, size_t size) {
+static enum oscar_status read_jsonl(struct reader * r, const char * path, const char * field, const char * data,
+                                    size_t size) {
     size_t line_no = 0;
     for (size_t pos = 0; pos < size && !full(r);) {
         const char * nl = memchr(data + pos, '\n', size - pos);
@@ -75,12 +76,12 @@ static enum oscar_status read_jsonl(struct reader * r, const char * path, const 
         if (b == e) continue;
         json_error_t err;
         json_t *     obj = json_loadb(data + b, e - b, 0, &err);
-        json_t *     v = json_is_object(obj) ? json_object_get(obj, r->opts->jsonl_field) : NULL;
+        json_t *     v = json_is_object(obj) ? json_object_get(obj, field) : NULL;
         enum oscar_status st = OSCAR_OK;
         if (!obj) {
             st = osc_error(OSCAR_ERR_FORMAT, "%s:%zu: invalid JSON: %s", path, line_no, err.text);
         } else if (!json_is_string(v)) {
-            st = osc_error(OSCAR_ERR_FORMAT, "%s:%zu: no string field '%s'", path, line_no, r->opts->jsonl_field);
+            st = osc_error(OSCAR_ERR_FORMAT, "%s:%zu: no string field '%s'", path, line_no, field);
         } else {
             st = add_doc(r, path, json_string_value(v), json_string_length(v));
         }
@@ -97,7 +98,12 @@ static enum oscar_status read_file(struct reader * r, const char * path) {
     if (st != OSCAR_OK) return st;
     osc_sha256_update(&r->sha, data, size);
     r->stats->n_files++;
-    st = r->opts->jsonl_field ? read_jsonl(r, path, data, size) : add_doc(r, path, data, size);
+    // JSONL: every file when a field is named, else files named *.jsonl with their "text" field
+    const size_t n = strlen(path);
+    const char * field = r->opts->jsonl_field ? r->opts->jsonl_field
+                         : n > 6 && strcmp(path + n - 6, ".jsonl") == 0 ? OSCAR_CORPUS_JSONL_FIELD
+                                                                        : NULL;
+    st = field ? read_jsonl(r, path, field, data, size) : add_doc(r, path, data, size);
     free(data);
     return st;
 }

@@ -2,8 +2,10 @@
 //
 // A corpus path is
 //   - a text file: the whole file is one document;
-//   - a JSONL file (opts.jsonl_field set): every non-empty line is a JSON
-//     object and its string field `jsonl_field` is one document;
+//   - a JSONL file: every non-empty line is a JSON object and its string
+//     field opts.jsonl_field is one document. With jsonl_field NULL, files
+//     named *.jsonl are read so with the field "text" and others as text;
+//     with it set, every file is JSONL;
 //   - a directory: its regular, non-hidden files sorted by name (strcmp),
 //     not recursive, each read as above.
 // Each document becomes [bos if opts.add_bos] + ids + [separator if >= 0];
@@ -23,8 +25,10 @@
 
 #include "tokenizer/tokenizer.h"
 
+#define OSCAR_CORPUS_JSONL_FIELD "text" // the field of *.jsonl files when none is named
+
 struct oscar_corpus_opts {
-    const char * jsonl_field;   // NULL: files are plain text
+    const char * jsonl_field;   // NULL: *.jsonl files use OSCAR_CORPUS_JSONL_FIELD, others are plain text
     int32_t      separator;     // token appended after each document; -1: none
     bool         add_bos;       // prepend the tokenizer's BOS to each document
     bool         parse_special; // match special tokens in the text

@@ -10,7 +10,9 @@
 #     writers (only names of that pattern, never those of a live process);
 #  4. --resume refuses a checkpoint made on another corpus (or capture dtype), naming what
 #     differs; the matching resume completes and removes OUT.ckpt and a stale
-#     OUT.ckpt.tmp.PID.
+#     OUT.ckpt.tmp.PID;
+#  5. --json is valid JSON with a quote in the --out path, and -q / --json print nothing
+#     else (issue 20).
 set -u
 . "$(dirname "$0")/common.sh"
 need_smollm2
@@ -75,4 +77,19 @@ touch "$T/c.ckpt.tmp.$d"
 [ -s "$T/c/oscar.safetensors" ] || fail "resume wrote no artifact"
 [ ! -e "$T/c.ckpt" ] && [ ! -e "$T/c.ckpt.tmp.$d" ] || fail "checkpoint files left: $(ls -A "$T")"
 ok "the matching resume completes and removes OUT.ckpt and a stale OUT.ckpt.tmp.PID"
+
+# 5. (issue 20) --json is valid JSON whatever the path holds, and the only output: -q and
+#    --json leave stderr empty on success
+mkdir -p "$T/q\"x"
+"$CAL" -m "$MODEL" "${ARGS[@]}" -o "$T/q\"x/a" --json > "$T/j.json" 2> "$T/err" || fail "--json run: $(cat "$T/err")"
+[ ! -s "$T/err" ] || fail "--json printed on stderr: $(head -3 "$T/err")"
+"$PY" - "$T/j.json" "$T/q\"x/a" <<'PY' || fail "--json output: $(head -c 300 "$T/j.json")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["out"] == sys.argv[2], j["out"]
+assert j["source"] == "forward" and j["tokens"] > 0 and "gate" in j["summary"], j
+PY
+"$CAL" -m "$MODEL" "${ARGS[@]}" -o "$T/q\"x/b" -q > "$T/out" 2> "$T/err" || fail "-q run: $(cat "$T/err")"
+[ ! -s "$T/err" ] && [ ! -s "$T/out" ] || fail "-q printed: $(head -3 "$T/err" "$T/out")"
+ok "--json is valid JSON (a quote in --out) and, like -q, leaves stderr empty"
 echo "test-calibrate-hardening: $n checks passed"

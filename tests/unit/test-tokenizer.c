@@ -391,6 +391,19 @@ static void test_corpus(void ** state) {
     write_file(dir, "q.jsonl", "{\"question\":\"he\\u0000\xff\"}\n");
     assert_int_equal(oscar_corpus_tokenize(tok, jl, &o, &t, &cs), OSCAR_ERR_FORMAT); // jansson rejects bad UTF-8
     oscar_tokens_free(&t);
+    // no field named: a *.jsonl file is JSONL with its "text" field (before, its raw lines were
+    // tokenized as text), a record without one is an error naming the line
+    o = oscar_corpus_default_opts(tok);
+    o.separator = -1;
+    write_file(dir, "q.jsonl", "{\"text\":\"hello\",\"meta\":1}\n{\"text\":\"a\"}\n");
+    assert_int_equal(oscar_corpus_tokenize(tok, jl, &o, &t, &cs), OSCAR_OK);
+    assert_int_equal(t.n, 2);
+    assert_memory_equal(t.ids, wantj, sizeof wantj);
+    oscar_tokens_free(&t);
+    write_file(dir, "q.jsonl", "{\"text\":\"hello\"}\n{\"question\":\"a\"}\n");
+    assert_int_equal(oscar_corpus_tokenize(tok, jl, &o, &t, &cs), OSCAR_ERR_FORMAT);
+    assert_non_null(strstr(oscar_last_error(), "q.jsonl:2: no string field 'text'"));
+    oscar_tokens_free(&t);
     write_file(dir, "bad.txt", "ok\xff");
     char * bt = osc_path_join(dir, "bad.txt");
     o.jsonl_field = NULL;
