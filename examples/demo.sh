@@ -18,7 +18,7 @@ mkdir -p "$ZOO"
 
 echo "== oscar-calibrate: SmolLM2-135M on Pride and Prejudice, $TOKENS tokens" >&2
 "$B/bin/oscar-calibrate" -m "$MODEL" -f "$AUSTEN/prideprejudice.txt" --tokens "$TOKENS" -c 512 -o "$TMP" \
-    --json > "$TMP.json"
+    --json -v > "$TMP.json"   # -v after --json: progress, gate table and timings stay on stderr
 TAG=$(sed -n 's/.*"oscar.calib_tag": "\([^"]*\)".*/\1/p' "$TMP/oscar.json" | head -n 1)
 DEST=$ZOO/$TAG
 rm -rf "$DEST" && mv "$TMP" "$DEST" && mv "$TMP.json" "$DEST.summary.json"
