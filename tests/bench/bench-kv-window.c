@@ -3,8 +3,9 @@
 // cache advanced token by token (kv-decode.h: inside one forward, and as a
 // server runs it, one forward per token), per method, in one process, with
 // the bf16 one-pass window as the baseline. Also prints the largest
-// log-likelihood difference between the paths (0 for decode-batch by
-// construction; fp32-rounding sized for decode-steps).
+// log-likelihood difference between the paths: 0 for decode-in-one-forward
+// by construction, and exits 1 otherwise. For one forward per token the
+// GEMMs round differently and quantizer codes flip (BENCHMARKS.md).
 //
 //   bench-kv-window MODEL.gguf CORPUS.txt [--ctx N] [--sink N] [--recent N] [--page N] [-t THREADS]
 //                   [--no-steps]   (skip the one-forward-per-token path, O(ctx) forwards)
