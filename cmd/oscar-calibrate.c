@@ -40,7 +40,7 @@ static void usage(FILE * f) {
             "      --k-objective qqt|ktk [qqt]     --v-objective sst|vtv|attn-mass [sst]\n"
             "      --composition NAME    [r_h_pbr]\n"
             "      --group-size N        INT2 group [head_dim]\n"
-            "      --scale-dtype f32|f16|bf16 [f32]\n"
+            "      --scale-dtype float32|float16|bfloat16 (or f32|f16|bf16) [float32]\n"
             "      --sink N --recent N   BF16 tiers for the gate [64, 256]\n"
             "      --clip K,V            fixed clip ratios (reference 0.96,0.92)\n"
             "      --clip-search GRID    start:stop:step or list [1.00:0.80:0.02] (default mode)\n"
@@ -139,10 +139,8 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
             break;
         case O_GS: NUM(osc_parse_i32("--group-size", optarg, 0, MAX_GROUP, &p->group_size)); break;
         case O_SD:
-            if (!strcmp(optarg, "f32")) p->scale_dtype = OSCAR_META_F32;
-            else if (!strcmp(optarg, "f16")) p->scale_dtype = OSCAR_META_F16;
-            else if (!strcmp(optarg, "bf16")) p->scale_dtype = OSCAR_META_BF16;
-            else return fprintf(stderr, "bad --scale-dtype\n"), 2;
+            if (oscar_meta_dtype_parse(optarg, &p->scale_dtype) != OSCAR_OK)
+                return fprintf(stderr, "oscar-calibrate: --scale-dtype: %s\n", oscar_last_error()), 2;
             break;
         case O_SINK: NUM(osc_parse_i32("--sink", optarg, 0, MAX_SEQ, &p->sink)); break;
         case O_REC: NUM(osc_parse_i32("--recent", optarg, 0, MAX_SEQ, &p->recent)); break;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "formats/oscar-artifact.h"
+#include "quant/quant.h"
 #include "hub/hub.h"
 #include "model/model.h"
 #include "tokenizer/corpus.h"
@@ -36,7 +37,7 @@ static void usage(FILE * f) {
             "      --prompt N           prefill chunk per window, >= sink [sink]; INT2 rows written by prefill\n"
             "                           use the method's quantizer (oscar-lm: Lloyd-Max), demoted rows the flush rule\n"
             "      --group-size N       INT2 group [head_dim]\n"
-            "      --scale-dtype float32|float16|bfloat16 [float32]\n"
+            "      --scale-dtype float32|float16|bfloat16 (or f32|f16|bf16) [float32]\n"
             "      --methods LIST       [%s with --rotations,\n"
             "                            %s without]\n"
             "      --tokens N           perplexity tokens, whole windows [ctx]\n"
@@ -96,10 +97,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_pa
         case O_PROMPT: NUM(osc_parse_i32("--prompt", optarg, 0, MAX_SEQ, &p->prompt)); break;
         case O_GS: NUM(osc_parse_i32("--group-size", optarg, 0, MAX_GROUP, &p->group_size)); break;
         case O_SD:
-            if (!strcmp(optarg, "float32")) p->scale_dtype = OSCAR_META_F32;
-            else if (!strcmp(optarg, "float16")) p->scale_dtype = OSCAR_META_F16;
-            else if (!strcmp(optarg, "bfloat16")) p->scale_dtype = OSCAR_META_BF16;
-            else return bad("--scale-dtype: float32, float16 or bfloat16");
+            if (oscar_meta_dtype_parse(optarg, &p->scale_dtype) != OSCAR_OK) return bad(oscar_last_error());
             break;
         case O_METH: p->methods = optarg; break;
         case O_TOK: NUM(osc_parse_i64("--tokens", optarg, 0, MAX_TOKENS, &p->tokens)); break;

@@ -70,6 +70,17 @@ float oscar_f16_to_f32(uint16_t h) {
     return bits_f32(sign | ((e + 127 - 15) << 23) | (m << 13));
 }
 
+enum oscar_status oscar_meta_dtype_parse(const char * text, enum oscar_quant_meta_dtype * out) {
+    static const struct { const char * name, * alias; enum oscar_quant_meta_dtype t; } names[] = {
+        {"float32", "f32", OSCAR_META_F32}, {"float16", "f16", OSCAR_META_F16}, {"bfloat16", "bf16", OSCAR_META_BF16}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(text, names[i].name) || !strcmp(text, names[i].alias)) {
+            *out = names[i].t;
+            return OSCAR_OK;
+        }
+    return osc_error(OSCAR_ERR_INVALID, "scale dtype '%s': float32 (f32), float16 (f16) or bfloat16 (bf16)", text);
+}
+
 size_t oscar_meta_dtype_size(enum oscar_quant_meta_dtype t) {
     return t == OSCAR_META_F32 ? 4 : 2;
 }

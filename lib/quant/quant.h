@@ -52,6 +52,9 @@ enum oscar_quant_meta_dtype {
     OSCAR_META_BF16 = 2,
 };
 size_t oscar_meta_dtype_size(enum oscar_quant_meta_dtype t);   // 4, 2, 2
+// "float32" | "float16" | "bfloat16", or the short "f32" | "f16" | "bf16" (the
+// --scale-dtype of every tool). OSCAR_ERR_INVALID naming the accepted values.
+enum oscar_status oscar_meta_dtype_parse(const char * text, enum oscar_quant_meta_dtype * out);
 // Stores / loads one metadata value with RNE conversion.
 void  oscar_meta_store(enum oscar_quant_meta_dtype t, void * meta, size_t i, float v);
 float oscar_meta_load(enum oscar_quant_meta_dtype t, const void * meta, size_t i);

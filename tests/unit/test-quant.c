@@ -137,6 +137,23 @@ static void test_int2_roundtrip_bound(void ** state) {
     }
 }
 
+// Issue 20: one --scale-dtype vocabulary for every tool, long and short names.
+static void test_meta_dtype_parse(void ** state) {
+    (void) state;
+    const char * names[] = {"float32", "f32", "float16", "f16", "bfloat16", "bf16"};
+    const enum oscar_quant_meta_dtype want[] = {OSCAR_META_F32, OSCAR_META_F32, OSCAR_META_F16,
+                                                OSCAR_META_F16, OSCAR_META_BF16, OSCAR_META_BF16};
+    for (int i = 0; i < 6; i++) {
+        enum oscar_quant_meta_dtype t = OSCAR_META_F32;
+        assert_int_equal(oscar_meta_dtype_parse(names[i], &t), OSCAR_OK);
+        assert_int_equal(t, want[i]);
+    }
+    enum oscar_quant_meta_dtype t;
+    assert_int_equal(oscar_meta_dtype_parse("int8", &t), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "'int8'"));
+    assert_int_equal(oscar_meta_dtype_parse("F32", &t), OSCAR_ERR_INVALID);
+}
+
 static void test_degenerate_and_sym(void ** state) {
     (void) state;
     struct oscar_int2_params p = oscar_int2_default_params(64);
@@ -336,6 +353,7 @@ int main(void) {
         cmocka_unit_test(test_half),           cmocka_unit_test(test_clip_index_table),
         cmocka_unit_test(test_bisect_closed_form), cmocka_unit_test(test_nan_rejected),
         cmocka_unit_test(test_int2_roundtrip_bound), cmocka_unit_test(test_degenerate_and_sym),
+        cmocka_unit_test(test_meta_dtype_parse),
         cmocka_unit_test(test_lloyd_max_levels), cmocka_unit_test(test_int4_kivi_roundtrip),
         cmocka_unit_test(test_bpe_table),       cmocka_unit_test(test_hadamard),
         cmocka_unit_test(test_pbr),             cmocka_unit_test(test_rotation_roundtrip),
