@@ -1,8 +1,11 @@
 // log.c - leveled logging and progress lines on stderr.
 #include "util/log.h"
 
+#include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,19 +43,49 @@ void osc_progress_init(struct osc_progress * p, const char * label, const char *
     p->is_tty       = isatty(STDERR_FILENO);
 }
 
+void osc_format_count(double v, const char * unit, char * out, size_t size) {
+    static const char * const bytes[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    static const char * const si[] = {"", "k", "M", "G", "T"};
+    const bool is_bytes = strcmp(unit, "B") == 0;
+    const double step = is_bytes ? 1024.0 : 1000.0;
+    int k = 0;
+    while (k < 4 && fabs(v) >= (k == 0 && !is_bytes ? 10000.0 : step)) v /= step, k++;
+    // whole numbers (counts) without decimals, small rates with one
+    const bool one = k > 0 || (v != floor(v) && fabs(v) < 100.0);
+    if (is_bytes) snprintf(out, size, one ? "%.1f %s" : "%.0f %s", v, bytes[k]);
+    else snprintf(out, size, one ? "%.1f%s%s%s" : "%.0f%s%s%s", v, si[k], *unit ? " " : "", unit);
+}
+
+void osc_format_duration(double s, char * out, size_t size) {
+    if (!(s >= 0.0)) s = 0.0;
+    if (s < 10.0) snprintf(out, size, "%.1fs", s);
+    else if (s < 60.0) snprintf(out, size, "%.0fs", s);
+    else if (s < 3600.0) snprintf(out, size, "%dm%02ds", (int) (s / 60.0), (int) fmod(s, 60.0));
+    else snprintf(out, size, "%dh%02dm", (int) (s / 3600.0), (int) fmod(s / 60.0, 60.0));
+}
+
 static void progress_print(const struct osc_progress * p, double now, int final) {
-    double elapsed = now - p->t_start;
-    double rate    = elapsed > 0.0 ? (double) p->done / elapsed : 0.0;
-    char eta[32]   = "";
-    if (!final && p->total > 0 && rate > 0.0) {
-        snprintf(eta, sizeof eta, "  ETA %.0fs", (double) (p->total - p->done) / rate);
-    } else if (final) {
-        snprintf(eta, sizeof eta, "  in %.1fs", elapsed);
+    const double elapsed = now - p->t_start;
+    const double rate    = elapsed > 0.0 ? (double) p->done / elapsed : 0.0;
+    char done[48], total[48], speed[64], t[32], eta[48] = "";
+    osc_format_count((double) p->done, strcmp(p->unit, "B") ? "" : "B", done, sizeof done); // unit once, on the total
+    osc_format_count((double) p->total, p->unit, total, sizeof total);
+    if (rate >= 1.0 || rate == 0.0) {
+        osc_format_count(rate, p->unit, speed, sizeof speed);
+        strncat(speed, "/s", sizeof speed - strlen(speed) - 1);
+    } else { // slow units (methods, layers): seconds per unit reads better than 0.0/s
+        osc_format_duration(1.0 / rate, t, sizeof t);
+        snprintf(speed, sizeof speed, "%s per %s", t, p->unit);
     }
-    fprintf(stderr, "%s%s  %lld/%lld %s  %.1f %s/s%s%s%s",
-            p->is_tty ? "\r" : "", p->label, (long long) p->done, (long long) p->total,
-            p->unit, rate, p->unit, eta, p->is_tty ? "\033[K" : "",
-            (final || !p->is_tty) ? "\n" : "");
+    if (!final && p->total > 0 && rate > 0.0) {
+        osc_format_duration((double) (p->total - p->done) / rate, t, sizeof t);
+        snprintf(eta, sizeof eta, "  ETA %s", t);
+    } else if (final) {
+        osc_format_duration(elapsed, t, sizeof t);
+        snprintf(eta, sizeof eta, "  in %s", t);
+    }
+    fprintf(stderr, "%s%s  %s / %s  %s%s%s%s", p->is_tty ? "\r" : "", p->label, done, total, speed, eta,
+            p->is_tty ? "\033[K" : "", (final || !p->is_tty) ? "\n" : "");
     fflush(stderr);
 }
 

@@ -5,6 +5,7 @@
 #ifndef OSCAR_UTIL_LOG_H
 #define OSCAR_UTIL_LOG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 enum oscar_log_level {
@@ -42,7 +43,13 @@ struct osc_progress {
     int          is_tty;
 };
 
+// Progress lines use human units: counts of unit "B" as KiB/MiB/GiB, other
+// counts with k/M/G past 10,000, rates below 1 per second as seconds per unit,
+// and times as 45s, 3m12s, 1h04m.
 void osc_progress_init(struct osc_progress * p, const char * label, const char * unit, int64_t total);
+// The pieces of a progress line, for tests: a count (or rate) of unit, a duration.
+void osc_format_count(double v, const char * unit, char * out, size_t size);
+void osc_format_duration(double seconds, char * out, size_t size);
 void osc_progress_update(struct osc_progress * p, int64_t done);
 // Prints the final line (with total time) and ends it.
 void osc_progress_finish(struct osc_progress * p);

@@ -16,9 +16,30 @@
 
 #include "oscar.h"
 #include "util/fs.h"
+#include "util/log.h"
 
 #define TEST_TMPDIR_NAME "util"
 #include "test-tmpdir.h"
+
+// Issue 20: progress in human units (was "99350176/99350176 B 494934995.7 B/s", "0.0 methods/s").
+static void test_human_units(void ** state) {
+    (void) state;
+    char b[64];
+    const struct { double v; const char * unit, * want; } counts[] = {
+        {99350176.0, "B", "94.7 MiB"}, {512.0, "B", "512 B"}, {494934995.7, "B", "472.0 MiB"},
+        {30.0, "layer", "30 layer"}, {65280.0, "token-layers", "65.3k token-layers"}, {9999.0, "tok", "9999 tok"},
+        {3.4, "layer", "3.4 layer"}, {4334.6, "tok", "4335 tok"}, {2.5e9, "tok", "2.5G tok"}, {23936.0, "", "23.9k"}};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        osc_format_count(counts[i].v, counts[i].unit, b, sizeof b);
+        assert_string_equal(b, counts[i].want);
+    }
+    const struct { double s; const char * want; } times[] = {
+        {0.44, "0.4s"}, {9.96, "10.0s"}, {45.2, "45s"}, {192.0, "3m12s"}, {3840.0, "1h04m"}, {-1.0, "0.0s"}};
+    for (size_t i = 0; i < sizeof times / sizeof times[0]; i++) {
+        osc_format_duration(times[i].s, b, sizeof b);
+        assert_string_equal(b, times[i].want);
+    }
+}
 
 static void test_error_message(void ** state) {
     (void) state;
@@ -252,6 +273,7 @@ static void test_stale_temporaries_removed(void ** state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_message),
+        cmocka_unit_test(test_human_units),
         cmocka_unit_test(test_atomic_write_and_map),
         cmocka_unit_test(test_atomic_abort_leaves_nothing),
         cmocka_unit_test(test_unwritable_dir),
