@@ -64,7 +64,8 @@ static void usage(FILE * f) {
             "                            synthetic tokens, instead of --model/--corpus: for benchmarks only\n"
             "  -q, --quiet               errors only on stderr (no progress, gate table or timings)\n"
             "  -v, --verbose             stage timings\n"
-            "      --json                the summary on stdout; stderr as with --quiet\n");
+            "      --json                the summary on stdout; stderr as with --quiet\n"
+            "      --version             the version and the build's git commit\n");
 }
 
 // CUDA runs the two-pass device capture (capture-device.h); the CPU, the layer-major pass.
@@ -94,7 +95,7 @@ static enum oscar_status parse_clip_pair(const char * text, struct oscar_calib_p
 
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_params * p) {
     enum { O_TOK = 256, O_HELD, O_SHORT, O_GRP, O_KOBJ, O_VOBJ, O_COMP, O_GS, O_SD, O_SINK, O_REC, O_CLIP, O_CS,
-           O_CKPT, O_RES, O_STRICT, O_SEED, O_JSON, O_JF, O_CDT, O_SAVE, O_FROM, O_DEV, O_RAND,
+           O_CKPT, O_RES, O_STRICT, O_SEED, O_JSON, O_VER, O_JF, O_CDT, O_SAVE, O_FROM, O_DEV, O_RAND,
            O_GPREC };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"corpus", 1, 0, 'f'}, {"out", 1, 0, 'o'}, {"tokens", 1, 0, O_TOK},
@@ -107,7 +108,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         {"jsonl-field", 1, 0, O_JF}, {"capture-dtype", 1, 0, O_CDT}, {"save-activations", 1, 0, O_SAVE},
         {"from-activations", 1, 0, O_FROM}, {"device", 1, 0, O_DEV}, {"random-init", 1, 0, O_RAND},
         {"gpu-precision", 1, 0, O_GPREC},
-        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"version", 0, 0, O_VER}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:f:o:c:b:t:qvh", lo, NULL)) != -1) {
         switch (c) {
@@ -177,6 +178,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
             o->gpu_fp32 = !strcmp(optarg, "fp32");
             break;
         case 'h': usage(stdout); exit(0);
+        case O_VER: printf("oscar-calibrate %s (%s)\n", OSCAR_VERSION, oscar_build_commit()); exit(0);
         default: usage(stderr); return 2;
         }
     }

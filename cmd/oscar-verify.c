@@ -11,6 +11,7 @@
 
 #include "formats/oscar-artifact.h"
 #include "quant/quant.h"
+#include "util/version.h"
 #include "hub/hub.h"
 #include "model/model.h"
 #include "tokenizer/corpus.h"
@@ -55,7 +56,8 @@ static void usage(FILE * f) {
             "      --gpu-precision bf16|fp32  with --device cuda: bf16 weights and activations [bf16], or\n"
             "                           fp32 throughout (the CPU pass's numerics, 2x weight memory)\n"
             "      --json               report JSON on stdout instead of the table\n"
-            "  -q, --quiet              no table, errors only\n",
+            "  -q, --quiet              no table, errors only\n"
+            "      --version            the version and the build's git commit\n",
             OSCAR_VERIFY_METHODS_ALL, OSCAR_VERIFY_METHODS_NO_ARTIFACT);
 }
 
@@ -75,14 +77,14 @@ static int bad(const char * what) {
     } while (0)
 
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_params * p, bool * quiet) {
-    enum { O_JF = 256, O_SINK, O_REC, O_PAGE, O_PROMPT, O_GS, O_SD, O_METH, O_TOK, O_MT, O_JSON, O_CARD, O_DEV, O_GPREC, O_FORCE };
+    enum { O_JF = 256, O_SINK, O_REC, O_PAGE, O_PROMPT, O_GS, O_SD, O_METH, O_TOK, O_MT, O_JSON, O_CARD, O_DEV, O_GPREC, O_FORCE, O_VER };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"rotations", 1, 0, 'r'}, {"corpus", 1, 0, 'f'}, {"jsonl-field", 1, 0, O_JF},
         {"ctx", 1, 0, 'c'}, {"sink", 1, 0, O_SINK}, {"recent", 1, 0, O_REC}, {"page", 1, 0, O_PAGE}, {"prompt", 1, 0, O_PROMPT},
         {"group-size", 1, 0, O_GS}, {"scale-dtype", 1, 0, O_SD}, {"methods", 1, 0, O_METH},
         {"tokens", 1, 0, O_TOK}, {"metric-tokens", 1, 0, O_MT}, {"report", 1, 0, 'o'},
         {"update-card", 0, 0, O_CARD}, {"force", 0, 0, O_FORCE}, {"device", 1, 0, O_DEV}, {"gpu-precision", 1, 0, O_GPREC}, {"threads", 1, 0, 't'}, {"json", 0, 0, O_JSON}, {"quiet", 0, 0, 'q'},
-        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"version", 0, 0, O_VER}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:r:f:c:o:t:qh", lo, NULL)) != -1) {
         switch (c) {
@@ -118,6 +120,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_pa
         case O_JSON: o->json = true; break;
         case 'q': *quiet = true; break;
         case 'h': usage(stdout); exit(0);
+        case O_VER: printf("oscar-verify %s (%s)\n", OSCAR_VERSION, oscar_build_commit()); exit(0);
         default: usage(stderr); return 2;
         }
     }

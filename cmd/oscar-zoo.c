@@ -20,6 +20,7 @@
 #include "formats/oscar-export.h"
 #include "hub/hub.h"
 #include "oscar.h"
+#include "util/version.h"
 
 struct args {
     const char * cmd;
@@ -62,6 +63,7 @@ static void usage(FILE * f) {
           "  --token T             token (default: HF_TOKEN, then $HF_HOME/token)\n"
           "  --offline             no network; same as HF_HUB_OFFLINE=1\n"
           "  -h, --help            this text\n"
+          "      --version         the version and the build's git commit\n"
           "\n"
           "environment: HF_ENDPOINT (default https://huggingface.co), HF_TOKEN, HF_TOKEN_PATH, HF_HOME,\n"
           "HF_HUB_CACHE, HF_HUB_OFFLINE, HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOUT (seconds, default 10),\n"
@@ -94,6 +96,10 @@ static int parse(int argc, char ** argv, struct args * a) {
     }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(stdout);
+        exit(0);
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("oscar-zoo %s (%s)\n", OSCAR_VERSION, oscar_build_commit());
         exit(0);
     }
     a->cmd = argv[1];

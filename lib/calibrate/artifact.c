@@ -187,7 +187,7 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
         SETF("oscar.tokenizer_hash", "%s", "none (synthetic tokens)");
     }
     SETF("oscar.seed", "%llu", (unsigned long long) p->seed);
-    SETF("oscar.tool", "oscar-calibrate %s", OSCAR_CALIBRATE_VERSION);
+    SETF("oscar.tool", "oscar-calibrate %s (%s)", OSCAR_CALIBRATE_VERSION, oscar_build_commit());
     st = summary(p, c, g, t, a);
 out:
     if (st != OSCAR_OK) oscar_artifact_free(a);
