@@ -10,6 +10,7 @@
 // results (stdout; --json for machines) and progress (stderr). Exit codes:
 // 0 success, 1 failure, 2 usage error.
 #include <getopt.h>
+#include <stdbool.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -59,11 +60,11 @@ static void usage(FILE * f) {
           "\n"
           "options for every command:\n"
           "  --json                machine-readable output on stdout\n"
-          "  --quiet               errors only on stderr (no progress)\n"
+          "  -q, --quiet           errors only on stderr (no progress)\n"
           "  --token T             token (default: HF_TOKEN, then $HF_HOME/token)\n"
           "  --offline             no network; same as HF_HUB_OFFLINE=1\n"
           "  -h, --help            this text\n"
-          "      --version         the version and the build's git commit\n"
+          "  --version             the version and the build's git commit\n"
           "\n"
           "environment: HF_ENDPOINT (default https://huggingface.co), HF_TOKEN, HF_TOKEN_PATH, HF_HOME,\n"
           "HF_HUB_CACHE, HF_HUB_OFFLINE, HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOUT (seconds, default 10),\n"
@@ -103,9 +104,16 @@ static int parse(int argc, char ** argv, struct args * a) {
         exit(0);
     }
     a->cmd = argv[1];
+    static const char * const commands[] = {"push", "pull", "ls", "info", "export"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) known = known || !strcmp(a->cmd, commands[i]);
+    if (!known) { // before the options: "list" is not a repo id problem
+        fprintf(stderr, "oscar-zoo: unknown command '%s' (push, pull, ls, info, export)\n", a->cmd);
+        return -1;
+    }
     int c;
     optind = 2;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
         switch (c) {
             case O_REPO: a->repo = optarg; break;
             case O_PIR: // fallthrough: --path-in-repo and --path name the same thing
@@ -116,6 +124,7 @@ static int parse(int argc, char ** argv, struct args * a) {
             case O_LDIR: a->local_dir = optarg; break;
             case O_CDIR: a->cache_dir = optarg; break;
             case O_JSON: a->json = 1; break;
+            case 'q': // fallthrough: -q is --quiet, as in the other tools
             case O_QUIET: a->quiet = 1; break;
             case O_TOKEN: a->token = optarg; break;
             case O_OFF: a->offline = 1; break;
@@ -157,10 +166,7 @@ static int parse(int argc, char ** argv, struct args * a) {
             fputs("oscar-zoo push: --repo is required\n", stderr);
             return -1;
         }
-    } else if (strcmp(a->cmd, "pull") && strcmp(a->cmd, "ls") && strcmp(a->cmd, "info")) {
-        fprintf(stderr, "oscar-zoo: unknown command '%s'\n", a->cmd);
-        return -1;
-    } else if (a->repo) {
+    } else if (a->repo) { // pull, ls, info
         fputs("oscar-zoo: --repo is only for push (give the repo id as the argument)\n", stderr);
         return -1;
     }

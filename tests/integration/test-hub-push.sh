@@ -13,6 +13,8 @@ commits() { emu_log | python3 -c 'import json,sys; print(sum(1 for e in json.loa
 $ZOO 2>/dev/null; [ $? = 2 ] || fail "no args: want exit 2"
 $ZOO push "$T/art" 2>/dev/null; [ $? = 2 ] || fail "push without --repo: want exit 2"
 $ZOO frobnicate x 2>/dev/null; [ $? = 2 ] || fail "unknown command: want exit 2"
+# (issue 20) an unknown command is named as one, not as a repo-id problem
+$ZOO list me/x 2>"$T/err"; [ $? = 2 ] && grep -q "unknown command 'list'" "$T/err" || fail "list: $(head -2 "$T/err")"
 $ZOO pull a/b --bogus 2>/dev/null; [ $? = 2 ] || fail "unknown option: want exit 2"
 $ZOO pull 'bad id/x/y' 2>/dev/null; [ $? = 2 ] || fail "bad repo id: want exit 2"
 
@@ -79,6 +81,7 @@ ls = {e["path"]: e for e in json.load(sys.stdin)}
 assert ls["links/alias.json"]["size"] == os.path.getsize(sys.argv[1]), ls' "$T/art/oscar.json" || fail "inside link content"
 
 # private repo: anonymous -> refused; token from $HF_HOME/token and HF_TOKEN_PATH -> fine
+$ZOO info me/zoo -q > /dev/null 2>"$T/err" && [ ! -s "$T/err" ] || fail "info -q: $(head -2 "$T/err")"
 $ZOO info me/zoo --json | python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["private"] is True and j["files"] == 4, j' \
     || fail "info --json"
 $ZOO ls me/zoo --json | python3 -c '
