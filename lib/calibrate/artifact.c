@@ -92,7 +92,7 @@ static const char * dtype_name(enum oscar_quant_meta_dtype t) {
         if ((st = oscar_artifact_set_meta(a, key, buf)) != OSCAR_OK) goto out; \
     } while (0)
 
-static enum oscar_status summary(const struct oscar_calib_params * p, const struct oscar_calib_clip * c,
+static enum oscar_status summary(const struct oscar_calib_params * p, int32_t group, const struct oscar_calib_clip * c,
                                  const struct oscar_calib_gate * g, const struct oscar_calib_timing * t,
                                  struct oscar_artifact * a) {
     char * js = NULL, * md = NULL;
@@ -109,10 +109,13 @@ static enum oscar_status summary(const struct oscar_calib_params * p, const stru
                "\"hadamard\": %.6g, \"oscar\": %.6g}, \"layers\": [",
             g->pass ? "true" : "false", g->mean_naive, g->mean_hadamard, g->mean_oscar);
     fprintf(M, "## Gate: post-W_O relative attention error on held-out sequences\n\n"
+               "**%s**: the mean OSCAR error %.4g is %s Hadamard's %.4g and naive INT2's %.4g.%s\n\n"
                "Sink %d, recent %d tokens in BF16; INT2 group %d; naive = symmetric INT2 without rotation; "
                "Hadamard = Sylvester H with clips 0.96/0.92.\n\n| layer | naive INT2 | Hadamard | OSCAR | K clip | V clip |\n"
                "|---:|---:|---:|---:|---:|---:|\n",
-            (int) p->sink, (int) p->recent, (int) p->group_size);
+            g->pass ? "PASS" : "FAILED", g->mean_oscar, g->pass ? "below" : "not below both", g->mean_hadamard,
+            g->mean_naive, g->pass ? "" : " These rotations were written without --strict; on this data they do "
+            "not improve on the baselines.", (int) p->sink, (int) p->recent, (int) group);
     for (int32_t l = 0; l < g->n_layer; l++) {
         size_t ci = (size_t) l * (size_t) c->n_clip;
         fprintf(J, "%s[%.6g, %.6g, %.6g]", l ? ", " : "", g->naive[l], g->hadamard[l], g->oscar[l]);
@@ -188,7 +191,8 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
     }
     SETF("oscar.seed", "%llu", (unsigned long long) p->seed);
     SETF("oscar.tool", "oscar-calibrate %s (%s)", OSCAR_CALIBRATE_VERSION, oscar_build_commit());
-    st = summary(p, c, g, t, a);
+    SETF("oscar.gate", "%s", g->pass ? "pass" : "fail");
+    st = summary(p, G, c, g, t, a);
 out:
     if (st != OSCAR_OK) oscar_artifact_free(a);
     else *out = a;

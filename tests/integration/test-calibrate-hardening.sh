@@ -88,8 +88,14 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["out"] == sys.argv[2], j["out"]
 assert j["source"] == "forward" and j["tokens"] > 0 and "gate" in j["summary"], j
+# the gate's verdict is in oscar.json and in the card (issue 20), the same as in the summary
+passed = j["summary"]["gate"]["pass"]
+meta = json.load(open(sys.argv[2] + "/oscar.json"))["metadata"]
+assert meta["oscar.gate"] == ("pass" if passed else "fail"), meta["oscar.gate"]
+card = open(sys.argv[2] + "/README.md").read()
+assert ("**PASS**" if passed else "**FAILED**") in card, card[:800]
 PY
 "$CAL" -m "$MODEL" "${ARGS[@]}" -o "$T/q\"x/b" -q > "$T/out" 2> "$T/err" || fail "-q run: $(cat "$T/err")"
 [ ! -s "$T/err" ] && [ ! -s "$T/out" ] || fail "-q printed: $(head -3 "$T/err" "$T/out")"
-ok "--json is valid JSON (a quote in --out) and, like -q, leaves stderr empty"
+ok "--json is valid JSON (a quote in --out) and, like -q, leaves stderr empty; the gate verdict is in oscar.json and the card"
 echo "test-calibrate-hardening: $n checks passed"
