@@ -95,6 +95,9 @@ TESTS    := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 TOOLS    := $(foreach s,$(TOOL_SRC),$(B)/bin/$(basename $(notdir $(s))))
 BENCHES  := $(BENCH_SRC:tests/bench/%.c=$(B)/bin/%)
 
+.PHONY: all test check fuzz bench demo deps clean unit gpu-check FORCE
+all: $(LIBOSCAR) $(CMDS) $(TESTS) $(TOOLS) $(BENCHES)
+
 # The commit in --version and in artifacts: a header rewritten only when it
 # changes, so a new commit recompiles lib/util/version.c and nothing else.
 BUILD_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
@@ -104,9 +107,6 @@ $(B)/gen/build-commit.h: FORCE
 	@if cmp -s $@.tmp $@; then rm $@.tmp; else mv $@.tmp $@; fi
 $(B)/obj/lib/util/version.o: $(B)/gen/build-commit.h
 $(B)/obj/lib/util/version.o: CPPFLAGS += -I$(B)/gen
-
-.PHONY: all test check fuzz bench demo deps clean unit gpu-check FORCE
-all: $(LIBOSCAR) $(CMDS) $(TESTS) $(TOOLS) $(BENCHES)
 
 # Objects depend on a stamp of the build configuration, so switching CUDA=0/1
 # in the same build folder rebuilds instead of mixing stale objects.
