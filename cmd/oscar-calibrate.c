@@ -347,7 +347,9 @@ static enum oscar_status print_json(const struct opts * o, const struct oscar_ca
                      : NULL;
     if (!j) {
         json_decref(summary), json_decref(timing);
-        return osc_error(OSCAR_ERR_NOMEM, "--json: cannot build the summary (%s)", summary ? "out of memory" : err.text);
+        if (!summary) // the artifact's own summary text: a bug, not the user's input
+            return osc_error(OSCAR_ERR_FORMAT, "--json: the artifact summary is not JSON: %s", err.text);
+        return osc_error(OSCAR_ERR_NOMEM, "--json: out of memory building the summary");
     }
     int bad = json_dumpf(j, stdout, 0) != 0 || fputc('\n', stdout) == EOF || fflush(stdout) != 0;
     json_decref(j); // owns timing and summary ("o")
