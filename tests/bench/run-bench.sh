@@ -13,5 +13,5 @@ run "$B/bin/bench-decode-attention" 32768 10
 [ -x "$B/bin/bench-stats" ] && run "$B/bin/bench-stats"
 # the ids go to stdout; the throughput line to stderr
 [ -f "$MODEL" ] && run "$B/bin/oscar-tokenize" --bench --tokenizer "$MODEL" "$CACHE"/corpora/austen/*.txt >/dev/null
-run "$B/bin/oscar-tokenize" --bench --tokenizer "${OSCAR_SHARED:-../shared}/data/tokenizers/qwen3/tokenizer.json" \
+run "$B/bin/oscar-tokenize" --bench --tokenizer "${OSCAR_CACHE:-$HOME/.cache/oscar}/tokenizers/qwen3/tokenizer.json" \
     "$CACHE"/corpora/austen/*.txt >/dev/null

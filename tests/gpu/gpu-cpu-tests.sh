@@ -11,8 +11,8 @@
 #              tool carries 64 MiB per call, so a stage-only call can bring
 #              parts ahead: OSCAR_STAGE_ONLY=1 copies them and exits)
 #   corpora/   the corpora as `make deps` builds them
-#   shared/    ../shared's data the oracles read (data/tokenizers/qwen3), when
-#              the GPU machine's copy of the checkout has no ../shared beside it
+# The data committed under data/ (Qwen3 tokenizer, GSM8K) is unpacked into the
+# cache by datasets/unpack-data.sh, with zstd from the carried .debs.
 # The model is checked against the sha256 that datasets/deps.sh pins.
 #
 #   bash tests/gpu/gpu-cpu-tests.sh        # then: N passed, N failed
@@ -27,7 +27,6 @@ mkdir -p "$OSCAR_CACHE/models" "$OSCAR_CACHE/parts"
 # --- stage what was carried ----------------------------------------------------
 [ -d "$carry/model" ] && cp "$carry"/model/* "$OSCAR_CACHE/parts/" 2>/dev/null
 [ -d "$carry/corpora" ] && cp -r "$carry/corpora" "$OSCAR_CACHE/"
-[ -d "$carry/shared" ] && export OSCAR_SHARED=$carry/shared
 if [ "${OSCAR_STAGE_ONLY:-0}" = 1 ]; then
     ls -la "$OSCAR_CACHE/parts"
     exit 0
@@ -58,8 +57,9 @@ fi
 "$OSCAR_CACHE/venv/bin/python" -c 'import gguf, numpy, tokenizers, safetensors, huggingface_hub as h
 h.hf_hub_download; print("venv: huggingface_hub", h.__version__)' || { echo "gpu-cpu-tests: the venv is incomplete"; exit 1; }
 
-# --- libraries, build, tests ------------------------------------------------------
+# --- libraries, data, build, tests -----------------------------------------------
 OSCAR_DEBS=$carry/debs . "$here/gpu-deps.sh"
+bash datasets/unpack-data.sh || exit 1
 lscpu | sed -n 's/^Model name: *//p; s/^CPU(s): *//p'
 jobs=$(nproc)
 make CUDA=0 WERROR=1 -j"$jobs" all > /tmp/gpu-cpu-build.log 2>&1 || { tail -30 /tmp/gpu-cpu-build.log; exit 1; }

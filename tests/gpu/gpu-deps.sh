@@ -1,9 +1,9 @@
 # gpu-deps.sh - sourced by the GPU scripts: makes the libraries the GPU machine's
-# image lacks (jansson, pcre2, utf8proc, cmocka) available from Debian .debs
+# image lacks (jansson, pcre2, utf8proc, cmocka, libyaml, the zstd tool) available from Debian .debs
 # carried along with the tree, unpacked under /tmp/oscar-deps (no root install).
 # Needs $here (the sourcing script's folder); OSCAR_DEBS overrides where the
 # .debs are (default: ../../../debs from tests/gpu, i.e. .devcarry/debs).
-if ! pkg-config --exists jansson libpcre2-8 libutf8proc 2>/dev/null; then
+if ! pkg-config --exists jansson libpcre2-8 libutf8proc yaml-0.1 2>/dev/null || ! command -v zstd > /dev/null; then
     debs=${OSCAR_DEBS:-$here/../../../debs}
     dst=/tmp/oscar-deps
     echo "gpu-deps: unpacking $(ls "$debs"/*.deb 2>/dev/null | wc -l) .debs from $debs into $dst"
@@ -17,4 +17,5 @@ if ! pkg-config --exists jansson libpcre2-8 libutf8proc 2>/dev/null; then
     export LD_LIBRARY_PATH="${libdirs}${LD_LIBRARY_PATH:-}"
     export LIBRARY_PATH="${libdirs}${LIBRARY_PATH:-}"
     export CPATH="$dst/usr/include:${CPATH:-}"
+    export PATH="$dst/usr/bin:$PATH"
 fi

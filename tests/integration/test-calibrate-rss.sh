@@ -9,7 +9,6 @@
 # Also: a JSONL corpus (--jsonl-field) and a directory corpus calibrate.
 set -u
 . "$(dirname "$0")/common.sh"
-SHARED=${OSCAR_SHARED:-../shared}
 need_smollm2
 CAL=$B/bin/oscar-calibrate
 ARGS=(-m "$MODEL" -c 128 --heldout 1 --sink 16 --recent 32 --clip 0.96,0.92 -t 2 -q)
@@ -24,7 +23,7 @@ awk -v a="$R1" -v b="$R4" 'BEGIN { d = (b > a ? b - a : a - b) / a; printf "rela
     || fail "peak RSS grows with the token budget ($R1 -> $R4 MiB)"
 
 # JSONL corpus: the "question" field of GSM8K
-J=$SHARED/data/corpora/gsm8k/test.jsonl
+J=${OSCAR_CACHE:-$HOME/.cache/oscar}/corpora/gsm8k/test.jsonl
 if [ -f "$J" ]; then
     "$CAL" "${ARGS[@]}" -f "$J" --jsonl-field question --tokens 256 -o "$T/j" --json > "$T/j.json" 2>/dev/null \
         || fail "JSONL corpus run"

@@ -2,19 +2,20 @@
 # test-tokenizer-oracle.sh - oscar's tokenizer must give the same ids as Hugging
 # Face `tokenizers`, id for id, on the whole Austen and Brown corpora and on
 # generated edge cases (with and without special-token parsing), for
-#   Qwen3:   oracle Tokenizer.from_file(shared/data/tokenizers/qwen3/tokenizer.json)
+#   Qwen3:   oracle Tokenizer.from_file($OSCAR_CACHE/tokenizers/qwen3/tokenizer.json,
+#            unpacked by make deps from data/tokenizers/qwen3)
 #   SmolLM2: oracle built in Python from the GGUF metadata read with `gguf`
 #            (see tests/oracle/tokenize_oracle.py for why it equals the
 #            official SmolLM2 tokenizer.json).
-# Skips (77) when the venv, the model, the corpora or the shared data are absent.
+# Skips (77) when the venv, the model, the corpora or the tokenizer are absent
+# (make deps puts them in place).
 set -u
 cd "$(dirname "$0")/../.."
 build=${OSCAR_BUILD:-build}
 cache=${OSCAR_CACHE:-$HOME/.cache/oscar}
-shared=${OSCAR_SHARED:-../shared}
 py=$cache/venv/bin/python
 tool=$build/bin/oscar-tokenize
-qwen=$shared/data/tokenizers/qwen3/tokenizer.json
+qwen=$cache/tokenizers/qwen3/tokenizer.json
 gguf=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
 for f in "$py" "$tool" "$qwen" "$gguf"; do
     [ -e "$f" ] || { echo "skip: $f missing"; exit 77; }

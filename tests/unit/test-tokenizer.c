@@ -419,16 +419,22 @@ static void test_corpus(void ** state) {
 }
 
 // ---- the real tokenizers, when the files are around (skipped otherwise) -----
-static char * shared_path(const char * rel) {
-    const char * sh = getenv("OSCAR_SHARED");
+// Under $OSCAR_CACHE (default ~/.cache/oscar), where make deps unpacks data/.
+static char * cache_path(const char * rel) {
+    const char * cache = getenv("OSCAR_CACHE");
+    const char * home = getenv("HOME");
     char         buf[4096];
-    snprintf(buf, sizeof buf, "%s/%s", sh ? sh : "../shared", rel);
+    if (cache) {
+        snprintf(buf, sizeof buf, "%s/%s", cache, rel);
+    } else {
+        snprintf(buf, sizeof buf, "%s/.cache/oscar/%s", home ? home : ".", rel);
+    }
     return access(buf, R_OK) == 0 ? strdup(buf) : NULL;
 }
 
 static void test_qwen3_contractions(void ** state) {
     (void) state;
-    char * p = shared_path("data/tokenizers/qwen3/tokenizer.json");
+    char * p = cache_path("tokenizers/qwen3/tokenizer.json");
     if (!p) skip();
     struct oscar_tokenizer * tok;
     assert_int_equal(oscar_tokenizer_load(p, &tok), OSCAR_OK);
