@@ -8,9 +8,14 @@
 #   make bench      CPU benchmarks (results go to stdout; see BENCHMARKS.md)
 #   make demo       the main job on the default model and corpus
 #   make deps       Debian packages, the oracle venv, SmolLM2-135M, the corpora
+#   make man        man pages generated from each tool's --help (help2man), in build/man
+#   make install    the tools, liboscar.a, oscar.h, oscar.pc, man pages, bash completion
+#                   into $(DESTDIR)$(PREFIX) (PREFIX=/usr/local)
+#   make uninstall  removes what install put there (same PREFIX and DESTDIR)
 #   make clean
 #
 # Knobs: CUDA=auto|0|1  WERROR=0|1  SAN=0|1  OSCAR_CACHE=dir  FUZZ_SECONDS=n
+#        PREFIX=dir  DESTDIR=dir (staging root for packagers)
 
 CC          ?= gcc
 CUDA        ?= auto
@@ -65,17 +70,20 @@ PKGS     := hdf5 openblas lapacke libpcre2-8 jansson libutf8proc libcurl libzstd
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
+SYS_LIBS   := -lm -lpthread
+
 CPPFLAGS += -D_GNU_SOURCE -I. -Ilib $(PKG_CFLAGS)
 CFLAGS   += -std=c11 -fopenmp $(OPTFLAGS) $(WARN)
-LDLIBS   += $(PKG_LIBS) -lm -lpthread
+LDLIBS   += $(PKG_LIBS) $(SYS_LIBS)
 
 CUDA_ARCH ?= 90
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_$(CUDA_ARCH),code=sm_$(CUDA_ARCH) \
              -gencode arch=compute_$(CUDA_ARCH),code=compute_$(CUDA_ARCH) -Xcompiler -Wall,-Wextra -I. -Ilib
 ifeq ($(USE_CUDA),1)
-  CPPFLAGS += -DOSCAR_USE_CUDA
-  LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
+  CPPFLAGS  += -DOSCAR_USE_CUDA
+  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
+  LDLIBS    += $(CUDA_LIBS)
 endif
 
 LIB_SRC   := $(sort $(wildcard lib/*.c lib/*/*.c formats/*.c))
@@ -95,7 +103,7 @@ TESTS    := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 TOOLS    := $(foreach s,$(TOOL_SRC),$(B)/bin/$(basename $(notdir $(s))))
 BENCHES  := $(BENCH_SRC:tests/bench/%.c=$(B)/bin/%)
 
-.PHONY: all test check fuzz bench demo deps clean unit gpu-check FORCE
+.PHONY: all test check fuzz bench demo deps man install uninstall clean unit gpu-check FORCE
 all: $(LIBOSCAR) $(CMDS) $(TESTS) $(TOOLS) $(BENCHES)
 
 # The commit in --version and in artifacts: a header rewritten only when it
@@ -197,6 +205,101 @@ demo: deps all
 
 deps:
 	bash datasets/deps.sh
+
+# ---- install -----------------------------------------------------------------
+# make install PREFIX=/usr/local DESTDIR= : installs from $(B) what is built
+# there (it builds only what is missing or stale, never the tests).
+PREFIX       ?= /usr/local
+DESTDIR      ?=
+BINDIR       ?= $(PREFIX)/bin
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+MANDIR       ?= $(PREFIX)/share/man
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+BASHCOMPDIR  ?= $(PREFIX)/share/bash-completion/completions
+
+INSTALL_TOOLS := oscar-calibrate oscar-verify oscar-zoo
+INSTALL_BINS  := $(INSTALL_TOOLS:%=$(B)/bin/%)
+MAN_PAGES     := $(INSTALL_TOOLS:%=$(B)/man/%.1)
+OSCAR_VERSION := $(shell sed -n 's/^.define OSCAR_VERSION "\(.*\)"/\1/p' lib/util/version.h)
+
+# The headers oscar.h needs, found by the compiler (so the list cannot go
+# stale), installed as include/oscar/<dir>/<name>.h next to include/oscar.h.
+PUBLIC_HDRS  := $(sort $(filter-out lib/oscar.h,$(filter %.h,$(shell $(CC) -MM -I. -Ilib -x c lib/oscar.h 2>/dev/null))))
+HDR_NAMES    := $(patsubst lib/%,oscar/%,$(patsubst formats/%,oscar/formats/%,$(PUBLIC_HDRS)))
+STAGED_HDRS  := $(B)/include/oscar.h $(HDR_NAMES:%=$(B)/include/%)
+HDR_DIRS     := $(sort $(patsubst %/,%,$(dir $(HDR_NAMES))))
+
+# In the tree, headers include each other as "util/error.h" (-Ilib) or
+# "formats/x.h" (-I.). Installed, each include becomes relative to the file
+# itself ("oscar/util/error.h" from oscar.h, "../util/error.h" from a header
+# one directory below include/oscar), so <oscar.h> needs only -I$(INCLUDEDIR).
+INCLUDE_LINE := ^\([[:space:]]*\#[[:space:]]*include[[:space:]]*\)"\([^"]*/[^"]*\)"
+$(B)/include/oscar.h: lib/oscar.h
+	@mkdir -p $(dir $@)
+	sed 's|$(INCLUDE_LINE)|\1"oscar/\2"|' $< > $@.tmp && mv $@.tmp $@
+$(B)/include/oscar/formats/%.h: formats/%.h
+	@mkdir -p $(dir $@)
+	sed 's|$(INCLUDE_LINE)|\1"../\2"|' $< > $@.tmp && mv $@.tmp $@
+$(B)/include/oscar/%.h: lib/%.h
+	@mkdir -p $(dir $@)
+	sed 's|$(INCLUDE_LINE)|\1"../\2"|' $< > $@.tmp && mv $@.tmp $@
+
+# oscar.pc: paths under PREFIX are written as ${prefix}/..., so
+# --define-variable=prefix=... relocates the whole package. The public headers
+# include only standard headers: Cflags needs no dependency's flags.
+PC_SUBST = -e 's|@prefix@|$(PREFIX)|' \
+           -e 's|@libdir@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|' \
+           -e 's|@includedir@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|' \
+           -e 's|@version@|$(OSCAR_VERSION)|' \
+           -e 's|@pkgs@|$(PKGS)|' \
+           -e 's|@libs_private@|-fopenmp $(strip $(PKG_LIBS) $(SYS_LIBS) $(CUDA_LIBS))|'
+$(B)/oscar.pc: packaging/oscar.pc.in FORCE
+	@mkdir -p $(dir $@)
+	@sed $(PC_SUBST) $< > $@.tmp
+	@if cmp -s $@.tmp $@; then rm $@.tmp; else mv $@.tmp $@; fi
+
+# Man pages from the binary's own --help, plus the sections in
+# packaging/man/TOOL.h2m. The footer gives OSCAR_VERSION without the commit
+# --version adds (it left no room for the date) and the date of the last
+# commit, so a rebuild of the same commit gives the same page.
+$(B)/man/%.1: $(B)/bin/% packaging/man/%.h2m
+	@mkdir -p $(dir $@)
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) \
+	  help2man --no-info --version-string=$(OSCAR_VERSION) --include=packaging/man/$*.h2m \
+	  --output=$@.tmp ./$< && mv $@.tmp $@
+
+man: $(MAN_PAGES)
+
+install: $(LIBOSCAR) $(INSTALL_BINS) $(MAN_PAGES) $(STAGED_HDRS) $(B)/oscar.pc
+	install -d -m 755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) \
+	  $(DESTDIR)$(INCLUDEDIR) $(HDR_DIRS:%=$(DESTDIR)$(INCLUDEDIR)/%) \
+	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(BASHCOMPDIR)
+	install -m 755 $(INSTALL_BINS) $(DESTDIR)$(BINDIR)/
+	install -m 644 $(LIBOSCAR) $(DESTDIR)$(LIBDIR)/
+	install -m 644 $(B)/oscar.pc $(DESTDIR)$(PKGCONFIGDIR)/
+	install -m 644 $(B)/include/oscar.h $(DESTDIR)$(INCLUDEDIR)/
+	@for h in $(HDR_NAMES); do \
+	  echo "install -m 644 $(B)/include/$$h $(DESTDIR)$(INCLUDEDIR)/$$h"; \
+	  install -m 644 $(B)/include/$$h $(DESTDIR)$(INCLUDEDIR)/$$h || exit 1; \
+	done
+	install -m 644 $(MAN_PAGES) $(DESTDIR)$(MANDIR)/man1/
+	@for t in $(INSTALL_TOOLS); do \
+	  echo "install -m 644 packaging/oscar.bash-completion $(DESTDIR)$(BASHCOMPDIR)/$$t"; \
+	  install -m 644 packaging/oscar.bash-completion $(DESTDIR)$(BASHCOMPDIR)/$$t || exit 1; \
+	done
+
+# Exactly the files install writes; of the directories only oscar's own header
+# directories go, and only when empty.
+uninstall:
+	rm -f $(INSTALL_TOOLS:%=$(DESTDIR)$(BINDIR)/%) \
+	  $(DESTDIR)$(LIBDIR)/liboscar.a $(DESTDIR)$(PKGCONFIGDIR)/oscar.pc \
+	  $(DESTDIR)$(INCLUDEDIR)/oscar.h $(HDR_NAMES:%=$(DESTDIR)$(INCLUDEDIR)/%) \
+	  $(INSTALL_TOOLS:%=$(DESTDIR)$(MANDIR)/man1/%.1) \
+	  $(INSTALL_TOOLS:%=$(DESTDIR)$(BASHCOMPDIR)/%)
+	@for d in $(HDR_DIRS:%=$(DESTDIR)$(INCLUDEDIR)/%) $(DESTDIR)$(INCLUDEDIR)/oscar; do \
+	  if [ -d "$$d" ]; then rmdir "$$d" 2>/dev/null || echo "uninstall: kept $$d (not empty)"; fi; \
+	done
 
 clean:
 	rm -rf build build-san build-fuzz

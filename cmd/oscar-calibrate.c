@@ -25,7 +25,7 @@ struct opts {
 
 static void usage(FILE * f) {
     fprintf(f,
-            "usage: oscar-calibrate --model M --corpus C --out DIR [options]\n"
+            "Usage: oscar-calibrate --model M --corpus C --out DIR [options]\n"
             "  -m, --model PATH|ID       .gguf file, HF model directory, or Hub owner/name[@rev][:path]\n"
             "                            (pulled into the shared HF cache; HF_HUB_OFFLINE=1 uses the cache)\n"
             "  -f, --corpus PATH         text file, .jsonl, or directory of them (not with --from-activations)\n"

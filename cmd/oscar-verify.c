@@ -27,7 +27,7 @@ struct opts {
 
 static void usage(FILE * f) {
     fprintf(f,
-            "usage: oscar-verify --model M --corpus C [--rotations ARTIFACT] [options]\n"
+            "Usage: oscar-verify --model M --corpus C [--rotations ARTIFACT] [options]\n"
             "  -m, --model PATH|ID      .gguf file, HF model directory, or Hub owner/name[@rev][:path]\n"
             "  -r, --rotations PATH|ID  artifact directory or Hub owner/name[@rev][:path]\n"
             "  -f, --corpus PATH        held-out text file, .jsonl (--jsonl-field), or directory of them\n"

@@ -41,7 +41,7 @@ struct args {
 };
 
 static void usage(FILE * f) {
-    fputs("usage: oscar-zoo COMMAND [options]\n"
+    fputs("Usage: oscar-zoo COMMAND [options]\n"
           "\n"
           "commands:\n"
           "  push DIR --repo ID    upload DIR in one commit (creates the repo if needed)\n"
