@@ -1,18 +1,23 @@
 // oscar-zoo - share rotation artifacts through the Hugging Face Hub.
 //
-//   oscar-zoo push DIR --repo ID [--path-in-repo P] [--revision R] [--private] [--message M]
+//   oscar-zoo push DIR --repo ID [--path-in-repo P] [--revision BRANCH] [--private] [--message M] [--no-card-check]
 //   oscar-zoo pull ID [--path P] [--revision R] [--local-dir D] [--cache-dir C]
 //   oscar-zoo ls ID [--path P] [--revision R]
+//   oscar-zoo list ID [--revision R] [--cache-dir C]
+//   oscar-zoo search BASE_MODEL [--author A] [--limit N] [--details] [--cache-dir C]
 //   oscar-zoo info ID [--revision R]
 //   oscar-zoo export ARTIFACT --format pt|gguf --out PATH [--base BASE.gguf] [--qk-order auto|hf|ggml] [--force]
+//   global options, before or after the command: -q/--quiet, --json, --token T, --offline, -h/--help, --version
 //
-// Thin front end over lib/hub: parses arguments, calls the library, prints
-// results (stdout; --json for machines) and progress (stderr). Exit codes:
-// 0 success, 1 failure, 2 usage error.
+// Thin front end over lib/hub: one table entry per command (its options, its
+// usage text, its check and its run function), a parser for the global
+// options, the command and then its options, and the mapping of the result to
+// the exit code: 0 success, 1 failure, 2 usage error. Results go to stdout
+// (--json: one JSON value), progress and warnings to stderr.
 #include <getopt.h>
-#include <stdbool.h>
 #include <jansson.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,160 +26,58 @@
 #include "formats/oscar-export.h"
 #include "hub/hub.h"
 #include "oscar.h"
+#include "util/log.h"
 #include "util/version.h"
 
 struct args {
-    const char * cmd;
-    const char * target;    // DIR for push, repo id otherwise
-    const char * repo;
-    const char * path;
-    const char * revision;
-    const char * local_dir;
-    const char * cache_dir;
-    const char * message;
-    const char * token;
-    const char * format;    // export: pt | gguf
-    const char * out;       // export: directory (pt) or file (gguf)
-    const char * base;      // export gguf: base model to bake into
-    const char * qk_order;  // export gguf: auto | hf | ggml
-    int          is_private, json, quiet, offline, no_card_check, force;
+    const struct command * cmd;
+    const char *           target; // the command's one argument: DIR, ID, ARTIFACT or BASE_MODEL
+    const char *           repo, * path, * revision, * local_dir, * cache_dir, * message, * token;
+    const char *           format, * out, * base, * qk_order; // export
+    const char *           author, * limit_text;              // search
+    int                    limit;
+    int                    is_private, json, quiet, offline, no_card_check, force, details;
 };
 
-static void usage(FILE * f) {
-    fputs("Usage: oscar-zoo COMMAND [options]\n"
-          "\n"
-          "commands:\n"
-          "  push DIR --repo ID    upload DIR in one commit (creates the repo if needed)\n"
-          "       [--path-in-repo P] [--revision BRANCH] [--private] [--message TEXT] [--no-card-check]\n"
-          "  pull ID               download files into the shared HF cache (or --local-dir)\n"
-          "       [--path P] [--revision R] [--local-dir D] [--cache-dir C]\n"
-          "  ls ID                 list the files of a repo [--path P] [--revision R]\n"
-          "  info ID               repo summary: commit, visibility, file count [--revision R]\n"
-          "  export ARTIFACT       convert an artifact (directory or Hub owner/name[@rev][:path]) for an engine\n"
-          "       --format pt --out DIR         k_rotation_<obj>.pt + v_rotation_<obj>.pt (SGLang OSCAR fork)\n"
-          "       --format gguf --out FILE      rotation tensors for the OSCAR llama.cpp fork\n"
-          "       [--base MODEL.gguf]           bake them into a copy of MODEL.gguf\n"
-          "       [--qk-order auto|hf|ggml]     K rotation order (auto: ggml for llama-arch targets)\n"
-          "       [--force]                     export an artifact that fails its integrity checks (sha256\n"
-          "                                     in oscar.json, orthogonality), with a warning\n"
-          "\n"
-          "options for every command:\n"
-          "  --json                machine-readable output on stdout\n"
-          "  -q, --quiet           errors only on stderr (no progress)\n"
-          "  --token T             token (default: HF_TOKEN, then $HF_HOME/token)\n"
-          "  --offline             no network; same as HF_HUB_OFFLINE=1\n"
-          "  -h, --help            this text\n"
-          "  --version             the version and the build's git commit\n"
-          "\n"
-          "environment: HF_ENDPOINT (default https://huggingface.co), HF_TOKEN, HF_TOKEN_PATH, HF_HOME,\n"
-          "HF_HUB_CACHE, HF_HUB_OFFLINE, HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOUT (seconds, default 10),\n"
-          "OSCAR_HUB_MAX_RETRIES (default 5), OSCAR_HUB_BACKOFF (first wait in seconds, default 1),\n"
-          "OSCAR_HUB_LOW_SPEED_LIMIT (bytes/s a transfer must keep up over HF_HUB_DOWNLOAD_TIMEOUT, default 1024),\n"
-          "OSCAR_HUB_DEADLINE (seconds per request, retries and waits included, default 300).\n"
-          "exit codes: 0 success, 1 failure, 2 usage error.\n",
-          f);
-}
+struct command {
+    const char *          name;
+    const char *          synopsis; // after "oscar-zoo NAME"
+    const char *          summary;  // one line for the overview
+    const char *          options;  // the command's options, for its --help
+    const struct option * opts;     // its option table ({0} ends it); the global options are added
+    int (*check)(struct args * a);  // usage checks beyond the table (0 ok), or NULL
+    enum oscar_status (*run)(struct oscar_hub * hub, const struct args * a);
+};
 
-static int parse(int argc, char ** argv, struct args * a) {
-    enum { O_REPO = 256, O_PIR, O_REV, O_PRIV, O_MSG, O_PATH, O_LDIR, O_CDIR, O_JSON, O_QUIET, O_TOKEN, O_OFF, O_NOCARD,
-           O_FORMAT, O_OUT, O_BASE, O_QK, O_FORCE };
-    static const struct option opts[] = {
-        { "repo", required_argument, 0, O_REPO },      { "path-in-repo", required_argument, 0, O_PIR },
-        { "revision", required_argument, 0, O_REV },   { "private", no_argument, 0, O_PRIV },
-        { "message", required_argument, 0, O_MSG },    { "path", required_argument, 0, O_PATH },
-        { "local-dir", required_argument, 0, O_LDIR }, { "cache-dir", required_argument, 0, O_CDIR },
-        { "json", no_argument, 0, O_JSON },            { "quiet", no_argument, 0, O_QUIET },
-        { "token", required_argument, 0, O_TOKEN },    { "offline", no_argument, 0, O_OFF },
-        { "no-card-check", no_argument, 0, O_NOCARD }, { "help", no_argument, 0, 'h' },
-        { "format", required_argument, 0, O_FORMAT },  { "out", required_argument, 0, O_OUT },
-        { "base", required_argument, 0, O_BASE },      { "qk-order", required_argument, 0, O_QK },
-        { "force", no_argument, 0, O_FORCE },
-        { 0, 0, 0, 0 },
-    };
-    memset(a, 0, sizeof *a);
-    if (argc < 2) {
-        return -1;
-    }
-    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        usage(stdout);
-        exit(0);
-    }
-    if (!strcmp(argv[1], "--version")) {
-        printf("oscar-zoo %s (%s)\n", OSCAR_VERSION, oscar_build_commit());
-        exit(0);
-    }
-    a->cmd = argv[1];
-    static const char * const commands[] = {"push", "pull", "ls", "info", "export"};
-    bool known = false;
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) known = known || !strcmp(a->cmd, commands[i]);
-    if (!known) { // before the options: "list" is not a repo id problem
-        fprintf(stderr, "oscar-zoo: unknown command '%s' (push, pull, ls, info, export)\n", a->cmd);
-        return -1;
-    }
-    int c;
-    optind = 2;
-    while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
-        switch (c) {
-            case O_REPO: a->repo = optarg; break;
-            case O_PIR: // fallthrough: --path-in-repo and --path name the same thing
-            case O_PATH: a->path = optarg; break;
-            case O_REV: a->revision = optarg; break;
-            case O_PRIV: a->is_private = 1; break;
-            case O_MSG: a->message = optarg; break;
-            case O_LDIR: a->local_dir = optarg; break;
-            case O_CDIR: a->cache_dir = optarg; break;
-            case O_JSON: a->json = 1; break;
-            case 'q': // fallthrough: -q is --quiet, as in the other tools
-            case O_QUIET: a->quiet = 1; break;
-            case O_TOKEN: a->token = optarg; break;
-            case O_OFF: a->offline = 1; break;
-            case O_NOCARD: a->no_card_check = 1; break;
-            case O_FORMAT: a->format = optarg; break;
-            case O_OUT: a->out = optarg; break;
-            case O_BASE: a->base = optarg; break;
-            case O_QK: a->qk_order = optarg; break;
-            case O_FORCE: a->force = 1; break;
-            case 'h': usage(stdout); exit(0);
-            default: return -1;
-        }
-    }
-    if (optind + 1 != argc) {
-        fprintf(stderr, "oscar-zoo %s: expected exactly one %s argument\n", a->cmd,
-                !strcmp(a->cmd, "push") ? "directory" : !strcmp(a->cmd, "export") ? "artifact" : "repo id");
-        return -1;
-    }
-    a->target = argv[optind];
-    if ((a->format || a->out || a->base || a->qk_order || a->force) && strcmp(a->cmd, "export")) {
-        fputs("oscar-zoo: --format, --out, --base, --qk-order and --force are only for export\n", stderr);
-        return -1;
-    }
-    if (!strcmp(a->cmd, "export")) {
-        if (!a->format || !a->out || (strcmp(a->format, "pt") && strcmp(a->format, "gguf"))) {
-            fputs("oscar-zoo export: --format pt|gguf and --out are required\n", stderr);
-            return -1;
-        }
-        if ((a->base || a->qk_order) && strcmp(a->format, "gguf")) {
-            fputs("oscar-zoo export: --base and --qk-order are for --format gguf\n", stderr);
-            return -1;
-        }
-        if (a->qk_order && strcmp(a->qk_order, "auto") && strcmp(a->qk_order, "hf") && strcmp(a->qk_order, "ggml")) {
-            fputs("oscar-zoo export: --qk-order wants auto, hf or ggml\n", stderr);
-            return -1;
-        }
-    } else if (!strcmp(a->cmd, "push")) {
-        if (!a->repo) {
-            fputs("oscar-zoo push: --repo is required\n", stderr);
-            return -1;
-        }
-    } else if (a->repo) { // pull, ls, info
-        fputs("oscar-zoo: --repo is only for push (give the repo id as the argument)\n", stderr);
-        return -1;
-    }
-    return 0;
-}
+enum { O_REPO = 256, O_PIR, O_REV, O_PRIV, O_MSG, O_PATH, O_LDIR, O_CDIR, O_NOCARD, O_FORMAT, O_OUT, O_BASE, O_QK,
+       O_FORCE, O_AUTHOR, O_LIMIT, O_DETAILS, O_JSON, O_TOKEN, O_OFF, O_VERSION };
 
+static const struct option global_opts[] = {
+    { "json", no_argument, 0, O_JSON },   { "quiet", no_argument, 0, 'q' },      { "token", required_argument, 0, O_TOKEN },
+    { "offline", no_argument, 0, O_OFF }, { "help", no_argument, 0, 'h' },       { "version", no_argument, 0, O_VERSION },
+    { 0, 0, 0, 0 },
+};
+
+static const char global_help[] =
+    "global options (before or after the command):\n"
+    "  --json                machine-readable output: one JSON value on stdout\n"
+    "  -q, --quiet           errors only on stderr (no progress, no warnings)\n"
+    "  --token T             token (default: HF_TOKEN, then $HF_HOME/token)\n"
+    "  --offline             no network; same as HF_HUB_OFFLINE=1\n"
+    "  -h, --help            help (of the command, after one)\n"
+    "  --version             the version and the build's git commit\n";
+
+static const char env_help[] =
+    "environment: HF_ENDPOINT (default https://huggingface.co), HF_TOKEN, HF_TOKEN_PATH, HF_HOME,\n"
+    "HF_HUB_CACHE, HF_HUB_OFFLINE, HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOUT (seconds, default 10),\n"
+    "OSCAR_HUB_MAX_RETRIES (default 5), OSCAR_HUB_BACKOFF (first wait in seconds, default 1),\n"
+    "OSCAR_HUB_LOW_SPEED_LIMIT (bytes/s a transfer must keep up over HF_HUB_DOWNLOAD_TIMEOUT, default 1024),\n"
+    "OSCAR_HUB_DEADLINE (seconds per request, retries and waits included, default 300).\n"
+    "exit codes: 0 success, 1 failure, 2 usage error.\n";
+
+// ---- output helpers ---------------------------------------------------------------------
 static void print_json(json_t * j) {
-    char * s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+    char * s = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
     if (s) {
         puts(s);
     }
@@ -182,7 +85,25 @@ static void print_json(json_t * j) {
     json_decref(j);
 }
 
-static enum oscar_status cmd_push(struct oscar_hub * hub, const struct args * a) {
+static const char * dash(const char * s) { return s && *s ? s : "-"; }
+
+// ---- push ---------------------------------------------------------------------------------
+static const struct option push_opts[] = {
+    { "repo", required_argument, 0, O_REPO },   { "path-in-repo", required_argument, 0, O_PIR },
+    { "revision", required_argument, 0, O_REV }, { "private", no_argument, 0, O_PRIV },
+    { "message", required_argument, 0, O_MSG },  { "no-card-check", no_argument, 0, O_NOCARD },
+    { 0, 0, 0, 0 },
+};
+
+static int push_check(struct args * a) {
+    if (!a->repo) {
+        fputs("oscar-zoo push: --repo is required\n", stderr);
+        return -1;
+    }
+    return 0;
+}
+
+static enum oscar_status push_run(struct oscar_hub * hub, const struct args * a) {
     struct oscar_hub_push_opts   o   = { .repo_id = a->repo, .path_in_repo = a->path, .revision = a->revision,
                                          .message = a->message, .is_private = a->is_private,
                                          .skip_card_check = a->no_card_check };
@@ -204,7 +125,14 @@ static enum oscar_status cmd_push(struct oscar_hub * hub, const struct args * a)
     return OSCAR_OK;
 }
 
-static enum oscar_status cmd_pull(struct oscar_hub * hub, const struct args * a) {
+// ---- pull -------------------------------------------------------------------------------
+static const struct option pull_opts[] = {
+    { "path", required_argument, 0, O_PATH },      { "revision", required_argument, 0, O_REV },
+    { "local-dir", required_argument, 0, O_LDIR }, { "cache-dir", required_argument, 0, O_CDIR },
+    { 0, 0, 0, 0 },
+};
+
+static enum oscar_status pull_run(struct oscar_hub * hub, const struct args * a) {
     char *            dir = NULL;
     int               n   = 0;
     enum oscar_status st  = oscar_hub_pull(hub, a->target, a->revision, a->path, a->local_dir, &dir, &n);
@@ -220,7 +148,12 @@ static enum oscar_status cmd_pull(struct oscar_hub * hub, const struct args * a)
     return OSCAR_OK;
 }
 
-static enum oscar_status cmd_ls(struct oscar_hub * hub, const struct args * a) {
+// ---- ls -----------------------------------------------------------------------------------
+static const struct option ls_opts[] = {
+    { "path", required_argument, 0, O_PATH }, { "revision", required_argument, 0, O_REV }, { 0, 0, 0, 0 },
+};
+
+static enum oscar_status ls_run(struct oscar_hub * hub, const struct args * a) {
     struct oscar_hub_listing l;
     enum oscar_status        st = oscar_hub_list(hub, a->target, a->revision, a->path, &l);
     if (st != OSCAR_OK) {
@@ -244,6 +177,220 @@ static enum oscar_status cmd_ls(struct oscar_hub * hub, const struct args * a) {
     }
     oscar_hub_listing_free(&l);
     return OSCAR_OK;
+}
+
+// ---- list -----------------------------------------------------------------------------------
+static const struct option list_opts[] = {
+    { "revision", required_argument, 0, O_REV }, { "cache-dir", required_argument, 0, O_CDIR }, { 0, 0, 0, 0 },
+};
+
+static json_t * artifact_json(const struct oscar_hub_artifact * x) {
+    return json_pack("{s:s, s:s, s:s?, s:s, s:s, s:s?, s:I, s:s?, s:s?}", "path", x->path, "base_model",
+                     x->base_model, "base_model_id", x->base_model_id, "architecture", x->architecture, "grouping",
+                     x->grouping, "calib_tag", x->calib_tag, "calib_tokens", (json_int_t) x->calib_tokens, "gate",
+                     x->gate, "created", x->created);
+}
+
+// `s` with control characters as '?' (into buf): metadata from someone's repo goes to a terminal.
+static const char * printable(const char * s, char * buf, size_t n) {
+    size_t i = 0;
+    for (; s[i] && i + 1 < n; i++) {
+        buf[i] = (unsigned char) s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+    }
+    buf[i] = '\0';
+    return buf;
+}
+
+// One line: path, base model (its Hub id when recorded), architecture, grouping, tokens, gate, created.
+static void print_artifact(const struct oscar_hub_artifact * x, const char * indent) {
+    char p[512], b[256], ar[64], g[64], gt[16], c[64];
+    printf("%s%-32s  %-40s  %-8s  %-8s  %10lld  %-4s  %s\n", indent, printable(*x->path ? x->path : ".", p, sizeof p),
+           printable(x->base_model_id ? x->base_model_id : x->base_model, b, sizeof b),
+           printable(x->architecture, ar, sizeof ar), printable(x->grouping, g, sizeof g), x->calib_tokens,
+           printable(dash(x->gate), gt, sizeof gt), printable(dash(x->created), c, sizeof c));
+}
+
+static void print_artifact_header(const char * indent) {
+    printf("%s%-32s  %-40s  %-8s  %-8s  %10s  %-4s  %s\n", indent, "PATH", "BASE MODEL", "ARCH", "GROUPING",
+           "TOKENS", "GATE", "CREATED");
+}
+
+// Warns about each artifact whose oscar.json could not be read (the message names the file); returns
+// how many there were.
+static int warn_bad(const char * repo, const struct oscar_hub_artifacts * l) {
+    for (int i = 0; i < l->n; i++) {
+        if (l->items[i].error) {
+            osc_warn("%s: %s (skipped)", repo, l->items[i].error);
+        }
+    }
+    return l->n_bad;
+}
+
+static enum oscar_status list_run(struct oscar_hub * hub, const struct args * a) {
+    struct oscar_hub_artifacts l;
+    enum oscar_status          st = oscar_hub_list_artifacts(hub, a->target, a->revision, &l);
+    if (st != OSCAR_OK) {
+        return st;
+    }
+    json_t * arr = a->json ? json_array() : NULL;
+    for (int i = 0, shown = 0; i < l.n; i++) {
+        if (l.items[i].error) {
+            continue;
+        }
+        if (arr) {
+            json_array_append_new(arr, artifact_json(&l.items[i]));
+        } else {
+            if (shown++ == 0) print_artifact_header("");
+            print_artifact(&l.items[i], "");
+        }
+    }
+    if (arr) {
+        print_json(arr);
+    }
+    if (l.n == 0 && !a->quiet) {
+        fprintf(stderr, "%s@%s: no oscar artifacts (no directory holds an oscar.json)\n", a->target,
+                a->revision ? a->revision : "main");
+    }
+    int n_bad = warn_bad(a->target, &l);
+    if (n_bad) {
+        st = osc_error(OSCAR_ERR_FORMAT, "%d of %d oscar.json files could not be read (warned about above); the "
+                       "rest are listed", n_bad, l.n);
+    }
+    oscar_hub_artifacts_free(&l);
+    return st;
+}
+
+// ---- search ---------------------------------------------------------------------------------
+static const struct option search_opts[] = {
+    { "author", required_argument, 0, O_AUTHOR }, { "limit", required_argument, 0, O_LIMIT },
+    { "details", no_argument, 0, O_DETAILS },     { "cache-dir", required_argument, 0, O_CDIR },
+    { 0, 0, 0, 0 },
+};
+
+static int search_check(struct args * a) {
+    if (a->limit_text) {
+        char * end = NULL;
+        long   n   = strtol(a->limit_text, &end, 10);
+        if (!*a->limit_text || *end || n < 1 || n > 100000) {
+            fprintf(stderr, "oscar-zoo search: --limit wants a count from 1 to 100000, not '%s'\n", a->limit_text);
+            return -1;
+        }
+        a->limit = (int) n;
+    }
+    return 0;
+}
+
+// --details: the artifacts of one found repo, into `obj` (--json) or indented lines. Returns the
+// number of artifacts that could not be read (a repo that cannot be listed counts as one).
+static int search_details(struct oscar_hub * hub, const char * repo, json_t * obj) {
+    struct oscar_hub_artifacts l;
+    if (oscar_hub_list_artifacts(hub, repo, NULL, &l) != OSCAR_OK) {
+        osc_warn("%s: %s (skipped)", repo, oscar_last_error());
+        return 1;
+    }
+    json_t * arr = obj ? json_array() : NULL;
+    for (int i = 0, shown = 0; i < l.n; i++) {
+        if (l.items[i].error) {
+            continue;
+        }
+        if (arr) {
+            json_array_append_new(arr, artifact_json(&l.items[i]));
+        } else {
+            if (shown++ == 0) print_artifact_header("    ");
+            print_artifact(&l.items[i], "    ");
+        }
+    }
+    if (obj) {
+        json_object_set_new(obj, "artifacts", arr);
+    }
+    int n_bad = warn_bad(repo, &l);
+    oscar_hub_artifacts_free(&l);
+    return n_bad;
+}
+
+static enum oscar_status search_run(struct oscar_hub * hub, const struct args * a) {
+    struct oscar_hub_models m;
+    enum oscar_status       st = oscar_hub_search_artifacts(hub, a->target, a->author, a->limit, &m);
+    if (st != OSCAR_OK) {
+        return st;
+    }
+    json_t * arr   = a->json ? json_array() : NULL;
+    int      n_bad = 0;
+    for (int i = 0; i < m.n; i++) {
+        const struct oscar_hub_model * x = &m.items[i];
+        json_t * obj = arr ? json_pack("{s:s, s:s?, s:b}", "id", x->id, "lastModified", x->last_modified,
+                                       "private", x->is_private)
+                           : NULL;
+        if (!arr) {
+            printf("%-48s  %s\n", x->id, dash(x->last_modified));
+        }
+        if (a->details) {
+            n_bad += search_details(hub, x->id, obj);
+        }
+        if (arr) {
+            json_array_append_new(arr, obj);
+        }
+    }
+    if (arr) {
+        print_json(arr);
+    }
+    if (m.n == 0 && !a->quiet) {
+        fprintf(stderr, "no repos of oscar artifacts for base model %s%s%s (Hub filters: %s, base_model:%s)\n",
+                a->target, a->author ? " by " : "", a->author ? a->author : "", OSCAR_HUB_LIBRARY_TAG, a->target);
+    }
+    if (n_bad) {
+        st = osc_error(OSCAR_ERR_FORMAT, "%d artifact%s could not be read (warned about above); the rest are listed",
+                       n_bad, n_bad == 1 ? "" : "s");
+    }
+    oscar_hub_models_free(&m);
+    return st;
+}
+
+// ---- info -----------------------------------------------------------------------------------
+static const struct option info_opts[] = {
+    { "revision", required_argument, 0, O_REV }, { 0, 0, 0, 0 },
+};
+
+static enum oscar_status info_run(struct oscar_hub * hub, const struct args * a) {
+    struct oscar_hub_info info;
+    enum oscar_status     st = oscar_hub_info(hub, a->target, a->revision, &info);
+    if (st != OSCAR_OK) {
+        return st;
+    }
+    if (a->json) {
+        print_json(json_pack("{s:s?, s:s, s:s?, s:b, s:i}", "id", info.id, "sha", info.sha, "lastModified",
+                             info.last_modified, "private", info.is_private, "files", info.n_siblings));
+    } else {
+        printf("id:       %s\ncommit:   %s\nprivate:  %s\nfiles:    %d\nmodified: %s\n",
+               info.id ? info.id : a->target, info.sha, info.is_private ? "yes" : "no", info.n_siblings,
+               info.last_modified ? info.last_modified : "-");
+    }
+    oscar_hub_info_free(&info);
+    return OSCAR_OK;
+}
+
+// ---- export ---------------------------------------------------------------------------------
+static const struct option export_opts[] = {
+    { "format", required_argument, 0, O_FORMAT }, { "out", required_argument, 0, O_OUT },
+    { "base", required_argument, 0, O_BASE },     { "qk-order", required_argument, 0, O_QK },
+    { "force", no_argument, 0, O_FORCE },         { "cache-dir", required_argument, 0, O_CDIR },
+    { 0, 0, 0, 0 },
+};
+
+static int export_check(struct args * a) {
+    if (!a->format || !a->out || (strcmp(a->format, "pt") && strcmp(a->format, "gguf"))) {
+        fputs("oscar-zoo export: --format pt|gguf and --out are required\n", stderr);
+        return -1;
+    }
+    if ((a->base || a->qk_order) && strcmp(a->format, "gguf")) {
+        fputs("oscar-zoo export: --base and --qk-order are for --format gguf\n", stderr);
+        return -1;
+    }
+    if (a->qk_order && strcmp(a->qk_order, "auto") && strcmp(a->qk_order, "hf") && strcmp(a->qk_order, "ggml")) {
+        fputs("oscar-zoo export: --qk-order wants auto, hf or ggml\n", stderr);
+        return -1;
+    }
+    return 0;
 }
 
 static enum oscar_status export_pt(const struct oscar_artifact * art, const struct args * a) {
@@ -296,7 +443,7 @@ static enum oscar_status export_gguf(const struct oscar_artifact * art, const st
     return OSCAR_OK;
 }
 
-static enum oscar_status cmd_export(struct oscar_hub * hub, const struct args * a) {
+static enum oscar_status export_run(struct oscar_hub * hub, const struct args * a) {
     char *                  dir = NULL;
     struct oscar_artifact * art = NULL;
     enum oscar_status       st  = oscar_hub_resolve_local(hub, a->target, &dir);
@@ -312,29 +459,203 @@ static enum oscar_status cmd_export(struct oscar_hub * hub, const struct args * 
     return st;
 }
 
-static enum oscar_status cmd_info(struct oscar_hub * hub, const struct args * a) {
-    struct oscar_hub_info info;
-    enum oscar_status     st = oscar_hub_info(hub, a->target, a->revision, &info);
-    if (st != OSCAR_OK) {
-        return st;
+// ---- the command table ----------------------------------------------------------------------
+static const struct command commands[] = {
+    { "push", "DIR --repo ID [options]", "upload DIR in one commit (creates the repo and the branch if needed)",
+      "  --repo ID             the repo (owner/name); created if missing\n"
+      "  --path-in-repo P      where DIR goes in the repo (default: the root)\n"
+      "  --revision BRANCH     branch to commit to (default main); a new branch is made from main's head first\n"
+      "  --private             make a new repo private\n"
+      "  --message TEXT        commit summary\n"
+      "  --no-card-check       push without a README.md model card with valid YAML front matter\n",
+      push_opts, push_check, push_run },
+    { "pull", "ID [options]", "download files into the shared HF cache (or --local-dir)",
+      "  --path P              a folder or file of the repo (default: everything)\n"
+      "  --revision R          branch, tag or commit (default main)\n"
+      "  --local-dir D         write the files under D instead of the cache\n"
+      "  --cache-dir C         the HF cache (default HF_HUB_CACHE, then $HF_HOME/hub)\n",
+      pull_opts, NULL, pull_run },
+    { "ls", "ID [options]", "list the files of a repo",
+      "  --path P              only under this folder\n"
+      "  --revision R          branch, tag or commit (default main)\n",
+      ls_opts, NULL, ls_run },
+    { "list", "ID [options]", "list the oscar artifacts in a repo: base model, architecture, grouping, tokens, gate",
+      "  --revision R          branch, tag or commit (default main)\n"
+      "  --cache-dir C         the HF cache the oscar.json files are downloaded into\n"
+      "Every directory holding an oscar.json is one artifact; only its oscar.json is downloaded. A line per\n"
+      "artifact: path, base model (its Hub id when recorded), architecture, rotation grouping, calibration\n"
+      "tokens, gate (pass|fail; '-' for artifacts older than the gate) and creation time ('-' if not recorded).\n"
+      "A repo without artifacts prints nothing on stdout and a note on stderr (exit 0). A malformed oscar.json\n"
+      "is warned about, naming it; the others are listed and the exit status is 1.\n",
+      list_opts, NULL, list_run },
+    { "search", "BASE_MODEL [options]", "find repos of oscar artifacts for a base model (a Hub id)",
+      "  --author A            only repos of this user or organization\n"
+      "  --limit N             at most N repos (default 100)\n"
+      "  --details             also list the artifacts inside each repo (as 'list' does)\n"
+      "  --cache-dir C         the HF cache for --details\n"
+      "Asks the Hub for models tagged 'oscar' (library_name: oscar in oscar's model cards) and\n"
+      "'base_model:BASE_MODEL' (from the card's base_model); prints repo id and last modification.\n"
+      "The Hub reads only the card at a repo's root. No match: nothing on stdout, a note on stderr (exit 0).\n",
+      search_opts, search_check, search_run },
+    { "info", "ID [options]", "repo summary: commit, visibility, file count",
+      "  --revision R          branch, tag or commit (default main)\n",
+      info_opts, NULL, info_run },
+    { "export", "ARTIFACT --format pt|gguf --out PATH [options]",
+      "convert an artifact (directory or Hub owner/name[@rev][:path]) for an engine",
+      "  --format pt --out DIR         k_rotation_<obj>.pt + v_rotation_<obj>.pt (SGLang OSCAR fork)\n"
+      "  --format gguf --out FILE      rotation tensors for the OSCAR llama.cpp fork\n"
+      "  --base MODEL.gguf             (gguf) bake them into a copy of MODEL.gguf\n"
+      "  --qk-order auto|hf|ggml       (gguf) K rotation order (auto: ggml for llama-arch targets)\n"
+      "  --force                       export an artifact that fails its integrity checks (sha256\n"
+      "                                in oscar.json, orthogonality), with a warning\n"
+      "  --cache-dir C                 the HF cache for a Hub ARTIFACT\n",
+      export_opts, export_check, export_run },
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static const struct command * find_command(const char * name) {
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        if (!strcmp(commands[i].name, name)) return &commands[i];
     }
-    if (a->json) {
-        print_json(json_pack("{s:s?, s:s, s:s?, s:b, s:i}", "id", info.id, "sha", info.sha, "lastModified",
-                             info.last_modified, "private", info.is_private, "files", info.n_siblings));
-    } else {
-        printf("id:       %s\ncommit:   %s\nprivate:  %s\nfiles:    %d\nmodified: %s\n",
-               info.id ? info.id : a->target, info.sha, info.is_private ? "yes" : "no", info.n_siblings,
-               info.last_modified ? info.last_modified : "-");
+    return NULL;
+}
+
+static void usage(FILE * f) {
+    fputs("Usage: oscar-zoo [global options] COMMAND [options] ARG\n\ncommands:\n", f);
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        const char * syn = commands[i].synopsis; // its first word: the argument
+        fprintf(f, "  %-7s %-11.*s %s\n", commands[i].name, (int) strcspn(syn, " "), syn, commands[i].summary);
     }
-    oscar_hub_info_free(&info);
-    return OSCAR_OK;
+    fprintf(f, "'oscar-zoo COMMAND --help' gives a command's options.\n\n%s\n%s", global_help, env_help);
+}
+
+static void command_usage(const struct command * c, FILE * f) {
+    fprintf(f, "Usage: oscar-zoo %s %s\n\n%s\n\noptions:\n%s\n%s", c->name, c->synopsis, c->summary, c->options,
+            global_help);
+}
+
+static void list_commands(FILE * f) {
+    fputs("commands:", f);
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        fprintf(f, " %s", commands[i].name);
+    }
+    fputs(" (oscar-zoo --help says what they do)\n", f);
+}
+
+// ---- parsing --------------------------------------------------------------------------------
+enum { PARSE_RUN, PARSE_DONE, PARSE_USAGE }; // run the command; exit 0 (help, version); exit 2
+
+// A global option or one of the command's; 'h' and O_VERSION are left to the caller.
+static void set_option(struct args * a, int c, char * arg) {
+    switch (c) {
+        case O_REPO: a->repo = arg; break;
+        case O_PIR: // fallthrough: push names the place --path-in-repo, as hf upload does
+        case O_PATH: a->path = arg; break;
+        case O_REV: a->revision = arg; break;
+        case O_PRIV: a->is_private = 1; break;
+        case O_MSG: a->message = arg; break;
+        case O_LDIR: a->local_dir = arg; break;
+        case O_CDIR: a->cache_dir = arg; break;
+        case O_NOCARD: a->no_card_check = 1; break;
+        case O_FORMAT: a->format = arg; break;
+        case O_OUT: a->out = arg; break;
+        case O_BASE: a->base = arg; break;
+        case O_QK: a->qk_order = arg; break;
+        case O_FORCE: a->force = 1; break;
+        case O_AUTHOR: a->author = arg; break;
+        case O_LIMIT: a->limit_text = arg; break;
+        case O_DETAILS: a->details = 1; break;
+        case O_JSON: a->json = 1; break;
+        case 'q': a->quiet = 1; break;
+        case O_TOKEN: a->token = arg; break;
+        case O_OFF: a->offline = 1; break;
+        default: break;
+    }
+}
+
+static int print_version(void) {
+    printf("oscar-zoo %s (%s)\n", OSCAR_VERSION, oscar_build_commit());
+    return PARSE_DONE;
+}
+
+// The command's option table followed by the global one, into `out` (room for `cap`).
+static void merge_options(const struct command * c, struct option * out, size_t cap) {
+    size_t n = 0;
+    for (const struct option * o = c->opts; o->name && n + 1 < cap; o++) out[n++] = *o;
+    for (const struct option * o = global_opts; o->name && n + 1 < cap; o++) out[n++] = *o;
+    memset(&out[n], 0, sizeof out[n]);
+}
+
+// The command's options (and the global ones) and its one argument; argv[0] is the command.
+static int parse_command(int argc, char ** argv, struct args * a) {
+    const struct command * c = a->cmd;
+    struct option          opts[32];
+    char                   prog[32];
+    char **                sub = calloc((size_t) argc + 1, sizeof *sub);
+    int                    rc  = PARSE_RUN, ch;
+    if (!sub) {
+        fputs("oscar-zoo: out of memory\n", stderr);
+        return PARSE_USAGE;
+    }
+    merge_options(c, opts, sizeof opts / sizeof opts[0]);
+    snprintf(prog, sizeof prog, "oscar-zoo %s", c->name); // getopt's messages name the command
+    sub[0] = prog;
+    for (int i = 1; i < argc; i++) sub[i] = argv[i];
+    optind = 0; // glibc: start over (the global pass stopped at the command)
+    while (rc == PARSE_RUN && (ch = getopt_long(argc, sub, "hq", opts, NULL)) != -1) {
+        if (ch == '?') rc = PARSE_USAGE;
+        else if (ch == 'h') rc = (command_usage(c, stdout), PARSE_DONE);
+        else if (ch == O_VERSION) rc = print_version();
+        else set_option(a, ch, optarg);
+    }
+    if (rc == PARSE_RUN && optind + 1 != argc) {
+        fprintf(stderr, "oscar-zoo %s: expected one %.*s argument, got %d\n", c->name, (int) strcspn(c->synopsis, " "),
+                c->synopsis, argc - optind);
+        rc = PARSE_USAGE;
+    }
+    if (rc == PARSE_RUN) {
+        a->target = sub[optind];
+        if (c->check && c->check(a) != 0) rc = PARSE_USAGE;
+    }
+    if (rc == PARSE_USAGE) {
+        fprintf(stderr, "(oscar-zoo %s --help lists its options)\n", c->name);
+    }
+    free(sub);
+    return rc;
+}
+
+static int parse(int argc, char ** argv, struct args * a) {
+    int ch, help = 0;
+    memset(a, 0, sizeof *a);
+    optind = 1;
+    // Global options before the command; '+' stops at the command, whose options come next.
+    while ((ch = getopt_long(argc, argv, "+hq", global_opts, NULL)) != -1) {
+        if (ch == '?') return PARSE_USAGE;
+        if (ch == O_VERSION) return print_version();
+        if (ch == 'h') help = 1;
+        else set_option(a, ch, optarg);
+    }
+    if (optind >= argc) {
+        usage(help ? stdout : stderr);
+        return help ? PARSE_DONE : PARSE_USAGE;
+    }
+    if (!(a->cmd = find_command(argv[optind]))) {
+        fprintf(stderr, "oscar-zoo: unknown command '%s'\n", argv[optind]);
+        list_commands(stderr);
+        return PARSE_USAGE;
+    }
+    if (help) {
+        command_usage(a->cmd, stdout);
+        return PARSE_DONE;
+    }
+    return parse_command(argc - optind, argv + optind, a);
 }
 
 int main(int argc, char ** argv) {
     struct args a;
-    if (parse(argc, argv, &a) != 0) {
-        usage(stderr);
-        return 2;
+    int         rc = parse(argc, argv, &a);
+    if (rc != PARSE_RUN) {
+        return rc == PARSE_DONE ? 0 : 2;
     }
     signal(SIGPIPE, SIG_IGN);
     signal(SIGXFSZ, SIG_IGN); // a file size limit shows up as EFBIG on write, reported as an error
@@ -346,27 +667,17 @@ int main(int argc, char ** argv) {
     }
     hub.progress = !a.quiet && !a.json;
     hub.offline |= a.offline;
-    if (a.token) {
-        oscar_hub_set_token(&hub, a.token);
-    }
-    if (a.cache_dir) {
+    enum oscar_status st = a.token ? oscar_hub_set_token(&hub, a.token) : OSCAR_OK;
+    if (st == OSCAR_OK && a.cache_dir) {
         free(hub.cache_dir);
         hub.cache_dir = strdup(a.cache_dir);
+        st            = hub.cache_dir ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "out of memory");
     }
-    enum oscar_status st;
-    if (!strcmp(a.cmd, "push")) {
-        st = cmd_push(&hub, &a);
-    } else if (!strcmp(a.cmd, "pull")) {
-        st = cmd_pull(&hub, &a);
-    } else if (!strcmp(a.cmd, "ls")) {
-        st = cmd_ls(&hub, &a);
-    } else if (!strcmp(a.cmd, "export")) {
-        st = cmd_export(&hub, &a);
-    } else {
-        st = cmd_info(&hub, &a);
+    if (st == OSCAR_OK) {
+        st = a.cmd->run(&hub, &a);
     }
     if (st != OSCAR_OK) {
-        fprintf(stderr, "oscar-zoo %s: %s\n", a.cmd, oscar_last_error());
+        fprintf(stderr, "oscar-zoo %s: %s\n", a.cmd->name, oscar_last_error());
     }
     oscar_hub_free(&hub);
     return st == OSCAR_OK ? 0 : (st == OSCAR_ERR_INVALID ? 2 : 1);

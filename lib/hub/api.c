@@ -1,5 +1,5 @@
 // api.c - the JSON endpoints: model info / revision resolution, the tree
-// listing (with Link pagination), repo creation (exist_ok).
+// listing (with Link pagination), repo and branch creation (exist_ok).
 // Refuses non-JSON answers and responses missing the fields it needs.
 #include "hub/hub-internal.h"
 
@@ -9,9 +9,9 @@
 
 #include "util/log.h"
 
-// GET `url` (with retries) and parse the JSON body.
-static enum oscar_status get_json(struct oscar_hub * hub, const char * url, const char * what, json_t ** out,
-                                  struct osc_http_resp * r) {
+// GET `url` (with retries) and parse the JSON body (hub-internal.h).
+enum oscar_status osc_api_get_json(struct oscar_hub * hub, const char * url, const char * what, json_t ** out,
+                                   struct osc_http_resp * r) {
     struct osc_http_req q = { .method = "GET", .url = url, .upload_fd = -1, .sink_fd = -1, .auth = 1,
                               .follow = 1, .accept = "application/json" };
     *out                  = NULL;
@@ -71,7 +71,7 @@ enum oscar_status oscar_hub_info(struct oscar_hub * hub, const char * repo_id, c
         st = osc_error(OSCAR_ERR_NOMEM, "out of memory");
         goto out;
     }
-    if ((st = get_json(hub, url, what, &j, &r)) != OSCAR_OK) {
+    if ((st = osc_api_get_json(hub, url, what, &j, &r)) != OSCAR_OK) {
         goto out;
     }
     out->id            = dup_str(j, "id");
@@ -162,7 +162,7 @@ enum oscar_status oscar_hub_list(struct oscar_hub * hub, const char * repo_id, c
         struct osc_http_resp r;
         osc_http_resp_reset(&r);
         json_t * j = NULL;
-        st         = get_json(hub, url, what, &j, &r);
+        st         = osc_api_get_json(hub, url, what, &j, &r);
         if (st == OSCAR_OK && !json_is_array(j)) {
             st = osc_error(OSCAR_ERR_FORMAT, "%s: tree listing is not a JSON array", what);
         }
@@ -265,5 +265,45 @@ out:
     free(text);
     free(url);
     free(org);
+    return st;
+}
+
+enum oscar_status osc_api_create_branch(struct oscar_hub * hub, const char * repo_id, const char * branch) {
+    enum oscar_status st = osc_check_repo_rev(repo_id, branch);
+    if (st != OSCAR_OK) {
+        return st;
+    }
+    if (osc_is_commit_hash(branch) || !strncmp(branch, "refs/", 5)) { // the Hub refuses these as branch names
+        return osc_error(OSCAR_ERR_INVALID, "%s: '%s' is not a branch name that can be created", repo_id, branch);
+    }
+    char *               q   = osc_url_quote(branch, "");
+    char *               sfx = q ? malloc(strlen(q) + 16) : NULL;
+    char *               url = NULL;
+    struct osc_http_resp r;
+    osc_http_resp_reset(&r);
+    if (sfx) {
+        sprintf(sfx, "/branch/%s", q);
+        url = osc_url_api(hub->endpoint, repo_id, sfx);
+    }
+    if (!url) {
+        st = osc_error(OSCAR_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    // No startingPoint: the Hub branches off the head of the default branch, as `hf upload --revision` does.
+    struct osc_http_req rq = { .method = "POST", .url = url, .upload_fd = -1, .sink_fd = -1, .auth = 1,
+                               .content_type = "application/json", .accept = "application/json", .body = "{}",
+                               .body_len = 2 };
+    if ((st = osc_http_request(hub, &rq, &r)) != OSCAR_OK) {
+        st = osc_error_prefix(st, "%s: create branch %s", repo_id, branch);
+    } else if (r.status != 200 && r.status != 201 && r.status != 409) { // 409: it exists (exist_ok)
+        char what[600];
+        snprintf(what, sizeof what, "%s: create branch %s", repo_id, branch);
+        st = osc_http_error(&r, what);
+    }
+out:
+    osc_http_resp_free(&r);
+    free(url);
+    free(sfx);
+    free(q);
     return st;
 }

@@ -172,11 +172,35 @@ enum oscar_status osc_cache_lock(const char * cache_dir, const char * repo_id, c
 void osc_cache_unlock(int fd);
 
 // ---- api.c --------------------------------------------------------------
+// GET `url` (with retries) and parse the JSON body into *out (a json_t *, jansson; caller decrefs).
+// Non-200 answers are osc_http_error(r, what); a body that is not JSON is OSCAR_ERR_FORMAT.
+// `r` (reset by the caller) keeps the headers, e.g. r->link_next; the caller frees it.
+struct json_t;
+enum oscar_status osc_api_get_json(struct oscar_hub * hub, const char * url, const char * what, struct json_t ** out,
+                                   struct osc_http_resp * r);
 // GET /api/models/{repo}[/revision/{rev}] -> commit sha.
 enum oscar_status osc_api_resolve_revision(struct oscar_hub * hub, const char * repo_id, const char * rev,
                                            char commit[41]);
 // POST /api/repos/create, exist_ok.
 enum oscar_status osc_api_create_repo(struct oscar_hub * hub, const char * repo_id, int is_private);
+// POST /api/models/{repo}/branch/{branch}: a new branch at the head of the default branch, exist_ok
+// (409 is success). Commit hashes and refs/... are refused (OSCAR_ERR_INVALID).
+enum oscar_status osc_api_create_branch(struct oscar_hub * hub, const char * repo_id, const char * branch);
+
+// ---- search.c -----------------------------------------------------------
+// Appends the models of one /api/models page `j` to `out`, up to `limit` in all. Anything but an
+// array of objects with a string "id" (and, when present, a string or null "lastModified" and a
+// boolean "private") is OSCAR_ERR_FORMAT naming `what`.
+enum oscar_status osc_search_parse_page(struct json_t * j, const char * what, int limit,
+                                        struct oscar_hub_models * out);
+
+// ---- artifacts.c --------------------------------------------------------
+// Fills `a` (path already set) from the text of an oscar.json; `name` names it in messages.
+// OSCAR_ERR_FORMAT (message in a->error too) for invalid JSON, no "metadata" object, a missing
+// oscar.base_model / oscar.architecture / oscar.source_grouping / oscar.calib_tokens, a
+// non-string value, a calib_tokens that is not a count, or a gate other than pass | fail.
+enum oscar_status osc_artifact_summary_parse(const char * text, size_t len, const char * name,
+                                             struct oscar_hub_artifact * a);
 
 // ---- ndjson.c -----------------------------------------------------------
 struct osc_commit_op {

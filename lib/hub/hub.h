@@ -92,7 +92,7 @@ void oscar_hub_info_free(struct oscar_hub_info * info);
 struct oscar_hub_push_opts {
     const char * repo_id;
     const char * path_in_repo;   // prefix in the repo ("" = root)
-    const char * revision;       // branch, default "main"
+    const char * revision;       // branch, default "main"; a new one is created from the default branch's head
     const char * message;        // commit summary (default "Upload with oscar-zoo")
     int          is_private;     // when creating the repo
     int          skip_card_check;
@@ -110,6 +110,68 @@ struct oscar_hub_push_result {
 enum oscar_status oscar_hub_push(struct oscar_hub * hub, const char * dir, const struct oscar_hub_push_opts * o,
                                  struct oscar_hub_push_result * out);
 void oscar_hub_push_result_free(struct oscar_hub_push_result * r);
+
+// ---- search (search.c) ---------------------------------------------------------------
+// The library tag of oscar's model cards (library_name: oscar, tags: [oscar, ...]).
+#define OSCAR_HUB_LIBRARY_TAG "oscar"
+
+struct oscar_hub_model {
+    char * id;
+    char * last_modified; // ISO 8601, NULL when the Hub did not send it
+    int    is_private;
+};
+
+struct oscar_hub_models {
+    struct oscar_hub_model * items;
+    int                      n;
+};
+
+struct oscar_hub_search {
+    const char *         search;  // substring of the repo id, or NULL
+    const char *         author;  // owner (user or organization), or NULL
+    const char * const * filters; // tags every result carries (NULL-terminated), or NULL
+    int                  limit;   // at most this many results (<= 0: 100)
+};
+
+// GET /api/models with the query, following the Link pagination until `limit` results.
+enum oscar_status oscar_hub_search_models(struct oscar_hub * hub, const struct oscar_hub_search * q,
+                                          struct oscar_hub_models * out);
+// Repos of oscar artifacts for a base model: the filters "oscar" and "base_model:<id>" (the Hub
+// derives that tag from a card's base_model), optionally of one author. A bad id or author is
+// OSCAR_ERR_INVALID.
+enum oscar_status oscar_hub_search_artifacts(struct oscar_hub * hub, const char * base_model, const char * author,
+                                             int limit, struct oscar_hub_models * out);
+void oscar_hub_models_free(struct oscar_hub_models * m);
+
+// ---- artifacts in a repo (artifacts.c) ------------------------------------------------
+// One directory of a repo holding an oscar.json, with the oscar.json metadata that says what it is.
+struct oscar_hub_artifact {
+    char * path;          // the directory in the repo, "" for the repo root
+    char * base_model;    // oscar.base_model (a display name)
+    char * base_model_id; // oscar.base_model_id (the base model's Hub id), NULL in older artifacts
+    char * architecture;  // oscar.architecture
+    char * grouping;      // oscar.source_grouping: layer | kv_head
+    char * calib_tag;     // oscar.calib_tag
+    long long calib_tokens; // oscar.calib_tokens
+    char * gate;          // oscar.gate: pass | fail, NULL in older artifacts
+    char * created;       // oscar.created, NULL when not recorded
+    char * error;         // why its oscar.json could not be read; then only `path` is set
+};
+
+struct oscar_hub_artifacts {
+    struct oscar_hub_artifact * items; // sorted by path
+    int                         n;
+    int                         n_bad; // items with an error
+    char                        commit[41];
+};
+
+// Every directory holding an oscar.json at `revision` (NULL: main), resolved to one commit first
+// so that all of them come from the same snapshot; each oscar.json is downloaded through the
+// shared cache. A malformed oscar.json is an item with `error` set (counted in n_bad), not a
+// failure; network, HTTP and cache errors are.
+enum oscar_status oscar_hub_list_artifacts(struct oscar_hub * hub, const char * repo_id, const char * revision,
+                                           struct oscar_hub_artifacts * out);
+void oscar_hub_artifacts_free(struct oscar_hub_artifacts * l);
 
 // Splits a Hub spec "owner/name[@revision][:path]" into malloc'ed parts
 // (*revision / *path NULL when absent). OSCAR_ERR_INVALID for anything else.

@@ -1,6 +1,7 @@
-// upload.c - push a folder in one commit: create repo (exist_ok) ->
-// preupload (regular vs LFS per file) -> LFS batch (basic or multipart PUTs
-// without the token, then verify) -> NDJSON commit with parentCommit.
+// upload.c - push a folder in one commit: create repo (exist_ok) -> create
+// the branch if it is new -> preupload (regular vs LFS per file) -> LFS batch
+// (basic or multipart PUTs without the token, then verify) -> NDJSON commit
+// with parentCommit.
 // Refuses: a README.md without valid YAML front matter, symlinks leaving
 // the folder or pointing at folders, regular files over 10 MiB sent inline
 // (the Hub's limit).
@@ -534,6 +535,21 @@ static enum oscar_status commit(struct oscar_hub * hub, const struct oscar_hub_p
     return st;
 }
 
+// The head of `branch`; a branch the repo does not have yet is created first from the default
+// branch's head, as `hf upload --revision NEW` does (the repo exists by now, so a 404 is the revision).
+static enum oscar_status resolve_branch(struct oscar_hub * hub, const char * repo_id, const char * branch,
+                                        char parent[41]) {
+    enum oscar_status st = osc_api_resolve_revision(hub, repo_id, branch, parent);
+    if (st != OSCAR_ERR_NOT_FOUND || osc_is_commit_hash(branch) || !strncmp(branch, "refs/", 5)) {
+        return st;
+    }
+    osc_info("%s: branch '%s' does not exist yet, creating it from the default branch", repo_id, branch);
+    if ((st = osc_api_create_branch(hub, repo_id, branch)) != OSCAR_OK) {
+        return st;
+    }
+    return osc_api_resolve_revision(hub, repo_id, branch, parent);
+}
+
 enum oscar_status oscar_hub_push(struct oscar_hub * hub, const char * dir, const struct oscar_hub_push_opts * opts,
                                  struct oscar_hub_push_result * out) {
     memset(out, 0, sizeof *out);
@@ -568,7 +584,7 @@ enum oscar_status oscar_hub_push(struct oscar_hub * hub, const char * dir, const
     }
     qsort(l.f, (size_t) l.n, sizeof *l.f, cmp_files);
     if ((st = osc_api_create_repo(hub, o.repo_id, o.is_private)) != OSCAR_OK ||
-        (st = osc_api_resolve_revision(hub, o.repo_id, o.revision, parent)) != OSCAR_OK ||
+        (st = resolve_branch(hub, o.repo_id, o.revision, parent)) != OSCAR_OK ||
         (st = preupload(hub, &o, &l)) != OSCAR_OK) {
         goto out;
     }

@@ -9,7 +9,9 @@ Two HTTP servers on loopback, random ports:
 
 Implements (docs/ecosystem.md section 1): HEAD/GET /{repo}/resolve/{rev}/{path} with X-Repo-Commit,
 ETag, X-Linked-Etag, X-Linked-Size, 302 for LFS files, Range/206; GET /api/models/{repo}[/revision/{rev}],
-/tree/{rev}[/{path}] with Link pagination, /refs; POST /api/repos/create; POST .../preupload/{rev};
+/tree/{rev}[/{path}] with Link pagination, /refs; GET /api/models (search, author, filter on the tags
+derived from each repo's root README.md front matter, limit, sort, expand/full, Link pagination);
+POST /api/repos/create; POST /api/models/{repo}/branch/{branch}; POST .../preupload/{rev};
 POST /{repo}.git/info/lfs/objects/batch (basic + multipart), PUT uploads (sha256 checked), multipart
 completion, verify; POST .../commit/{rev} (NDJSON, strict base64, lfsFile oids, parentCommit -> 412).
 Errors carry X-Error-Code / X-Error-Message / X-Request-Id.
@@ -281,6 +283,8 @@ class Handler(BaseHTTPRequestHandler):
         m = self.command
         if len(parts) >= 5 and parts[2] == "resolve" and m in ("GET", "HEAD"):
             return self.resolve(parts[0] + "/" + parts[1], parts[3], "/".join(parts[4:]))
+        if parts == ["api", "models"] and m == "GET":
+            return self.list_models()
         if parts[:2] == ["api", "models"] and len(parts) >= 4:
             repo_id, rest = parts[2] + "/" + parts[3], parts[4:]
             if m == "GET" and (not rest or rest[0] == "revision"):
@@ -289,6 +293,8 @@ class Handler(BaseHTTPRequestHandler):
                 return self.tree(repo_id, rest[1], "/".join(rest[2:]))
             if m == "GET" and rest == ["refs"]:
                 return self.refs(repo_id)
+            if m == "POST" and len(rest) == 2 and rest[0] == "branch":
+                return self.create_branch(repo_id, rest[1])
             if m == "POST" and len(rest) == 2 and rest[0] == "preupload":
                 return self.preupload(repo_id, rest[1])
             if m == "POST" and len(rest) == 2 and rest[0] == "commit":
@@ -370,6 +376,123 @@ class Handler(BaseHTTPRequestHandler):
             br = [{"name": b, "ref": "refs/heads/" + b, "targetCommit": s} for b, s in sorted(r["branches"].items())]
         self.send(200, {"branches": br, "converts": [], "tags": []})
 
+    def create_branch(self, repo_id, branch):
+        raw = self.body()
+        try:
+            b = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            raise HubError(400, "BadRequest", "body is not JSON")
+        if not isinstance(b, dict):
+            raise HubError(400, "BadRequest", "body must be a JSON object")
+        if (not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$", branch) or ".." in branch or "//" in branch
+                or branch.endswith(("/", ".lock")) or branch.startswith("refs/") or HEX40.match(branch)):
+            raise HubError(400, "BadRequest", "Invalid reference for a branch: " + branch)
+        with self.state.lock:
+            r = self.repo(repo_id, write=True)
+            if branch in r["branches"]:
+                raise HubError(409, "Conflict", "Reference already exists: refs/heads/" + branch)
+            start = b.get("startingPoint")
+            r["branches"][branch] = self.commit_of(r, start) if start is not None else r["branches"]["main"]
+        self.send(200, b"", ctype=None)
+
+    # ---- model search (GET /api/models) -------------------------------------------------
+    @staticmethod
+    def front_matter(text):
+        """The YAML front matter of a model card, for the keys the Hub indexes: scalars, flow
+        lists [a, b] and block lists (- item). Anything fancier is out of scope."""
+        lines = text.split("\n")
+        if not lines or lines[0].strip() != "---":
+            return {}
+        out, key = {}, None
+        for ln in lines[1:]:
+            if ln.strip() == "---":
+                return out
+            if ln.startswith(("- ", "  - ")) and key is not None:
+                out.setdefault(key, [])
+                if isinstance(out[key], list):
+                    out[key].append(ln.split("- ", 1)[1].strip().strip("'\""))
+                continue
+            m = re.match(r"^([A-Za-z_][A-Za-z0-9_-]*):\s*(.*)$", ln)
+            if not m:
+                continue
+            key, v = m.group(1), m.group(2).strip()
+            if v.startswith("[") and v.endswith("]"):
+                out[key] = [x.strip().strip("'\"") for x in v[1:-1].split(",") if x.strip()]
+            elif v:
+                out[key] = v.strip("'\"")
+        return {}  # no closing '---'
+
+    def model_entry(self, repo_id, r):
+        """What the Hub indexes of a repo: tags from the root README.md front matter (card tags, the
+        library, license:X, base_model:ID per base model), as the real Hub derives them."""
+        head = r["branches"]["main"]
+        c = r["commits"][head]
+        readme = c["files"].get("README.md")
+        card = self.front_matter(readme["data"].decode("utf-8", "replace")) if readme and readme["data"] else {}
+        aslist = lambda v: v if isinstance(v, list) else ([v] if isinstance(v, str) else [])
+        tags = list(aslist(card.get("tags")))
+        lib = card.get("library_name") if isinstance(card.get("library_name"), str) else None
+        if lib and lib not in tags:
+            tags.insert(0, lib)
+        tags += ["base_model:" + b for b in aslist(card.get("base_model"))]
+        tags += ["license:" + x for x in aslist(card.get("license"))]
+        d = {"_id": hashlib.sha1(repo_id.encode()).hexdigest()[:24], "id": repo_id, "modelId": repo_id,
+             "author": repo_id.split("/")[0], "private": r["private"], "likes": 0, "downloads": 0,
+             "trendingScore": 0, "tags": tags, "createdAt": r["created"], "lastModified": c["date"], "sha": head,
+             "gated": False, "disabled": False, "siblings": [{"rfilename": p} for p in sorted(c["files"])]}
+        if lib:
+            d["library_name"] = lib
+        return d
+
+    DEFAULT_FIELDS = ("_id", "id", "likes", "trendingScore", "private", "downloads", "tags", "library_name",
+                      "createdAt", "modelId")
+    EXPANDABLE = ("author", "createdAt", "disabled", "downloads", "gated", "lastModified", "library_name", "likes",
+                  "private", "sha", "siblings", "tags", "trendingScore")
+
+    def list_models(self):
+        """GET /api/models: search (substring of the id), author, filter (every one a tag, ANDed),
+        sort (lastModified | createdAt, newest first; default: by id), limit (page size), expand /
+        full (the fields), cursor pagination through the Link header. Private repos need the token."""
+        st = self.state
+        q = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        one = lambda k: q.get(k, [None])[-1]
+        search, author, sort = one("search"), one("author"), one("sort")
+        filters = q.get("filter", [])
+        expand = q.get("expand", []) + q.get("expand[]", [])
+        bad = [e for e in expand if e not in self.EXPANDABLE]
+        if bad:
+            raise HubError(400, "BadRequest", "invalid expand value(s): %s" % ", ".join(bad))
+        try:
+            limit = int(one("limit")) if one("limit") is not None else None
+            cursor = int(one("cursor") or 0)
+        except ValueError:
+            raise HubError(400, "BadRequest", "limit and cursor must be integers")
+        if limit is not None and not 0 < limit <= 1000:
+            raise HubError(400, "BadRequest", "limit must be between 1 and 1000")
+        if sort not in (None, "lastModified", "createdAt"):
+            raise HubError(400, "BadRequest", "unsupported sort " + sort)
+        authed = self.auth() is not None
+        with st.lock:
+            found = [self.model_entry(rid, r) for rid, r in sorted(st.repos.items()) if authed or not r["private"]]
+        found = [d for d in found
+                 if (not search or search.lower() in d["id"].lower())
+                 and (not author or d["author"].lower() == author.lower())
+                 and all(f in d["tags"] for f in filters)]
+        if sort:
+            found.sort(key=lambda d: d[sort], reverse=True)
+        fields = self.DEFAULT_FIELDS
+        if expand:
+            fields = ("_id", "id") + tuple(expand)
+        elif one("full") in ("true", "True", "1"):
+            fields = self.DEFAULT_FIELDS + ("author", "lastModified", "sha", "siblings", "gated", "disabled")
+        page_size = min(limit or 1000, st.page_size)
+        page = [{k: d[k] for k in fields if k in d} for d in found[cursor:cursor + page_size]]
+        h = {}
+        if cursor + page_size < len(found):
+            nq = [(k, v) for k, vs in q.items() if k != "cursor" for v in vs] + [("cursor", str(cursor + page_size))]
+            h["Link"] = '<%s/api/models?%s>; rel="next"' % (st.endpoint, urllib.parse.urlencode(nq))
+        self.send(200, page, h)
+
     def new_commit(self, r, parent, files, summary):
         date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
         sha = hashlib.sha1(("%s|%s|%s|%s" % (parent, summary, date, secrets.token_hex(8))).encode()).hexdigest()
@@ -395,7 +518,8 @@ class Handler(BaseHTTPRequestHandler):
         with st.lock:
             if repo_id in st.repos:
                 return self.send(409, {"error": "You already created this model repo", "url": st.endpoint + "/" + repo_id})
-            r = {"private": private, "branches": {}, "commits": {}}
+            r = {"private": private, "branches": {}, "commits": {},
+                 "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")}
             ga = b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
             files = {".gitattributes": {"data": ga, "lfs": None, "size": len(ga), "oid": git_sha1(ga)}}
             r["branches"]["main"] = self.new_commit(r, None, files, "initial commit")

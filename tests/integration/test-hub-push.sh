@@ -14,7 +14,7 @@ $ZOO 2>/dev/null; [ $? = 2 ] || fail "no args: want exit 2"
 $ZOO push "$T/art" 2>/dev/null; [ $? = 2 ] || fail "push without --repo: want exit 2"
 $ZOO frobnicate x 2>/dev/null; [ $? = 2 ] || fail "unknown command: want exit 2"
 # (issue 20) an unknown command is named as one, not as a repo-id problem
-$ZOO list me/x 2>"$T/err"; [ $? = 2 ] && grep -q "unknown command 'list'" "$T/err" || fail "list: $(head -2 "$T/err")"
+$ZOO lst me/x 2>"$T/err"; [ $? = 2 ] && grep -q "unknown command 'lst'" "$T/err" || fail "lst: $(head -2 "$T/err")"
 $ZOO pull a/b --bogus 2>/dev/null; [ $? = 2 ] || fail "unknown option: want exit 2"
 $ZOO pull 'bad id/x/y' 2>/dev/null; [ $? = 2 ] || fail "bad repo id: want exit 2"
 
