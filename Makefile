@@ -263,11 +263,15 @@ $(B)/oscar.pc: packaging/oscar.pc.in FORCE
 # packaging/man/TOOL.h2m. The footer gives OSCAR_VERSION without the commit
 # --version adds (it left no room for the date) and the date of the last
 # commit, so a rebuild of the same commit gives the same page.
-$(B)/man/%.1: $(B)/bin/% packaging/man/%.h2m
+# A tool with subcommands (oscar-zoo) gets each command's --help in a COMMANDS
+# section (packaging/man/subcommands.sh).
+$(B)/man/%.1: $(B)/bin/% packaging/man/%.h2m packaging/man/subcommands.sh
 	@mkdir -p $(dir $@)
+	bash packaging/man/subcommands.sh ./$< $@.commands.h2m
 	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) \
 	  help2man --no-info --version-string=$(OSCAR_VERSION) --include=packaging/man/$*.h2m \
-	  --output=$@.tmp ./$< && mv $@.tmp $@
+	  $$([ -s $@.commands.h2m ] && echo --include=$@.commands.h2m) --output=$@.tmp ./$< \
+	  && mv $@.tmp $@ && rm -f $@.commands.h2m
 
 man: $(MAN_PAGES)
 

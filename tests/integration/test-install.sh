@@ -116,12 +116,17 @@ for t in $TOOLS; do
     esac
     text=$(render "$page") || fail "man -l $page: $text"
     grep -q "^NAME" <<< "$text" && grep -q "^       $t - " <<< "$text" || fail "$t.1: no NAME '$t - ...': $(head -8 <<< "$text")"
-    grep -q "^SYNOPSIS" <<< "$text" && grep -q "^       $t --\|^       $t COMMAND" <<< "$text" \
+    grep -q "^SYNOPSIS" <<< "$text" && grep -q "^       $t --\|^       $t \[\?[a-zA-Z]" <<< "$text" \
         || fail "$t.1: no SYNOPSIS with the usage line"
     grep -q "^DESCRIPTION" <<< "$text" || fail "$t.1: no DESCRIPTION"
     grep -qF -- "$opt" <<< "$text" || fail "$t.1: the option '$opt' is not in the page"
 done
-grep -q '^       push DIR --repo ID' <<< "$(render "$D/share/man/man1/oscar-zoo.1")" || fail "oscar-zoo.1: no push command"
+# oscar-zoo's page documents each command with its own options
+zoo=$(render "$D/share/man/man1/oscar-zoo.1")
+grep -q "^COMMANDS" <<< "$zoo" || fail "oscar-zoo.1: no COMMANDS section"
+for want in "oscar-zoo push DIR --repo ID" "--path-in-repo" "oscar-zoo export ARTIFACT" "--qk-order" "oscar-zoo search BASE_MODEL"; do
+    grep -qF -- "$want" <<< "$zoo" || fail "oscar-zoo.1: '$want' missing from the commands"
+done
 ok "man pages render: NAME, SYNOPSIS, DESCRIPTION with the tools' options"
 
 # ---- bash completion ----
@@ -137,7 +142,9 @@ complete_words() {
 has() { grep -qx -- "$2" <<< "$1" || fail "completing '$3' does not offer $2: $(tr '\n' ' ' <<< "$1")"; }
 hasnt() { grep -qx -- "$2" <<< "$1" && fail "completing '$3' offers $2: $(tr '\n' ' ' <<< "$1")"; true; }
 c=$(complete_words oscar-zoo oscar-zoo "")
-for w in push pull ls info export; do has "$c" "$w" "oscar-zoo "; done
+for w in push pull ls list search info export; do has "$c" "$w" "oscar-zoo "; done
+c=$(complete_words oscar-zoo oscar-zoo push x --path-)
+[ "$c" = "--path-in-repo" ] || fail "completing 'oscar-zoo push x --path-' (push's own options): $c"
 c=$(complete_words oscar-zoo oscar-zoo pu)
 [ "$(sort <<< "$c" | tr '\n' ' ')" = "pull push " ] || fail "completing 'oscar-zoo pu': $c"
 c=$(complete_words oscar-calibrate oscar-calibrate --to)

@@ -43,7 +43,7 @@ push() { $ZOO push "$@" --quiet >/dev/null || fail "push $*"; }
 
 # ---- 1. subcommands -------------------------------------------------------------------------
 $ZOO push --help > "$T/help" || fail "push --help exit"
-grep -q "^usage: oscar-zoo push DIR --repo ID" "$T/help" && grep -q -- "--path-in-repo" "$T/help" \
+grep -q "^Usage: oscar-zoo push DIR --repo ID" "$T/help" && grep -q -- "--path-in-repo" "$T/help" \
     && ! grep -q -- "--format" "$T/help" || fail "push --help: $(head -3 "$T/help")"
 $ZOO --help list > "$T/help2" && cmp -s "$T/help2" <($ZOO list --help) || fail "--help before the command"
 grep -q "exit status is 1" "$T/help2" || fail "list --help does not document the exit status for bad oscar.json"
