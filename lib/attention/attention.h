@@ -19,6 +19,7 @@
 #define OSCAR_ATTENTION_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "util/error.h"
@@ -65,6 +66,26 @@ void oscar_attn_partial_rows(int32_t g, int32_t D, const float * q,
                              const float * k, int64_t k_stride, const float * v,
                              int64_t v_stride, int64_t n, const int64_t * key_pos,
                              int64_t mask_pos, float * o, float * lse);
+
+// ---- blocked causal rows (rows.c) ------------------------------------------
+// n query rows of one head against the keys of one KV head: row r sees keys
+// p = 0 .. t[r], key p read from (k_alt, v_alt) when lo[r] <= p < hi[r] and
+// from (k, v) otherwise (lo = hi = NULL: always (k, v)). Key row p sits at
+// p·row_stride floats in each buffer. q row r at q + r·q_stride, out row r at
+// out + r·out_stride. Softmax scale D^-1/2, fp32 scores and weights, fp64
+// normaliser. Row r's result does not depend on the other rows of the call
+// (same bits for n = 1 and n = 64). scratch: oscar_attn_rows_scratch(n,
+// max t + 1, D) floats, 8-byte aligned.
+struct oscar_attn_keys {
+    int32_t       head_dim;
+    size_t        row_stride;
+    const float * k, * v;
+    const float * k_alt, * v_alt;
+};
+size_t oscar_attn_rows_scratch(int32_t n_rows, int64_t n_keys, int32_t head_dim);
+void oscar_attn_rows(const struct oscar_attn_keys * kv, int32_t n, const float * q, size_t q_stride,
+                     const int64_t * t, const int64_t * lo, const int64_t * hi, float * out, size_t out_stride,
+                     float * scratch);
 
 // ---- tiered attention over a paged cache (kv-cache.h) -----------------------
 struct oscar_attn_tiered_opts {

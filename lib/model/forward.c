@@ -18,11 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention/attention.h"
 #include "model/model.h"
 #include "util/blas.h"
 #include "util/cli.h"
 
-enum { ATT_BQ = 64, ATT_TILE = 64 }; // query rows per attention task, keys per softmax tile
+enum { ATT_BQ = 64 }; // query rows per attention task
 
 struct oscar_forward {
     const struct oscar_model * m;
@@ -231,54 +232,6 @@ static void swiglu(float * g, const float * u, size_t n, int nt) {
 
 // ---- attention ---------------------------------------------------------------------------------
 
-// One query row i of head h over keys [s0, i] (batch indices), online softmax over tiles of
-// ATT_TILE keys: o = sum_j exp(s_j - m) v_j / sum_j exp(s_j - m), denominators in double.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v3", "default"))) // AVX2+FMA where the CPU has it
-#endif
-static void attend_row(const struct oscar_capture_layer * in, float * out, int32_t s0, int32_t i, int32_t h) {
-    const struct oscar_model_config * c = in->config;
-    const int32_t D = c->head_dim, Hq = c->n_head, Hkv = c->n_head_kv, kh = h / (Hq / Hkv);
-    const float   scale = 1.0f / sqrtf((float)D);
-    const float * qi    = in->q + ((size_t)i * Hq + h) * D;
-    float         acc[OSCAR_MAX_HEAD_DIM];
-    float         sc[ATT_TILE];
-    float         m   = -INFINITY;
-    double        sum = 0.0;
-    for (int32_t d = 0; d < D; d++) acc[d] = 0.0f;
-    for (int32_t j0 = s0; j0 <= i; j0 += ATT_TILE) {
-        const int32_t nj = i + 1 - j0 < ATT_TILE ? i + 1 - j0 : ATT_TILE;
-        float         mt = -INFINITY;
-        for (int32_t j = 0; j < nj; j++) {
-            // `omp simd reduction` lets the compiler split the sum into vector lanes (a fixed
-            // order for a given binary and CPU, so results are deterministic run to run)
-            const float * kj = in->k + ((size_t)(j0 + j) * Hkv + kh) * D;
-            float         dd = 0.0f;
-#pragma omp simd reduction(+ : dd)
-            for (int32_t d = 0; d < D; d++) dd += qi[d] * kj[d];
-            sc[j] = dd * scale;
-            mt    = sc[j] > mt ? sc[j] : mt;
-        }
-        if (mt > m) { // rescale what was accumulated under the old maximum
-            float r = expf(m - mt);
-#pragma omp simd
-            for (int32_t d = 0; d < D; d++) acc[d] *= r;
-            sum *= (double)r;
-            m = mt;
-        }
-        for (int32_t j = 0; j < nj; j++) {
-            const float * vj = in->v + ((size_t)(j0 + j) * Hkv + kh) * D;
-            float         p  = expf(sc[j] - m);
-            sum += (double)p;
-#pragma omp simd
-            for (int32_t d = 0; d < D; d++) acc[d] += p * vj[d];
-        }
-    }
-    float * o   = out + ((size_t)i * Hq + h) * D;
-    float   inv = (float)(1.0 / sum);
-    for (int32_t d = 0; d < D; d++) o[d] = acc[d] * inv;
-}
-
 static int32_t attention_threads(void * user) {
     const int32_t * nt = user;
     return nt && *nt > 0 ? *nt : omp_get_max_threads();
@@ -287,10 +240,17 @@ static int32_t attention_threads(void * user) {
 enum oscar_status oscar_attention_causal(void * user, int32_t layer, const struct oscar_capture_layer * in,
                                          float * out) {
     (void)layer;
-    const int32_t Hq = in->config->n_head, nt = attention_threads(user);
-    if (in->config->head_dim > OSCAR_MAX_HEAD_DIM)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "attention: head_dim %d > %d", in->config->head_dim,
-                         OSCAR_MAX_HEAD_DIM);
+    const struct oscar_model_config * c = in->config;
+    const int32_t Hq = c->n_head, Hkv = c->n_head_kv, D = c->head_dim, g = Hq / Hkv, nt = attention_threads(user);
+    int32_t       n_max = 0;
+    for (int32_t s = 0; s < in->n_seq; s++) {
+        int32_t n = in->seq_start[s + 1] - in->seq_start[s];
+        n_max = n > n_max ? n : n_max;
+    }
+    const size_t per_thread = oscar_attn_rows_scratch(ATT_BQ, n_max, D);
+    float *      scratch = malloc(sizeof(float) * per_thread * (size_t)nt);
+    if (!scratch) return osc_error(OSCAR_ERR_NOMEM, "attention: scratch for %d tokens x %d threads", n_max, nt);
+    const size_t rs = (size_t)Hkv * D, qs = (size_t)Hq * D;
     for (int32_t s = 0; s < in->n_seq; s++) {
         const int32_t s0 = in->seq_start[s], n = in->seq_start[s + 1] - s0;
         const int32_t nb = (n + ATT_BQ - 1) / ATT_BQ, n_tasks = nb * Hq;
@@ -298,10 +258,18 @@ enum oscar_status oscar_attention_causal(void * user, int32_t layer, const struc
         for (int32_t task = 0; task < n_tasks; task++) {
             // later blocks are the most expensive: hand them out first
             const int32_t blk = nb - 1 - task / Hq, h = task % Hq;
-            const int32_t i0 = s0 + blk * ATT_BQ, i1 = i0 + ATT_BQ < s0 + n ? i0 + ATT_BQ : s0 + n;
-            for (int32_t i = i0; i < i1; i++) attend_row(in, out, s0, i, h);
+            const int32_t i0 = blk * ATT_BQ, i1 = i0 + ATT_BQ < n ? i0 + ATT_BQ : n;
+            int64_t       t[ATT_BQ];
+            for (int32_t i = i0; i < i1; i++) t[i - i0] = i;
+            const struct oscar_attn_keys kv = {.head_dim = D, .row_stride = rs,
+                                               .k = in->k + (size_t)s0 * rs + (size_t)(h / g) * D,
+                                               .v = in->v + (size_t)s0 * rs + (size_t)(h / g) * D};
+            const size_t q0 = (size_t)(s0 + i0) * qs + (size_t)h * D;
+            oscar_attn_rows(&kv, i1 - i0, in->q + q0, qs, t, NULL, NULL, out + q0, qs,
+                            scratch + per_thread * (size_t)omp_get_thread_num());
         }
     }
+    free(scratch);
     return OSCAR_OK;
 }
 

@@ -1,0 +1,170 @@
+// rows.c - causal attention of a block of query rows of one head, blocked for
+// speed, with arithmetic that does not depend on the blocking: row r's output
+// is the same bits whether it is computed alone or with 63 other rows (the
+// one-pass verify simulation and its token-by-token oracle rely on that).
+//
+//   scores   S[r][p] = (sum_d q_r[d]·k_p[d], d in order) · D^-1/2: keys are
+//            transposed BK at a time so the sum vectorizes across keys, never
+//            across d;
+//   softmax  m_r = max_p S[r][p]; w = expf(S - m_r); z_r = sum_p w in double;
+//   values   acc_r[d] = sum_p w·v_p[d], p in order; out = acc_r · (1 / z_r).
+//
+// Built with -std=c11 (no floating-point contraction), so the vector and the
+// scalar code paths round every product and sum alike. head_dim 64, 128 and
+// 256 get loops with a constant D, which the compiler keeps in registers.
+#include "attention/attention.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { BK = 32 };   // keys per transposed tile
+
+// The helpers must be inlined into each target clone of oscar_attn_rows (a
+// call would run the baseline-ISA copy).
+#if defined(__GNUC__)
+#define ROWS_INLINE static inline __attribute__((always_inline))
+#else
+#define ROWS_INLINE static inline
+#endif
+
+// Layout: z [n_rows] doubles first (so an 8-byte aligned scratch keeps them
+// aligned; the size is even, so per-thread slices stay aligned too), then the
+// scores [n_rows][tiles·BK], two transposed key tiles and acc [n_rows][D].
+size_t oscar_attn_rows_scratch(int32_t n_rows, int64_t n_keys, int32_t head_dim) {
+    size_t tiles = (size_t) ((n_keys + BK - 1) / BK) * BK;
+    return 2 * (size_t) n_rows + (size_t) n_rows * tiles + 2 * (size_t) BK * (size_t) head_dim +
+           (size_t) n_rows * (size_t) head_dim + ((size_t) head_dim & 1);
+}
+
+// kt [D][BK] = rows [p0, p0 + n) of k, transposed; columns past n are zero.
+ROWS_INLINE void transpose_tile(const float * k, size_t rs, int64_t p0, int32_t n, int32_t D, float * kt) {
+    memset(kt, 0, sizeof(float) * (size_t) BK * (size_t) D);
+    for (int32_t j = 0; j < n; j++) {
+        const float * kp = k + (size_t) (p0 + j) * rs;
+        for (int32_t d = 0; d < D; d++) kt[(size_t) d * BK + j] = kp[d];
+    }
+}
+
+// s0/s1 [BK] = (q0/q1 · kt) · scale for two query rows sharing the key loads;
+// each element is the same d-ordered sum as for one row (q1 may equal q0).
+ROWS_INLINE void score_pair(const float * q0, const float * q1, const float * kt, int32_t D, float scale,
+                              float * s0, float * s1) {
+    float a0[BK] = {0}, a1[BK] = {0};
+    for (int32_t d = 0; d < D; d++) {
+        const float   x0 = q0[d], x1 = q1[d];
+        const float * row = kt + (size_t) d * BK;
+#pragma omp simd
+        for (int32_t j = 0; j < BK; j++) {
+            a0[j] += x0 * row[j];
+            a1[j] += x1 * row[j];
+        }
+    }
+    for (int32_t j = 0; j < BK; j++) s0[j] = a0[j] * scale, s1[j] = a1[j] * scale;
+}
+
+// acc [D] += sum over keys p in [0, n) of w[p] · v[p·rs + d], p in order.
+ROWS_INLINE void weighted_sum(const float * w, const float * v, size_t rs, int64_t n, int32_t D, float * acc) {
+#define OSCAR_WSUM(DIM)                                                                                            \
+    do {                                                                                                           \
+        float a[DIM];                                                                                              \
+        memcpy(a, acc, sizeof a);                                                                                  \
+        for (int64_t p = 0; p < n; p++) {                                                                          \
+            const float   wp = w[p];                                                                               \
+            const float * vp = v + (size_t) p * rs;                                                                \
+            _Pragma("omp simd") for (int32_t d = 0; d < DIM; d++) a[d] += wp * vp[d];                              \
+        }                                                                                                          \
+        memcpy(acc, a, sizeof a);                                                                                  \
+    } while (0)
+    switch (D) {
+    case 64: OSCAR_WSUM(64); return;
+    case 128: OSCAR_WSUM(128); return;
+    case 256: OSCAR_WSUM(256); return;
+    default:
+        for (int64_t p = 0; p < n; p++) {
+            const float   wp = w[p];
+            const float * vp = v + (size_t) p * rs;
+#pragma omp simd
+            for (int32_t d = 0; d < D; d++) acc[d] += wp * vp[d];
+        }
+    }
+#undef OSCAR_WSUM
+}
+
+ROWS_INLINE int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+// The helpers above are inlined into each clone of this function.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v3", "default"))) // AVX2 where the CPU has it
+#endif
+void oscar_attn_rows(const struct oscar_attn_keys * kv, int32_t n, const float * q, size_t q_stride,
+                     const int64_t * t, const int64_t * lo, const int64_t * hi, float * out, size_t out_stride,
+                     float * scratch) {
+    const int32_t D = kv->head_dim;
+    const size_t  rs = kv->row_stride;
+    const float   scale = (float) (1.0 / sqrt((double) D));
+    int64_t       t_max = -1;
+    for (int32_t r = 0; r < n; r++) t_max = t[r] > t_max ? t[r] : t_max;
+    const size_t ld = (size_t) ((t_max + 1 + BK - 1) / BK) * BK;   // score row length
+    double *     z = (double *) (void *) scratch;
+    float *      S = scratch + 2 * (size_t) n, * kt = S + (size_t) n * ld, * kt_alt = kt + (size_t) BK * D;
+    float *      acc = kt_alt + (size_t) BK * D;
+
+    // scores, one tile of keys at a time, two query rows at a time
+    float s[2][BK], s_alt[2][BK];
+    for (int64_t p0 = 0; p0 <= t_max; p0 += BK) {
+        const int32_t nk = (int32_t) (t_max + 1 - p0 < BK ? t_max + 1 - p0 : BK);
+        bool need_alt = false;
+        for (int32_t r = 0; r < n && lo; r++) need_alt |= lo[r] < hi[r] && lo[r] < p0 + nk && hi[r] > p0;
+        transpose_tile(kv->k, rs, p0, nk, D, kt);
+        if (need_alt) transpose_tile(kv->k_alt, rs, p0, nk, D, kt_alt);
+        for (int32_t r = 0; r < n; r += 2) {
+            const int32_t r1 = r + 1 < n ? r + 1 : r;
+            if (t[r] < p0 && t[r1] < p0) continue;
+            const float * q0 = q + (size_t) r * q_stride, * q1 = q + (size_t) r1 * q_stride;
+            score_pair(q0, q1, kt, D, scale, s[0], s[1]);
+            if (need_alt) score_pair(q0, q1, kt_alt, D, scale, s_alt[0], s_alt[1]);
+            for (int32_t e = 0; e < 2 && r + e < n; e++) {
+                const int32_t ri = r + e;
+                float *       Sr = S + (size_t) ri * ld + p0;
+                for (int32_t j = 0; j < nk && p0 + j <= t[ri]; j++) {
+                    bool alt = lo && p0 + j >= lo[ri] && p0 + j < hi[ri];
+                    Sr[j] = alt ? s_alt[e][j] : s[e][j];
+                }
+            }
+        }
+    }
+    // softmax weights in place
+    for (int32_t r = 0; r < n; r++) {
+        float * Sr = S + (size_t) r * ld;
+        float   m = -INFINITY;
+        for (int64_t p = 0; p <= t[r]; p++) m = Sr[p] > m ? Sr[p] : m;
+        z[r] = 0.0;
+        for (int64_t p = 0; p <= t[r]; p++) {
+            Sr[p] = expf(Sr[p] - m);
+            z[r] += (double) Sr[p];
+        }
+    }
+    // the weighted values in key order per row, a tile of V rows for every query row; a row's keys
+    // are three runs: [0, lo) exact, [lo, hi) alternative, [hi, t] exact
+    memset(acc, 0, sizeof(float) * (size_t) n * (size_t) D);
+    for (int64_t p0 = 0; p0 <= t_max; p0 += BK) {
+        for (int32_t r = 0; r < n; r++) {
+            const int64_t p1 = p0 + BK - 1 < t[r] ? p0 + BK - 1 : t[r];   // last key of the tile, inclusive
+            if (p1 < p0) continue;
+            const int64_t e = p1 + 1;
+            const bool    has_alt = lo && lo[r] < hi[r];
+            const int64_t a = clamp64(has_alt ? lo[r] : e, p0, e), b = clamp64(has_alt ? hi[r] : e, a, e);
+            const float * Sr = S + (size_t) r * ld;
+            float *       ar = acc + (size_t) r * D;
+            if (a > p0) weighted_sum(Sr + p0, kv->v + (size_t) p0 * rs, rs, a - p0, D, ar);
+            if (b > a) weighted_sum(Sr + a, kv->v_alt + (size_t) a * rs, rs, b - a, D, ar);
+            if (e > b) weighted_sum(Sr + b, kv->v + (size_t) b * rs, rs, e - b, D, ar);
+        }
+    }
+    for (int32_t r = 0; r < n; r++) {
+        float *       o = out + (size_t) r * out_stride;
+        const float * ar = acc + (size_t) r * D;
+        float         inv = (float) (1.0 / z[r]);
+        for (int32_t d = 0; d < D; d++) o[d] = ar[d] * inv;
+    }
+}
