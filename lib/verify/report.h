@@ -1,5 +1,5 @@
-// report.h - oscar-verify results: report.json, per-layer SVG plot, markdown
-// summary, and the atomic model-card update. Schema: lib/verify/README.md.
+// report.h - oscar-verify results: report.json, markdown summary, and the
+// atomic model-card update (the per-layer SVG plot: plot.h). Schema: lib/verify/README.md.
 // Writes only through osc_write_file_atomic; never reads the model.
 #ifndef OSCAR_VERIFY_REPORT_H
 #define OSCAR_VERIFY_REPORT_H
@@ -40,8 +40,6 @@ struct oscar_verify_report {
 enum oscar_status oscar_verify_write_json(const struct oscar_verify_report * r, const char * path);
 // The same JSON text (malloc'ed, caller frees).
 enum oscar_status oscar_verify_json_text(const struct oscar_verify_report * r, char ** out);
-// Per-layer post-W_O relative error (log10 y axis), one polyline per method.
-enum oscar_status oscar_verify_write_svg(const struct oscar_verify_report * r, const char * path);
 // Markdown summary (malloc'ed, caller frees).
 enum oscar_status oscar_verify_markdown(const struct oscar_verify_report * r, char ** out);
 // Replaces the text between "<!-- oscar-verify:begin -->" and

@@ -15,6 +15,7 @@
 #include "util/log.h"
 #include "util/mem.h"
 #include "verify/kv-sim-device.h"
+#include "verify/plot.h"
 
 struct oscar_verify_params oscar_verify_default_params(void) {
     return (struct oscar_verify_params){.methods = NULL, .ctx = 2048, .sink = 32, .recent = 128, .page = 8,

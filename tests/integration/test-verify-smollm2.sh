@@ -6,7 +6,7 @@
 # Checks the perplexity ordering bf16 <= oscar < hadamard < naive (and the same for oscar-fixed, the
 # artifact's rotations with clips 0.96/0.92), BPE per method (INT2 methods < INT4 < 16), the report.json
 # schema keys (lib/verify/README.md), hidden drift per layer, and that layers.svg parses as XML with one
-# polyline per method. Skips (77) without the model.
+# series per method in each of its 4 panels. Skips (77) without the model.
 set -euo pipefail
 B=${OSCAR_BUILD:-build}
 C=${OSCAR_CACHE:-$HOME/.cache/oscar}
@@ -49,8 +49,8 @@ for m in r["methods"]:
     else:
         assert drift[-1] > 0 and m["mean"]["k_rel_mse"] > 0 and m["layers"][0]["n_rows_int2"] > 0, m["name"]
 svg = ET.parse(d + "/layers.svg").getroot()
-lines = [e for e in svg.iter() if e.tag.endswith("polyline")]
-assert len(lines) == len(r["methods"]), len(lines)
-assert {e.get("data-method") for e in lines} == set(p)
+series = [e for e in svg.iter() if e.get("data-method")]
+assert len(series) == 4 * len(r["methods"]), len(series)   # every method in each of the 4 panels
+assert {e.get("data-method") for e in series} == set(p)
 assert "| oscar |" in open(d + "/summary.md").read()
 PYEOF

@@ -468,16 +468,17 @@ static void test_report_json_schema(void ** state) {
         assert_true(fabs(json_real_value(json_object_get(json_object_get(m, "mean"), "hidden_drift")) - 3e-3 * (double) i) < 1e-12);
     }
     json_decref(j);
-    // SVG: one polyline per method with its name, 3 points each
+    // SVG (tests/unit/test-plot.c checks it in detail): one series per method in each of the 4 panels
     char * svg = NULL;
     size_t n = 0;
     snprintf(p, sizeof p, "%s/layers.svg", dir);
     assert_int_equal(osc_read_file(p, 1 << 20, &svg, &n), OSCAR_OK);
-    assert_non_null(strstr(svg, "data-method=\"bf16\""));
-    assert_non_null(strstr(svg, "data-method=\"oscar\""));
-    int lines = 0;
-    for (const char * q = svg; (q = strstr(q, "<polyline")); q++) lines++;
-    assert_int_equal(lines, 2);
+    int series[2] = {0, 0};
+    for (const char * q = svg; (q = strstr(q, "data-method=\"bf16\"")); q++) series[0]++;
+    for (const char * q = svg; (q = strstr(q, "data-method=\"oscar\"")); q++) series[1]++;
+    assert_int_equal(series[0], 4);
+    assert_int_equal(series[1], 4);
+    assert_non_null(strstr(svg, "bf16 (exact, 0)"));
     assert_non_null(strstr(svg, "</svg>"));
     free(svg);
     const char * files[] = {"report.json", "layers.svg", "summary.md"};
