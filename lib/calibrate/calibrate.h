@@ -188,11 +188,15 @@ void oscar_calib_gate_free(struct oscar_calib_gate * g);
 
 // ---- artifact (artifact.c) -------------------------------------------------------------------
 struct oscar_artifact;
+struct oscar_base_model;
 struct oscar_calib_provenance {
     const struct oscar_model * model;
     const struct oscar_tokenizer * tok;
     const struct oscar_calib_corpus * corpus;
     const struct oscar_calib_plan * plan;
+    const struct oscar_base_model * base; // Hub id and licence (base-model.h); NULL: none known
+    const char * const * datasets;        // --dataset Hub ids (valid owner/name), n_datasets of them
+    int32_t n_datasets;
 };
 enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance * prov,
                                              const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
