@@ -10,6 +10,7 @@
 //   clip.c       clip-ratio search per layer x {K, V} (x KV head)
 //   gate.c       OSCAR vs Hadamard vs naive INT2 gate table
 //   artifact.c   assembling struct oscar_artifact (metadata, summary, model card)
+//   base-model.c the base model's Hub id and licence, for the card (base-model.h)
 //
 // Sequences: the token stream is cut into consecutive sequences of seq_len
 // tokens (the last calibration sequence may be shorter); the calibration set is
