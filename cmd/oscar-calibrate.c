@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "calibrate/actstore.h"
+#include "calibrate/base-model.h"
 #include "calibrate/calibrate.h"
 #include "calibrate/capture-device.h"
 #include "formats/oscar-artifact.h"
@@ -17,9 +18,14 @@
 #include "util/fs.h"
 #include "util/log.h"
 
+#define MAX_DATASETS 32
+
 struct opts {
     const char * model, * corpus, * jsonl_field, * out, * save_act, * from_act;
     const char * device, * random_init; // device NULL: cpu
+    const char * base_model;            // --base-model OWNER/NAME (validated)
+    const char * datasets[MAX_DATASETS]; // --dataset ids (validated, no repeats)
+    int32_t n_datasets;
     bool strict, json, gpu_fp32;        // gpu_fp32: --gpu-precision fp32
 };
 
@@ -31,6 +37,10 @@ static void usage(FILE * f) {
             "  -f, --corpus PATH         text file, .jsonl, or directory of them (not with --from-activations)\n"
             "      --jsonl-field NAME    the field of each JSONL record; every file is then JSONL [*.jsonl: text]\n"
             "  -o, --out DIR             artifact directory: new, or an artifact to replace (checked before any compute)\n"
+            "      --base-model ID       the model's Hub id OWNER/NAME for the card's base_model [from --model when\n"
+            "                            it is a Hub id or in the HF cache, else from the GGUF's source metadata]\n"
+            "      --dataset ID          a Hub dataset id OWNER/NAME of the corpus, for the card's datasets\n"
+            "                            (repeatable)\n"
             "      --tokens N            calibration tokens [20000]\n"
             "  -c, --seq-len N           tokens per sequence [512]\n"
             "  -b, --batch N             sequences per forward call [4]\n"
@@ -94,10 +104,18 @@ static enum oscar_status parse_clip_pair(const char * text, struct oscar_calib_p
     return st != OSCAR_OK ? st : osc_parse_f64("--clip (V)", comma + 1, 0.0, 1.0, &p->v_clip);
 }
 
+// --base-model / --dataset: a Hub id owner/name, else a usage error naming it.
+static bool hub_id_arg(const char * opt, const char * id) {
+    if (oscar_hub_repo_id_valid(id)) return true;
+    fprintf(stderr, "oscar-calibrate: %s '%s': not a Hub repo id (expected OWNER/NAME of letters, digits, '-', "
+                    "'_' and '.', without '--' or '..')\n", opt, id);
+    return false;
+}
+
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_params * p) {
     enum { O_TOK = 256, O_HELD, O_SHORT, O_GRP, O_KOBJ, O_VOBJ, O_COMP, O_GS, O_SD, O_SINK, O_REC, O_CLIP, O_CS,
            O_CKPT, O_RES, O_STRICT, O_SEED, O_JSON, O_VER, O_JF, O_CDT, O_SAVE, O_FROM, O_DEV, O_RAND,
-           O_GPREC };
+           O_GPREC, O_BASE, O_DATA };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"corpus", 1, 0, 'f'}, {"out", 1, 0, 'o'}, {"tokens", 1, 0, O_TOK},
         {"seq-len", 1, 0, 'c'}, {"batch", 1, 0, 'b'}, {"heldout", 1, 0, O_HELD}, {"allow-short", 0, 0, O_SHORT},
@@ -108,7 +126,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         {"strict", 0, 0, O_STRICT}, {"seed", 1, 0, O_SEED}, {"quiet", 0, 0, 'q'}, {"verbose", 0, 0, 'v'}, {"json", 0, 0, O_JSON},
         {"jsonl-field", 1, 0, O_JF}, {"capture-dtype", 1, 0, O_CDT}, {"save-activations", 1, 0, O_SAVE},
         {"from-activations", 1, 0, O_FROM}, {"device", 1, 0, O_DEV}, {"random-init", 1, 0, O_RAND},
-        {"gpu-precision", 1, 0, O_GPREC},
+        {"gpu-precision", 1, 0, O_GPREC}, {"base-model", 1, 0, O_BASE}, {"dataset", 1, 0, O_DATA},
         {"version", 0, 0, O_VER}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:f:o:c:b:t:qvh", lo, NULL)) != -1) {
@@ -177,6 +195,18 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         case O_GPREC:
             if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) return fprintf(stderr, "bad --gpu-precision\n"), 2;
             o->gpu_fp32 = !strcmp(optarg, "fp32");
+            break;
+        case O_BASE:
+            if (!hub_id_arg("--base-model", optarg)) return 2;
+            o->base_model = optarg;
+            break;
+        case O_DATA:
+            if (!hub_id_arg("--dataset", optarg)) return 2;
+            if (o->n_datasets == MAX_DATASETS)
+                return fprintf(stderr, "oscar-calibrate: more than %d --dataset ids\n", MAX_DATASETS), 2;
+            bool seen = false;
+            for (int32_t i = 0; i < o->n_datasets; i++) seen = seen || !strcmp(o->datasets[i], optarg);
+            if (!seen) o->datasets[o->n_datasets++] = optarg;
             break;
         case 'h': usage(stdout); exit(0);
         case O_VER: printf("oscar-calibrate %s (%s)\n", OSCAR_VERSION, oscar_build_commit()); exit(0);
@@ -381,6 +411,8 @@ int main(int argc, char ** argv) {
     struct oscar_calib_timing t = {0}; struct oscar_artifact * art = NULL; struct oscar_actstore * store = NULL;
     double t0 = osc_now();
     char * model_path = NULL;
+    const char * model_arg = o.model; // as given: a Hub spec names the base model
+    struct oscar_base_model base;
     struct oscar_hub hub;
     rc = 1;
     if (oscar_hub_init(&hub) != OSCAR_OK) {
@@ -407,6 +439,12 @@ int main(int argc, char ** argv) {
         if (strcmp(model_path, o.model)) osc_info("--model %s -> %s", o.model, model_path);
         o.model = model_path;
     }
+    if (oscar_base_model_detect(o.base_model, model_arg, model_path, &base) != OSCAR_OK) {
+        fprintf(stderr, "oscar-calibrate: --model: %s\n", oscar_last_error());
+        goto out;
+    }
+    if (base.id[0]) osc_info("base model %s (from %s)", base.id, base.id_from);
+    else osc_info("no Hub id known for the base model (the card will say so; --base-model OWNER/NAME sets one)");
     if (open_model(&o, &shape.config, p.seed, &m, &tok) ||
         (on_cuda(&o) ? from_device(&o, m, o.random_init ? &shape.config : NULL, tok, &p, &corpus, &plan, &held, &st, &t)
          : o.from_act ? from_store(&o, m, tok, &p, &store, &corpus, &plan, &held, &st, &t)
@@ -425,7 +463,8 @@ int main(int argc, char ** argv) {
     if (!gate.pass) osc_warn("WARNING: the gate FAILED (OSCAR mean %.4g vs Hadamard %.4g, naive %.4g); writing anyway",
                              gate.mean_oscar, gate.mean_hadamard, gate.mean_naive);
     t.total = osc_now() - t0;
-    if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){o.random_init ? &shape : m, tok, &corpus, &plan}, &p, &fit,
+    if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){o.random_init ? &shape : m, tok, &corpus, &plan,
+                                                                    &base, o.datasets, o.n_datasets}, &p, &fit,
                                    &clip, &gate, &t, &art) ||
         // the CUDA pass in bf16 feeds its Gram GEMMs bf16 q/k/v (backend/forward-backend.h)
         (on_cuda(&o) && !o.gpu_fp32 && oscar_artifact_set_meta(art, "oscar.capture_dtype", "bfloat16")) ||

@@ -649,45 +649,11 @@ out:
 }
 
 static enum oscar_status write_card(const struct oscar_artifact * a, const char * dir) {
-    const char * base = oscar_artifact_get_meta(a, "oscar.base_model");
-    const char * tag = oscar_artifact_get_meta(a, "oscar.calib_tag");
-    char * path = osc_path_join(dir, OSCAR_ARTIFACT_README);
-    char * buf = NULL;
-    size_t len = 0;
-    FILE * m = open_memstream(&buf, &len);
-    enum oscar_status s = OSCAR_ERR_NOMEM;
-    if (!path || !m) {
-        s = osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
-        goto out;
-    }
-    fprintf(m, "---\nlicense: apache-2.0\nlibrary_name: oscar\ntags:\n- oscar\n- int2\n- kv-cache\n"
-               "- quantization\n- rotation\nbase_model:\n- %s\n---\n\n",
-            base);
-    fprintf(m, "# OSCAR rotations for %s (%s)\n\n", base, tag);
-    fprintf(m, "INT2 KV-cache rotations (K objective `%s`, V objective `%s`, grouping `%s`) calibrated with `%s` "
-               "on `%s` (%s tokens, sha256 `%s`).\n\n",
-            oscar_artifact_get_meta(a, "oscar.k_objective"), oscar_artifact_get_meta(a, "oscar.v_objective"),
-            a->per_head ? "kv_head" : "layer", oscar_artifact_get_meta(a, "oscar.tool"),
-            oscar_artifact_get_meta(a, "oscar.calib_corpus"), oscar_artifact_get_meta(a, "oscar.calib_tokens"),
-            oscar_artifact_get_meta(a, "oscar.calib_sha256"));
-    fprintf(m, "Files: `oscar.safetensors` (tensors `layers.{i}.{k,v}_rotation`, `{k,v}_eigenvalues`, "
-               "`{k,v}_clip`; rows act as `x_rot = x·R`, Hugging Face head-dim order), `oscar.json` "
-               "(metadata + verification summary).\n\n");
-    fprintf(m, "Engine settings: `SGLANG_OSCAR_K_CLIP_RATIO=%s SGLANG_OSCAR_V_CLIP_RATIO=%s`, group size %s, "
-               "scale dtype %s, sink %s, recent %s.\n\n",
-            oscar_artifact_get_meta(a, "oscar.k_clip_ratio"), oscar_artifact_get_meta(a, "oscar.v_clip_ratio"),
-            oscar_artifact_get_meta(a, "oscar.group_size"), oscar_artifact_get_meta(a, "oscar.scale_dtype"),
-            oscar_artifact_get_meta(a, "oscar.sink"), oscar_artifact_get_meta(a, "oscar.recent"));
-    if (a->card_markdown) fprintf(m, "%s\n", a->card_markdown);
-    if (fclose(m) != 0) {
-        m = NULL;
-        goto out;
-    }
-    m = NULL;
-    s = osc_write_file_atomic(path, buf, len);
-out:
-    if (m) fclose(m);
-    free(buf);
+    char * path = osc_path_join(dir, OSCAR_ARTIFACT_README), * text = NULL;
+    size_t len  = 0;
+    enum oscar_status s = path ? oscar_artifact_card(a, &text, &len) : osc_error(OSCAR_ERR_NOMEM, "out of memory");
+    if (s == OSCAR_OK) s = osc_write_file_atomic(path, text, len);
+    free(text);
     free(path);
     return s;
 }

@@ -114,6 +114,12 @@ float oscar_artifact_v_clip(const struct oscar_artifact * a, int32_t layer, int3
 // oscar.num_layers, oscar.num_heads, oscar.num_kv_heads, oscar.head_dim, oscar.qk_order.
 extern const char * const oscar_artifact_required_meta[];
 
+// The README.md model card of `a` (formats/oscar-card.c; spec: formats/README.md)
+// as malloc'ed text in *text, *len bytes. Only valid Hub ids (oscar.base_model_id,
+// oscar.calib_datasets) and licence identifiers (oscar.base_model_license) reach its
+// YAML front matter, which always passes oscar_hub_check_card.
+enum oscar_status oscar_artifact_card(const struct oscar_artifact * a, char ** text, size_t * len);
+
 // Validates the in-memory artifact: shapes > 0, finite values, clip ratios in
 // [0, 1], eigenvalues finite, required metadata present and consistent with
 // the struct, and (check_orth) every rotation orthogonal to

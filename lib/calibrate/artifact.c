@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calibrate/base-model.h"
 #include "calibrate/calibrate.h"
 #include "formats/oscar-artifact.h"
 
@@ -140,6 +141,29 @@ static enum oscar_status summary(const struct oscar_calib_params * p, int32_t gr
     return st;
 }
 
+// oscar.base_model_id / _license (each with where it came from) when known,
+// and oscar.calib_datasets ("a/b,c/d") when --dataset was given.
+static enum oscar_status set_base_model(struct oscar_artifact * a, const struct oscar_calib_provenance * prov) {
+    const struct oscar_base_model * b = prov->base;
+    enum oscar_status st = OSCAR_OK;
+    if (b && b->id[0] && ((st = oscar_artifact_set_meta(a, "oscar.base_model_id", b->id)) != OSCAR_OK ||
+                          (st = oscar_artifact_set_meta(a, "oscar.base_model_id_source", b->id_from)) != OSCAR_OK))
+        return st;
+    if (b && b->license[0] &&
+        ((st = oscar_artifact_set_meta(a, "oscar.base_model_license", b->license)) != OSCAR_OK ||
+         (st = oscar_artifact_set_meta(a, "oscar.base_model_license_source", b->license_from)) != OSCAR_OK))
+        return st;
+    if (prov->n_datasets == 0) return OSCAR_OK;
+    char * list = NULL;
+    size_t n = 0;
+    FILE * f = open_memstream(&list, &n);
+    if (!f) return osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
+    for (int32_t i = 0; i < prov->n_datasets; i++) fprintf(f, "%s%s", i ? "," : "", prov->datasets[i]);
+    if (fclose(f) != 0) st = osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
+    else st = oscar_artifact_set_meta(a, "oscar.calib_datasets", list);
+    free(list);
+    return st;
+}
 
 enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance * prov,
                                              const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
@@ -163,7 +187,8 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
     SETF("oscar.k_objective", "%s_%s", kind_name(p->k_objective), comp);
     SETF("oscar.v_objective", "%s_%s", kind_name(p->v_objective), comp);
     SETF("oscar.composition", "%s", comp);
-    SETF("oscar.base_model", "%s", mc->name[0] ? mc->name : "unknown");
+    SETF("oscar.base_model", "%s", mc->name[0] ? mc->name : "unknown"); // the display name
+    if ((st = set_base_model(a, prov)) != OSCAR_OK) goto out;
     SETF("oscar.base_model_sha256", "%s", prov->model->source_sha256);
     SETF("oscar.architecture", "%s", oscar_arch_name(mc->arch));
     SETF("oscar.bits", "2");

@@ -10,6 +10,7 @@
 //   clip.c       clip-ratio search per layer x {K, V} (x KV head)
 //   gate.c       OSCAR vs Hadamard vs naive INT2 gate table
 //   artifact.c   assembling struct oscar_artifact (metadata, summary, model card)
+//   base-model.c the base model's Hub id and licence, for the card (base-model.h)
 //
 // Sequences: the token stream is cut into consecutive sequences of seq_len
 // tokens (the last calibration sequence may be shorter); the calibration set is
@@ -188,11 +189,15 @@ void oscar_calib_gate_free(struct oscar_calib_gate * g);
 
 // ---- artifact (artifact.c) -------------------------------------------------------------------
 struct oscar_artifact;
+struct oscar_base_model;
 struct oscar_calib_provenance {
     const struct oscar_model * model;
     const struct oscar_tokenizer * tok;
     const struct oscar_calib_corpus * corpus;
     const struct oscar_calib_plan * plan;
+    const struct oscar_base_model * base; // Hub id and licence (base-model.h); NULL: none known
+    const char * const * datasets;        // --dataset Hub ids (valid owner/name), n_datasets of them
+    int32_t n_datasets;
 };
 enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance * prov,
                                              const struct oscar_calib_params * p, const struct oscar_calib_fit * f,

@@ -183,9 +183,19 @@ enum oscar_status oscar_hub_parse_spec(const char * spec, char ** repo_id, char 
 // snapshot path of its :path (or the snapshot root). *local_path is malloc'ed.
 enum oscar_status oscar_hub_resolve_local(struct oscar_hub * hub, const char * spec, char ** local_path);
 
-// Checks README.md model-card text: YAML front matter between '---' lines,
-// parseable as block mappings/sequences of scalars. Returns OSCAR_ERR_FORMAT
-// with the line number on failure.
+// 1 when `id` is "owner/name" as the Hub accepts a model or dataset id
+// (osc_repo_id_valid's rules, with the owner required).
+int oscar_hub_repo_id_valid(const char * id);
+
+// Checks README.md model-card text (libyaml): YAML front matter between
+// '---' lines, one document whose root is a mapping without duplicate keys,
+// with license / library_name a string and tags / datasets / base_model a
+// string or a list of strings. Returns OSCAR_ERR_FORMAT naming `name`, the
+// line and libyaml's problem text on failure.
 enum oscar_status oscar_hub_check_card(const char * text, size_t len, const char * name);
+// The front matter's top-level scalar `key` (malloc'ed) in *value, or NULL
+// when absent, empty or not a scalar. Errors as oscar_hub_check_card's.
+enum oscar_status oscar_hub_card_get(const char * text, size_t len, const char * name, const char * key,
+                                     char ** value);
 
 #endif

@@ -163,6 +163,10 @@ int osc_repo_id_valid(const char * repo_id) {
            name_ok(slash + 1, strlen(slash + 1));
 }
 
+int oscar_hub_repo_id_valid(const char * id) {
+    return strchr(id, '/') != NULL && osc_repo_id_valid(id);
+}
+
 int osc_revision_valid(const char * rev) {
     size_t n = strlen(rev);
     if (n == 0 || n > 255 || rev[0] == '/' || rev[n - 1] == '/' || rev[n - 1] == '.' || !strcmp(rev, "@") ||

@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "formats/oscar-artifact.h"
+#include "hub/hub.h"
 #include "rotation/rotation.h"
 #include "util/fs.h"
 #include "util/sha256.h"
@@ -364,6 +365,87 @@ static void test_load_integrity(void ** state) {
     oscar_artifact_free(a);
 }
 
+// The card of a written artifact: what the YAML carries (only valid ids and
+// licence identifiers), that it passes the libyaml check, and that its text
+// agrees with the YAML (base model, licence, datasets, gate).
+static char * card_of(const struct oscar_artifact * a, const char * name) {
+    char dir[512], * text = NULL;
+    size_t n = 0;
+    path(dir, sizeof dir, name);
+    ok(oscar_artifact_write(a, dir));
+    char f[600];
+    snprintf(f, sizeof f, "%s/%s", dir, OSCAR_ARTIFACT_README);
+    ok(osc_read_file(f, 1 << 20, &text, &n));
+    if (oscar_hub_check_card(text, n, f) != OSCAR_OK) fail_msg("%s: %s", name, oscar_last_error());
+    return text;
+}
+
+static void has(const char * text, const char * needle, bool want) {
+    if ((strstr(text, needle) != NULL) != want)
+        fail_msg("card %s '%s':\n%.1500s", want ? "lacks" : "has", needle, text);
+}
+
+static void test_card(void ** state) {
+    (void) state;
+    struct oscar_artifact * a = make(false);
+    ok(oscar_artifact_set_meta(a, "oscar.base_model", "Smollm2 135M"));
+    ok(oscar_artifact_set_meta(a, "oscar.base_model_id", "HuggingFaceTB/SmolLM2-135M-Instruct"));
+    ok(oscar_artifact_set_meta(a, "oscar.base_model_id_source", "--base-model"));
+    ok(oscar_artifact_set_meta(a, "oscar.base_model_license", "apache-2.0"));
+    ok(oscar_artifact_set_meta(a, "oscar.calib_datasets", "me/austen,bad id,other/brown"));
+    ok(oscar_artifact_set_meta(a, "oscar.gate", "fail"));
+    ok(oscar_artifact_set_summary(a, "{}", "## Gate: table\n\n**FAILED**: not below both.\n"));
+    char * c = card_of(a, "card-id");
+    has(c, "license: apache-2.0\nlibrary_name: oscar\n", true);
+    has(c, "\nbase_model:\n- HuggingFaceTB/SmolLM2-135M-Instruct\n", true);
+    has(c, "\ndatasets:\n- me/austen\n- other/brown\noscar_gate: fail\n---\n", true); // "bad id" left out
+    has(c, "bad id", false);
+    has(c, "# OSCAR rotations for HuggingFaceTB/SmolLM2-135M-Instruct (1)", true);
+    has(c, "(Smollm2 135M; Hub id from --base-model)", true);
+    has(c, "licence of the base model: `apache-2.0`", true);
+    has(c, "## Calibration data\n\n- corpus: `1`, sha256 `1`", true);
+    has(c, "[`me/austen`](https://huggingface.co/datasets/me/austen)", true);
+    has(c, "**The calibration gate FAILED**", true);
+    has(c, "This artifact's gate: **FAILED**.", true);
+    has(c, "With `--strict`, a failed gate exits 1 and writes nothing", true);
+    has(c, "passed", false);
+    has(c, "```sh\noscar-zoo pull <repo> --path <path>", true);
+    has(c, "oscar-zoo export <repo>:<path> --format pt --out rot/\n", true);
+    has(c, "--format gguf --base \"$M\"", true);
+    has(c, "the model calibrated on, HuggingFaceTB/SmolLM2-135M-Instruct", true);
+    has(c, "```bibtex\n@misc{zhou2026oscar,\n  title         = {{OSCAR}: Offline Spectral Covariance-Aware "
+           "Rotation for 2-bit {KV} Cache Quantization},", true);
+    has(c, "eprint        = {2605.17757},\n  archivePrefix = {arXiv},\n  primaryClass  = {cs.LG},", true);
+    free(c);
+    // no Hub id, a licence that is not an identifier, no datasets, a passed gate
+    struct oscar_artifact * b = make(false);
+    ok(oscar_artifact_set_meta(b, "oscar.base_model", "Smollm2 135M"));
+    ok(oscar_artifact_set_meta(b, "oscar.base_model_license", "Apache License 2.0"));
+    ok(oscar_artifact_set_meta(b, "oscar.gate", "pass"));
+    c = card_of(b, "card-noid");
+    has(c, "\nbase_model:", false);
+    has(c, "\ndatasets:", false);
+    has(c, "license: other\n", true);
+    has(c, "oscar_gate: pass\n", true);
+    has(c, "base model: Smollm2 135M (no Hub id known; pass --base-model)", true);
+    has(c, "licence of the base model: `Apache License 2.0`", true);
+    has(c, "no Hub dataset recorded", true);
+    has(c, "This artifact's gate: **PASS**.", true);
+    has(c, "FAILED**", false);
+    free(c);
+    // an id that is not valid never reaches the YAML; no licence at all
+    ok(oscar_artifact_set_meta(b, "oscar.base_model_id", "not: an id\n- x"));
+    ok(oscar_artifact_set_meta(b, "oscar.base_model_license", ""));
+    c = card_of(b, "card-badid");
+    has(c, "\nbase_model:", false);
+    has(c, "not: an id", false);
+    has(c, "license: other\n", true);
+    has(c, "licence of the base model not recorded; check the base model's card", true);
+    free(c);
+    oscar_artifact_free(a);
+    oscar_artifact_free(b);
+}
+
 static int setup(void ** state) {
     (void) state;
     snprintf(tmpdir, sizeof tmpdir, "/tmp/oscar-test-artifact-XXXXXX");
@@ -380,6 +462,6 @@ static int teardown(void ** state) {
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_round_trip), cmocka_unit_test(test_corrupt),
                                        cmocka_unit_test(test_validate_and_refuse), cmocka_unit_test(test_orth_bit_flips),
-                                       cmocka_unit_test(test_load_integrity)};
+                                       cmocka_unit_test(test_load_integrity), cmocka_unit_test(test_card)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -423,6 +423,17 @@ static void test_card_check(void ** state) {
     assert_int_equal(oscar_hub_check_card(good, strlen(good), "README.md"), OSCAR_OK);
     const char * crlf = "---\r\nlicense: mit\r\n---\r\n";
     assert_int_equal(oscar_hub_check_card(crlf, strlen(crlf), "README.md"), OSCAR_OK);
+    // valid YAML the old line-based subset refused
+    const char * also_good[] = {
+        "---\ntags: [oscar,\n  int2]\ndatasets:\n  - a/b\n---\n",             // flow sequence over two lines
+        "---\nlicense: mit\nnotes: |\n  line one\n\n  - line: three\n---\n",  // block scalar with a blank line
+        "---\nbase_model: HuggingFaceTB/SmolLM2-135M\nextra: {a: 1, b: [2, 3]}\n---\n", // any shape outside the Hub's keys
+        "---\nlicense: >-\n  apache-2.0\n---\n",                                  // a folded scalar is a string
+    };
+    for (size_t i = 0; i < sizeof also_good / sizeof also_good[0]; i++) {
+        if (oscar_hub_check_card(also_good[i], strlen(also_good[i]), "README.md") != OSCAR_OK)
+            fail_msg("good case %zu refused: %s", i, oscar_last_error());
+    }
     struct { const char * text; const char * needle; } bad[] = {
         { "# no front matter\n", "no YAML front matter" },
         { "---\nlicense: mit\n", "not closed" },
@@ -431,12 +442,54 @@ static void test_card_check(void ** state) {
         { "---\nlicense: mit\njust words\n---\n", "README.md:3" },
         { "---\nname: 'unterminated\n---\n", "README.md:2" },
         { "---\na: 1\nb: 2\na: 3\n---\n", "duplicate key 'a'" },
+        // a tab-indented line: its line number and libyaml's problem text
+        { "---\nlicense: mit\ntags:\n\t- a\n---\n", "README.md:4: YAML front matter: found character that "
+                                                       "cannot start any token" },
+        { "---\nlicense: mit\ntags:\n\t- a\n---\n", "indented with a tab" },
+        { "---\nx: 1\nlicense: mit\nlicense: apache-2.0\n---\n", "README.md:4: duplicate key 'license' (first "
+                                                                    "at line 3)" },
+        { "---\nbase_model:\n  name: x\n---\n", "README.md:3: 'base_model' must be a string or a list of strings" },
+        { "---\ntags:\n- [a, b]\n---\n", "'tags' must be a string or a list of strings" },
+        { "---\nlicense: [mit]\n---\n", "README.md:2: 'license' must be a string" },
+        { "---\nlibrary_name: {a: 1}\n---\n", "'library_name' must be a string" },
+        { "---\n- a\n- b\n---\n", "README.md:2: YAML front matter is a sequence, not a mapping" },
+        { "---\njust text\n---\n", "not a mapping" },
+        { "---\n---\n", "empty" },
+        { "---\na: 1\n--- {b: 2}\n---\n", "README.md:3: YAML front matter holds more than one document" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(oscar_hub_check_card(bad[i].text, strlen(bad[i].text), "README.md"), OSCAR_ERR_FORMAT);
         if (!strstr(oscar_last_error(), bad[i].needle)) {
             fail_msg("case %zu: '%s' lacks '%s'", i, oscar_last_error(), bad[i].needle);
         }
+    }
+}
+
+static void test_card_get(void ** state) {
+    (void) state;
+    const char * card = "---\nlicense: apache-2.0\ntags: [a]\nempty:\n---\n# x\n";
+    char *       v    = NULL;
+    assert_int_equal(oscar_hub_card_get(card, strlen(card), "README.md", "license", &v), OSCAR_OK);
+    assert_string_equal(v, "apache-2.0");
+    free(v);
+    const char * absent[] = {"tags", "empty", "base_model"}; // a list, a null, a missing key
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(oscar_hub_card_get(card, strlen(card), "README.md", absent[i], &v), OSCAR_OK);
+        assert_null(v);
+    }
+    const char * bad = "---\nlicense: [mit\n---\n";
+    assert_int_equal(oscar_hub_card_get(bad, strlen(bad), "m/README.md", "license", &v), OSCAR_ERR_FORMAT);
+    assert_null(v);
+    assert_non_null(strstr(oscar_last_error(), "m/README.md:"));
+}
+
+static void test_repo_id_valid(void ** state) {
+    (void) state;
+    assert_true(oscar_hub_repo_id_valid("HuggingFaceTB/SmolLM2-135M-Instruct"));
+    assert_true(oscar_hub_repo_id_valid("a/b.c_d-e"));
+    const char * bad[] = {"gpt2", "a/b/c", "/b", "a/", "a b/c", "a/b--c", "a/b..c", "-a/b", "a/b.", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (oscar_hub_repo_id_valid(bad[i])) fail_msg("'%s' accepted", bad[i]);
     }
 }
 
@@ -498,7 +551,8 @@ int main(void) {
         cmocka_unit_test(test_header_parsing), cmocka_unit_test(test_status_line_bounds), cmocka_unit_test(test_retry_after),
         cmocka_unit_test(test_cache_paths),    cmocka_unit_test(test_cache_refs_and_lookup),
         cmocka_unit_test(test_ndjson),         cmocka_unit_test(test_hashes_base64),
-        cmocka_unit_test(test_card_check),     cmocka_unit_test(test_env_config),
+        cmocka_unit_test(test_card_check), cmocka_unit_test(test_card_get),
+        cmocka_unit_test(test_repo_id_valid),     cmocka_unit_test(test_env_config),
         cmocka_unit_test(test_revision_rules), cmocka_unit_test(test_url_schemes),
         cmocka_unit_test(test_offline_resolve),
     };

@@ -1,0 +1,178 @@
+// oscar-card.c - the artifact's README.md (Hub model card) from its metadata:
+// YAML front matter the Hub reads (license, library_name, tags, base_model,
+// datasets, oscar_gate), then base model, calibration data, usage, files and
+// engine settings, the gate table (the caller's card_markdown), what --strict
+// does, and the citation. Only validated Hub ids and licence identifiers go
+// into the YAML, so any metadata gives a card that parses.
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/oscar-artifact.h"
+#include "hub/hub.h"
+
+static const char * meta(const struct oscar_artifact * a, const char * key) {
+    const char * v = oscar_artifact_get_meta(a, key);
+    return v ? v : "unknown";
+}
+
+// A Hub licence identifier as the YAML may carry it bare ("apache-2.0", "llama3.1", "cc-by-4.0").
+static int license_id_ok(const char * s) {
+    if (!s || !islower((unsigned char) s[0]) || strlen(s) > 64) return 0;
+    for (const char * p = s; *p; p++) {
+        if (!(islower((unsigned char) *p) || isdigit((unsigned char) *p) || strchr(".-+", *p))) return 0;
+    }
+    return 1;
+}
+
+// The Hub dataset ids of oscar.calib_datasets ("a/b,c/d"), each valid, into `ids`
+// (pointers into buf); returns how many.
+static int dataset_ids(const struct oscar_artifact * a, char * buf, size_t n, const char ** ids, int max) {
+    const char * v = oscar_artifact_get_meta(a, "oscar.calib_datasets");
+    int          k = 0;
+    if (!v || strlen(v) >= n) return 0;
+    strcpy(buf, v);
+    for (char * save = NULL, * t = strtok_r(buf, ",", &save); t && k < max; t = strtok_r(NULL, ",", &save)) {
+        if (oscar_hub_repo_id_valid(t)) ids[k++] = t;
+    }
+    return k;
+}
+
+static void front_matter(FILE * m, const char * id, const char * license, const char * const * ds, int n_ds,
+                         const char * gate) {
+    fprintf(m, "---\nlicense: %s\nlibrary_name: oscar\ntags:\n- oscar\n- int2\n- kv-cache\n- quantization\n"
+               "- rotation\n", license_id_ok(license) ? license : "other");
+    if (id) fprintf(m, "base_model:\n- %s\n", id);
+    if (n_ds) fprintf(m, "datasets:\n");
+    for (int i = 0; i < n_ds; i++) fprintf(m, "- %s\n", ds[i]);
+    if (gate) fprintf(m, "oscar_gate: %s\n", gate);
+    fprintf(m, "---\n\n");
+}
+
+static void base_model_section(FILE * m, const struct oscar_artifact * a, const char * id, const char * license) {
+    const char * name = meta(a, "oscar.base_model");
+    fprintf(m, "## Base model\n\n");
+    if (id) {
+        const char * from = oscar_artifact_get_meta(a, "oscar.base_model_id_source");
+        fprintf(m, "- base model: [`%s`](https://huggingface.co/%s) (%s%s%s)\n", id, id, name,
+                from ? "; Hub id from " : "", from ? from : "");
+    } else {
+        fprintf(m, "- base model: %s (no Hub id known; pass --base-model)\n", name);
+    }
+    fprintf(m, "- identity: sha256 `%s` of the model file (GGUF) or its config.json; `oscar-verify --model` "
+               "refuses another model unless `--force`\n", meta(a, "oscar.base_model_sha256"));
+    if (license) {
+        const char * from = oscar_artifact_get_meta(a, "oscar.base_model_license_source");
+        fprintf(m, "- licence of the base model: `%s`%s%s%s%s\n", license, from ? " (from " : "", from ? from : "",
+                from ? ")" : "", license_id_ok(license) ? "" : "; not a Hub licence identifier, so the front "
+                "matter says `license: other`");
+    } else {
+        fprintf(m, "- licence of the base model not recorded; check the base model's card (the front matter "
+                   "says `license: other`)\n");
+    }
+    fprintf(m, "\n");
+}
+
+static void data_section(FILE * m, const struct oscar_artifact * a, const char * const * ds, int n_ds) {
+    fprintf(m, "## Calibration data\n\n- corpus: `%s`, sha256 `%s`\n- %s calibration tokens (%s sequences of up "
+               "to %s tokens) for the covariances; %s held-out tokens, never in the covariances, for the clip "
+               "search and the gate\n- tokenizer FNV-1a 64 `%s`, seed %s\n",
+            meta(a, "oscar.calib_corpus"), meta(a, "oscar.calib_sha256"), meta(a, "oscar.calib_tokens"),
+            meta(a, "oscar.calib_sequences"), meta(a, "oscar.seq_len"), meta(a, "oscar.calib_heldout_tokens"),
+            meta(a, "oscar.tokenizer_hash"), meta(a, "oscar.seed"));
+    if (n_ds) {
+        fprintf(m, "- Hub datasets:");
+        for (int i = 0; i < n_ds; i++)
+            fprintf(m, "%s [`%s`](https://huggingface.co/datasets/%s)", i ? "," : "", ds[i], ds[i]);
+        fprintf(m, "\n");
+    } else {
+        fprintf(m, "- no Hub dataset recorded (`oscar-calibrate --dataset ID` lists one here and in `datasets:`)\n");
+    }
+    fprintf(m, "\n");
+}
+
+static void usage_section(FILE * m, const struct oscar_artifact * a, const char * id) {
+    const char * model = id ? id : meta(a, "oscar.base_model");
+    fprintf(m, "## Usage\n\n`<repo>` is the Hub repo holding this card and `<path>` its folder there (`<repo>` "
+               "alone when it is at the root); `$M` is the model calibrated on, %s (a `.gguf` file or a Hugging "
+               "Face model directory).\n\n```sh\n", model);
+    fprintf(m, "oscar-zoo pull <repo> --path <path>                 # into the shared HF cache\n"
+               "# SGLang OSCAR fork: k_rotation_<obj>.pt + v_rotation_<obj>.pt\n"
+               "oscar-zoo export <repo>:<path> --format pt --out rot/\n"
+               "# llama.cpp OSCAR fork: the rotation tensors baked into a copy of the model's GGUF\n"
+               "oscar-zoo export <repo>:<path> --format gguf --base \"$M\" --out model-oscar.gguf\n"
+               "# measure them on your own text (checks that $M has sha256 %.12s...)\n"
+               "oscar-verify --model \"$M\" --rotations <repo>:<path> --corpus <text-file> "
+               "--methods bf16,hadamard,oscar\n```\n\n",
+            meta(a, "oscar.base_model_sha256"));
+}
+
+static void files_section(FILE * m, const struct oscar_artifact * a) {
+    fprintf(m, "## Files and engine settings\n\nINT2 KV-cache rotations (K objective `%s`, V objective `%s`, "
+               "grouping `%s`) calibrated with `%s`.\n\n",
+            meta(a, "oscar.k_objective"), meta(a, "oscar.v_objective"), a->per_head ? "kv_head" : "layer",
+            meta(a, "oscar.tool"));
+    fprintf(m, "Files: `oscar.safetensors` (tensors `layers.{i}.{k,v}_rotation`, `{k,v}_eigenvalues`, "
+               "`{k,v}_clip`; rows act as `x_rot = x·R`, Hugging Face head-dim order), `oscar.json` "
+               "(metadata + verification summary).\n\n");
+    fprintf(m, "Engine settings: `SGLANG_OSCAR_K_CLIP_RATIO=%s SGLANG_OSCAR_V_CLIP_RATIO=%s`, group size %s, "
+               "scale dtype %s, sink %s, recent %s.\n\n",
+            meta(a, "oscar.k_clip_ratio"), meta(a, "oscar.v_clip_ratio"), meta(a, "oscar.group_size"),
+            meta(a, "oscar.scale_dtype"), meta(a, "oscar.sink"), meta(a, "oscar.recent"));
+}
+
+static void strict_section(FILE * m, const char * gate) {
+    fprintf(m, "### What the gate decides\n\n`oscar-calibrate` compares the mean held-out post-W_O error of these "
+               "rotations with Hadamard's and naive INT2's. With `--strict`, a failed gate exits 1 and writes "
+               "nothing (an artifact already at `--out` stays as it was). Without it, a failed gate prints a "
+               "warning, still writes the artifact and exits 0; the card then says FAILED, `oscar.json` records "
+               "`\"oscar.gate\": \"fail\"` and the front matter `oscar_gate: fail`.");
+    if (gate) fprintf(m, " This artifact's gate: **%s**.", strcmp(gate, "pass") ? "FAILED" : "PASS");
+    fprintf(m, "\n\n");
+}
+
+static void citation(FILE * m) {
+    fprintf(m, "## Citation\n\n```bibtex\n@misc{zhou2026oscar,\n"
+               "  title         = {{OSCAR}: Offline Spectral Covariance-Aware Rotation for 2-bit {KV} Cache "
+               "Quantization},\n"
+               "  author        = {Zhou, Zhongzhu and Zhuang, Donglin and Li, Jisen and Chen, Ziyan and Song, "
+               "Shuaiwen Leon and Athiwaratkun, Ben and Wu, Xiaoxia},\n"
+               "  year          = {2026},\n  eprint        = {2605.17757},\n  archivePrefix = {arXiv},\n"
+               "  primaryClass  = {cs.LG},\n}\n```\n");
+}
+
+enum oscar_status oscar_artifact_card(const struct oscar_artifact * a, char ** text, size_t * len) {
+    const char * id = oscar_artifact_get_meta(a, "oscar.base_model_id");
+    const char * license = oscar_artifact_get_meta(a, "oscar.base_model_license");
+    const char * gate = oscar_artifact_get_meta(a, "oscar.gate");
+    const char * ds[32];
+    char         ds_buf[2048];
+    if (id && !oscar_hub_repo_id_valid(id)) id = NULL;
+    if (license && !license[0]) license = NULL;
+    if (gate && strcmp(gate, "pass") && strcmp(gate, "fail")) gate = NULL;
+    int    n_ds = dataset_ids(a, ds_buf, sizeof ds_buf, ds, 32);
+    FILE * m    = open_memstream(text, len);
+    if (!m) return osc_error(OSCAR_ERR_NOMEM, "model card: out of memory");
+    front_matter(m, id, license, ds, n_ds, gate);
+    fprintf(m, "# OSCAR rotations for %s (%s)\n\n", id ? id : meta(a, "oscar.base_model"), meta(a, "oscar.calib_tag"));
+    fprintf(m, "2-bit (INT2) KV-cache rotations for %s, calibrated on `%s`.%s\n\n", meta(a, "oscar.base_model"),
+            meta(a, "oscar.calib_corpus"),
+            !gate ? "" : strcmp(gate, "pass") ? " **The calibration gate FAILED**: on held-out text they do not "
+                                                "beat Hadamard and naive INT2 (see *Gate*)."
+                                              : " The calibration gate passed: on held-out text they beat Hadamard "
+                                                "and naive INT2 (see *Gate*).");
+    base_model_section(m, a, id, license);
+    data_section(m, a, ds, n_ds);
+    usage_section(m, a, id);
+    files_section(m, a);
+    if (a->card_markdown) fprintf(m, "%s\n", a->card_markdown);
+    strict_section(m, gate);
+    citation(m);
+    if (fclose(m) != 0) {
+        free(*text);
+        *text = NULL;
+        return osc_error(OSCAR_ERR_NOMEM, "model card: out of memory");
+    }
+    return OSCAR_OK;
+}
