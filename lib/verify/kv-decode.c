@@ -25,7 +25,8 @@ struct oscar_kv_decode {
     struct oscar_kv_transform tf;
     int32_t n_head, n_threads, max_len;
     struct dec_layer * layers;      // [n_layer]
-    float * scratch;                // [n_threads, max_len + 1]
+    float * scratch;                // [n_threads, scratch_per_thread]
+    size_t  scratch_per_thread;     // oscar_kv_attend_scratch(max_len, D)
     struct oscar_quant_stats st[2];
 };
 
@@ -56,7 +57,8 @@ enum oscar_status oscar_kv_decode_init(const struct oscar_kv_transform * tf, con
     d->tf = *tf, d->n_head = cfg->n_head, d->max_len = max_len;
     d->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
     d->layers = calloc((size_t) tf->n_layer, sizeof *d->layers);
-    d->scratch = malloc(sizeof(float) * ((size_t) max_len + 1) * (size_t) d->n_threads);
+    d->scratch_per_thread = oscar_kv_attend_scratch(max_len, tf->head_dim);
+    d->scratch = malloc(sizeof(float) * d->scratch_per_thread * (size_t) d->n_threads);
     size_t n = (size_t) max_len * tf->n_head_kv * tf->head_dim;
     for (int32_t l = 0; d->layers && l < tf->n_layer; l++) {
         struct dec_layer * y = &d->layers[l];
@@ -149,7 +151,7 @@ static void attend_rows(struct oscar_kv_decode * d, int32_t layer, const struct 
         int32_t i = i0 + (int32_t) (r / Hq), j = (int32_t) (r % Hq);
         size_t o = (size_t) (j / g) * D, qo = ((size_t) i * Hq + j) * D;
         oscar_kv_attend_query(in->q + qo, D, rs, y->kn + o, y->vn + o, y->kn + o, y->vn + o, t0 + (i - i0), 0, 0,
-                              d->scratch + (size_t) omp_get_thread_num() * ((size_t) d->max_len + 1), out + qo);
+                              d->scratch + d->scratch_per_thread * (size_t) omp_get_thread_num(), out + qo);
     }
 }
 

@@ -7,6 +7,7 @@
 // position 0 (the tiering is defined per whole sequence).
 #include "verify/metrics.h"
 
+#include "attention/attention.h"
 #include "util/blas.h"
 #include <math.h>
 #include <omp.h>
@@ -211,11 +212,14 @@ enum oscar_status oscar_verify_layer_metrics(const struct oscar_kv_transform * t
 }
 
 // ---- the attention override ------------------------------------------------------------
+enum { SIM_BQ = 32 };   // query rows (tokens of one head) per task
+
 struct oscar_kv_sim {
     struct oscar_kv_transform tf;
     int32_t n_head, n_threads, max_tokens;
     float * k_hp, * v_hp, * k_q, * v_q;   // [max_tokens, Hkv, D] each
-    float * scratch;                      // [n_threads, max_tokens]
+    float * scratch;                      // [n_threads, scratch_per_thread]
+    size_t  scratch_per_thread;           // oscar_attn_rows_scratch(SIM_BQ, max_tokens, D)
     struct oscar_quant_stats st[2];
 };
 
@@ -234,7 +238,8 @@ enum oscar_status oscar_kv_sim_init(const struct oscar_kv_transform * tf, const 
     s->max_tokens = max_tokens;
     size_t n = (size_t) max_tokens * tf->n_head_kv * tf->head_dim + 1;
     s->k_hp = malloc(sizeof(float) * 4 * n);
-    s->scratch = malloc(sizeof(float) * ((size_t) max_tokens + 1) * (size_t) s->n_threads);
+    s->scratch_per_thread = oscar_attn_rows_scratch(SIM_BQ, max_tokens, tf->head_dim);
+    s->scratch = malloc(sizeof(float) * s->scratch_per_thread * (size_t) s->n_threads);
     if (!s->k_hp || !s->scratch) {
         oscar_kv_sim_free(s);
         return osc_error(OSCAR_ERR_NOMEM, "kv sim: buffers for %d tokens", max_tokens);
@@ -256,40 +261,36 @@ void oscar_kv_sim_stats(const struct oscar_kv_sim * s, struct oscar_quant_stats 
     if (v) *v = s->st[1];
 }
 
+size_t oscar_kv_attend_scratch(int64_t max_len, int32_t D) { return oscar_attn_rows_scratch(1, max_len, D); }
+
 void oscar_kv_attend_query(const float * q, int32_t D, size_t rs, const float * k_hp, const float * v_hp,
-                           const float * k_q, const float * v_q, int64_t t, int64_t lo, int64_t hi, float * sc,
+                           const float * k_q, const float * v_q, int64_t t, int64_t lo, int64_t hi, float * scratch,
                            float * out) {
-    float scale = (float) (1.0 / sqrt((double) D)), m = -INFINITY;
-    for (int64_t p = 0; p <= t; p++) {
-        bool i2 = p >= lo && p < hi;
-        float x = dotf(q, (i2 ? k_q : k_hp) + (size_t) p * rs, D) * scale;
-        sc[p] = x;
-        if (x > m) m = x;
-    }
-    double z = 0.0;
-    float acc[OSCAR_MAX_HEAD_DIM] = {0};
-    for (int64_t p = 0; p <= t; p++) {
-        bool i2 = p >= lo && p < hi;
-        float w = expf(sc[p] - m);
-        z += (double) w;
-        const float * vv = (i2 ? v_q : v_hp) + (size_t) p * rs;
-        for (int32_t d = 0; d < D; d++) acc[d] += w * vv[d];
-    }
-    float inv = (float) (1.0 / z);
-    for (int32_t d = 0; d < D; d++) out[d] = acc[d] * inv;
+    const struct oscar_attn_keys kv = {.head_dim = D, .row_stride = rs, .k = k_hp, .v = v_hp, .k_alt = k_q,
+                                       .v_alt = v_q};
+    oscar_attn_rows(&kv, 1, q, 0, &t, &lo, &hi, out, 0, scratch);
 }
 
-// Query row t of head j in sequence [b, b+len): keys p <= t from the INT2 or HP buffers per the tiering.
-static void sim_query(const struct oscar_kv_sim * s, const float * q, int32_t h, int64_t b, int64_t t, int64_t lo,
-                      int64_t hi, float * sc, float * out) {
-    int32_t D = s->tf.head_dim;
-    size_t rs = (size_t) s->tf.n_head_kv * D, o = (size_t) b * rs + (size_t) h * D;
-    oscar_kv_attend_query(q, D, rs, s->k_hp + o, s->v_hp + o, s->k_q + o, s->v_q + o, t, lo, hi, sc, out);
+// Tokens [i0, i1) of sequence [b, b + len), query head j: each row attends to its keys per the tiering
+// in one blocked call (oscar_attn_rows gives each row the bits it gets alone, as the oracle computes it).
+static void sim_block(const struct oscar_kv_sim * s, const struct oscar_capture_layer * in, int64_t b, int64_t len,
+                      int32_t i0, int32_t i1, int32_t j, float * scratch, float * out) {
+    const int32_t D = s->tf.head_dim, Hq = s->n_head, g = Hq / s->tf.n_head_kv;
+    const size_t  rs = (size_t) s->tf.n_head_kv * D, o = (size_t) b * rs + (size_t) (j / g) * D, qs = (size_t) Hq * D;
+    int64_t       t[SIM_BQ], lo[SIM_BQ], hi[SIM_BQ];
+    for (int32_t i = i0; i < i1; i++) {
+        t[i - i0] = i - b;
+        oscar_tier_int2_range(&s->tf.tiers, i - b, len, &lo[i - i0], &hi[i - i0]);
+    }
+    const struct oscar_attn_keys kv = {.head_dim = D, .row_stride = rs, .k = s->k_hp + o, .v = s->v_hp + o,
+                                       .k_alt = s->k_q + o, .v_alt = s->v_q + o};
+    const size_t q0 = (size_t) i0 * qs + (size_t) j * D;
+    oscar_attn_rows(&kv, i1 - i0, in->q + q0, qs, t, lo, hi, out + q0, qs, scratch);
 }
 
 static enum oscar_status sim_attend(void * user, int32_t layer, const struct oscar_capture_layer * in, float * out) {
     struct oscar_kv_sim * s = user;
-    int32_t T = in->n_tokens, Hq = s->n_head, Hkv = s->tf.n_head_kv, D = s->tf.head_dim, g = Hq / Hkv;
+    int32_t T = in->n_tokens, Hq = s->n_head;
     if (T > s->max_tokens)
         return osc_error(OSCAR_ERR_INVALID, "kv sim: batch of %d tokens > %d", T, s->max_tokens);
     for (int32_t q = 0; q < in->n_seq; q++)
@@ -300,17 +301,17 @@ static enum oscar_status sim_attend(void * user, int32_t layer, const struct osc
     enum oscar_status st = oscar_kv_transform_layer(&s->tf, layer, T, in->n_seq, in->seq_start, in->k, in->v, s->k_hp,
                                                     s->v_hp, s->k_q, s->v_q, s->st);
     if (st != OSCAR_OK) return st;
-    int64_t n_rows = (int64_t) T * Hq;
-    const int32_t * ss = in->seq_start;
-    int32_t n_seq = in->n_seq;
-#pragma omp parallel for schedule(dynamic, 16) num_threads(s->n_threads)
-    for (int64_t r = 0; r < n_rows; r++) {
-        int32_t i = (int32_t) (r / Hq), j = (int32_t) (r % Hq), q = 0;
-        while (q + 1 < n_seq && ss[q + 1] <= i) q++;
-        int64_t b = ss[q], len = ss[q + 1] - b, t = i - b, lo, hi;
-        oscar_tier_int2_range(&s->tf.tiers, t, len, &lo, &hi);
-        sim_query(s, in->q + (size_t) r * D, j / g, b, t, lo, hi,
-                  s->scratch + (size_t) omp_get_thread_num() * ((size_t) s->max_tokens + 1), out + (size_t) r * D);
+    for (int32_t q = 0; q < in->n_seq; q++) {
+        const int32_t b = in->seq_start[q], len = in->seq_start[q + 1] - b;
+        const int32_t nb = (len + SIM_BQ - 1) / SIM_BQ, n_tasks = nb * Hq;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(s->n_threads)
+        for (int32_t task = 0; task < n_tasks; task++) {
+            // later blocks see more keys: hand them out first
+            const int32_t blk = nb - 1 - task / Hq, j = task % Hq;
+            const int32_t i0 = b + blk * SIM_BQ, i1 = i0 + SIM_BQ < b + len ? i0 + SIM_BQ : b + len;
+            sim_block(s, in, b, len, i0, i1, j, s->scratch + s->scratch_per_thread * (size_t) omp_get_thread_num(),
+                      out);
+        }
     }
     return OSCAR_OK;
 }

@@ -242,10 +242,13 @@ void oscar_kv_sim_free(struct oscar_kv_sim * s);
 struct oscar_attention_override oscar_kv_sim_override(struct oscar_kv_sim * s);
 // One query row of the simulation: out [D] = softmax(q·kᵀ/√D)·v over keys p in [0, t], key p taken
 // from (k_q, v_q) if lo <= p < hi, else (k_hp, v_hp); row p of each buffer at p·rs. fp32 scores and
-// weights, fp64 normaliser. sc: [t + 1] scratch. Shared with lib/verify/kv-decode.c so that both
-// paths do the same arithmetic on the same rows.
+// weights, fp64 normaliser: lib/attention's oscar_attn_rows for one row, which gives a row the same
+// bits alone as in the simulation's blocks, so lib/verify/kv-decode.c (the oracle) and the
+// one-pass simulation agree bit for bit on the same rows. scratch: oscar_kv_attend_scratch(t + 1, D)
+// floats, 8-byte aligned.
+size_t oscar_kv_attend_scratch(int64_t max_len, int32_t D);
 void oscar_kv_attend_query(const float * q, int32_t D, size_t rs, const float * k_hp, const float * v_hp,
-                           const float * k_q, const float * v_q, int64_t t, int64_t lo, int64_t hi, float * sc,
+                           const float * k_q, const float * v_q, int64_t t, int64_t lo, int64_t hi, float * scratch,
                            float * out);
 // Quantizer statistics accumulated over all layers and calls (K and V).
 void oscar_kv_sim_stats(const struct oscar_kv_sim * s, struct oscar_quant_stats * k, struct oscar_quant_stats * v);

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "oscar.h"
@@ -222,11 +223,63 @@ static void test_merge_exact(void ** state) {
     assert_true(fabsf(lm[0] - lref[0]) < 1e-5f);
 }
 
+// oscar_attn_rows: each row's result is the same bits alone (n = 1) as in a block of 37
+// rows, for head_dim 64/128/256 and an odd 40, with per-row alternative-key ranges; and it
+// equals fp64 dense attention over the keys each row reads within 2e-6 relative L2 (fp32
+// scores, weights and sums over <= 300 keys: ~sqrt(300)·2^-24 ~ 1e-6).
+static void test_rows_blocking_invariant(void ** state) {
+    (void) state;
+    rng_state = 4242;
+    const int32_t dims[] = {64, 128, 256, 40};
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        const int32_t D = dims[di], N = 300, n = 37, Hkv = 2;
+        const size_t  rs = (size_t) Hkv * D;
+        float * k = malloc(sizeof(float) * N * rs), * v = malloc(sizeof(float) * N * rs);
+        float * ka = malloc(sizeof(float) * N * rs), * va = malloc(sizeof(float) * N * rs);
+        float * q = malloc(sizeof(float) * n * D), * blk = malloc(sizeof(float) * n * D);
+        float * one = malloc(sizeof(float) * D), * ref = malloc(sizeof(float) * D);
+        float * kr = malloc(sizeof(float) * N * D), * vr = malloc(sizeof(float) * N * D);
+        float * scr = malloc(sizeof(float) * oscar_attn_rows_scratch(n, N, D));
+        assert_true(k && v && ka && va && q && blk && one && ref && kr && vr && scr);
+        fill(k, N * (int64_t) rs), fill(v, N * (int64_t) rs), fill(ka, N * (int64_t) rs), fill(va, N * (int64_t) rs);
+        fill(q, n * (int64_t) D);
+        int64_t t[37], lo[37], hi[37];
+        for (int32_t r = 0; r < n; r++) {
+            t[r] = N - 1 - (int64_t) (urand() * 200);
+            lo[r] = (int64_t) (urand() * (double) t[r]);
+            hi[r] = r % 5 == 0 ? lo[r] : lo[r] + (int64_t) (urand() * (double) (t[r] + 1 - lo[r]));
+        }
+        // KV head 1 of the interleaved buffers
+        const struct oscar_attn_keys kv = {.head_dim = D, .row_stride = rs, .k = k + D, .v = v + D,
+                                           .k_alt = ka + D, .v_alt = va + D};
+        oscar_attn_rows(&kv, n, q, (size_t) D, t, lo, hi, blk, (size_t) D, scr);
+        double worst = 0;
+        for (int32_t r = 0; r < n; r++) {
+            oscar_attn_rows(&kv, 1, q + (size_t) r * D, 0, &t[r], &lo[r], &hi[r], one, 0, scr);
+            assert_memory_equal(one, blk + (size_t) r * D, sizeof(float) * (size_t) D);
+            for (int64_t p = 0; p <= t[r]; p++) {   // the rows this query reads, gathered
+                bool alt = p >= lo[r] && p < hi[r];
+                memcpy(kr + p * D, (alt ? ka : k) + (size_t) p * rs + D, sizeof(float) * (size_t) D);
+                memcpy(vr + p * D, (alt ? va : v) + (size_t) p * rs + D, sizeof(float) * (size_t) D);
+            }
+            struct oscar_attn_shape sh = {.n_head = 1, .n_head_kv = 1, .head_dim = D};
+            assert_int_equal(oscar_attn_dense(&sh, q + (size_t) r * D, 1, t[r], kr, vr, t[r] + 1, true,
+                                              OSCAR_ACCUM_F64, ref), OSCAR_OK);
+            double e = rel_l2(one, ref, D);
+            worst = e > worst ? e : worst;
+        }
+        printf("attn rows D %d: blocked == alone bitwise; worst rel L2 vs fp64 dense %.2e\n", D, worst);
+        assert_true(worst < 2e-6);
+        free(k), free(v), free(ka), free(va), free(q), free(blk), free(one), free(ref), free(kr), free(vr), free(scr);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiered_vs_dense), cmocka_unit_test(test_all_bf16_equals_dense),
         cmocka_unit_test(test_prefill_tiered),  cmocka_unit_test(test_policy_reference_cases),
         cmocka_unit_test(test_sim_matches_cache), cmocka_unit_test(test_merge_exact),
+        cmocka_unit_test(test_rows_blocking_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
