@@ -200,11 +200,13 @@ bench: all
 gpu-check:
 	bash tests/gpu/gpu-check.sh
 
-demo: deps all
-	bash examples/demo.sh
+# The build's compiler lines go to stderr: stdout is the demo's own report.
+demo: deps
+	@$(MAKE) --no-print-directory all >&2
+	@bash examples/demo.sh
 
 deps:
-	bash datasets/deps.sh
+	@bash datasets/deps.sh
 
 # ---- install -----------------------------------------------------------------
 # make install PREFIX=/usr/local DESTDIR= : installs from $(B) what is built

@@ -187,9 +187,8 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         case O_SAVE: o->save_act = optarg; break;
         case O_FROM: o->from_act = optarg; break;
         case O_DEV:
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) return fprintf(stderr, "bad --device\n"), 2;
-            o->device = optarg;
-            p->eval_device = optarg;
+            NUM(osc_parse_device("--device", optarg, &o->device));
+            p->eval_device = o->device;
             break;
         case O_RAND: o->random_init = optarg; break;
         case O_GPREC:

@@ -110,8 +110,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_pa
         case O_FORCE: o->force = true; break;
         case 't': NUM(osc_parse_threads("--threads", optarg, &p->n_threads)); break;
         case O_DEV:
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) return fprintf(stderr, "oscar-verify: bad --device\n"), 2;
-            p->device = optarg;
+            NUM(osc_parse_device("--device", optarg, &p->device));
             break;
         case O_GPREC:
             if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32"))

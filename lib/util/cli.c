@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 // strtoll/strtoull skip leading blanks and accept '+'; a command-line number
 // is digits only, with a leading '-' where the type has negatives (strtoull
@@ -56,4 +57,14 @@ enum oscar_status osc_parse_f64(const char * opt, const char * text, double lo, 
 
 enum oscar_status osc_parse_threads(const char * opt, const char * text, int32_t * out) {
     return osc_parse_i32(opt, text, 1, OSC_MAX_THREADS, out);
+}
+
+enum oscar_status osc_parse_device(const char * opt, const char * text, const char ** out) {
+    static const char * const names[] = {"cpu", "cuda"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(text, names[i]) == 0) {
+            *out = names[i];
+            return OSCAR_OK;
+        }
+    return osc_error(OSCAR_ERR_INVALID, "%s: '%s' is not a device (cpu, cuda)", opt, text);
 }

@@ -18,5 +18,8 @@ enum oscar_status osc_parse_u64(const char * opt, const char * text, uint64_t * 
 enum oscar_status osc_parse_f64(const char * opt, const char * text, double lo, double hi, double * out);
 // --threads N: 1 .. OSC_MAX_THREADS
 enum oscar_status osc_parse_threads(const char * opt, const char * text, int32_t * out);
+// --device NAME: cpu | cuda (*out points at a static copy of the name). Whether
+// this build and machine have the device is the backend registry's answer.
+enum oscar_status osc_parse_device(const char * opt, const char * text, const char ** out);
 
 #endif

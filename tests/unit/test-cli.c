@@ -38,6 +38,19 @@ static void test_integers(void ** state) {
     assert_int_equal(w, INT32_MAX);
 }
 
+static void test_device(void ** state) {
+    (void) state;
+    const char * d = NULL;
+    assert_int_equal(osc_parse_device("--device", "cuda", &d), OSCAR_OK);
+    assert_string_equal(d, "cuda");
+    assert_int_equal(osc_parse_device("--device", "cpu", &d), OSCAR_OK);
+    assert_string_equal(d, "cpu");
+    refused(osc_parse_device("--device", "gpu", &d), "--device");
+    assert_non_null(strstr(oscar_last_error(), "'gpu' is not a device (cpu, cuda)"));
+    refused(osc_parse_device("--device", "", &d), "--device");
+    refused(osc_parse_device("--device", "CUDA", &d), "--device");
+}
+
 static void test_threads(void ** state) {
     (void) state;
     int32_t t = 0;
@@ -67,7 +80,7 @@ static void test_unsigned_and_reals(void ** state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_integers),
-        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_threads), cmocka_unit_test(test_device),
         cmocka_unit_test(test_unsigned_and_reals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
