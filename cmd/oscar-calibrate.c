@@ -459,7 +459,7 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "oscar-calibrate: --strict: gate failed, nothing written\n");
         goto out;
     }
-    if (!gate.pass) osc_warn("WARNING: the gate FAILED (OSCAR mean %.4g vs Hadamard %.4g, naive %.4g); writing anyway",
+    if (!gate.pass) osc_warn("the gate FAILED (OSCAR mean %.4g vs Hadamard %.4g, naive %.4g); writing the artifact marked FAILED (--strict writes nothing)",
                              gate.mean_oscar, gate.mean_hadamard, gate.mean_naive);
     t.total = osc_now() - t0;
     if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){o.random_init ? &shape : m, tok, &corpus, &plan,

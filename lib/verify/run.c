@@ -192,7 +192,7 @@ static void drift_of(const struct vrun * r, double * drift) {
 
 static enum oscar_status metrics_pass(struct vrun * r, const int32_t * ids) {
     struct osc_progress pg;
-    osc_progress_init(&pg, "metrics", "methods", r->nm);
+    osc_progress_init(&pg, "metrics", "method", r->nm);
     enum oscar_status st = metric_forward(r, ids, -1);
     for (int32_t i = 0; i < r->nm && st == OSCAR_OK; i++) {
         if (r->sims[i]) { // identity methods have zero drift by construction
