@@ -76,13 +76,20 @@ void oscar_attn_partial_rows(int32_t g, int32_t D, const float * q,
 // normaliser. Row r's result does not depend on the other rows of the call
 // (same bits for n = 1 and n = 64). scratch: oscar_attn_rows_scratch(n,
 // max t + 1, D) floats, 8-byte aligned.
+// kt / kt_alt (optional): k / k_alt already transposed by oscar_attn_keys_transpose
+// (from key 0), so that calls for many blocks and query heads share one copy.
 struct oscar_attn_keys {
     int32_t       head_dim;
     size_t        row_stride;
     const float * k, * v;
     const float * k_alt, * v_alt;
+    const float * kt, * kt_alt;
 };
 size_t oscar_attn_rows_scratch(int32_t n_rows, int64_t n_keys, int32_t head_dim);
+// Keys [0, n_keys) of k (rows row_stride apart) in the tiled transposed layout
+// kt takes: oscar_attn_keys_transposed_size floats.
+size_t oscar_attn_keys_transposed_size(int64_t n_keys, int32_t head_dim);
+void   oscar_attn_keys_transpose(const float * k, size_t row_stride, int64_t n_keys, int32_t head_dim, float * out);
 void oscar_attn_rows(const struct oscar_attn_keys * kv, int32_t n, const float * q, size_t q_stride,
                      const int64_t * t, const int64_t * lo, const int64_t * hi, float * out, size_t out_stride,
                      float * scratch);

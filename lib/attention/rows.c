@@ -10,8 +10,7 @@
 //   values   acc_r[d] = sum_p w·v_p[d], p in order; out = acc_r · (1 / z_r).
 //
 // Built with -std=c11 (no floating-point contraction), so the vector and the
-// scalar code paths round every product and sum alike. head_dim 64, 128 and
-// 256 get loops with a constant D, which the compiler keeps in registers.
+// scalar code paths round every product and sum alike.
 #include "attention/attention.h"
 
 #include <math.h>
@@ -36,6 +35,10 @@ size_t oscar_attn_rows_scratch(int32_t n_rows, int64_t n_keys, int32_t head_dim)
            (size_t) n_rows * (size_t) head_dim + ((size_t) head_dim & 1);
 }
 
+size_t oscar_attn_keys_transposed_size(int64_t n_keys, int32_t head_dim) {
+    return (size_t) ((n_keys + BK - 1) / BK) * BK * (size_t) head_dim;
+}
+
 // kt [D][BK] = rows [p0, p0 + n) of k, transposed; columns past n are zero.
 ROWS_INLINE void transpose_tile(const float * k, size_t rs, int64_t p0, int32_t n, int32_t D, float * kt) {
     memset(kt, 0, sizeof(float) * (size_t) BK * (size_t) D);
@@ -45,52 +48,74 @@ ROWS_INLINE void transpose_tile(const float * k, size_t rs, int64_t p0, int32_t 
     }
 }
 
+// Eight lanes in registers (GCC/clang vector extension; SSE or AVX code per
+// clone, the same elementwise IEEE products and sums either way).
+typedef float v8f __attribute__((vector_size(32)));
+enum { LANES = 8, BKV = BK / LANES };
+
+// Unaligned loads and stores (scratch and K/V rows have no 32-byte alignment);
+// vectors go through pointers, never by value across a call boundary.
+#define LOAD8(v, p) memcpy(&(v), (p), sizeof(v8f))
+#define STORE8(p, v) memcpy((p), &(v), sizeof(v8f))
+
 // s0/s1 [BK] = (q0/q1 · kt) · scale for two query rows sharing the key loads;
 // each element is the same d-ordered sum as for one row (q1 may equal q0).
 ROWS_INLINE void score_pair(const float * q0, const float * q1, const float * kt, int32_t D, float scale,
-                              float * s0, float * s1) {
-    float a0[BK] = {0}, a1[BK] = {0};
+                            float * s0, float * s1) {
+    v8f a0[BKV] = {{0}}, a1[BKV] = {{0}};
     for (int32_t d = 0; d < D; d++) {
-        const float   x0 = q0[d], x1 = q1[d];
+        const v8f     x0 = (v8f){0} + q0[d], x1 = (v8f){0} + q1[d];
         const float * row = kt + (size_t) d * BK;
-#pragma omp simd
-        for (int32_t j = 0; j < BK; j++) {
-            a0[j] += x0 * row[j];
-            a1[j] += x1 * row[j];
+#pragma GCC unroll 4
+        for (int32_t c = 0; c < BKV; c++) {
+            v8f k;
+            LOAD8(k, row + c * LANES);
+            a0[c] += x0 * k;
+            a1[c] += x1 * k;
         }
     }
-    for (int32_t j = 0; j < BK; j++) s0[j] = a0[j] * scale, s1[j] = a1[j] * scale;
+    for (int32_t c = 0; c < BKV; c++) {
+        const v8f r0 = a0[c] * scale, r1 = a1[c] * scale;
+        STORE8(s0 + c * LANES, r0);
+        STORE8(s1 + c * LANES, r1);
+    }
 }
 
-// acc [D] += sum over keys p in [0, n) of w[p] · v[p·rs + d], p in order.
+// acc [D] += sum over keys p in [0, n) of w[p] · v[p·rs + d], p in order: 64 dims
+// at a time in registers, the dims past the last full vector one by one.
 ROWS_INLINE void weighted_sum(const float * w, const float * v, size_t rs, int64_t n, int32_t D, float * acc) {
-#define OSCAR_WSUM(DIM)                                                                                            \
-    do {                                                                                                           \
-        float a[DIM];                                                                                              \
-        memcpy(a, acc, sizeof a);                                                                                  \
-        for (int64_t p = 0; p < n; p++) {                                                                          \
-            const float   wp = w[p];                                                                               \
-            const float * vp = v + (size_t) p * rs;                                                                \
-            _Pragma("omp simd") for (int32_t d = 0; d < DIM; d++) a[d] += wp * vp[d];                              \
-        }                                                                                                          \
-        memcpy(acc, a, sizeof a);                                                                                  \
-    } while (0)
-    switch (D) {
-    case 64: OSCAR_WSUM(64); return;
-    case 128: OSCAR_WSUM(128); return;
-    case 256: OSCAR_WSUM(256); return;
-    default:
+    enum { CH = 8 };   // vectors per chunk: 64 dims
+    int32_t d0 = 0;
+    for (; d0 + CH * LANES <= D; d0 += CH * LANES) {
+        v8f a[CH];
+        for (int32_t c = 0; c < CH; c++) LOAD8(a[c], acc + d0 + c * LANES);
         for (int64_t p = 0; p < n; p++) {
-            const float   wp = w[p];
-            const float * vp = v + (size_t) p * rs;
-#pragma omp simd
-            for (int32_t d = 0; d < D; d++) acc[d] += wp * vp[d];
+            const v8f     wp = (v8f){0} + w[p];
+            const float * vp = v + (size_t) p * rs + d0;
+#pragma GCC unroll 8
+            for (int32_t c = 0; c < CH; c++) {
+                v8f x;
+                LOAD8(x, vp + c * LANES);
+                a[c] += wp * x;
+            }
         }
+        for (int32_t c = 0; c < CH; c++) STORE8(acc + d0 + c * LANES, a[c]);
     }
-#undef OSCAR_WSUM
+    for (; d0 < D; d0++) {
+        float a = acc[d0];
+        for (int64_t p = 0; p < n; p++) a += w[p] * v[(size_t) p * rs + d0];
+        acc[d0] = a;
+    }
 }
 
 ROWS_INLINE int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+void oscar_attn_keys_transpose(const float * k, size_t row_stride, int64_t n_keys, int32_t head_dim, float * out) {
+    for (int64_t p0 = 0; p0 < n_keys; p0 += BK) {
+        const int32_t nk = (int32_t) (n_keys - p0 < BK ? n_keys - p0 : BK);
+        transpose_tile(k, row_stride, p0, nk, head_dim, out + (size_t) (p0 / BK) * BK * (size_t) head_dim);
+    }
+}
 
 // The helpers above are inlined into each clone of this function.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -115,14 +140,17 @@ void oscar_attn_rows(const struct oscar_attn_keys * kv, int32_t n, const float *
         const int32_t nk = (int32_t) (t_max + 1 - p0 < BK ? t_max + 1 - p0 : BK);
         bool need_alt = false;
         for (int32_t r = 0; r < n && lo; r++) need_alt |= lo[r] < hi[r] && lo[r] < p0 + nk && hi[r] > p0;
-        transpose_tile(kv->k, rs, p0, nk, D, kt);
-        if (need_alt) transpose_tile(kv->k_alt, rs, p0, nk, D, kt_alt);
+        // the caller's transposed keys when it has them (one copy for every block and query head)
+        const size_t  tile = (size_t) (p0 / BK) * BK * (size_t) D;
+        const float * kt_k = kv->kt ? kv->kt + tile : kt, * kt_a = kv->kt_alt ? kv->kt_alt + tile : kt_alt;
+        if (!kv->kt) transpose_tile(kv->k, rs, p0, nk, D, kt);
+        if (need_alt && !kv->kt_alt) transpose_tile(kv->k_alt, rs, p0, nk, D, kt_alt);
         for (int32_t r = 0; r < n; r += 2) {
             const int32_t r1 = r + 1 < n ? r + 1 : r;
             if (t[r] < p0 && t[r1] < p0) continue;
             const float * q0 = q + (size_t) r * q_stride, * q1 = q + (size_t) r1 * q_stride;
-            score_pair(q0, q1, kt, D, scale, s[0], s[1]);
-            if (need_alt) score_pair(q0, q1, kt_alt, D, scale, s_alt[0], s_alt[1]);
+            score_pair(q0, q1, kt_k, D, scale, s[0], s[1]);
+            if (need_alt) score_pair(q0, q1, kt_a, D, scale, s_alt[0], s_alt[1]);
             for (int32_t e = 0; e < 2 && r + e < n; e++) {
                 const int32_t ri = r + e;
                 float *       Sr = S + (size_t) ri * ld + p0;
@@ -138,11 +166,12 @@ void oscar_attn_rows(const struct oscar_attn_keys * kv, int32_t n, const float *
         float * Sr = S + (size_t) r * ld;
         float   m = -INFINITY;
         for (int64_t p = 0; p <= t[r]; p++) m = Sr[p] > m ? Sr[p] : m;
-        z[r] = 0.0;
+        double sum = 0.0;   // a local, not z[r]: z lives in the scratch the stores to Sr may alias
         for (int64_t p = 0; p <= t[r]; p++) {
             Sr[p] = expf(Sr[p] - m);
-            z[r] += (double) Sr[p];
+            sum += (double) Sr[p];
         }
+        z[r] = sum;
     }
     // the weighted values in key order per row, a tile of V rows for every query row; a row's keys
     // are three runs: [0, lo) exact, [lo, hi) alternative, [hi, t] exact

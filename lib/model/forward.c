@@ -248,12 +248,21 @@ enum oscar_status oscar_attention_causal(void * user, int32_t layer, const struc
         n_max = n > n_max ? n : n_max;
     }
     const size_t per_thread = oscar_attn_rows_scratch(ATT_BQ, n_max, D);
+    const size_t kt_size = oscar_attn_keys_transposed_size(n_max, D);
     float *      scratch = malloc(sizeof(float) * per_thread * (size_t)nt);
-    if (!scratch) return osc_error(OSCAR_ERR_NOMEM, "attention: scratch for %d tokens x %d threads", n_max, nt);
+    float *      kt = malloc(sizeof(float) * kt_size * (size_t)Hkv);   // one sequence's keys, per KV head
+    if (!scratch || !kt) {
+        free(scratch);
+        free(kt);
+        return osc_error(OSCAR_ERR_NOMEM, "attention: scratch for %d tokens x %d threads", n_max, nt);
+    }
     const size_t rs = (size_t)Hkv * D, qs = (size_t)Hq * D;
     for (int32_t s = 0; s < in->n_seq; s++) {
         const int32_t s0 = in->seq_start[s], n = in->seq_start[s + 1] - s0;
         const int32_t nb = (n + ATT_BQ - 1) / ATT_BQ, n_tasks = nb * Hq;
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int32_t kh = 0; kh < Hkv; kh++)
+            oscar_attn_keys_transpose(in->k + (size_t)s0 * rs + (size_t)kh * D, rs, n, D, kt + kt_size * (size_t)kh);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
         for (int32_t task = 0; task < n_tasks; task++) {
             // later blocks are the most expensive: hand them out first
@@ -263,13 +272,15 @@ enum oscar_status oscar_attention_causal(void * user, int32_t layer, const struc
             for (int32_t i = i0; i < i1; i++) t[i - i0] = i;
             const struct oscar_attn_keys kv = {.head_dim = D, .row_stride = rs,
                                                .k = in->k + (size_t)s0 * rs + (size_t)(h / g) * D,
-                                               .v = in->v + (size_t)s0 * rs + (size_t)(h / g) * D};
+                                               .v = in->v + (size_t)s0 * rs + (size_t)(h / g) * D,
+                                               .kt = kt + kt_size * (size_t)(h / g)};
             const size_t q0 = (size_t)(s0 + i0) * qs + (size_t)h * D;
             oscar_attn_rows(&kv, i1 - i0, in->q + q0, qs, t, NULL, NULL, out + q0, qs,
                             scratch + per_thread * (size_t)omp_get_thread_num());
         }
     }
     free(scratch);
+    free(kt);
     return OSCAR_OK;
 }
 

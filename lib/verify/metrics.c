@@ -218,6 +218,8 @@ struct oscar_kv_sim {
     struct oscar_kv_transform tf;
     int32_t n_head, n_threads, max_tokens;
     float * k_hp, * v_hp, * k_q, * v_q;   // [max_tokens, Hkv, D] each
+    float * kt, * kt_q;                   // [Hkv, kt_size]: one sequence's k_hp / k_q rows, transposed
+    size_t  kt_size;                      // oscar_attn_keys_transposed_size(max_tokens, D)
     float * scratch;                      // [n_threads, scratch_per_thread]
     size_t  scratch_per_thread;           // oscar_attn_rows_scratch(SIM_BQ, max_tokens, D)
     struct oscar_quant_stats st[2];
@@ -240,7 +242,10 @@ enum oscar_status oscar_kv_sim_init(const struct oscar_kv_transform * tf, const 
     s->k_hp = malloc(sizeof(float) * 4 * n);
     s->scratch_per_thread = oscar_attn_rows_scratch(SIM_BQ, max_tokens, tf->head_dim);
     s->scratch = malloc(sizeof(float) * s->scratch_per_thread * (size_t) s->n_threads);
-    if (!s->k_hp || !s->scratch) {
+    s->kt_size = oscar_attn_keys_transposed_size(max_tokens, tf->head_dim);
+    s->kt = malloc(sizeof(float) * 2 * s->kt_size * (size_t) tf->n_head_kv);
+    s->kt_q = s->kt ? s->kt + s->kt_size * (size_t) tf->n_head_kv : NULL;
+    if (!s->k_hp || !s->scratch || !s->kt) {
         oscar_kv_sim_free(s);
         return osc_error(OSCAR_ERR_NOMEM, "kv sim: buffers for %d tokens", max_tokens);
     }
@@ -253,6 +258,7 @@ void oscar_kv_sim_free(struct oscar_kv_sim * s) {
     if (!s) return;
     free(s->k_hp);
     free(s->scratch);
+    free(s->kt);
     free(s);
 }
 
@@ -282,8 +288,10 @@ static void sim_block(const struct oscar_kv_sim * s, const struct oscar_capture_
         t[i - i0] = i - b;
         oscar_tier_int2_range(&s->tf.tiers, i - b, len, &lo[i - i0], &hi[i - i0]);
     }
+    const size_t kto = s->kt_size * (size_t) (j / g);
     const struct oscar_attn_keys kv = {.head_dim = D, .row_stride = rs, .k = s->k_hp + o, .v = s->v_hp + o,
-                                       .k_alt = s->k_q + o, .v_alt = s->v_q + o};
+                                       .k_alt = s->k_q + o, .v_alt = s->v_q + o, .kt = s->kt + kto,
+                                       .kt_alt = s->kt_q + kto};
     const size_t q0 = (size_t) i0 * qs + (size_t) j * D;
     oscar_attn_rows(&kv, i1 - i0, in->q + q0, qs, t, lo, hi, out + q0, qs, scratch);
 }
@@ -303,7 +311,13 @@ static enum oscar_status sim_attend(void * user, int32_t layer, const struct osc
     if (st != OSCAR_OK) return st;
     for (int32_t q = 0; q < in->n_seq; q++) {
         const int32_t b = in->seq_start[q], len = in->seq_start[q + 1] - b;
-        const int32_t nb = (len + SIM_BQ - 1) / SIM_BQ, n_tasks = nb * Hq;
+        const int32_t nb = (len + SIM_BQ - 1) / SIM_BQ, n_tasks = nb * Hq, Hkv = s->tf.n_head_kv, D = s->tf.head_dim;
+        const size_t  rs = (size_t) Hkv * D;
+#pragma omp parallel for schedule(static) num_threads(s->n_threads)
+        for (int32_t x = 0; x < 2 * Hkv; x++) {   // both key buffers of every KV head, transposed once
+            const float * src = (x < Hkv ? s->k_hp : s->k_q) + (size_t) b * rs + (size_t) (x % Hkv) * D;
+            oscar_attn_keys_transpose(src, rs, len, D, (x < Hkv ? s->kt : s->kt_q) + s->kt_size * (size_t) (x % Hkv));
+        }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(s->n_threads)
         for (int32_t task = 0; task < n_tasks; task++) {
             // later blocks see more keys: hand them out first

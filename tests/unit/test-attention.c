@@ -224,7 +224,8 @@ static void test_merge_exact(void ** state) {
 }
 
 // oscar_attn_rows: each row's result is the same bits alone (n = 1) as in a block of 37
-// rows, for head_dim 64/128/256 and an odd 40, with per-row alternative-key ranges; and it
+// rows and with keys the caller transposed, for head_dim 64/128/256 and an odd 40, with
+// per-row alternative-key ranges; and it
 // equals fp64 dense attention over the keys each row reads within 2e-6 relative L2 (fp32
 // scores, weights and sums over <= 300 keys: ~sqrt(300)·2^-24 ~ 1e-6).
 static void test_rows_blocking_invariant(void ** state) {
@@ -253,6 +254,16 @@ static void test_rows_blocking_invariant(void ** state) {
         const struct oscar_attn_keys kv = {.head_dim = D, .row_stride = rs, .k = k + D, .v = v + D,
                                            .k_alt = ka + D, .v_alt = va + D};
         oscar_attn_rows(&kv, n, q, (size_t) D, t, lo, hi, blk, (size_t) D, scr);
+        // keys transposed once by the caller: the same bits
+        float * kt = malloc(sizeof(float) * 2 * oscar_attn_keys_transposed_size(N, D)), * pre = malloc(sizeof(float) * n * D);
+        assert_true(kt && pre);
+        oscar_attn_keys_transpose(k + D, rs, N, D, kt);
+        oscar_attn_keys_transpose(ka + D, rs, N, D, kt + oscar_attn_keys_transposed_size(N, D));
+        struct oscar_attn_keys kvt = kv;
+        kvt.kt = kt, kvt.kt_alt = kt + oscar_attn_keys_transposed_size(N, D);
+        oscar_attn_rows(&kvt, n, q, (size_t) D, t, lo, hi, pre, (size_t) D, scr);
+        assert_memory_equal(pre, blk, sizeof(float) * (size_t) n * (size_t) D);
+        free(kt), free(pre);
         double worst = 0;
         for (int32_t r = 0; r < n; r++) {
             oscar_attn_rows(&kv, 1, q + (size_t) r * D, 0, &t[r], &lo[r], &hi[r], one, 0, scr);
