@@ -122,7 +122,7 @@ forced "oscar.json: missing" "$T/nojson"
 ok "another model's artifact, a flipped rotation bit, a missing sha256 / oscar.json exit 1; --force warns and runs"
 
 # ---- --device: cpu is the default simulation; cuda refuses what its kernels cannot do ----
-want 2 "bad --device" "$V" --model "$M" --corpus "$T/c.txt" --device tpu
+want 2 "'tpu' is not a device (cpu, cuda)" "$V" --model "$M" --corpus "$T/c.txt" --device tpu
 "$V" --model "$M" --rotations "$T/art" --corpus "$T/c.txt" --methods bf16,oscar "${SMALL[@]}" --json \
     >"$T/dflt.json" 2>/dev/null || fail "default device"
 "$V" --model "$M" --rotations "$T/art" --corpus "$T/c.txt" --methods bf16,oscar "${SMALL[@]}" --json --device cpu \

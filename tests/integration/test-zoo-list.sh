@@ -120,7 +120,7 @@ $ZOO list me/nope --quiet 2>"$T/err"; rc=$?
 
 # ---- 3. search ------------------------------------------------------------------------------
 mk_art "$T/q" 0 3 Qwen3-0.6B "$QWEN" fail 8000
-sed -i "s|^- synthetic|- $QWEN|" "$T/q/README.md"
+mk_card "$T/q" oscar "$QWEN"   # the card of an artifact without a known Hub id names no base_model
 push "$T/q" --repo me/qwen-zoo
 mk_card "$T/other" oscar "$SMOL"
 push "$T/other" --repo team/smol-rot
