@@ -20,13 +20,16 @@
 //      (~1e-7 relative, ~1e-6 nats through 2 layers), but bf16 rounding of the
 //      HP rows and the INT2/INT4 codes are step functions, so a row next to a
 //      rounding boundary can flip and there is no fp32-rounding bound for (b).
-//      Measured on this seed: max |Δll| 2.4e-5 nats; the three rule breaks
-//      tried while writing this test (flush boundary one row short, one
-//      prefill row given the flush quantizer, KIVI blocks closed one row early)
-//      moved some case by 2.9e-3 .. 9.1e-2 nats. STEPS_TOL = 2e-4 sits 8x above
-//      the first and 15x below the smallest of the second; the exactness claim
-//      rests on (a).
-#define STEPS_TOL 2e-4
+//      How many rows sit next to a boundary depends on the CPU's GEMM kernels:
+//      on this seed max |Δll| was 2.4e-5 nats on an AMD EPYC (Zen) and 6.2e-4
+//      on an Intel Xeon (H200 host), where a bound of 2e-4 failed. So (b) is a
+//      consistency check with a bound no CPU's rounding should reach: 1e-2
+//      nats, 16x the worst seen. The rule breaks tried while writing this test
+//      (flush boundary one row short, one prefill row given the flush
+//      quantizer, KIVI blocks closed one row early) moved some case by
+//      2.9e-3 .. 9.1e-2 nats; they are caught by (a), bitwise, on every CPU,
+//      and the exactness claim rests on (a).
+#define STEPS_TOL 1e-2
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
