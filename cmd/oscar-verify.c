@@ -29,7 +29,9 @@ static void usage(FILE * f) {
     fprintf(f,
             "Usage: oscar-verify --model M --corpus C [--rotations ARTIFACT] [options]\n"
             "  -m, --model PATH|ID      .gguf file, HF model directory, or Hub owner/name[@rev][:path]\n"
-            "  -r, --rotations PATH|ID  artifact directory or Hub owner/name[@rev][:path]\n"
+            "  -r, --rotations PATH|ID  artifact directory or Hub owner/name[@rev][:path]; also reference .pt\n"
+            "                           rotations (a k_rotation*.pt / v_rotation*.pt folder such as a zoo\n"
+            "                           <Model>/seq<T>_prompt<N>_group<G>, or one of the pair), imported in memory\n"
             "  -f, --corpus PATH        held-out text file, .jsonl (--jsonl-field), or directory of them\n"
             "      --jsonl-field NAME   the field of each JSONL record; every file is then JSONL [*.jsonl: text]\n"
             "  -c, --ctx N              perplexity window [2048]\n"
@@ -191,6 +193,11 @@ int main(int argc, char ** argv) {
     stage = "--report", arg = o.report_dir;
     if (o.report_dir && oscar_verify_write_dir(&rep, o.report_dir)) goto out;
     stage = "--update-card", arg = rot_path;
+    if (o.update_card && oscar_artifact_get_meta(art, "oscar.imported_from")) {
+        osc_error(OSCAR_ERR_INVALID, "--update-card needs an oscar artifact, not .pt rotations (oscar-zoo import "
+                  "makes one)");
+        goto out;
+    }
     if (o.update_card) {
         char readme[4096], * md = NULL;
         snprintf(readme, sizeof readme, "%s/README.md", rot_path);
