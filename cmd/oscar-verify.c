@@ -178,6 +178,11 @@ int main(int argc, char ** argv) {
     if (o.rotations && (oscar_hub_resolve_local(&hub, o.rotations, &rot_path) || oscar_artifact_load(rot_path, &trust, &art) ||
                         oscar_artifact_check_shape(art, mc->n_layer, mc->n_head, mc->n_head_kv, mc->head_dim, mc->name)))
         goto out;
+    if (o.update_card && oscar_artifact_get_meta(art, "oscar.imported_from")) { // before any compute
+        osc_error(OSCAR_ERR_INVALID, "--update-card needs an oscar artifact, not .pt rotations (oscar-zoo import "
+                  "makes one)");
+        goto out;
+    }
     stage = "--corpus", arg = o.corpus;
     struct oscar_corpus_opts co = oscar_corpus_default_opts(tok);
     co.jsonl_field = o.jsonl_field;
@@ -193,11 +198,6 @@ int main(int argc, char ** argv) {
     stage = "--report", arg = o.report_dir;
     if (o.report_dir && oscar_verify_write_dir(&rep, o.report_dir)) goto out;
     stage = "--update-card", arg = rot_path;
-    if (o.update_card && oscar_artifact_get_meta(art, "oscar.imported_from")) {
-        osc_error(OSCAR_ERR_INVALID, "--update-card needs an oscar artifact, not .pt rotations (oscar-zoo import "
-                  "makes one)");
-        goto out;
-    }
     if (o.update_card) {
         char readme[4096], * md = NULL;
         snprintf(readme, sizeof readme, "%s/README.md", rot_path);

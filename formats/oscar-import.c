@@ -292,7 +292,7 @@ static enum oscar_status set_meta(struct oscar_artifact * a, const struct side *
     if (mean_path) SET("oscar.imported_k_mean", "%.1200s sha256:%s", mean_path, mean_sha);
     SET("oscar.imported_format_version", "%lld", (long long) k->format_version);
     SET("oscar.eigenvalues", "%s", k->eig_known && v->eig_known ? "imported"
-                                   : !k->eig_known && !v->eig_known ? "unknown (not in the .pt files; zeros)"
+                                   : !k->eig_known && !v->eig_known ? "unknown (none of the rotations' shape in the .pt files; zeros)"
                                    : k->eig_known ? "K imported; V unknown (zeros)" : "K unknown (zeros); V imported");
     return OSCAR_OK;
 }
