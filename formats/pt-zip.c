@@ -144,19 +144,39 @@ static uint32_t crc_of(const uint8_t * p, uint64_t n) {
     return (uint32_t) c;
 }
 
-static enum oscar_status inflate_entry(const struct osc_zip * z, const struct osc_zip_entry * e, uint8_t * dst) {
-    z_stream s = { 0 };
-    if (inflateInit2(&s, -MAX_WBITS) != Z_OK) return osc_error(OSCAR_ERR_NOMEM, "zlib: out of memory");
-    s.next_in   = (Bytef *) (uintptr_t) (z->data + e->data_off);
-    s.avail_in  = (uInt) e->csize;
-    s.next_out  = dst;
-    s.avail_out = (uInt) e->usize;
-    int rc      = inflate(&s, Z_FINISH);
+// Inflates into a buffer grown with the output (the header's size is not
+// trusted for the allocation), which must come to exactly e->usize bytes.
+static enum oscar_status inflate_entry(const struct osc_zip * z, const struct osc_zip_entry * e, uint8_t ** out) {
+    z_stream  s   = { 0 };
+    size_t    cap = e->usize < (1u << 20) ? (size_t) e->usize + 1 : (1u << 20);
+    uint8_t * buf = malloc(cap);
+    int       rc  = Z_OK;
+    if (!buf || inflateInit2(&s, -MAX_WBITS) != Z_OK) {
+        free(buf);
+        return osc_error(OSCAR_ERR_NOMEM, "zlib: out of memory");
+    }
+    s.next_in  = (Bytef *) (uintptr_t) (z->data + e->data_off);
+    s.avail_in = (uInt) e->csize;
+    while (rc == Z_OK && s.total_out <= e->usize) {
+        if (s.total_out == cap) {
+            size_t    ncap = cap * 2 > (size_t) e->usize + 1 ? (size_t) e->usize + 1 : cap * 2;
+            uint8_t * nb   = ncap > cap ? realloc(buf, ncap) : NULL;
+            if (!nb) break; // more output than the header says (or out of memory)
+            buf = nb;
+            cap = ncap;
+        }
+        s.next_out  = buf + s.total_out;
+        s.avail_out = (uInt) (cap - s.total_out);
+        rc          = inflate(&s, Z_NO_FLUSH);
+    }
     uint64_t got = s.total_out;
     inflateEnd(&s);
-    if (rc != Z_STREAM_END || got != e->usize)
+    if (rc != Z_STREAM_END || got != e->usize) {
+        free(buf);
         return osc_error(OSCAR_ERR_FORMAT, "%s: entry '%s' does not inflate to its %llu bytes (corrupt)", z->label,
                          e->name, (unsigned long long) e->usize);
+    }
+    *out = buf;
     return OSCAR_OK;
 }
 
@@ -169,15 +189,12 @@ enum oscar_status osc_zip_read(const struct osc_zip * z, const struct osc_zip_en
                          (unsigned long long) e->usize, (unsigned long long) max_bytes);
     const uint8_t * p = z->data + e->data_off;
     if (e->method == 8) {
-        uint8_t * buf = malloc(e->usize ? (size_t) e->usize : 1);
-        if (!buf) return osc_error(OSCAR_ERR_NOMEM, "out of memory");
-        enum oscar_status st = inflate_entry(z, e, buf);
-        if (st != OSCAR_OK) {
-            free(buf);
-            return st;
-        }
-        *owned = buf;
-        p      = buf;
+        if (e->usize / 1032 > e->csize + 1) // deflate expands at most ~1032:1
+            return osc_error(OSCAR_ERR_FORMAT, "%s: entry '%s' claims %llu bytes from %llu deflated ones (corrupt)",
+                             z->label, e->name, (unsigned long long) e->usize, (unsigned long long) e->csize);
+        enum oscar_status st = inflate_entry(z, e, owned);
+        if (st != OSCAR_OK) return st;
+        p = *owned;
     }
     if (crc_of(p, e->usize) != e->crc) {
         free(*owned);

@@ -25,6 +25,7 @@ Variants (the layouts of compute_kv_rotation.py, OptR's calibrate_optr.py and co
   optr      format 2, per KV head [Hkv,D,D], OptR's extra keys (floats, lists, None eigenvalues),
             plus k_mean_decode.pt {layers: {i: {mu: [Hkv,D]}}}
   gap       zoo with layer 3 missing (an importer must refuse it)
+  small     zoo with 2 layers of head_dim 4, deflated (fuzz seeds)
 """
 import collections
 import io
@@ -140,8 +141,7 @@ def per_layer_file(objective, L, D, key=int):
     return obj, rot, eig
 
 
-def write_zoo(d, deflate=False, drop=None):
-    L, D = 40, 16
+def write_zoo(d, deflate=False, drop=None, L=40, D=16):
     k, rk, ek = per_layer_file("qqt_r_h_pbr", L, D)
     v, rv, ev = per_layer_file("sst_r_h_pbr", L, D)
     if drop is not None:
@@ -241,7 +241,8 @@ if __name__ == "__main__":
         variant, d = sys.argv[2], sys.argv[3]
         os.makedirs(d, exist_ok=True)
         {"zoo": write_zoo, "hadamard": write_hadamard, "optr": write_optr,
-         "deflate": lambda x: write_zoo(x, deflate=True), "gap": lambda x: write_zoo(x, drop=3)}[variant](d)
+         "deflate": lambda x: write_zoo(x, deflate=True), "gap": lambda x: write_zoo(x, drop=3),
+         "small": lambda x: write_zoo(x, deflate=True, L=2, D=4)}[variant](d)
     elif cmd == "check":
         check(sys.argv[2], sys.argv[3])
     elif cmd == "hostile":
