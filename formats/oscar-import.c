@@ -45,7 +45,7 @@ static enum oscar_status objective_of(const struct osc_pt_value * root, const ch
     bool         ok = vn > 0 && vn <= 64;
     for (size_t i = 0; ok && i < vn; i++) ok = name_char(v[i]);
     if (!ok) return osc_error(OSCAR_ERR_FORMAT, "%s: objective '%.64s' is not 1-64 letters, digits, '_', '-', '.'", path, v);
-    snprintf(s->objective, sizeof s->objective, "%s", v);
+    memcpy(s->objective, v, vn + 1); // vn <= 64 < sizeof s->objective
     return OSCAR_OK;
 }
 
