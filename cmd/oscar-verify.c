@@ -29,7 +29,9 @@ static void usage(FILE * f) {
     fprintf(f,
             "Usage: oscar-verify --model M --corpus C [--rotations ARTIFACT] [options]\n"
             "  -m, --model PATH|ID      .gguf file, HF model directory, or Hub owner/name[@rev][:path]\n"
-            "  -r, --rotations PATH|ID  artifact directory or Hub owner/name[@rev][:path]\n"
+            "  -r, --rotations PATH|ID  artifact directory or Hub owner/name[@rev][:path]; also reference .pt\n"
+            "                           rotations (a k_rotation*.pt / v_rotation*.pt folder such as a zoo\n"
+            "                           <Model>/seq<T>_prompt<N>_group<G>, or one of the pair), imported in memory\n"
             "  -f, --corpus PATH        held-out text file, .jsonl (--jsonl-field), or directory of them\n"
             "      --jsonl-field NAME   the field of each JSONL record; every file is then JSONL [*.jsonl: text]\n"
             "  -c, --ctx N              perplexity window [2048]\n"
@@ -176,6 +178,11 @@ int main(int argc, char ** argv) {
     if (o.rotations && (oscar_hub_resolve_local(&hub, o.rotations, &rot_path) || oscar_artifact_load(rot_path, &trust, &art) ||
                         oscar_artifact_check_shape(art, mc->n_layer, mc->n_head, mc->n_head_kv, mc->head_dim, mc->name)))
         goto out;
+    if (o.update_card && oscar_artifact_get_meta(art, "oscar.imported_from")) { // before any compute
+        osc_error(OSCAR_ERR_INVALID, "--update-card needs an oscar artifact, not .pt rotations (oscar-zoo import "
+                  "makes one)");
+        goto out;
+    }
     stage = "--corpus", arg = o.corpus;
     struct oscar_corpus_opts co = oscar_corpus_default_opts(tok);
     co.jsonl_field = o.jsonl_field;

@@ -7,6 +7,7 @@
 //   oscar-zoo search BASE_MODEL [--author A] [--limit N] [--details] [--cache-dir C]
 //   oscar-zoo info ID [--revision R]
 //   oscar-zoo export ARTIFACT --format pt|gguf --out PATH [--base BASE.gguf] [--qk-order auto|hf|ggml] [--force]
+//   oscar-zoo import SRC [V.pt] --out DIR [--model M] [--base-model ID] [--k-mean F] [--k-clip R] [--v-clip R]
 //   global options, before or after the command: -q/--quiet, --json, --token T, --offline, -h/--help, --version
 //
 // Thin front end over lib/hub: one table entry per command (its options, its
@@ -24,6 +25,9 @@
 
 #include "formats/oscar-artifact.h"
 #include "formats/oscar-export.h"
+#include "formats/oscar-import.h"
+#include "calibrate/base-model.h"
+#include "model/model.h"
 #include "hub/hub.h"
 #include "oscar.h"
 #include "util/log.h"
@@ -31,10 +35,13 @@
 
 struct args {
     const struct command * cmd;
-    const char *           target; // the command's one argument: DIR, ID, ARTIFACT or BASE_MODEL
+    const char *           target; // the command's argument: DIR, ID, ARTIFACT, BASE_MODEL or SRC
+    const char *           target2; // import: the V file after the K file, or NULL
     const char *           repo, * path, * revision, * local_dir, * cache_dir, * message, * token;
     const char *           format, * out, * base, * qk_order; // export
     const char *           author, * limit_text;              // search
+    const char *           model, * base_model, * k_mean, * k_clip_text, * v_clip_text; // import
+    float                  k_clip, v_clip;
     int                    limit;
     int                    is_private, json, quiet, offline, no_card_check, force, details;
 };
@@ -47,10 +54,12 @@ struct command {
     const struct option * opts;     // its option table ({0} ends it); the global options are added
     int (*check)(struct args * a);  // usage checks beyond the table (0 ok), or NULL
     enum oscar_status (*run)(struct oscar_hub * hub, const struct args * a);
+    int max_args;                   // it takes 1 to max_args arguments
 };
 
 enum { O_REPO = 256, O_PIR, O_REV, O_PRIV, O_MSG, O_PATH, O_LDIR, O_CDIR, O_NOCARD, O_FORMAT, O_OUT, O_BASE, O_QK,
-       O_FORCE, O_AUTHOR, O_LIMIT, O_DETAILS, O_JSON, O_TOKEN, O_OFF, O_VERSION };
+       O_FORCE, O_AUTHOR, O_LIMIT, O_DETAILS, O_JSON, O_TOKEN, O_OFF, O_VERSION, O_MODEL, O_BASEMODEL, O_KMEAN,
+       O_KCLIP, O_VCLIP };
 
 static const struct option global_opts[] = {
     { "json", no_argument, 0, O_JSON },   { "quiet", no_argument, 0, 'q' },      { "token", required_argument, 0, O_TOKEN },
@@ -459,6 +468,105 @@ static enum oscar_status export_run(struct oscar_hub * hub, const struct args * 
     return st;
 }
 
+// ---- import ---------------------------------------------------------------------------------
+static const struct option import_opts[] = {
+    { "out", required_argument, 0, O_OUT },          { "model", required_argument, 0, O_MODEL },
+    { "base-model", required_argument, 0, O_BASEMODEL }, { "k-mean", required_argument, 0, O_KMEAN },
+    { "k-clip", required_argument, 0, O_KCLIP },      { "v-clip", required_argument, 0, O_VCLIP },
+    { "cache-dir", required_argument, 0, O_CDIR },    { 0, 0, 0, 0 },
+};
+
+// A clip ratio in [0, 1] from text into *out (-1 when not given); -1 on a bad value.
+static int clip_arg(const char * opt, const char * text, float * out) {
+    *out = -1.0f;
+    if (!text) return 0;
+    char * end = NULL;
+    float  r   = strtof(text, &end);
+    if (!*text || *end || !(r >= 0.0f && r <= 1.0f)) {
+        fprintf(stderr, "oscar-zoo import: %s wants a clip ratio in [0, 1], not '%s'\n", opt, text);
+        return -1;
+    }
+    *out = r;
+    return 0;
+}
+
+static int import_check(struct args * a) {
+    if (!a->out) {
+        fputs("oscar-zoo import: --out DIR is required\n", stderr);
+        return -1;
+    }
+    if (a->base_model && !oscar_hub_repo_id_valid(a->base_model)) {
+        fprintf(stderr, "oscar-zoo import: --base-model '%s': not a Hub repo id (OWNER/NAME)\n", a->base_model);
+        return -1;
+    }
+    return clip_arg("--k-clip", a->k_clip_text, &a->k_clip) || clip_arg("--v-clip", a->v_clip_text, &a->v_clip) ? -1 : 0;
+}
+
+// --model: its shape and identity for the import to check and record.
+static enum oscar_status import_model(struct oscar_hub * hub, const struct args * a, char ** path,
+                                      struct oscar_model ** m, struct oscar_import_model * im) {
+    enum oscar_status st = oscar_hub_resolve_local(hub, a->model, path);
+    if (st == OSCAR_OK) st = oscar_model_load(*path, m);
+    if (st != OSCAR_OK) return osc_error_prefix(st, "--model %s", a->model);
+    const struct oscar_model_config * c = &(*m)->config;
+    *im = (struct oscar_import_model){ .n_layer = c->n_layer, .n_head = c->n_head, .n_head_kv = c->n_head_kv,
+                                       .head_dim = c->head_dim, .name = c->name[0] ? c->name : a->model,
+                                       .sha256 = (*m)->source_sha256, .architecture = oscar_arch_name(c->arch) };
+    return OSCAR_OK;
+}
+
+static void import_print(const struct oscar_artifact * art, const struct args * a) {
+    const char * from = oscar_artifact_get_meta(art, "oscar.imported_from");
+    if (a->json) {
+        print_json(json_pack("{s:s, s:i, s:s, s:i, s:s, s:s, s:s}", "out", a->out, "layers", (int) art->n_layer,
+                             "grouping", art->per_head ? "kv_head" : "layer", "head_dim", (int) art->head_dim,
+                             "imported_from", from, "heads", oscar_artifact_get_meta(art, "oscar.num_heads_source"),
+                             "eigenvalues", oscar_artifact_get_meta(art, "oscar.eigenvalues")));
+        return;
+    }
+    if (!a->quiet) fprintf(stderr, "imported %s\n", from);
+    printf("%s (%d layers, head_dim %d, rotations per %s, clips %s/%s fixed)\n", a->out, (int) art->n_layer,
+           (int) art->head_dim, art->per_head ? "KV head" : "layer", oscar_artifact_get_meta(art, "oscar.k_clip_ratio"),
+           oscar_artifact_get_meta(art, "oscar.v_clip_ratio"));
+}
+
+static enum oscar_status import_run(struct oscar_hub * hub, const struct args * a) {
+    char *                    src = NULL, * src2 = NULL, * model_path = NULL;
+    struct oscar_model *      m   = NULL;
+    struct oscar_artifact *   art = NULL;
+    struct oscar_base_model   base = { 0 };
+    struct oscar_import_model im   = { 0 };
+    struct oscar_import_opts  o    = oscar_import_default_opts();
+    char                      tool[160];
+    snprintf(tool, sizeof tool, "oscar-zoo import %s (%s)", OSCAR_VERSION, oscar_build_commit());
+    o.tool   = tool;
+    o.k_mean = a->k_mean;
+    o.k_clip = a->k_clip;
+    o.v_clip = a->v_clip;
+    enum oscar_status st = oscar_artifact_check_dest(a->out); // before any download or load
+    if (st == OSCAR_OK) st = oscar_hub_resolve_local(hub, a->target, &src);
+    if (st == OSCAR_OK && a->target2) st = oscar_hub_resolve_local(hub, a->target2, &src2);
+    if (st == OSCAR_OK && a->model && (st = import_model(hub, a, &model_path, &m, &im)) == OSCAR_OK) o.model = &im;
+    if (st == OSCAR_OK && (a->model || a->base_model))
+        st = oscar_base_model_detect(a->base_model, a->model, model_path, &base);
+    if (st == OSCAR_OK && base.id[0]) {
+        o.base_model_id        = base.id;
+        o.base_model_id_source = base.id_from;
+    }
+    if (st == OSCAR_OK) st = oscar_import_source(src, src2, &o, &art);
+    if (st == OSCAR_OK && base.license[0] &&
+        (st = oscar_artifact_set_meta(art, "oscar.base_model_license", base.license)) == OSCAR_OK)
+        st = oscar_artifact_set_meta(art, "oscar.base_model_license_source", base.license_from);
+    if (st == OSCAR_OK) st = oscar_artifact_write(art, a->out);
+    if (st == OSCAR_OK) import_print(art, a);
+    oscar_artifact_free(art);
+    oscar_model_free(m);
+    free(src);
+    free(src2);
+    free(model_path);
+    return st;
+}
+
 // ---- the command table ----------------------------------------------------------------------
 static const struct command commands[] = {
     { "push", "DIR --repo ID [options]", "upload DIR in one commit (creates the repo and the branch if needed)",
@@ -468,17 +576,17 @@ static const struct command commands[] = {
       "  --private             make a new repo private\n"
       "  --message TEXT        commit summary\n"
       "  --no-card-check       push without a README.md model card with valid YAML front matter\n",
-      push_opts, push_check, push_run },
+      push_opts, push_check, push_run, 1 },
     { "pull", "ID [options]", "download files into the shared HF cache (or --local-dir)",
       "  --path P              a folder or file of the repo (default: everything)\n"
       "  --revision R          branch, tag or commit (default main)\n"
       "  --local-dir D         write the files under D instead of the cache\n"
       "  --cache-dir C         the HF cache (default HF_HUB_CACHE, then $HF_HOME/hub)\n",
-      pull_opts, NULL, pull_run },
+      pull_opts, NULL, pull_run, 1 },
     { "ls", "ID [options]", "list the files of a repo",
       "  --path P              only under this folder\n"
       "  --revision R          branch, tag or commit (default main)\n",
-      ls_opts, NULL, ls_run },
+      ls_opts, NULL, ls_run, 1 },
     { "list", "ID [options]", "list the oscar artifacts in a repo: base model, architecture, grouping, tokens, gate",
       "  --revision R          branch, tag or commit (default main)\n"
       "  --cache-dir C         the HF cache the oscar.json files are downloaded into\n"
@@ -487,7 +595,7 @@ static const struct command commands[] = {
       "tokens, gate (pass|fail; '-' for artifacts older than the gate) and creation time ('-' if not recorded).\n"
       "A repo without artifacts prints nothing on stdout and a note on stderr (exit 0). A malformed oscar.json\n"
       "is warned about, naming it; the others are listed and the exit status is 1.\n",
-      list_opts, NULL, list_run },
+      list_opts, NULL, list_run, 1 },
     { "search", "BASE_MODEL [options]", "find repos of oscar artifacts for a base model (a Hub id)",
       "  --author A            only repos of this user or organization\n"
       "  --limit N             at most N repos (default 100)\n"
@@ -496,10 +604,10 @@ static const struct command commands[] = {
       "Asks the Hub for models tagged 'oscar' (library_name: oscar in oscar's model cards) and\n"
       "'base_model:BASE_MODEL' (from the card's base_model); prints repo id and last modification.\n"
       "The Hub reads only the card at a repo's root. No match: nothing on stdout, a note on stderr (exit 0).\n",
-      search_opts, search_check, search_run },
+      search_opts, search_check, search_run, 1 },
     { "info", "ID [options]", "repo summary: commit, visibility, file count",
       "  --revision R          branch, tag or commit (default main)\n",
-      info_opts, NULL, info_run },
+      info_opts, NULL, info_run, 1 },
     { "export", "ARTIFACT --format pt|gguf --out PATH [options]",
       "convert an artifact (directory or Hub owner/name[@rev][:path]) for an engine",
       "  --format pt --out DIR         k_rotation_<obj>.pt + v_rotation_<obj>.pt (SGLang OSCAR fork)\n"
@@ -509,7 +617,22 @@ static const struct command commands[] = {
       "  --force                       export an artifact that fails its integrity checks (sha256\n"
       "                                in oscar.json, orthogonality), with a warning\n"
       "  --cache-dir C                 the HF cache for a Hub ARTIFACT\n",
-      export_opts, export_check, export_run },
+      export_opts, export_check, export_run, 1 },
+    { "import", "SRC [V.pt] --out DIR [options]",
+      "reference OSCAR .pt rotations (a zoo folder, or the K and V files) -> an oscar artifact",
+      "  --out DIR             the artifact directory to write\n"
+      "  --model M             check layers, head_dim and KV heads against this model (file, directory or\n"
+      "                        Hub spec) and record its identity (oscar.base_model_sha256), as calibrate does\n"
+      "  --base-model ID       the base model's Hub id OWNER/NAME for the card\n"
+      "  --k-mean FILE         a k_mean .pt ({layers: {i: {mu: [Hkv,D]}}}; default: the k_mean*.pt beside the pair)\n"
+      "  --k-clip R, --v-clip R  fixed clip ratios (default 0.96 / 0.92, the SGLang fork's defaults)\n"
+      "  --cache-dir C         the HF cache for Hub sources\n"
+      "SRC: a folder holding one k_rotation*.pt and one v_rotation*.pt (e.g. <Model>/seq<T>_prompt<N>_group<G>/ of\n"
+      "the OSCAR rotation zoo; a Hub spec owner/name:path is pulled first), one of the two files (its partner is\n"
+      "found beside it), or both, K first. The .pt files are read without executing anything (a restricted\n"
+      "unpickler). What they do not record is marked unknown in the metadata: eigenvalues (zeros), clips (the\n"
+      "fixed ratios), query heads without --model; seq/prompt/group come from the folder name when it has that form.\n",
+      import_opts, import_check, import_run, 2 },
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -565,6 +688,11 @@ static void set_option(struct args * a, int c, char * arg) {
         case O_AUTHOR: a->author = arg; break;
         case O_LIMIT: a->limit_text = arg; break;
         case O_DETAILS: a->details = 1; break;
+        case O_MODEL: a->model = arg; break;
+        case O_BASEMODEL: a->base_model = arg; break;
+        case O_KMEAN: a->k_mean = arg; break;
+        case O_KCLIP: a->k_clip_text = arg; break;
+        case O_VCLIP: a->v_clip_text = arg; break;
         case O_JSON: a->json = 1; break;
         case 'q': a->quiet = 1; break;
         case O_TOKEN: a->token = arg; break;
@@ -608,13 +736,15 @@ static int parse_command(int argc, char ** argv, struct args * a) {
         else if (ch == O_VERSION) rc = print_version();
         else set_option(a, ch, optarg);
     }
-    if (rc == PARSE_RUN && optind + 1 != argc) {
-        fprintf(stderr, "oscar-zoo %s: expected one %.*s argument, got %d\n", c->name, (int) strcspn(c->synopsis, " "),
-                c->synopsis, argc - optind);
+    int max_args = c->max_args;
+    if (rc == PARSE_RUN && (optind >= argc || argc - optind > max_args)) {
+        fprintf(stderr, "oscar-zoo %s: expected %s%.*s argument%s, got %d\n", c->name, max_args > 1 ? "one or two: " : "one ",
+                (int) strcspn(c->synopsis, " "), c->synopsis, max_args > 1 ? "s" : "", argc - optind);
         rc = PARSE_USAGE;
     }
     if (rc == PARSE_RUN) {
-        a->target = sub[optind];
+        a->target  = sub[optind];
+        a->target2 = optind + 1 < argc ? sub[optind + 1] : NULL;
         if (c->check && c->check(a) != 0) rc = PARSE_USAGE;
     }
     if (rc == PARSE_USAGE) {

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "formats/oscar-import.h"
 #include "formats/safetensors.h"
 #include "hub/hub-internal.h"
 #include "rotation/fit.h"
@@ -248,9 +249,23 @@ enum oscar_status oscar_artifact_validate(const struct oscar_artifact * a, bool 
     return check_orth ? check_orthogonal(a) : OSCAR_OK;
 }
 
+// An import without a model knows no query heads, and no KV heads unless its
+// tensors are per KV head or it has a k_mean (oscar-import.h).
+static bool heads_unknown(const struct oscar_artifact * a) {
+    const char * src = oscar_artifact_get_meta(a, "oscar.num_heads_source");
+    return src && !strncmp(src, "unknown", 7);
+}
+
 enum oscar_status oscar_artifact_check_shape(const struct oscar_artifact * a, int32_t n_layer, int32_t n_head,
                                              int32_t n_head_kv, int32_t head_dim, const char * model_name) {
-    if (a->n_layer != n_layer || a->n_head != n_head || a->n_head_kv != n_head_kv || a->head_dim != head_dim) {
+    bool unknown = heads_unknown(a), kv_known = a->per_head || a->k_mean;
+    if (a->n_layer != n_layer || a->head_dim != head_dim || (!unknown && a->n_head != n_head) ||
+        ((!unknown || kv_known) && a->n_head_kv != n_head_kv)) {
+        if (unknown)
+            return osc_error(OSCAR_ERR_INVALID, "imported rotations have %d layers of head_dim %d%s; model %s has %d "
+                             "layers, %d KV heads, head_dim %d", (int) a->n_layer, (int) a->head_dim,
+                             kv_known ? " for that many KV heads" : "", model_name ? model_name : "", (int) n_layer,
+                             (int) n_head_kv, (int) head_dim);
         return osc_error(OSCAR_ERR_INVALID,
                          "artifact has %d layers, %d/%d heads, head_dim %d; model %s has %d layers, %d/%d heads, "
                          "head_dim %d",
@@ -475,6 +490,11 @@ static enum oscar_status check_model(const struct oscar_artifact * a, const stru
     if (!t->model_sha256[0])
         return osc_error(OSCAR_ERR_INVALID, "cannot check the artifact against %s: the model has no sha256 identity",
                          label);
+    if (!rec[0] && oscar_artifact_get_meta(a, "oscar.imported_from")) {
+        // Imported .pt rotations carry no model identity: nothing to contradict.
+        osc_warn("imported rotations record no model identity; only their shapes were checked against %s", label);
+        return OSCAR_OK;
+    }
     if (!rec[0])
         return osc_error(OSCAR_ERR_INVALID, "cannot check the artifact against %s: it records no "
                          "oscar.base_model_sha256 (calibrated on %s)", label, base);
@@ -501,10 +521,16 @@ enum oscar_status oscar_artifact_load(const char * path, const struct oscar_arti
     struct oscar_artifact * a = NULL;
     char * file = NULL;
     *out = NULL;
-    enum oscar_status s = oscar_artifact_read(path, false, &a);
-    if (s == OSCAR_OK) s = tensors_file(path, &file);
-    if (s == OSCAR_OK) s = verdict(check_file_hash(file), NULL, trust);
-    if (s == OSCAR_OK) s = verdict(check_orthogonal(a), file, trust);
+    enum oscar_status s;
+    if (oscar_import_is_source(path)) { // a reference .pt pair or a zoo folder: imported in memory
+        s = oscar_import_source(path, NULL, NULL, &a);
+        if (s == OSCAR_OK) s = verdict(check_orthogonal(a), path, trust);
+    } else {
+        s = oscar_artifact_read(path, false, &a);
+        if (s == OSCAR_OK) s = tensors_file(path, &file);
+        if (s == OSCAR_OK) s = verdict(check_file_hash(file), NULL, trust);
+        if (s == OSCAR_OK) s = verdict(check_orthogonal(a), file, trust);
+    }
     if (s == OSCAR_OK && trust && trust->model_sha256) s = verdict(check_model(a, trust), path, trust);
     free(file);
     if (s != OSCAR_OK) {

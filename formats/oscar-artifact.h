@@ -152,10 +152,16 @@ struct oscar_artifact_trust {
 // With trust->force each failure is logged as a warning and the artifact is
 // returned anyway; structural errors are never forced. trust NULL: no model,
 // no force.
+// A path that oscar_import_is_source accepts (a reference .pt pair, one of its
+// files, a zoo folder) is imported in memory instead (formats/oscar-import.h):
+// (a) does not apply, (b) does, and (c) warns, when the import records no
+// identity, that only the shapes can be checked.
 enum oscar_status oscar_artifact_load(const char * path, const struct oscar_artifact_trust * trust,
                                       struct oscar_artifact ** out);
 
-// Checks the artifact against a model's attention shape (layers, heads, D):
+// Checks the artifact against a model's attention shape (layers, heads, D;
+// for an import that knows no heads, oscar.num_heads_source "unknown ...",
+// layers and D, and KV heads only when its tensors depend on them):
 // OSCAR_ERR_INVALID "artifact has 30 layers of head_dim 64, model ... has ...".
 enum oscar_status oscar_artifact_check_shape(const struct oscar_artifact * a, int32_t n_layer, int32_t n_head,
                                              int32_t n_head_kv, int32_t head_dim, const char * model_name);

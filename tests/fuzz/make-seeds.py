@@ -12,6 +12,13 @@
 #   reg-overflow.bin    issue 18 item 7: head counts whose products overflow int64
 #   reg-layers.bin      issue 18 item 8: config with 1 layer over 2-layer weights
 #   reg-wide.gguf       issue 18 item 9: embedding_length 2^18 over 4-wide tensors
+# fuzz-pt (`make-seeds.py pt` writes only these; no gguf-py needed):
+#   export-layer.pt / export-head.pt   formats/pt-writer.c's files (2 layers, D 4; per layer / per KV head),
+#                       written by `oscar-zoo export` from build/bin/oscar-make-artifact artifacts
+#   oracle-*.pt         tests/oracle/torch_pt_oracle.py: Python's pickler (hadamard: a shared tensor,
+#                       small: deflated records, optr: per KV head with extra keys, k_mean)
+#   reg-os-system.pt    a pickle calling os.system (must be refused)
+#   reg-deflate-claim.pt  a fuzzer finding, kept by hand: a deflated record claiming 2.8 GB (was allocated up front)
 # fuzz-tokenizer-json:
 #   tiny.json           BPE with NFC, Digits + ByteLevel, added tokens (+ \0 tokenizer_config.json)
 #   reg-split-string.json  issue 18 item 12: Split with a String pattern
@@ -21,8 +28,11 @@ import json
 import os
 import struct
 
+import subprocess
+import sys
+import tempfile
+
 import numpy as np
-import gguf
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus")
@@ -152,5 +162,30 @@ def main():
     put("fuzz-tokenizer-json", "reg-big-id.json", json.dumps(big).encode())
 
 
+def main_pt():
+    build = os.environ.get("OSCAR_BUILD", os.path.join(ROOT, "build"))
+    ora = os.path.join(ROOT, "tests", "oracle", "torch_pt_oracle.py")
+    with tempfile.TemporaryDirectory() as t:
+        for name, per_head in (("export-layer.pt", "0"), ("export-head.pt", "1")):
+            art, out = os.path.join(t, "art" + per_head), os.path.join(t, "pt" + per_head)
+            subprocess.run([os.path.join(build, "bin", "oscar-make-artifact"), art, "2", "2", "2", "4", per_head, "3"],
+                           check=True, capture_output=True)
+            subprocess.run([os.path.join(build, "bin", "oscar-zoo"), "export", art, "--format", "pt", "--out", out, "-q"],
+                           check=True, capture_output=True)
+            put("fuzz-pt", name, open(os.path.join(out, "k_rotation_qqt_r_h_pbr.pt"), "rb").read())
+        for variant, files in (("hadamard", ["k_rotation_hadamard.pt"]), ("small", ["k_rotation_qqt_r_h_pbr.pt"]),
+                               ("optr", ["k_rotation.pt", "k_mean_decode.pt"])):
+            d = os.path.join(t, variant)
+            subprocess.run([sys.executable, ora, "write", variant, d], check=True)
+            for f in files:
+                put("fuzz-pt", f"oracle-{variant}-{f}", open(os.path.join(d, f), "rb").read())
+        subprocess.run([sys.executable, ora, "hostile", os.path.join(t, "evil.pt"), "/nonexistent/pwned"], check=True)
+        put("fuzz-pt", "reg-os-system.pt", open(os.path.join(t, "evil.pt"), "rb").read())
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["pt"]:
+        main_pt()
+    else:
+        import gguf  # noqa: F401 (the model seeds need it)
+        main()
