@@ -183,6 +183,37 @@ enum oscar_status oscar_kivi_quantize_v_rows(const struct oscar_kivi_params * p,
 void oscar_kivi_dequantize_v_rows(const struct oscar_kivi_params * p, const uint8_t * codes,
                                   const void * meta, int64_t n_rows, float * out);
 
+// ---- Q2_0: the OSCAR llama.cpp fork's KV-cache type (GGML_TYPE_Q2_0 = 42) ---
+// Follows FutureMLS-Lab/OSCAR branch zhongzhu/llamacpp @ 4570ea609 (CPU reference:
+// ggml/src/ggml-quants.c quantize_row_q2_0_ref / dequantize_row_q2_0; block_q2_0 in
+// ggml/src/ggml-common.h). A row of k elements (k % 32 == 0; the fork passes one token's
+// whole K or V row, n_head_kv * head_dim) is cut into groups of g = 128 elements (g = 32
+// when k < 128; the last group is shorter when 128 does not divide k). Per group, fp32:
+//   mean = (sum of x, sequential) / n;  t = x - mean
+//   [hadamard] t = orthonormal WHT(t)  (off under LLAMA_KV_NO_HADAMARD=1)
+//   [0 < r < 1] tau = sort_ascending(|t|)[min((int)(r*n), n-1)], t = clamp(t, -tau, tau)
+// Per 32-element block of the group, 12 bytes little-endian {f16 d, f16 m, u8 qs[8]}:
+//   sigma = sqrtf(sum t^2 / 32); d = f16(sigma) (RNE); m = f16(mean) in the group's first
+//   block, 0 in the others; code c = [v >= -T] + [v >= 0] + [v >= T] on v = t * (1/sigma)
+//   (1/sigma = 0 when sigma <= 1e-8), T = 0.6745f; element 4j+e at bits 2e of qs[j].
+// Dequantize: t = L[c] * f32(d), L = {-0.9816, -0.4528, 0.4528, 0.9816}, [hadamard] WHT,
+// x^ = t + f32(m of the group's first block). 3 bits per element. Not the INT2 format
+// above (no scale/zero), and not byte-compatible with the SGLang cache.
+#define OSCAR_Q2_0_BLOCK       32
+#define OSCAR_Q2_0_BLOCK_BYTES 12
+#define OSCAR_Q2_0_GROUP       128
+struct oscar_q2_0_params {
+    bool hadamard;       // the fork's in-quant WHT (its default; false = LLAMA_KV_NO_HADAMARD=1)
+    float clip_ratio;    // LLAMA_KV_CLIP_RATIO (fp32, as atof -> float); clips only in (0, 1)
+};
+size_t oscar_q2_0_row_bytes(int64_t k);    // k / 32 * 12
+// x [k] -> out [oscar_q2_0_row_bytes(k)]. INVALID for bad k / ratio (or a Hadamard over a
+// last group of 96, which the fork computes out of bounds), NUMERIC for NaN/Inf.
+enum oscar_status oscar_q2_0_quantize_row(const struct oscar_q2_0_params * p, const float * x, int64_t k,
+                                          uint8_t * out, struct oscar_quant_stats * stats);
+enum oscar_status oscar_q2_0_dequantize_row(const struct oscar_q2_0_params * p, const uint8_t * in, int64_t k,
+                                            float * out);
+
 // ---- effective bits per element (method.md §14) -----------------------------
 // b = b_code + meta_bits/G; BPE(L) = b + (n_sink + n_recent)/L * (hp_bits - b), with the
 // BF16 share capped at 1 (L <= n_sink + n_recent gives hp_bits).

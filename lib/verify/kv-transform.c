@@ -40,6 +40,9 @@ void oscar_tier_int2_range(const struct oscar_tiering * tr, int64_t t, int64_t l
         }
         break;
     }
+    case OSCAR_TIERS_RING:                           // sinks and the ring of R latest stay HP
+        l = min64(P, len), h = t - R + 1;
+        break;
     }
     if (h < l) h = l;
     if (tr->block > 1) h = l + ((h - l) / tr->block) * tr->block;
@@ -127,6 +130,16 @@ enum oscar_status oscar_kv_transform_check(const struct oscar_kv_transform * tf)
         (tf->kivi.k_block_tokens < 4 || tf->kivi.k_block_tokens % 4 || D % tf->kivi.v_group_size))
         return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': bad KIVI block %d / group %d", tf->name,
                          tf->kivi.k_block_tokens, tf->kivi.v_group_size);
+    if (tf->quant == OSCAR_KVQ_Q2_0 && (D % OSCAR_Q2_0_BLOCK || (D % OSCAR_Q2_0_GROUP && tf->n_head_kv * D >= OSCAR_Q2_0_GROUP)))
+        // The fork quantizes a token's whole row (n_head_kv * D) in 128-element groups and
+        // dequantizes per head: only these shapes make its groups coincide with heads.
+        return osc_error(OSCAR_ERR_INVALID,
+                         "kv transform '%s': head_dim %d with %d KV heads: the llama.cpp fork's Q2_0 groups "
+                         "cross heads (it needs head_dim %% 32 == 0 and 128 | head_dim or n_head_kv*head_dim < 128)",
+                         tf->name, D, tf->n_head_kv);
+    if (tf->quant == OSCAR_KVQ_Q2_0 && tf->rot == OSCAR_ROT_MATRIX && tf->rot_per_head)
+        return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': the llama.cpp fork takes one rotation per layer "
+                         "(blk.N.attn_k_rot), not per KV head", tf->name);
     if (tf->tiers.n_sink < 0 || tf->tiers.n_recent < 0 || tf->tiers.n_flush < 1)
         return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': bad tiering sink %lld recent %lld flush %d", tf->name,
                          (long long) tf->tiers.n_sink, (long long) tf->tiers.n_recent, tf->tiers.n_flush);
@@ -175,9 +188,17 @@ enum oscar_status oscar_kv_transform_preset(const char * name, int32_t n_layer, 
     } else if (!strcmp(name, "kivi")) {
         t.quant = OSCAR_KVQ_KIVI, t.tiers.block = t.kivi.k_block_tokens;
         t.kivi.meta_dtype = meta_dtype == OSCAR_META_F32 ? OSCAR_META_F16 : meta_dtype;
+    } else if (!strcmp(name, "q2_0")) {
+        // The fork's README recipe: LLAMA_KV_NO_HADAMARD=1 (the rotation is in-graph),
+        // LLAMA_KV_CLIP_RATIO=0.96 (one ratio for K and V), HP buffer in F16.
+        t.quant = OSCAR_KVQ_Q2_0, t.rot = OSCAR_ROT_MATRIX, t.hp_bf16 = false;
+        t.rot_per_head = rot_per_head, t.k_rotation = k_rot, t.v_rotation = v_rot;
+        t.k_clip = t.v_clip = 0.96;
+        t.tiers.mode = OSCAR_TIERS_RING, t.tiers.n_flush = 1;
     } else {
         return osc_error(OSCAR_ERR_INVALID,
-                         "unknown method '%s' (bf16, naive, hadamard, oscar, oscar-searched, oscar-lm, int4-bdh, kivi)",
+                         "unknown method '%s' (bf16, naive, hadamard, oscar, oscar-searched, oscar-lm, int4-bdh, kivi, "
+                         "q2_0)",
                          name);
     }
     enum oscar_status st = oscar_kv_transform_check(&t);
@@ -198,6 +219,8 @@ double oscar_kv_transform_bpe(const struct oscar_kv_transform * tf, int64_t ctx)
     }
     case OSCAR_KVQ_INT4_BDH:
         return oscar_bpe(4, 2 * 8 * (int32_t) oscar_meta_dtype_size(tf->int2.meta_dtype), D, P, R, ctx, 16);
+    case OSCAR_KVQ_Q2_0:   // 12 bytes per 32 elements; HP rows fp16
+        return oscar_bpe(2, 32, OSCAR_Q2_0_BLOCK, P, R, ctx, 16);
     case OSCAR_KVQ_KIVI: {
         // K: one (scale, bias) per channel per B tokens; V: per Gv group. Mean of K and V.
         double mb = 2.0 * 8.0 * (double) oscar_meta_dtype_size(tf->kivi.meta_dtype);
@@ -229,7 +252,12 @@ static enum oscar_status row_transform(const struct oscar_kv_transform * tf, boo
     }
     rotate(tf, is_k, layer, h, xc, y, false);
     if (tf->hp_bf16 || tf->quant == OSCAR_KVQ_BF16) oscar_bf16_round_array(y, (size_t) D);
-    rotate(tf, is_k, layer, h, y, hp, true);
+    if (tf->quant == OSCAR_KVQ_Q2_0) {   // the fork's HP buffer is F16; Q2_0 quantizes the fp32 row
+        for (int32_t d = 0; d < D; d++) yq[d] = oscar_f16_to_f32(oscar_f32_to_f16(y[d]));
+        rotate(tf, is_k, layer, h, yq, hp, true);
+    } else {
+        rotate(tf, is_k, layer, h, y, hp, true);
+    }
     for (int32_t d = 0; d < D; d++) hp[d] = mu ? hp[d] + mu[d] : hp[d];
     if (!want_q) return OSCAR_OK;
     enum oscar_status s = OSCAR_OK;
@@ -253,6 +281,12 @@ static enum oscar_status row_transform(const struct oscar_kv_transform * tf, boo
                                           .meta_dtype = tf->int2.meta_dtype};
         s = oscar_int4_bdh_quantize_rows(&p, y, 1, codes, meta, st);
         if (s == OSCAR_OK) s = oscar_int4_bdh_dequantize_rows(&p, codes, meta, 1, true, yq);
+        break;
+    }
+    case OSCAR_KVQ_Q2_0: {   // one head's row is one fork row here (kv_transform_check's shapes)
+        struct oscar_q2_0_params p = {.hadamard = false, .clip_ratio = (float) clip_ratio(tf, is_k, layer, h)};
+        s = oscar_q2_0_quantize_row(&p, y, D, codes, st);
+        if (s == OSCAR_OK) s = oscar_q2_0_dequantize_row(&p, codes, D, yq);
         break;
     }
     case OSCAR_KVQ_KIVI:   // V rows only (K blocks are handled by the caller)

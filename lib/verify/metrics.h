@@ -29,6 +29,10 @@
 //           (flushes happen at L = S0 + c0 + m·N_Q and demote [L−R−N_Q+1, L−R],
 //           contiguous from the first recent position; tested against
 //           lib/attention's struct oscar_tier_sim token by token).
+//   RING    the OSCAR llama.cpp fork's HP buffer, decoding token by token: the
+//           first P positions and the R latest (p > t − R, a ring of R slots) are
+//           high precision, every other key INT2 at once (R = 0: the query's own
+//           row too); no pages, no prefill special case.
 //   block > 1 (KIVI): a block of `block` positions starting at q0 is INT2 only
 //   once its last row is INT2 (partial blocks stay BF16, like KIVI's residual).
 // Prefill-middle rows are quantized with int2.clip_algo (sort), decode-demoted
@@ -63,6 +67,7 @@ enum oscar_tier_mode {
     OSCAR_TIERS_NONE   = 0,
     OSCAR_TIERS_STATIC = 1,
     OSCAR_TIERS_DECODE = 2,
+    OSCAR_TIERS_RING   = 3, // llama.cpp fork: key p is INT2 for query t iff P <= p <= t − R
 };
 
 struct oscar_tiering {
@@ -88,6 +93,8 @@ enum oscar_kvq {
     OSCAR_KVQ_INT2     = 2, // lib/quant INT2 (int2.scheme: ASYM, LLOYD_MAX, SYM)
     OSCAR_KVQ_INT4_BDH = 3, // SAW-INT4: block Hadamard of order int4_order + per-row INT4 (K and V)
     OSCAR_KVQ_KIVI     = 4, // per-channel K over blocks of kivi.k_block_tokens, per-token V groups
+    OSCAR_KVQ_Q2_0     = 5, // the llama.cpp fork's Q2_0 (lib/quant) on the rotated row, no in-quant
+                            // Hadamard, clip k_clip / v_clip; HP tiers hold fp16 rotated rows
 };
 
 enum oscar_kv_rot {
@@ -122,7 +129,11 @@ struct oscar_kv_transform {
 // rotation, no clip), "hadamard" (ASYM INT2, H, no clip), "oscar" (ASYM INT2,
 // k_rot/v_rot, fixed clips 0.96/0.92), "oscar-searched" (as oscar with the
 // per-layer clips k_clip/v_clip), "oscar-lm" (Lloyd-Max, G = D), "int4-bdh"
-// (order min(128, D)), "kivi" (B = 32, Gv = 32, f16 meta). Rotation/clip
+// (order min(128, D)), "kivi" (B = 32, Gv = 32, f16 meta), "q2_0" (the OSCAR
+// llama.cpp fork's cache: k_rot/v_rot per layer, Q2_0 for K and V with its one
+// clip 0.96, fp16 sink/recent from tiers, RING tiering; head_dim a multiple of 32
+// with 128 | head_dim or n_head_kv·head_dim < 128, where the fork's row groups
+// coincide with heads). Rotation/clip
 // arrays may be NULL for methods that do not use them (else INVALID).
 // group_size 0 = D. Tiering is copied from tiers.
 enum oscar_status oscar_kv_transform_preset(const char * name, int32_t n_layer, int32_t n_head_kv,

@@ -36,6 +36,7 @@ want 2 "required" "$V"
 want 2 "required" "$V" --model "$M"
 want 2 "unknown method 'bogus'" "$V" --model "$M" --corpus "$T/c.txt" --methods bf16,bogus
 want 2 "'oscar' needs --rotations" "$V" --model "$M" --corpus "$T/c.txt" --methods bf16,oscar
+want 2 "'q2_0' needs --rotations" "$V" --model "$M" --corpus "$T/c.txt" --methods bf16,q2_0
 want 2 "given twice" "$V" --model "$M" --corpus "$T/c.txt" --methods bf16,bf16
 want 2 "update-card" "$V" --model "$M" --corpus "$T/c.txt" --update-card
 want 2 "scale-dtype" "$V" --model "$M" --corpus "$T/c.txt" --scale-dtype int8
@@ -51,6 +52,8 @@ head -c 200 "$P" > "$T/short.txt"
 want 1 "at least one window" "$V" --model "$M" --corpus "$T/short.txt" --methods bf16 "${SMALL[@]}"
 "$MK" "$T/art8" 8 9 3 64 0 7 llama "$MSHA" >/dev/null 2>&1 || fail "make 8-layer artifact"
 want 1 "art8: artifact has 8 layers" "$V" --model "$M" --rotations "$T/art8" --corpus "$T/c.txt" --methods bf16 "${SMALL[@]}"
+# the llama.cpp fork's Q2_0 groups 128 elements of a token row: SmolLM2 (D 64, 3 KV heads) crosses heads
+want 1 "groups cross heads" "$V" --model "$M" --rotations "$T/art" --corpus "$T/c.txt" --methods bf16,q2_0 "${SMALL[@]}"
 ok "unreadable model / artifact / corpus and a mismatched artifact exit 1 naming the input"
 
 # ---- outputs checked before any compute, written whole; --tokens beyond the corpus ----
