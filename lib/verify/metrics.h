@@ -88,6 +88,7 @@ enum oscar_kvq {
     OSCAR_KVQ_INT2     = 2, // lib/quant INT2 (int2.scheme: ASYM, LLOYD_MAX, SYM)
     OSCAR_KVQ_INT4_BDH = 3, // SAW-INT4: block Hadamard of order int4_order + per-row INT4 (K and V)
     OSCAR_KVQ_KIVI     = 4, // per-channel K over blocks of kivi.k_block_tokens, per-token V groups
+    OSCAR_KVQ_OMNI     = 5, // OScaR: KIVI granularity after Hadamard + omni-token K scaling (kv-omni.c)
 };
 
 enum oscar_kv_rot {
@@ -122,7 +123,8 @@ struct oscar_kv_transform {
 // rotation, no clip), "hadamard" (ASYM INT2, H, no clip), "oscar" (ASYM INT2,
 // k_rot/v_rot, fixed clips 0.96/0.92), "oscar-searched" (as oscar with the
 // per-layer clips k_clip/v_clip), "oscar-lm" (Lloyd-Max, G = D), "int4-bdh"
-// (order min(128, D)), "kivi" (B = 32, Gv = 32, f16 meta). Rotation/clip
+// (order min(128, D)), "kivi" (B = 32, Gv = 32, f16 meta), "oscar-omni" (OScaR:
+// lib/quant oscar-omni.c, B = 32, Gv = 32, bf16 meta unless f16 asked). Rotation/clip
 // arrays may be NULL for methods that do not use them (else INVALID).
 // group_size 0 = D. Tiering is copied from tiers.
 enum oscar_status oscar_kv_transform_preset(const char * name, int32_t n_layer, int32_t n_head_kv,
@@ -162,6 +164,15 @@ enum oscar_status oscar_kv_transform_row(const struct oscar_kv_transform * tf, b
 // p·Hkv·D + h·D) into k_q (same layout).
 enum oscar_status oscar_kv_transform_kivi_block(const struct oscar_kv_transform * tf, int32_t h, int64_t b0,
                                                 const float * k_hp, float * k_q, struct oscar_quant_stats * st);
+
+// OScaR (quant OSCAR_KVQ_OMNI): K rows are transformed per token, since the omni-token norm spans
+// every KV head. hp [Hkv, D] = the HP-tier K of one token x [Hkv, D] (Hadamard, scaled, bf16, unscaled).
+enum oscar_status oscar_kv_transform_omni_k_token(const struct oscar_kv_transform * tf, const float * x, float * hp);
+// OScaR K block [b0, b0 + kivi.k_block_tokens) of all KV heads from the raw rows k (row p at p·Hkv·D)
+// into k_q (same layout): quantized in the scaled basis, then multiplied by each token's norm and
+// rotated back, which is the kernel's multiplication of each logit q·k̂ by the norm (linear, so exact).
+enum oscar_status oscar_kv_transform_omni_block(const struct oscar_kv_transform * tf, int64_t b0, const float * k,
+                                                float * k_q, struct oscar_quant_stats * st);
 
 // ---- per-layer metrics -------------------------------------------------------------
 struct oscar_layer_input {

@@ -35,6 +35,7 @@
 //   oscar-lm     the artifact's rotations + Lloyd-Max INT2 (group = head_dim)
 //   int4-bdh     SAW-INT4: block Hadamard + per-row INT4
 //   kivi         KIVI INT2: per-channel K over 32-token blocks, per-token V
+//   oscar-omni   OScaR: Hadamard + omni-token K scaling, KIVI-granularity INT2 (not in the defaults)
 // The oscar* methods need an artifact.
 #define OSCAR_VERIFY_METHODS_ALL "bf16,naive,hadamard,oscar,oscar-fixed,oscar-lm,int4-bdh,kivi"
 #define OSCAR_VERIFY_METHODS_NO_ARTIFACT "bf16,naive,hadamard,int4-bdh,kivi"
