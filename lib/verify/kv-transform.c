@@ -180,8 +180,8 @@ enum oscar_status oscar_kv_transform_preset(const char * name, int32_t n_layer, 
         t.kivi.meta_dtype = meta_dtype == OSCAR_META_F16 ? OSCAR_META_F16 : OSCAR_META_BF16;
     } else {
         return osc_error(OSCAR_ERR_INVALID,
-                         "unknown method '%s' (bf16, naive, hadamard, oscar, oscar-searched, oscar-lm, int4-bdh, kivi, oscar-omni)",
-                         name);
+                         "unknown method '%s' (bf16, naive, hadamard, oscar, oscar-searched, oscar-lm, int4-bdh, kivi, "
+                         "oscar-omni)", name);
     }
     enum oscar_status st = oscar_kv_transform_check(&t);
     if (st == OSCAR_OK) *out = t;
@@ -352,16 +352,17 @@ enum oscar_status oscar_kv_transform_layer(const struct oscar_kv_transform * tf,
                 size_t o = ot + (size_t) h * D;
                 bool want = p >= lo && p < hi, pre = oscar_tier_from_prefill(&tf->tiers, p, len);
                 bool want_k = want && !k_blocks;
-                enum oscar_status e = omni ? OSCAR_OK
-                                           : row_transform(tf, true, layer, h, pre, k + o, k_hp + o, k_q + o, want_k, &stk);
+                enum oscar_status e = OSCAR_OK;
+                if (!omni) e = row_transform(tf, true, layer, h, pre, k + o, k_hp + o, k_q + o, want_k, &stk);
                 if (e == OSCAR_OK) e = row_transform(tf, false, layer, h, pre, v + o, v_hp + o, v_q + o, want, &stv);
                 if (e != OSCAR_OK) return e;
                 if (!want_k) memcpy(k_q + o, k_hp + o, sizeof(float) * (size_t) D);
                 if (!want) memcpy(v_q + o, v_hp + o, sizeof(float) * (size_t) D);
             }
         }
-        for (int64_t b0 = lo; omni && b0 + tf->kivi.k_block_tokens <= hi; b0 += tf->kivi.k_block_tokens) {
-            enum oscar_status e = oscar_kv_transform_omni_block(tf, b0, k + (size_t) b * rs, k_q + (size_t) b * rs, &stk);
+        for (int64_t b0 = lo, B = tf->kivi.k_block_tokens; omni && b0 + B <= hi; b0 += B) {
+            enum oscar_status e = oscar_kv_transform_omni_block(tf, b0, k + (size_t) b * rs, k_q + (size_t) b * rs,
+                                                                &stk);
             if (e != OSCAR_OK) return e;
         }
         if (tf->quant == OSCAR_KVQ_KIVI)
