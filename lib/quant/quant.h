@@ -213,6 +213,37 @@ enum oscar_status oscar_q2_0_quantize_row(const struct oscar_q2_0_params * p, co
                                           uint8_t * out, struct oscar_quant_stats * stats);
 enum oscar_status oscar_q2_0_dequantize_row(const struct oscar_q2_0_params * p, const uint8_t * in, int64_t k,
                                             float * out);
+// ---- OScaR: Hadamard + omni-token scaling, KIVI-granularity INT2 (oscar-omni.c) ----
+// Follows ZunhaiSu/OScaR-KV-Quant @ d2109f5 (method.md §18.2). K of one token, every KV head h:
+//   r_h = H x_h (normalized Sylvester FWHT of size D, fp32), n = sqrt(sum_{h,c} r_{h,c}^2)
+//   (fp64 sum in (h, c) order, rounded to fp32; 1 when not > 0), y_h = bf16(bf16(r_h) / n).
+// K is quantized per channel over blocks of B tokens (the KIVI K block above, per head);
+// V rows are bf16(H v) quantized per token in groups of Gv (the KIVI V rows above).
+// Dequantized values are rounded to meta_dtype (the kernel's bf16/fp16 hfma2; f32: no rounding).
+// Restoring K: x^_h = H (y^_h * n), which multiplies the logit q.k by n exactly as the kernel does.
+struct oscar_omni_params {
+    int32_t n_head_kv;              // Hkv: the norm spans every KV head of a token
+    struct oscar_kivi_params kivi;  // D (power of two), B, Gv, meta dtype
+};
+struct oscar_omni_params oscar_omni_default_params(int32_t n_head_kv, int32_t head_dim); // B 32, Gv 32, bf16
+enum oscar_status oscar_omni_params_check(const struct oscar_omni_params * p);
+// One token's K x [Hkv*D] -> y [Hkv*D] (rotated, scaled, bf16 values) and *norm.
+enum oscar_status oscar_omni_k_scale_token(const struct oscar_omni_params * p, const float * x, float * y,
+                                           float * norm);
+// Back to the model's basis: out_h = H (y_h * norm). y and out [Hkv*D] may alias.
+void oscar_omni_k_unscale_token(const struct oscar_omni_params * p, const float * y, float norm, float * out);
+// K block of B scaled tokens y [B, Hkv, D] -> codes [Hkv, D, B/4], meta [Hkv, D, 2] (meta_dtype).
+enum oscar_status oscar_omni_quantize_k_block(const struct oscar_omni_params * p, const float * y,
+                                              uint8_t * codes, void * meta, struct oscar_quant_stats * stats);
+// -> y^ [B, Hkv, D] in the scaled, rotated basis.
+void oscar_omni_dequantize_k_block(const struct oscar_omni_params * p, const uint8_t * codes, const void * meta,
+                                   float * out);
+// Raw V rows x [n, D] -> codes [n, D/4], meta [n, 2*D/Gv] of bf16(H x).
+enum oscar_status oscar_omni_quantize_v_rows(const struct oscar_omni_params * p, const float * x, int64_t n_rows,
+                                             uint8_t * codes, void * meta, struct oscar_quant_stats * stats);
+// -> out [n, D], rotated back by H when unrotate.
+void oscar_omni_dequantize_v_rows(const struct oscar_omni_params * p, const uint8_t * codes, const void * meta,
+                                  int64_t n_rows, bool unrotate, float * out);
 
 // ---- effective bits per element (method.md §14) -----------------------------
 // b = b_code + meta_bits/G; BPE(L) = b + (n_sink + n_recent)/L * (hp_bits - b), with the

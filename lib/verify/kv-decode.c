@@ -82,7 +82,7 @@ static enum oscar_status to_int2(struct oscar_kv_decode * d, int32_t layer, int6
     for (int32_t h = 0; h < Hkv; h++) {
         size_t o = ((size_t) p * Hkv + h) * D;
         enum oscar_status st = OSCAR_OK;
-        if (d->tf.quant != OSCAR_KVQ_KIVI)   // KIVI K: whole blocks, by the caller
+        if (d->tf.quant != OSCAR_KVQ_KIVI && d->tf.quant != OSCAR_KVQ_OMNI)   // K: whole blocks (caller)
             st = oscar_kv_transform_row(&d->tf, true, layer, h, prefill_path, y->kx + o, hp, y->kn + o, &d->st[0]);
         if (st == OSCAR_OK)
             st = oscar_kv_transform_row(&d->tf, false, layer, h, prefill_path, y->vx + o, hp, y->vn + o, &d->st[1]);
@@ -109,7 +109,11 @@ static enum oscar_status apply_tiers(struct oscar_kv_decode * d, int32_t layer, 
         if (y->kb + B > y->sim.len) return OSCAR_OK;
         for (int64_t p = y->kb; p < y->kb + B; p++)
             if (y->sim.tier[p] != OSCAR_TIER_INT2) return OSCAR_OK;
-        for (int32_t h = 0; h < d->tf.n_head_kv; h++) {
+        if (d->tf.quant == OSCAR_KVQ_OMNI) {   // all heads at once, from the raw rows
+            enum oscar_status st = oscar_kv_transform_omni_block(&d->tf, y->kb, y->kx, y->kn, &d->st[0]);
+            if (st != OSCAR_OK) return st;
+        }
+        for (int32_t h = 0; h < d->tf.n_head_kv && d->tf.quant == OSCAR_KVQ_KIVI; h++) {
             enum oscar_status st = oscar_kv_transform_kivi_block(&d->tf, h, y->kb, y->kn, y->kn, &d->st[0]);
             if (st != OSCAR_OK) return st;
         }
@@ -130,9 +134,16 @@ static enum oscar_status append_row(struct oscar_kv_decode * d, int32_t layer, c
     memcpy(y->kx + (size_t) p * rs, in->k + (size_t) i * rs, sizeof(float) * rs);
     memcpy(y->vx + (size_t) p * rs, in->v + (size_t) i * rs, sizeof(float) * rs);
     y->int2[p] = 0;
+    if (d->tf.quant == OSCAR_KVQ_OMNI) {   // K per token: the omni-token norm spans the heads
+        size_t ot = (size_t) p * rs;
+        enum oscar_status st = oscar_kv_transform_omni_k_token(&d->tf, y->kx + ot, y->kn + ot);
+        if (st != OSCAR_OK) return st;
+    }
     for (int32_t h = 0; h < Hkv; h++) {
         size_t o = (size_t) p * rs + (size_t) h * D;
-        enum oscar_status st = oscar_kv_transform_row(&d->tf, true, layer, h, true, y->kx + o, y->kn + o, NULL, NULL);
+        enum oscar_status st = OSCAR_OK;
+        if (d->tf.quant != OSCAR_KVQ_OMNI)
+            st = oscar_kv_transform_row(&d->tf, true, layer, h, true, y->kx + o, y->kn + o, NULL, NULL);
         if (st == OSCAR_OK) st = oscar_kv_transform_row(&d->tf, false, layer, h, true, y->vx + o, y->vn + o, NULL, NULL);
         if (st != OSCAR_OK) return st;
     }

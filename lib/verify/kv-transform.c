@@ -126,7 +126,7 @@ enum oscar_status oscar_kv_transform_check(const struct oscar_kv_transform * tf)
     if (tf->quant == OSCAR_KVQ_INT4_BDH && (!oscar_is_pow2(tf->int4_order) || D % tf->int4_order))
         return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': INT4 Hadamard order %d must divide D %d", tf->name,
                          tf->int4_order, D);
-    if (tf->quant == OSCAR_KVQ_KIVI &&
+    if ((tf->quant == OSCAR_KVQ_KIVI || tf->quant == OSCAR_KVQ_OMNI) &&
         (tf->kivi.k_block_tokens < 4 || tf->kivi.k_block_tokens % 4 || D % tf->kivi.v_group_size))
         return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': bad KIVI block %d / group %d", tf->name,
                          tf->kivi.k_block_tokens, tf->kivi.v_group_size);
@@ -195,10 +195,13 @@ enum oscar_status oscar_kv_transform_preset(const char * name, int32_t n_layer, 
         t.rot_per_head = rot_per_head, t.k_rotation = k_rot, t.v_rotation = v_rot;
         t.k_clip = t.v_clip = 0.96;
         t.tiers.mode = OSCAR_TIERS_RING, t.tiers.n_flush = 1;
+    } else if (!strcmp(name, "oscar-omni")) {   // OScaR: the release stores bf162 meta (f16 on request)
+        t.quant = OSCAR_KVQ_OMNI, t.rot = OSCAR_ROT_HADAMARD, t.tiers.block = t.kivi.k_block_tokens;
+        t.kivi.meta_dtype = meta_dtype == OSCAR_META_F16 ? OSCAR_META_F16 : OSCAR_META_BF16;
     } else {
         return osc_error(OSCAR_ERR_INVALID,
                          "unknown method '%s' (bf16, naive, hadamard, oscar, oscar-searched, oscar-lm, int4-bdh, kivi, "
-                         "q2_0)",
+                         "q2_0, oscar-omni)",
                          name);
     }
     enum oscar_status st = oscar_kv_transform_check(&t);
@@ -230,6 +233,14 @@ double oscar_kv_transform_bpe(const struct oscar_kv_transform * tf, int64_t ctx)
         if (share > 1.0) share = 1.0;
         return b + share * (16.0 - b);
     }
+    case OSCAR_KVQ_OMNI: {
+        // As KIVI, plus one fp32 norm per token for all KV heads: 32 bits per Hkv·D K elements.
+        double mb = 2.0 * 8.0 * (double) oscar_meta_dtype_size(tf->kivi.meta_dtype);
+        double b = 0.5 * (2.0 + mb / tf->kivi.k_block_tokens + 2.0 + mb / tf->kivi.v_group_size);
+        double share = ctx > 0 ? (double) (P + R) / (double) ctx : 1.0;
+        if (share > 1.0) share = 1.0;
+        return b + share * (16.0 - b) + 0.5 * 32.0 / ((double) tf->n_head_kv * D);
+    }
     }
     return 16.0;
 }
@@ -245,6 +256,9 @@ static enum oscar_status row_transform(const struct oscar_kv_transform * tf, boo
     float meta[2 * OSCAR_MAX_HEAD_DIM];
     const float * mu = (is_k && tf->k_mean) ? tf->k_mean + ((size_t) layer * tf->n_head_kv + h) * D : NULL;
     for (int32_t d = 0; d < D; d++) xc[d] = mu ? x[d] - mu[d] : x[d];
+    if (tf->quant == OSCAR_KVQ_OMNI && is_k)
+        return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': K rows go per token (oscar_kv_transform_omni_*)",
+                         tf->name);
     if (tf->quant == OSCAR_KVQ_IDENTITY) {
         memcpy(hp, x, sizeof(float) * (size_t) D);
         if (want_q) memcpy(qv, x, sizeof(float) * (size_t) D);
@@ -288,6 +302,12 @@ static enum oscar_status row_transform(const struct oscar_kv_transform * tf, boo
         s = oscar_q2_0_quantize_row(&p, y, D, codes, st);
         if (s == OSCAR_OK) s = oscar_q2_0_dequantize_row(&p, codes, D, yq);
         break;
+    }
+    case OSCAR_KVQ_OMNI: {   // V rows only; the quantizer rotates the raw row itself and rotates back
+        struct oscar_omni_params p = {.n_head_kv = tf->n_head_kv, .kivi = tf->kivi};
+        s = oscar_omni_quantize_v_rows(&p, xc, 1, codes, meta, st);
+        if (s == OSCAR_OK) oscar_omni_dequantize_v_rows(&p, codes, meta, 1, true, qv);
+        return s;
     }
     case OSCAR_KVQ_KIVI:   // V rows only (K blocks are handled by the caller)
         s = oscar_kivi_quantize_v_rows(&tf->kivi, y, 1, codes, meta, st);
@@ -355,17 +375,30 @@ enum oscar_status oscar_kv_transform_layer(const struct oscar_kv_transform * tf,
     for (int32_t s = 0; s < n_seq; s++) {
         int64_t b = seq_start[s], len = seq_start[s + 1] - b, lo, hi;
         oscar_tier_int2_range(&tf->tiers, len - 1, len, &lo, &hi);   // the largest INT2 set (t = len-1)
-        for (int64_t p = 0; p < len; p++)
+        bool omni = tf->quant == OSCAR_KVQ_OMNI, k_blocks = omni || tf->quant == OSCAR_KVQ_KIVI;
+        for (int64_t p = 0; p < len; p++) {
+            size_t ot = (size_t) (b + p) * rs;
+            if (omni) {   // the omni-token norm spans the heads: K HP rows per token
+                enum oscar_status e = oscar_kv_transform_omni_k_token(tf, k + ot, k_hp + ot);
+                if (e != OSCAR_OK) return e;
+            }
             for (int32_t h = 0; h < Hkv; h++) {
-                size_t o = (size_t) (b + p) * rs + (size_t) h * D;
+                size_t o = ot + (size_t) h * D;
                 bool want = p >= lo && p < hi, pre = oscar_tier_from_prefill(&tf->tiers, p, len);
-                bool want_k = want && tf->quant != OSCAR_KVQ_KIVI;
-                enum oscar_status e = row_transform(tf, true, layer, h, pre, k + o, k_hp + o, k_q + o, want_k, &stk);
+                bool want_k = want && !k_blocks;
+                enum oscar_status e = OSCAR_OK;
+                if (!omni) e = row_transform(tf, true, layer, h, pre, k + o, k_hp + o, k_q + o, want_k, &stk);
                 if (e == OSCAR_OK) e = row_transform(tf, false, layer, h, pre, v + o, v_hp + o, v_q + o, want, &stv);
                 if (e != OSCAR_OK) return e;
                 if (!want_k) memcpy(k_q + o, k_hp + o, sizeof(float) * (size_t) D);
                 if (!want) memcpy(v_q + o, v_hp + o, sizeof(float) * (size_t) D);
             }
+        }
+        for (int64_t b0 = lo, B = tf->kivi.k_block_tokens; omni && b0 + B <= hi; b0 += B) {
+            enum oscar_status e = oscar_kv_transform_omni_block(tf, b0, k + (size_t) b * rs, k_q + (size_t) b * rs,
+                                                                &stk);
+            if (e != OSCAR_OK) return e;
+        }
         if (tf->quant == OSCAR_KVQ_KIVI)
             for (int32_t h = 0; h < Hkv; h++) {
                 enum oscar_status e = kivi_k_seq(tf, h, len, hi, lo, k_hp + (size_t) b * rs, k_q + (size_t) b * rs, &stk);

@@ -95,6 +95,7 @@ enum oscar_kvq {
     OSCAR_KVQ_KIVI     = 4, // per-channel K over blocks of kivi.k_block_tokens, per-token V groups
     OSCAR_KVQ_Q2_0     = 5, // the llama.cpp fork's Q2_0 (lib/quant) on the rotated row, no in-quant
                             // Hadamard, clip k_clip / v_clip; HP tiers hold fp16 rotated rows
+    OSCAR_KVQ_OMNI     = 6, // OScaR: KIVI granularity after Hadamard + omni-token K scaling (kv-omni.c)
 };
 
 enum oscar_kv_rot {
@@ -133,7 +134,8 @@ struct oscar_kv_transform {
 // llama.cpp fork's cache: k_rot/v_rot per layer, Q2_0 for K and V with its one
 // clip 0.96, fp16 sink/recent from tiers, RING tiering; head_dim a multiple of 32
 // with 128 | head_dim or n_head_kv·head_dim < 128, where the fork's row groups
-// coincide with heads). Rotation/clip
+// coincide with heads), "oscar-omni" (OScaR: lib/quant oscar-omni.c, B = 32,
+// Gv = 32, bf16 meta unless f16 asked). Rotation/clip
 // arrays may be NULL for methods that do not use them (else INVALID).
 // group_size 0 = D. Tiering is copied from tiers.
 enum oscar_status oscar_kv_transform_preset(const char * name, int32_t n_layer, int32_t n_head_kv,
@@ -173,6 +175,15 @@ enum oscar_status oscar_kv_transform_row(const struct oscar_kv_transform * tf, b
 // p·Hkv·D + h·D) into k_q (same layout).
 enum oscar_status oscar_kv_transform_kivi_block(const struct oscar_kv_transform * tf, int32_t h, int64_t b0,
                                                 const float * k_hp, float * k_q, struct oscar_quant_stats * st);
+
+// OScaR (quant OSCAR_KVQ_OMNI): K rows are transformed per token, since the omni-token norm spans
+// every KV head. hp [Hkv, D] = the HP-tier K of one token x [Hkv, D] (Hadamard, scaled, bf16, unscaled).
+enum oscar_status oscar_kv_transform_omni_k_token(const struct oscar_kv_transform * tf, const float * x, float * hp);
+// OScaR K block [b0, b0 + kivi.k_block_tokens) of all KV heads from the raw rows k (row p at p·Hkv·D)
+// into k_q (same layout): quantized in the scaled basis, then multiplied by each token's norm and
+// rotated back, which is the kernel's multiplication of each logit q·k̂ by the norm (linear, so exact).
+enum oscar_status oscar_kv_transform_omni_block(const struct oscar_kv_transform * tf, int64_t b0, const float * k,
+                                                float * k_q, struct oscar_quant_stats * st);
 
 // ---- per-layer metrics -------------------------------------------------------------
 struct oscar_layer_input {
