@@ -31,6 +31,7 @@
 #include "hub/hub.h"
 #include "oscar.h"
 #include "util/log.h"
+#include "util/cli.h"
 #include "util/version.h"
 
 struct args {
@@ -194,10 +195,10 @@ static const struct option list_opts[] = {
 };
 
 static json_t * artifact_json(const struct oscar_hub_artifact * x) {
-    return json_pack("{s:s, s:s, s:s?, s:s, s:s, s:s?, s:I, s:s?, s:s?}", "path", x->path, "base_model",
+    return json_pack("{s:s, s:s, s:s?, s:s, s:s, s:s?, s:I, s:s?}", "path", x->path, "base_model",
                      x->base_model, "base_model_id", x->base_model_id, "architecture", x->architecture, "grouping",
                      x->grouping, "calib_tag", x->calib_tag, "calib_tokens", (json_int_t) x->calib_tokens, "gate",
-                     x->gate, "created", x->created);
+                     x->gate);
 }
 
 // `s` with control characters as '?' (into buf): metadata from someone's repo goes to a terminal.
@@ -210,18 +211,33 @@ static const char * printable(const char * s, char * buf, size_t n) {
     return buf;
 }
 
-// One line: path, base model (its Hub id when recorded), architecture, grouping, tokens, gate, created.
+// One line: path, base model (its Hub id when recorded), architecture, grouping, tokens, gate.
 static void print_artifact(const struct oscar_hub_artifact * x, const char * indent) {
-    char p[512], b[256], ar[64], g[64], gt[16], c[64];
-    printf("%s%-32s  %-40s  %-8s  %-8s  %10lld  %-4s  %s\n", indent, printable(*x->path ? x->path : ".", p, sizeof p),
+    char p[512], b[256], ar[64], g[64], gt[16];
+    printf("%s%-32s  %-40s  %-8s  %-8s  %10lld  %s\n", indent, printable(*x->path ? x->path : ".", p, sizeof p),
            printable(x->base_model_id ? x->base_model_id : x->base_model, b, sizeof b),
            printable(x->architecture, ar, sizeof ar), printable(x->grouping, g, sizeof g), x->calib_tokens,
-           printable(dash(x->gate), gt, sizeof gt), printable(dash(x->created), c, sizeof c));
+           printable(dash(x->gate), gt, sizeof gt));
 }
 
 static void print_artifact_header(const char * indent) {
-    printf("%s%-32s  %-40s  %-8s  %-8s  %10s  %-4s  %s\n", indent, "PATH", "BASE MODEL", "ARCH", "GROUPING",
-           "TOKENS", "GATE", "CREATED");
+    printf("%s%-32s  %-40s  %-8s  %-8s  %10s  %s\n", indent, "PATH", "BASE MODEL", "ARCH", "GROUPING", "TOKENS",
+           "GATE");
+}
+
+// The readable artifacts of a listing: appended to `arr` (--json) or printed as lines under a header.
+static void emit_artifacts(const struct oscar_hub_artifacts * l, json_t * arr, const char * indent) {
+    for (int i = 0, shown = 0; i < l->n; i++) {
+        if (l->items[i].error) {
+            continue;
+        }
+        if (arr) {
+            json_array_append_new(arr, artifact_json(&l->items[i]));
+        } else {
+            if (shown++ == 0) print_artifact_header(indent);
+            print_artifact(&l->items[i], indent);
+        }
+    }
 }
 
 // Warns about each artifact whose oscar.json could not be read (the message names the file); returns
@@ -242,17 +258,7 @@ static enum oscar_status list_run(struct oscar_hub * hub, const struct args * a)
         return st;
     }
     json_t * arr = a->json ? json_array() : NULL;
-    for (int i = 0, shown = 0; i < l.n; i++) {
-        if (l.items[i].error) {
-            continue;
-        }
-        if (arr) {
-            json_array_append_new(arr, artifact_json(&l.items[i]));
-        } else {
-            if (shown++ == 0) print_artifact_header("");
-            print_artifact(&l.items[i], "");
-        }
-    }
+    emit_artifacts(&l, arr, "");
     if (arr) {
         print_json(arr);
     }
@@ -277,15 +283,12 @@ static const struct option search_opts[] = {
 };
 
 static int search_check(struct args * a) {
-    if (a->limit_text) {
-        char * end = NULL;
-        long   n   = strtol(a->limit_text, &end, 10);
-        if (!*a->limit_text || *end || n < 1 || n > 100000) {
-            fprintf(stderr, "oscar-zoo search: --limit wants a count from 1 to 100000, not '%s'\n", a->limit_text);
-            return -1;
-        }
-        a->limit = (int) n;
+    int32_t n = 0;
+    if (a->limit_text && osc_parse_i32("--limit", a->limit_text, 1, 100000, &n) != OSCAR_OK) {
+        fprintf(stderr, "oscar-zoo search: %s\n", oscar_last_error());
+        return -1;
     }
+    if (a->limit_text) a->limit = n;
     return 0;
 }
 
@@ -298,17 +301,7 @@ static int search_details(struct oscar_hub * hub, const char * repo, json_t * ob
         return 1;
     }
     json_t * arr = obj ? json_array() : NULL;
-    for (int i = 0, shown = 0; i < l.n; i++) {
-        if (l.items[i].error) {
-            continue;
-        }
-        if (arr) {
-            json_array_append_new(arr, artifact_json(&l.items[i]));
-        } else {
-            if (shown++ == 0) print_artifact_header("    ");
-            print_artifact(&l.items[i], "    ");
-        }
-    }
+    emit_artifacts(&l, arr, "    ");
     if (obj) {
         json_object_set_new(obj, "artifacts", arr);
     }

@@ -18,7 +18,7 @@
 
 static void clear_fields(struct oscar_hub_artifact * a) {
     char ** s[] = { &a->base_model, &a->base_model_id, &a->architecture, &a->grouping, &a->calib_tag,
-                    &a->gate,       &a->created,       &a->error };
+                    &a->gate,       &a->error };
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
         free(*s[i]);
         *s[i] = NULL;
@@ -48,7 +48,6 @@ static enum oscar_status parse_metadata(json_t * md, const char * name, struct o
         { "oscar.base_model", &a->base_model, 1 },       { "oscar.base_model_id", &a->base_model_id, 0 },
         { "oscar.architecture", &a->architecture, 1 },   { "oscar.source_grouping", &a->grouping, 1 },
         { "oscar.calib_tag", &a->calib_tag, 0 },         { "oscar.gate", &a->gate, 0 },
-        { "oscar.created", &a->created, 0 },
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         json_t * v = json_object_get(md, fields[i].key);

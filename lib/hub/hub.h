@@ -154,7 +154,6 @@ struct oscar_hub_artifact {
     char * calib_tag;     // oscar.calib_tag
     long long calib_tokens; // oscar.calib_tokens
     char * gate;          // oscar.gate: pass | fail, NULL in older artifacts
-    char * created;       // oscar.created, NULL when not recorded
     char * error;         // why its oscar.json could not be read; then only `path` is set
 };
 

@@ -65,9 +65,9 @@ push "$T/a" --repo me/zoo --path-in-repo smollm2-135m/austen-t20000
 push "$T/b" --repo me/zoo --path-in-repo smollm2-135m/brown-t4000-head
 $ZOO list me/zoo > "$T/list" 2>"$T/err" || fail "list: $(cat "$T/err")"
 [ "$(wc -l < "$T/list")" = 3 ] || fail "list: want a header and 2 lines: $(cat "$T/list")"
-grep -Eq "^smollm2-135m/austen-t20000 +$SMOL +llama +layer +20000 +pass +-$" "$T/list" \
+grep -Eq "^smollm2-135m/austen-t20000 +$SMOL +llama +layer +20000 +pass$" "$T/list" \
     || fail "list: artifact a: $(cat "$T/list")"
-grep -Eq "^smollm2-135m/brown-t4000-head +SmolLM2-135M-Instruct +llama +kv_head +4000 +- +-$" "$T/list" \
+grep -Eq "^smollm2-135m/brown-t4000-head +SmolLM2-135M-Instruct +llama +kv_head +4000 +-$" "$T/list" \
     || fail "list: artifact b (no id, no gate): $(cat "$T/list")"
 ok "list: both artifacts with base model (id when recorded), grouping, tokens and gate"
 $ZOO -q list me/zoo --json > "$T/list.json" || fail "list --json"
@@ -76,12 +76,12 @@ import json, sys
 arts = json.load(open(sys.argv[1]))
 assert [a["path"] for a in arts] == ["smollm2-135m/austen-t20000", "smollm2-135m/brown-t4000-head"], arts
 a, b = arts
-want = {"path", "base_model", "base_model_id", "architecture", "grouping", "calib_tag", "calib_tokens", "gate", "created"}
+want = {"path", "base_model", "base_model_id", "architecture", "grouping", "calib_tag", "calib_tokens", "gate"}
 assert set(a) == want and set(b) == want, (set(a) ^ want, set(b) ^ want)
 assert a["base_model_id"] == sys.argv[2] and a["base_model"] == "SmolLM2-135M-Instruct" and a["gate"] == "pass", a
 assert a["calib_tokens"] == 20000 and a["grouping"] == "layer" and a["architecture"] == "llama", a
 assert b["base_model_id"] is None and b["gate"] is None and b["grouping"] == "kv_head" and b["calib_tokens"] == 4000, b
-assert a["created"] is None and a["calib_tag"] == "seq0_prompt0_group64", a
+assert a["calib_tag"] == "seq0_prompt0_group64", a
 PY
 emu_post /_emu/clear_log '{}'
 $ZOO list me/zoo --quiet >/dev/null || fail "list again"
@@ -137,6 +137,8 @@ ok "search finds the repos of a base model (4, over 2 pages), not another base m
 $ZOO search Qwen/Nothing > "$T/out" 2>"$T/err" && [ ! -s "$T/out" ] && grep -q "no repos of oscar artifacts" "$T/err" \
     || fail "search without a match: $(cat "$T/out" "$T/err")"
 $ZOO search 'bad id/x' -q 2>/dev/null; [ $? = 2 ] || fail "search with a bad id: want exit 2"
+$ZOO search $SMOL --limit 0 2>"$T/err"; [ $? = 2 ] && grep -q -- "--limit: 0 is out of range" "$T/err" \
+    || fail "search --limit 0: want exit 2 naming the option: $(cat "$T/err")"
 ok "search --author, --limit, no match (note, exit 0), bad id (exit 2)"
 $ZOO search $SMOL --author me --details --json > "$T/out" 2>"$T/err"; rc=$?
 [ $rc = 1 ] || fail "search --details with a broken repo: want exit 1, got $rc"

@@ -43,7 +43,6 @@ static void test_artifact_summary(void ** state) {
     assert_string_equal(a->grouping, "kv_head");
     assert_string_equal(a->gate, "fail");
     assert_int_equal(a->calib_tokens, 20000);
-    assert_null(a->created);
     // older artifacts: no base_model_id, no gate
     assert_int_equal(parse("{\"metadata\": {\"oscar.base_model\": \"m\", \"oscar.architecture\": \"qwen3\", "
                            "\"oscar.source_grouping\": \"layer\", \"oscar.calib_tokens\": \"0\"}}", a),
