@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tool-io.h"
 #include "oscar.h"
 #include "quant/quant.h"
 
@@ -19,19 +20,6 @@ static const char * const OUTS[N_OUT] = {"k.norm", "k.scaled", "k.hp",  "k.codes
 
 struct ocase { int n, hkv, D; char meta[8]; long T; };
 
-static void * read_all(const char * path, size_t want) {
-    FILE * f = fopen(path, "rb");
-    if (!f) return NULL;
-    void * buf = malloc(want ? want : 1);
-    size_t got = buf ? fread(buf, 1, want, f) : 0;
-    int extra = fgetc(f);
-    fclose(f);
-    if (got != want || extra != EOF) {
-        free(buf);
-        return NULL;
-    }
-    return buf;
-}
 
 // All outputs of one case into out[i] (sizes sz[i]); 0 on success.
 static int run_case(const struct ocase * c, const float * k, const float * v, uint8_t * out[N_OUT],

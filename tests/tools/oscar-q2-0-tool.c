@@ -13,20 +13,8 @@
 #include "oscar.h"
 #include "quant/quant.h"
 #include "util/fs.h"
+#include "tool-io.h"
 
-static void * read_all(const char * path, size_t want) {
-    FILE * f = fopen(path, "rb");
-    if (!f) return NULL;
-    void * buf = malloc(want ? want : 1);
-    size_t got = buf ? fread(buf, 1, want, f) : 0;
-    int extra = fgetc(f);
-    fclose(f);
-    if (got != want || extra != EOF) {
-        free(buf);
-        return NULL;
-    }
-    return buf;
-}
 
 // Quantizes and dequantizes n rows of k; q [n * row_bytes], y [n * k].
 static enum oscar_status run(const struct oscar_q2_0_params * p, const float * x, long k, long n, uint8_t * q,

@@ -13,6 +13,7 @@
 #include "oscar.h"
 #include "quant/quant.h"
 #include "util/fs.h"
+#include "tool-io.h"
 
 struct qcase {
     char mode[16], meta[8], clip[8];
@@ -66,19 +67,6 @@ static enum oscar_status run_case(const struct qcase * c, const float * x, uint8
     return oscar_int2_quantize_rows(&p, x, c->rows, codes, meta, NULL);
 }
 
-static void * read_all(const char * path, size_t want) {
-    FILE * f = fopen(path, "rb");
-    if (!f) return NULL;
-    void * buf = malloc(want ? want : 1);
-    size_t got = buf ? fread(buf, 1, want, f) : 0;
-    int extra = fgetc(f);
-    fclose(f);
-    if (got != want || extra != EOF) {
-        free(buf);
-        return NULL;
-    }
-    return buf;
-}
 
 static int check_dir(const char * dir) {
     char path[4096];
