@@ -11,7 +11,8 @@
 
 // ---- ZIP (pt-zip.c) ------------------------------------------------------------
 // The central directory of an in-memory archive: stored and deflated records
-// only, no ZIP64, no encryption, no multi-disk archives, no duplicate names,
+// only (ZIP64 end record and zip64 extra fields read), no encryption, no
+// multi-disk archives, no duplicate names,
 // no name with a ".." component, a leading '/' or a backslash.
 struct osc_zip_entry {
     char *   name;

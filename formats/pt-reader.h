@@ -9,7 +9,7 @@
 //   <archive>/data/<key>    the storage's raw little-endian bytes (numel · element size)
 //   <archive>/byteorder     "little" (absent in old files: little)
 //   <archive>/version, .format_version, .storage_alignment, .data/serialization_id (ignored)
-// Records may be stored (torch) or deflated (zip tools); ZIP64 is refused.
+// Records may be stored (torch) or deflated (zip tools); torch.save's ZIP64 layout is read.
 //
 // The unpickler is a small interpreter of an allow-list of opcodes (those
 // Python's pickler emits for dicts, lists, tuples, str, int, float, bool, None,

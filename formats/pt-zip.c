@@ -14,12 +14,17 @@
 #define ZIP_CDIR_SIG  0x02014b50u
 #define ZIP_LOCAL_SIG 0x04034b50u
 #define ZIP_Z64_LOC   0x07064b50u
+#define ZIP_Z64_EOCD  0x06064b50u
+#define ZIP_Z64_EXTRA 0x0001u
+#define ZIP_Z64_LOC_LEN  20u
+#define ZIP_Z64_EOCD_LEN 56u
 #define ZIP_EOCD_LEN  22u
 #define ZIP_CDIR_LEN  46u
 #define ZIP_LOCAL_LEN 30u
 
 static uint16_t rd16(const uint8_t * p) { return (uint16_t) (p[0] | p[1] << 8); }
 static uint32_t rd32(const uint8_t * p) { return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24; }
+static uint64_t rd64(const uint8_t * p) { return (uint64_t) rd32(p) | (uint64_t) rd32(p + 4) << 32; }
 
 // The end-of-central-directory record: the last signature whose comment
 // length reaches exactly the end of the file.
@@ -64,8 +69,24 @@ static enum oscar_status read_entry(struct osc_zip * z, const uint8_t * c, size_
     if (strlen(e->name) != nl || !name_ok(e->name))
         return osc_error(OSCAR_ERR_FORMAT, "%s: ZIP entry name '%s' is not a plain relative path (refused)", z->label,
                          e->name);
-    if (e->csize == 0xffffffffu || e->usize == 0xffffffffu || loff == 0xffffffffu)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: ZIP64 records are not supported (entry '%s')", z->label, e->name);
+    // ZIP64 (torch.save writes it): a field saturated at 0xffffffff is in the entry's zip64
+    // extra record, in the order uncompressed size, compressed size, local header offset.
+    if (e->usize == 0xffffffffu || e->csize == 0xffffffffu || loff == 0xffffffffu) {
+        const uint8_t * x = c + ZIP_CDIR_LEN + nl, * xe = x + xl;
+        while (xe - x >= 4 && rd16(x) != ZIP_Z64_EXTRA) x += 4 + rd16(x + 2);
+        if (xe - x < 4 || rd16(x + 2) > xe - x - 4)
+            return osc_error(OSCAR_ERR_FORMAT, "%s: entry '%s' has saturated sizes but no zip64 extra field", z->label,
+                             e->name);
+        const uint8_t * f = x + 4, * fe = f + rd16(x + 2);
+        uint64_t *      want[3] = {&e->usize, &e->csize, &loff};
+        for (int i = 0; i < 3; i++) {
+            if (*want[i] != 0xffffffffu) continue;
+            if (fe - f < 8)
+                return osc_error(OSCAR_ERR_FORMAT, "%s: entry '%s': zip64 extra field too short", z->label, e->name);
+            *want[i] = rd64(f);
+            f += 8;
+        }
+    }
     if (flags & 1) return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: entry '%s' is encrypted", z->label, e->name);
     if (e->method != 0 && e->method != 8)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: entry '%s' uses compression method %u (only stored and deflate)",
@@ -94,20 +115,31 @@ enum oscar_status osc_zip_open(struct osc_zip * z, const uint8_t * data, size_t 
     z->label = label;
     const uint8_t * eo = find_eocd(z);
     if (!eo) return bad(z, "no ZIP end record (truncated or not a ZIP file)");
-    size_t at = (size_t) (eo - data);
-    if (at >= 20 && rd32(eo - 20) == ZIP_Z64_LOC)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: ZIP64 archives are not supported", label);
-    uint16_t n = rd16(eo + 10);
-    uint64_t cd_size = rd32(eo + 12), cd_off = rd32(eo + 16);
+    size_t   at = (size_t) (eo - data);
+    uint64_t n = rd16(eo + 10), cd_size = rd32(eo + 12), cd_off = rd32(eo + 16);
     if (rd16(eo + 4) != 0 || rd16(eo + 6) != 0 || rd16(eo + 8) != n) return bad(z, "multi-disk archive");
-    if (n == 0xffffu || cd_off == 0xffffffffu)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: ZIP64 archives are not supported", label);
+    if (at >= ZIP_Z64_LOC_LEN && rd32(eo - ZIP_Z64_LOC_LEN) == ZIP_Z64_LOC) {
+        // ZIP64 end record (torch.save writes one always): its counts and offsets replace the
+        // 16/32-bit ones; it must lie before the locator.
+        const uint8_t * loc = eo - ZIP_Z64_LOC_LEN;
+        uint64_t        z64 = rd64(loc + 8);
+        size_t          loc_at = at - ZIP_Z64_LOC_LEN;
+        if (rd32(loc + 4) != 0 || rd32(loc + 16) > 1) return bad(z, "multi-disk ZIP64 archive");
+        if (z64 > loc_at || loc_at - z64 < ZIP_Z64_EOCD_LEN || rd32(data + z64) != ZIP_Z64_EOCD)
+            return bad(z, "ZIP64 end record missing or outside the file");
+        const uint8_t * r = data + z64;
+        if (rd32(r + 16) != 0 || rd32(r + 20) != 0 || rd64(r + 24) != rd64(r + 32))
+            return bad(z, "multi-disk ZIP64 archive");
+        n = rd64(r + 32), cd_size = rd64(r + 40), cd_off = rd64(r + 48);
+        at = (size_t) z64;   // the central directory ends before the ZIP64 end record
+    }
     if (cd_off > at || cd_size > at - cd_off) return bad(z, "central directory lies outside the file (truncated?)");
+    if (n > cd_size / ZIP_CDIR_LEN || n > UINT32_MAX) return bad(z, "more entries than the central directory can hold");
     if (n == 0) return bad(z, "empty archive");
     if (!(z->e = calloc(n, sizeof *z->e))) return osc_error(OSCAR_ERR_NOMEM, "out of memory");
     const uint8_t * c = data + cd_off;
     size_t          left = (size_t) cd_size;
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < (uint32_t) n; i++) {
         size_t used = 0;
         z->n++;
         enum oscar_status st = read_entry(z, c, left, &used, &z->e[i]);

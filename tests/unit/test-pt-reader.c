@@ -2,8 +2,8 @@
 // what pt-writer writes reads back bit-exactly; hand-made pickles exercise
 // shared and strided storages, deflated records and protocol-4 opcodes; hostile
 // inputs (code globals, BUILD, nesting bombs, bad memo indices, storages
-// larger than their records, tensors outside their storage, truncated or
-// ZIP64 archives, "../" names) are refused with a message naming the file and
+// larger than their records, tensors outside their storage, truncated
+// archives (ZIP64 ones too: torch.save writes that layout), "../" names) are refused with a message naming the file and
 // the problem.
 #include <setjmp.h>
 #include <stdarg.h>
@@ -40,6 +40,7 @@ static void put_u8(struct buf * b, unsigned v) { uint8_t x = (uint8_t) v; put(b,
 static void put_u16(struct buf * b, unsigned v) { put_u8(b, v & 0xff); put_u8(b, (v >> 8) & 0xff); }
 static void put_u32(struct buf * b, uint32_t v) { put_u16(b, v & 0xffff); put_u16(b, v >> 16); }
 static void put_str(struct buf * b, const char * s) { put(b, s, strlen(s)); }
+static void put_u64(struct buf * b, uint64_t v) { put_u32(b, (uint32_t) v); put_u32(b, (uint32_t) (v >> 32)); }
 
 struct rec {
     const char * name;
@@ -47,8 +48,10 @@ struct rec {
     size_t       n;
 };
 
-// A ZIP of the records; deflate: every record compressed (raw deflate).
-static struct buf make_zip(const struct rec * r, int n, bool deflated) {
+// A ZIP of the records; deflate: every record compressed (raw deflate). zip64: as torch.save
+// writes them: central entries with sizes and offset saturated at 0xffffffff and given in a
+// zip64 extra field, a ZIP64 end record and locator, the classic end record saturated too.
+static struct buf make_zip_as(const struct rec * r, int n, bool deflated, bool zip64) {
     struct buf z = { 0 }, cd = { 0 };
     for (int i = 0; i < n; i++) {
         uint32_t   crc = (uint32_t) crc32(0, r[i].data, (uInt) r[i].n);
@@ -73,19 +76,33 @@ static struct buf make_zip(const struct rec * r, int n, bool deflated) {
         put_u16(&z, 0); put_u16(&z, 0x21); put_u32(&z, crc); put_u32(&z, (uint32_t) body.n); put_u32(&z, (uint32_t) r[i].n);
         put_u16(&z, (unsigned) strlen(r[i].name)); put_u16(&z, 0); put_str(&z, r[i].name);
         if (body.n) put(&z, body.p, body.n);
-        put_u32(&cd, 0x02014b50u); put_u16(&cd, 20); put_u16(&cd, 20); put_u16(&cd, 0); put_u16(&cd, deflated ? 8 : 0);
-        put_u16(&cd, 0); put_u16(&cd, 0x21); put_u32(&cd, crc); put_u32(&cd, (uint32_t) body.n); put_u32(&cd, (uint32_t) r[i].n);
-        put_u16(&cd, (unsigned) strlen(r[i].name)); put_u16(&cd, 0); put_u16(&cd, 0); put_u16(&cd, 0); put_u16(&cd, 0);
-        put_u32(&cd, 0); put_u32(&cd, off); put_str(&cd, r[i].name);
+        uint32_t sat = 0xffffffffu;
+        put_u32(&cd, 0x02014b50u); put_u16(&cd, 45); put_u16(&cd, 45); put_u16(&cd, 0); put_u16(&cd, deflated ? 8 : 0);
+        put_u16(&cd, 0); put_u16(&cd, 0x21); put_u32(&cd, crc); put_u32(&cd, zip64 ? sat : (uint32_t) body.n);
+        put_u32(&cd, zip64 ? sat : (uint32_t) r[i].n);
+        put_u16(&cd, (unsigned) strlen(r[i].name)); put_u16(&cd, zip64 ? 4 + 24 : 0); put_u16(&cd, 0); put_u16(&cd, 0);
+        put_u16(&cd, 0); put_u32(&cd, 0); put_u32(&cd, zip64 ? sat : off); put_str(&cd, r[i].name);
+        if (zip64) {   // uncompressed size, compressed size, local header offset
+            put_u16(&cd, 0x0001); put_u16(&cd, 24); put_u64(&cd, r[i].n); put_u64(&cd, body.n); put_u64(&cd, off);
+        }
         free(body.p);
     }
     uint32_t cd_off = (uint32_t) z.n;
     put(&z, cd.p, cd.n);
-    put_u32(&z, 0x06054b50u); put_u16(&z, 0); put_u16(&z, 0); put_u16(&z, (unsigned) n); put_u16(&z, (unsigned) n);
-    put_u32(&z, (uint32_t) cd.n); put_u32(&z, cd_off); put_u16(&z, 0);
+    if (zip64) {
+        uint64_t z64 = z.n;
+        put_u32(&z, 0x06064b50u); put_u64(&z, 44); put_u16(&z, 45); put_u16(&z, 45); put_u32(&z, 0); put_u32(&z, 0);
+        put_u64(&z, (uint64_t) n); put_u64(&z, (uint64_t) n); put_u64(&z, cd.n); put_u64(&z, cd_off);
+        put_u32(&z, 0x07064b50u); put_u32(&z, 0); put_u64(&z, z64); put_u32(&z, 1);
+    }
+    put_u32(&z, 0x06054b50u); put_u16(&z, 0); put_u16(&z, 0); put_u16(&z, zip64 ? 0xffffu : (unsigned) n);
+    put_u16(&z, zip64 ? 0xffffu : (unsigned) n); put_u32(&z, zip64 ? 0xffffffffu : (uint32_t) cd.n);
+    put_u32(&z, zip64 ? 0xffffffffu : cd_off); put_u16(&z, 0);
     free(cd.p);
     return z;
 }
+
+static struct buf make_zip(const struct rec * r, int n, bool deflated) { return make_zip_as(r, n, deflated, false); }
 
 // ---- pickle snippets -------------------------------------------------------------------
 static void pk_str(struct buf * b, const char * s) { put_u8(b, 'X'); put_u32(b, (uint32_t) strlen(s)); put_str(b, s); }
@@ -329,13 +346,33 @@ static void test_hostile_zips(void ** state) {
     struct rec big[] = { { "a/data.pkl", pkl.p, pkl.n }, { "a/byteorder", "big", 3 } };
     z = make_zip(big, 2, false);
     expect_zip_error(&z, "big-endian");
-    // a ZIP64 end locator before the end record
+    // a ZIP64 end locator pointing at no ZIP64 end record
     struct buf z64 = { 0 };
     put(&z64, z.p, z.n - 22);
     put_u32(&z64, 0x07064b50u); put_u32(&z64, 0); put_u32(&z64, 0); put_u32(&z64, 0); put_u32(&z64, 1);
     put(&z64, z.p + z.n - 22, 22);
-    expect_zip_error(&z64, "ZIP64");
+    expect_zip_error(&z64, "ZIP64 end record missing");
     free(z64.p);
+    free(z.p);
+    // torch.save's ZIP64 layout opens, deflated too; saturated sizes without their extra field do not
+    for (int d = 0; d < 2; d++) {
+        z = make_zip_as(good, 2, d, true);
+        f = NULL;
+        assert_int_equal(osc_pt_open_mem(z.p, z.n, "z.pt", &f), OSCAR_OK);
+        assert_int_equal(osc_pt_root(f)->kind, OSC_PT_DICT);
+        osc_pt_close(f);
+        for (size_t cut = 0; cut < z.n; cut += 5) {   // every truncation of a ZIP64 archive fails cleanly
+            struct buf tz = { z.p, cut, cut };
+            expect_zip_error(&tz, "z.pt");
+        }
+        free(z.p);
+    }
+    z = make_zip_as(good, 2, false, true);
+    size_t cd0 = 0;
+    for (size_t i = 0; i + 4 <= z.n; i++)
+        if (!memcmp(z.p + i, "PK\x01\x02", 4)) { cd0 = i; break; }
+    z.p[cd0 + 30] = 0;   // the first central entry's extra length: its zip64 field is gone
+    expect_zip_error(&z, "z.pt");
     free(z.p);
     struct buf junk = { (uint8_t *) "PK\x05\x06 not a zip at all, just text", 36, 36 };
     expect_zip_error(&junk, "z.pt");
