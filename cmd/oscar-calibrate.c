@@ -273,7 +273,7 @@ static double capture_rate(const struct oscar_calib_plan * plan, const struct os
 
 // Corpus (or synthetic tokens for --random-init) -> plan -> the layer-major
 // pass (statistics and held-out rows), writing the store if asked.
-static enum oscar_status from_forward(const struct opts * o, const struct oscar_model * m, struct oscar_tokenizer * tok,
+static enum oscar_status from_forward(const struct opts * o, struct oscar_model * m, struct oscar_tokenizer * tok,
                                       struct oscar_calib_params * p, struct oscar_calib_corpus * corpus,
                                       struct oscar_calib_plan * plan, struct oscar_calib_heldout * held,
                                       struct oscar_stats ** st, struct oscar_calib_timing * t) {
@@ -388,11 +388,14 @@ static enum oscar_status print_json(const struct opts * o, const struct oscar_ca
 // The model and tokenizer of --model, or for --random-init on the CPU the
 // weights materialised on the host (the generator and seed of
 // oscar_fwd_init_random's cpu backend); CUDA makes its random weights on the
-// device (*m stays NULL).
+// device (*m stays NULL). The CPU's layer-major pass reads each layer when it
+// gets there (oscar_model_open); CUDA uploads the whole model and the store
+// replay takes every layer's W_O, so both load it.
 static enum oscar_status open_model(const struct opts * o, const struct oscar_model_config * shape, uint64_t seed,
                                     struct oscar_model ** m, struct oscar_tokenizer ** tok) {
-    if (o->random_init) return on_cuda(o) ? OSCAR_OK : oscar_model_init_random(shape, seed, m);
-    enum oscar_status st = oscar_model_load(o->model, m);
+    const bool streamed = !on_cuda(o) && !o->from_act;
+    if (o->random_init) return on_cuda(o) ? OSCAR_OK : oscar_model_open_random(shape, seed, m);
+    enum oscar_status st = streamed ? oscar_model_open(o->model, m) : oscar_model_load(o->model, m);
     return st != OSCAR_OK ? st : oscar_tokenizer_load(o->model, tok);
 }
 
@@ -493,7 +496,7 @@ int main(int argc, char ** argv) {
 out:
     oscar_artifact_free(art); oscar_calib_gate_free(&gate); oscar_calib_clip_free(&clip); oscar_calib_fit_free(&fit);
     oscar_stats_free(st);
-    if (on_cuda(&o)) oscar_calib_device_heldout_free(&held); else oscar_calib_heldout_free(&held); oscar_calib_plan_free(&plan); oscar_calib_corpus_free(&corpus);
+    oscar_calib_heldout_free(&held); oscar_calib_plan_free(&plan); oscar_calib_corpus_free(&corpus);
     oscar_tokenizer_free(tok); oscar_model_free(m); oscar_actstore_free(store);
     oscar_hub_free(&hub); free(model_path);
     return rc;

@@ -113,13 +113,15 @@ struct oscar_calib_heldout {
     float ** q;              // [L][T_h, Hq, D]
     float ** k;              // [L][T_h, Hkv, D]
     float ** v;              // [L][T_h, Hkv, D]
-    const float ** wo;       // [L] -> model W_O [C, Hq*D] (not owned)
+    const float ** wo;       // [L] -> W_O [C, Hq*D]: the model's, or a copy in wo_block
+    float * wo_block;        // [L, C, Hq*D] owned copies when the rows outlive the model's layers, or NULL
 };
 void oscar_calib_heldout_free(struct oscar_calib_heldout * h);
 
 // ---- timings ----------------------------------------------------------------------------
 struct oscar_calib_timing {
     double forward, accumulate, eigh, clip, gate, heldout, total;
+    double load;              // reading layer weights on demand (oscar_model_open), waits for prefetch included
     double store;             // activation store writes (--save-activations) or reads (--from-activations)
     int64_t device_peak_bytes; // --device cuda: largest device memory in use seen by the forward pass
 };
@@ -133,7 +135,7 @@ struct oscar_calib_timing {
 // Checkpoints (layer-ckpt.c) record the plan, the capture dtype, the model's
 // attention shape and the identities of the model, tokenizer and corpus
 // (plan->corpus); a resume refuses one that differs (OSCAR_ERR_INVALID naming it).
-enum oscar_status oscar_calib_capture(const struct oscar_model * m, const struct oscar_calib_plan * plan,
+enum oscar_status oscar_calib_capture(struct oscar_model * m, const struct oscar_calib_plan * plan,
                                       const struct oscar_calib_params * p, struct oscar_stats ** stats,
                                       struct oscar_calib_heldout * held, struct oscar_calib_timing * t);
 // ---- from an activation store (replay.c; actstore.h) ------------------------------------

@@ -103,15 +103,6 @@ static enum oscar_status on_held(void * user, const struct oscar_capture_layer *
     return OSCAR_OK;
 }
 
-void oscar_calib_device_heldout_free(struct oscar_calib_heldout * h) {
-    if (h->wo && h->wo[0]) { // one block for all layers, owned by h
-        void * block;
-        memcpy(&block, &h->wo[0], sizeof block);
-        free(block);
-    }
-    oscar_calib_heldout_free(h);
-}
-
 enum oscar_status oscar_calib_device_heldout(const struct oscar_calib_device * d, const struct oscar_calib_plan * plan,
                                              const struct oscar_calib_params * p, struct oscar_calib_heldout * h,
                                              struct oscar_calib_timing * t) {
@@ -119,7 +110,6 @@ enum oscar_status oscar_calib_device_heldout(const struct oscar_calib_device * d
     const double t0 = osc_now();
     struct oscar_fwd * f = NULL;
     int32_t * sbuf = malloc(((size_t) p->batch + 1) * sizeof(int32_t));
-    float * wo = NULL;
     enum oscar_status st = OSCAR_OK;
     memset(h, 0, sizeof *h);
     if (!c) return osc_error(OSCAR_ERR_INVALID, "calibrate: no model and no random-init shape");
@@ -131,12 +121,9 @@ enum oscar_status oscar_calib_device_heldout(const struct oscar_calib_device * d
     h->q = calloc(L, sizeof(float *)), h->k = calloc(L, sizeof(float *)), h->v = calloc(L, sizeof(float *));
     h->wo = calloc(L, sizeof(float *));
     h->seq_start = malloc(((size_t) h->n_seq + 1) * sizeof(int32_t));
-    wo = osc_alloc_large(L * nwo * sizeof(float));
-    if (!h->wo || !wo) {
-        free(wo);
-        goto nomem;
-    }
-    for (size_t l = 0; l < L; l++) h->wo[l] = wo + l * nwo; // h owns wo from here
+    float * wo = h->wo_block = osc_alloc_large(L * nwo * sizeof(float));
+    if (!h->wo || !wo) goto nomem;
+    for (size_t l = 0; l < L; l++) h->wo[l] = wo + l * nwo;
     if (!h->q || !h->k || !h->v || !h->seq_start || !sbuf) goto nomem;
     for (size_t l = 0; l < L; l++) {
         h->q[l] = osc_alloc_large(T * (size_t) c->n_head * D * sizeof(float));
@@ -169,7 +156,7 @@ nomem:
 fail:
     oscar_fwd_free(f);
     free(sbuf);
-    oscar_calib_device_heldout_free(h);
+    oscar_calib_heldout_free(h);
     return st;
 }
 

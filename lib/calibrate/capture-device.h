@@ -9,7 +9,6 @@
 //   struct oscar_calib_device d = {.device = "cuda", .model = m};         // or .random = &cfg
 //   oscar_calib_device_heldout(&d, &plan, &p, &held, &t) ||
 //   oscar_calib_device_accumulate(&d, &plan, &p, &st, &t)
-//   ... then oscar_calib_device_heldout_free(&held) instead of oscar_calib_heldout_free.
 // No checkpoints on this path (p->checkpoint_path is refused): a device pass over a
 // calibration budget takes seconds.
 #ifndef OSCAR_CALIBRATE_CAPTURE_DEVICE_H
@@ -36,12 +35,11 @@ enum oscar_status oscar_calib_synthetic_corpus(int64_t n, int32_t n_vocab, uint6
                                                struct oscar_calib_corpus * out);
 
 // Held-out rows (plan->heldout_start) through a capture-free pass on d with a host hook;
-// out->wo points at W_O copies owned by out (oscar_fwd_copy_wo). Free with
-// oscar_calib_device_heldout_free.
+// out->wo points at W_O copies in out->wo_block (oscar_fwd_copy_wo). Free with
+// oscar_calib_heldout_free.
 enum oscar_status oscar_calib_device_heldout(const struct oscar_calib_device * d, const struct oscar_calib_plan * plan,
                                              const struct oscar_calib_params * p, struct oscar_calib_heldout * out,
                                              struct oscar_calib_timing * t);
-void oscar_calib_device_heldout_free(struct oscar_calib_heldout * h);
 
 // Pass 1 and pass 2 over plan's sequences in batches of p->batch on d; *out = the
 // finished accumulator (the kinds oscar_calib_capture uses). t->forward gets the

@@ -36,7 +36,7 @@ struct batch_ref {
 };
 
 struct layer_pass {
-    const struct oscar_model * m;
+    struct oscar_model * m;    // opened (layers read on demand) or loaded
     const struct oscar_calib_plan * plan;
     const struct oscar_calib_params * p;
     struct oscar_stats * stats;
@@ -177,12 +177,14 @@ static enum oscar_status alloc_heldout(struct layer_pass * lp) {
     h->wo = calloc(L, sizeof(float *));
     h->seq_start = malloc(((size_t) h->n_seq + 1) * sizeof(int32_t));
     if (!h->q || !h->k || !h->v || !h->wo || !h->seq_start) goto nomem;
+    const size_t nwo = (size_t) c->n_embd * (size_t) c->n_head * D;
+    if (oscar_model_streamed(lp->m) && !(h->wo_block = osc_alloc_large(L * nwo * sizeof(float)))) goto nomem;
     for (int32_t s = 0; s <= h->n_seq; s++) h->seq_start[s] = plan->heldout_start[s] - plan->heldout_start[0];
     for (size_t l = 0; l < L; l++) {
         h->q[l] = malloc(T * (size_t) c->n_head * D * sizeof(float) + 1);
         h->k[l] = malloc(T * (size_t) c->n_head_kv * D * sizeof(float) + 1);
         h->v[l] = malloc(T * (size_t) c->n_head_kv * D * sizeof(float) + 1);
-        h->wo[l] = lp->m->layers[l].wo;
+        h->wo[l] = h->wo_block ? h->wo_block + l * nwo : lp->m->layers[l].wo; // the copy: keep_wo
         if (!h->q[l] || !h->k[l] || !h->v[l]) goto nomem;
     }
     return OSCAR_OK;
@@ -222,6 +224,35 @@ static enum oscar_status setup(struct layer_pass * lp, struct oscar_capture_hook
     return oscar_forward_init(lp->m, &fp, &lp->f);
 }
 
+// Layer l's weights in place before it runs; the next layer read meanwhile.
+static enum oscar_status acquire_layer(struct layer_pass * lp, int32_t l) {
+    double t0 = osc_now();
+    enum oscar_status st = oscar_model_layer_acquire(lp->m, l);
+    if (st == OSCAR_OK && l + 1 < lp->m->config.n_layer) oscar_model_layer_prefetch(lp->m, l + 1);
+    lp->t->load += osc_now() - t0;
+    return st;
+}
+
+// After layer l: the held-out rows keep its W_O (a streamed model frees the layer).
+static void release_layer(struct layer_pass * lp, int32_t l) {
+    struct oscar_calib_heldout * h = lp->held;
+    if (h->wo_block) {
+        const struct oscar_model_config * c = &lp->m->config;
+        memcpy(h->wo_block + (size_t) l * c->n_embd * c->n_head * c->head_dim, lp->m->layers[l].wo,
+               (size_t) c->n_embd * (size_t) c->n_head * (size_t) c->head_dim * sizeof(float));
+    }
+    oscar_model_layer_release(lp->m, l);
+}
+
+// W_O of the layers a resumed run does not run again.
+static enum oscar_status keep_done_layers(struct layer_pass * lp, int32_t first) {
+    enum oscar_status st = OSCAR_OK;
+    for (int32_t l = 0; l < first && st == OSCAR_OK && lp->held->wo_block; l++) {
+        if ((st = acquire_layer(lp, l)) == OSCAR_OK) release_layer(lp, l);
+    }
+    return st;
+}
+
 // A new accumulator at layer 0, or the checkpoint's state (--resume).
 static enum oscar_status start(struct layer_pass * lp, const struct osc_layer_ckpt * ck, int32_t * first_layer) {
     const struct oscar_model_config * c = &lp->m->config;
@@ -253,7 +284,7 @@ static void teardown(struct layer_pass * lp) {
     free(lp->sbuf);
 }
 
-enum oscar_status oscar_calib_capture(const struct oscar_model * m, const struct oscar_calib_plan * plan,
+enum oscar_status oscar_calib_capture(struct oscar_model * m, const struct oscar_calib_plan * plan,
                                       const struct oscar_calib_params * p, struct oscar_stats ** stats,
                                       struct oscar_calib_heldout * held, struct oscar_calib_timing * t) {
     struct layer_pass lp = {.m = m, .plan = plan, .p = p, .held = held, .t = t};
@@ -267,10 +298,12 @@ enum oscar_status oscar_calib_capture(const struct oscar_model * m, const struct
                                       .x = lp.x, .n_rows = lp.n_rows, .held = held};
     int32_t first = 0;
     if (st == OSCAR_OK) st = start(&lp, &ck, &first);
+    if (st == OSCAR_OK) st = keep_done_layers(&lp, first);
     struct osc_progress pr;
     osc_progress_init(&pr, "layer-major pass", "token-layers", (int64_t) L * lp.n_rows);
     int64_t since = 0;   // token-layers since the last checkpoint
     for (int32_t l = first; l < L && st == OSCAR_OK; l++) {
+        st = acquire_layer(&lp, l);
         for (int32_t i = 0; i < lp.n_batches && st == OSCAR_OK; i++) {
             const struct batch_ref * b = &lp.batches[i];
             double t0 = osc_now(), a0 = lp.t_accum, w0 = lp.t_store;
@@ -284,6 +317,7 @@ enum oscar_status oscar_calib_capture(const struct oscar_model * m, const struct
         if (st == OSCAR_OK) st = oscar_stats_end_layer_pass(lp.stats, l);
         t->accumulate += osc_now() - t0;
         if (st == OSCAR_OK && oscar_stats_layer_phase(lp.stats, l) == 2) st = sst_from_kept(&lp, l);
+        if (st == OSCAR_OK) release_layer(&lp, l);
         since += lp.n_rows;
         if (st == OSCAR_OK && ck.path && p->checkpoint_every > 0 && since >= p->checkpoint_every && l + 1 < L) {
             st = osc_layer_ckpt_save(&ck, lp.stats, l + 1);

@@ -22,6 +22,7 @@ void oscar_calib_heldout_free(struct oscar_calib_heldout * h) {
     free(h->k);
     free(h->v);
     free(h->wo);
+    free(h->wo_block);
     free(h->seq_start);
     memset(h, 0, sizeof(*h));
 }

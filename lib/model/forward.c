@@ -69,16 +69,21 @@ static enum oscar_status check_model(const struct oscar_model * m) {
         return osc_error(OSCAR_ERR_INVALID, "%s: bad rope_theta or rms_eps", m->source);
     if (!m->tok_embd || !m->output_norm || !m->output || !m->layers)
         return osc_error(OSCAR_ERR_INVALID, "%s: missing embedding, output norm or output tensor", m->source);
-    for (int32_t l = 0; l < c->n_layer; l++) {
-        const struct oscar_layer_weights * w = &m->layers[l];
-        if (!w->attn_norm || !w->wq || !w->wk || !w->wv || !w->wo || !w->ffn_norm || !w->w_gate || !w->w_up ||
-            !w->w_down)
-            return osc_error(OSCAR_ERR_INVALID, "%s: layer %d: missing weight tensor", m->source, l);
-        if (c->qk_norm && (!w->q_norm || !w->k_norm))
-            return osc_error(OSCAR_ERR_INVALID, "%s: layer %d: qk_norm set but q_norm/k_norm missing", m->source, l);
-        if (c->qkv_bias && (!w->bq || !w->bk || !w->bv))
-            return osc_error(OSCAR_ERR_INVALID, "%s: layer %d: qkv_bias set but a bias is missing", m->source, l);
-    }
+    return OSCAR_OK;
+}
+
+// Layer l's tensors are there (a streamed model reads a layer when it is acquired).
+static enum oscar_status check_layer(const struct oscar_model * m, int32_t l) {
+    const struct oscar_model_config * c = &m->config;
+    const struct oscar_layer_weights * w = &m->layers[l];
+    if (!w->attn_norm || !w->wq || !w->wk || !w->wv || !w->wo || !w->ffn_norm || !w->w_gate || !w->w_up ||
+        !w->w_down)
+        return osc_error(OSCAR_ERR_INVALID, "%s: layer %d: weights not resident (oscar_model_layer_acquire) or "
+                         "missing", m->source, l);
+    if (c->qk_norm && (!w->q_norm || !w->k_norm))
+        return osc_error(OSCAR_ERR_INVALID, "%s: layer %d: qk_norm set but q_norm/k_norm missing", m->source, l);
+    if (c->qkv_bias && (!w->bq || !w->bk || !w->bv))
+        return osc_error(OSCAR_ERR_INVALID, "%s: layer %d: qkv_bias set but a bias is missing", m->source, l);
     return OSCAR_OK;
 }
 
@@ -310,7 +315,8 @@ static enum oscar_status run_layer(struct oscar_forward * f, const struct oscar_
     const struct oscar_layer_weights * w = &f->m->layers[l];
     const int32_t T = b->seq_start[b->n_seq], C = c->n_embd, D = c->head_dim;
     const int32_t Q = c->n_head * D, KV = c->n_head_kv * D, F = c->n_ff;
-    enum oscar_status st = OSCAR_OK;
+    enum oscar_status st = check_layer(f->m, l);
+    if (st != OSCAR_OK) return st;
 
     rmsnorm(f->xn, f->x, w->attn_norm, T, C, c->rms_eps, f->n_threads);
     linear(f->q, f->xn, w->wq, w->bq, T, Q, C, false, f->n_threads);

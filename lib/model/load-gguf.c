@@ -156,23 +156,27 @@ static enum oscar_status check_layers(const struct osc_gguf * g, const struct os
     return st;
 }
 
-enum oscar_status osc_model_load_gguf(const char * path, struct oscar_model * m) {
-    struct osc_gguf * g = NULL;
-    struct gguf_src s = {0};
-    enum oscar_status st = osc_gguf_open(path, &g);
-    if (st != OSCAR_OK) goto out;
-    st = read_config(g, &m->config);
+static void gguf_close(void * ctx) {
+    struct gguf_src * s = ctx;
+    if (!s) return;
+    free(s->tmp);
+    osc_gguf_close(s->g);
+    free(s);
+}
+
+enum oscar_status osc_model_open_gguf(const char * path, struct oscar_model * m, struct osc_weight_source * src) {
+    struct gguf_src * s = calloc(1, sizeof *s);
+    if (!s) return osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", path);
+    enum oscar_status st = osc_gguf_open(path, &s->g);
+    if (st == OSCAR_OK) st = read_config(s->g, &m->config);
     if (st == OSCAR_OK) st = osc_model_config_check(&m->config, path);
-    if (st != OSCAR_OK) goto out;
-    st = check_layers(g, &m->config);
-    if (st != OSCAR_OK) goto out;
-    s.g = g;
-    s.c = &m->config;
-    struct osc_weight_source src = {gguf_get, &s};
-    st = osc_model_fill(m, &src, false);
+    if (st == OSCAR_OK) st = check_layers(s->g, &m->config);
     if (st == OSCAR_OK) st = osc_sha256_file(path, m->source_sha256);
-out:
-    free(s.tmp);
-    osc_gguf_close(g);
-    return st;
+    if (st != OSCAR_OK) {
+        gguf_close(s);
+        return st;
+    }
+    s->c = &m->config;
+    *src = (struct osc_weight_source){gguf_get, gguf_close, s};
+    return OSCAR_OK;
 }

@@ -18,16 +18,22 @@ enum osc_wkind {
 // message naming the tensor) when absent; shape mismatches are FORMAT errors.
 // With dst == NULL it only checks presence and shape (osc_model_fill does
 // that for every tensor before it allocates anything).
+// get() is never called from two threads at once (load.c runs one read at a
+// time: the caller's or the prefetch thread's). close() frees ctx; NULL when
+// there is nothing to free.
 struct osc_weight_source {
     enum oscar_status (*get)(void * ctx, enum osc_wkind kind, int32_t layer, int64_t rows, int64_t cols,
                              float * dst);
+    void (*close)(void * ctx);
     void * ctx;
 };
 
-// Allocates the model for m->config (already set) and fills every tensor.
-// output absent -> tied to tok_embd (unless config.tied_embeddings is false
-// and `tie_if_missing` is false).
-enum oscar_status osc_model_fill(struct oscar_model * m, const struct osc_weight_source * src, bool tie_if_missing);
+// Checks every tensor of m->config (already set) against src, then reads the
+// tensors outside the layers (embedding, output norm, output); the model owns
+// src from here on (even on failure) and reads layers from it on demand
+// (oscar_model_layer_acquire). output absent -> tied to tok_embd (unless
+// config.tied_embeddings is false and `tie_if_missing` is false).
+enum oscar_status osc_model_attach(struct oscar_model * m, const struct osc_weight_source * src, bool tie_if_missing);
 
 // Checks a config for consistency (positive sizes, heads divide, products of
 // sizes without overflow and below 2^40 floats); names `what`.
@@ -40,7 +46,10 @@ enum oscar_status osc_model_config_check(const struct oscar_model_config * c, co
 enum oscar_status osc_model_check_layer(const char * what, const char * tensor, const char * prefix,
                                         int32_t n_layer, const char * field);
 
-enum oscar_status osc_model_load_gguf(const char * path, struct oscar_model * m);
-enum oscar_status osc_model_load_hf(const char * dir, struct oscar_model * m);
+// Read the config and check the layer names of a GGUF file or an HF directory,
+// set m->config and m->source_sha256, and hand back the open weight source
+// (the caller owns it: osc_model_attach or src->close).
+enum oscar_status osc_model_open_gguf(const char * path, struct oscar_model * m, struct osc_weight_source * src);
+enum oscar_status osc_model_open_hf(const char * dir, struct oscar_model * m, struct osc_weight_source * src);
 
 #endif

@@ -63,20 +63,30 @@ static enum oscar_status check_layers(const struct osc_safetensors * st, const c
     return s;
 }
 
-enum oscar_status osc_model_load_hf(const char * dir, struct oscar_model * m) {
-    struct st_src s = {NULL, dir};
+static void st_close(void * ctx) {
+    struct st_src * s = ctx;
+    if (!s) return;
+    osc_safetensors_close(s->st);
+    free(s);
+}
+
+enum oscar_status osc_model_open_hf(const char * dir, struct oscar_model * m, struct osc_weight_source * src) {
+    struct st_src * s = calloc(1, sizeof *s);
     char * cfg = osc_path_join(dir, "config.json");
-    enum oscar_status st = cfg ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", dir);
-    if (st == OSCAR_OK) st = osc_hf_config_load(cfg, &m->config);
-    if (st == OSCAR_OK) st = osc_model_config_check(&m->config, cfg);
-    if (st == OSCAR_OK) st = osc_safetensors_open(dir, &s.st);
-    if (st == OSCAR_OK) st = check_layers(s.st, cfg, m->config.n_layer);
+    enum oscar_status st = s && cfg ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", dir);
     if (st == OSCAR_OK) {
-        struct osc_weight_source src = {st_get, &s};
-        st = osc_model_fill(m, &src, false);
+        s->dir = m->source; // outlives the source: the model's own copy of dir
+        st = osc_hf_config_load(cfg, &m->config);
     }
+    if (st == OSCAR_OK) st = osc_model_config_check(&m->config, cfg);
+    if (st == OSCAR_OK) st = osc_safetensors_open(dir, &s->st);
+    if (st == OSCAR_OK) st = check_layers(s->st, cfg, m->config.n_layer);
     if (st == OSCAR_OK) st = osc_sha256_file(cfg, m->source_sha256);
-    osc_safetensors_close(s.st);
     free(cfg);
-    return st;
+    if (st != OSCAR_OK) {
+        st_close(s);
+        return st;
+    }
+    *src = (struct osc_weight_source){st_get, st_close, s};
+    return OSCAR_OK;
 }

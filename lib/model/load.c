@@ -1,14 +1,22 @@
-// load.c - oscar_model_load dispatch (GGUF file or HF directory), one fp32
-// slab for all weights, random init, free.
+// load.c - oscar_model_load / oscar_model_open dispatch (GGUF file or HF
+// directory), the layers read on demand, random init, free.
 //
 // Every tensor's shape is checked against the config by the format source;
 // this file only decides what is required (biases for qwen2, q/k norms for
-// qwen3, output unless tied) and where it lives in the slab. The config
-// comes from the file, so all of it is checked before the slab is
-// allocated: sizes and their products (overflow-checked), then every tensor
-// (present, right shape), and the loaders refuse layer tensors beyond the
-// declared layer count.
+// qwen3, output unless tied) and where it lives. The config comes from the
+// file, so all of it is checked before anything is allocated: sizes and their
+// products (overflow-checked), then every tensor (present, right shape), and
+// the loaders refuse layer tensors beyond the declared layer count.
+//
+// Memory: the tensors outside the layers (embedding, output norm, output) in
+// one block; each layer in a block of its own, read from the still-open weight
+// source when it is acquired and freed when it is released. oscar_model_load
+// acquires every layer; oscar_model_open none, and a layer-major caller then
+// holds two at a time (the one it runs, the one being prefetched). A prefetch
+// reads on a thread of its own into the same block the caller would read
+// into, so what is read is the same either way.
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +26,15 @@
 #include "util/error.h"
 
 struct model_storage {
-    float * slab;
+    float * globals;                 // tok_embd, output_norm, output
+    float ** layer_mem;              // [n_layer] the block behind m->layers[l], or NULL
+    int64_t layer_floats;            // floats in one layer block
+    struct osc_weight_source src;    // open while any layer may still be read
+    bool has_src;
+    int32_t prefetch;                // layer being read by the prefetch thread, or -1
+    pthread_t thread;
+    enum oscar_status prefetch_st;   // its result, and its error message (errors are per thread)
+    char prefetch_err[512];
 };
 
 const char * oscar_arch_name(enum oscar_arch arch) {
@@ -127,48 +143,29 @@ static float * take(float ** cur, int64_t n) {
     return p;
 }
 
-static enum oscar_status alloc_weights(struct oscar_model * m, bool with_output) {
-    const struct oscar_model_config * c = &m->config;
-    struct dims d;
-    const char * field;
-    OSCAR_ASSERT(model_dims(c, &d, &field)); // osc_model_config_check has passed
-    int64_t C = c->n_embd, q = d.q, kv = d.kv, VC = (int64_t) c->n_vocab * C;
-    int64_t total = d.total - (with_output ? 0 : VC);
-    struct model_storage * st = calloc(1, sizeof *st);
-    m->layers = calloc((size_t) c->n_layer, sizeof *m->layers);
-    if (st) st->slab = malloc((size_t) total * sizeof(float));
-    m->storage = st;
-    if (!st || !st->slab || !m->layers) {
-        return osc_error(OSCAR_ERR_NOMEM, "%s: cannot allocate %lld MiB of weights", m->source,
-                         (long long) (total * 4 >> 20));
+// Points w's tensors into block (layer_floats floats, laid out as model_dims counts them).
+static void layout_layer(const struct oscar_model_config * c, float * block, struct oscar_layer_weights * w) {
+    int64_t C = c->n_embd, q = (int64_t) c->n_head * c->head_dim, kv = (int64_t) c->n_head_kv * c->head_dim;
+    float * cur = block;
+    memset(w, 0, sizeof *w);
+    w->attn_norm = take(&cur, C);
+    w->wq = take(&cur, q * C);
+    w->wk = take(&cur, kv * C);
+    w->wv = take(&cur, kv * C);
+    if (c->qkv_bias) {
+        w->bq = take(&cur, q);
+        w->bk = take(&cur, kv);
+        w->bv = take(&cur, kv);
     }
-    float * cur = st->slab;
-    m->tok_embd = take(&cur, VC);
-    m->output_norm = take(&cur, C);
-    m->output = with_output ? take(&cur, VC) : m->tok_embd;
-    for (int32_t i = 0; i < c->n_layer; i++) {
-        struct oscar_layer_weights * l = &m->layers[i];
-        l->attn_norm = take(&cur, C);
-        l->wq = take(&cur, q * C);
-        l->wk = take(&cur, kv * C);
-        l->wv = take(&cur, kv * C);
-        if (c->qkv_bias) {
-            l->bq = take(&cur, q);
-            l->bk = take(&cur, kv);
-            l->bv = take(&cur, kv);
-        }
-        if (c->qk_norm) {
-            l->q_norm = take(&cur, c->head_dim);
-            l->k_norm = take(&cur, c->head_dim);
-        }
-        l->wo = take(&cur, C * q);
-        l->ffn_norm = take(&cur, C);
-        l->w_gate = take(&cur, (int64_t) c->n_ff * C);
-        l->w_up = take(&cur, (int64_t) c->n_ff * C);
-        l->w_down = take(&cur, C * c->n_ff);
+    if (c->qk_norm) {
+        w->q_norm = take(&cur, c->head_dim);
+        w->k_norm = take(&cur, c->head_dim);
     }
-    OSCAR_ASSERT(cur == st->slab + total);
-    return OSCAR_OK;
+    w->wo = take(&cur, C * q);
+    w->ffn_norm = take(&cur, C);
+    w->w_gate = take(&cur, (int64_t) c->n_ff * C);
+    w->w_up = take(&cur, (int64_t) c->n_ff * C);
+    w->w_down = take(&cur, C * c->n_ff);
 }
 
 // Reads every tensor of layer i into l, or with l == NULL only checks that
@@ -215,35 +212,176 @@ static enum oscar_status check_tensors(struct oscar_model * m, const struct osc_
     return st;
 }
 
-enum oscar_status osc_model_fill(struct oscar_model * m, const struct osc_weight_source * src, bool tie_if_missing) {
+enum oscar_status osc_model_attach(struct oscar_model * m, const struct osc_weight_source * src, bool tie_if_missing) {
     const struct oscar_model_config * c = &m->config;
+    struct model_storage * ms = calloc(1, sizeof *ms);
+    if (!ms) {
+        if (src->close) src->close(src->ctx);
+        return osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", m->source);
+    }
+    ms->src = *src, ms->has_src = true, ms->prefetch = -1;
+    m->storage = ms;
     enum oscar_status st = osc_model_config_check(c, m->source);
     if (st != OSCAR_OK) return st;
     // With tied embeddings no second V x C block is allocated.
     bool with_output = !c->tied_embeddings;
-    // Validate first, allocate after: the slab is sized from the config, so
-    // it is only allocated once tensors of exactly those shapes (whose data
-    // the format reader has checked to lie inside the file) back all of it.
-    st = check_tensors(m, src, tie_if_missing, &with_output);
-    if (st == OSCAR_OK) st = alloc_weights(m, with_output);
-    if (st != OSCAR_OK) return st;
+    // Validate first, allocate after: the blocks are sized from the config, so
+    // they are only allocated once tensors of exactly those shapes (whose data
+    // the format reader has checked to lie inside the file) back all of them.
+    if ((st = check_tensors(m, src, tie_if_missing, &with_output)) != OSCAR_OK) return st;
+    struct dims d;
+    const char * field;
+    OSCAR_ASSERT(model_dims(c, &d, &field)); // osc_model_config_check has passed
+    const int64_t C = c->n_embd, VC = (int64_t) c->n_vocab * C;
+    ms->layer_floats = d.layer;
+    ms->globals = malloc((size_t) (VC * (with_output ? 2 : 1) + C) * sizeof(float));
+    ms->layer_mem = calloc((size_t) c->n_layer, sizeof *ms->layer_mem);
+    m->layers = calloc((size_t) c->n_layer, sizeof *m->layers);
+    if (!ms->globals || !ms->layer_mem || !m->layers) {
+        return osc_error(OSCAR_ERR_NOMEM, "%s: cannot allocate %lld MiB of embeddings", m->source,
+                         (long long) (VC * (with_output ? 2 : 1) * 4 >> 20));
+    }
+    float * cur = ms->globals;
+    m->tok_embd = take(&cur, VC);
+    m->output_norm = take(&cur, C);
+    m->output = with_output ? take(&cur, VC) : m->tok_embd;
     st = src->get(src->ctx, OSC_W_EMBD, -1, c->n_vocab, c->n_embd, m->tok_embd);
     if (st == OSCAR_OK) st = src->get(src->ctx, OSC_W_OUT_NORM, -1, c->n_embd, 0, m->output_norm);
     if (st == OSCAR_OK && with_output) st = src->get(src->ctx, OSC_W_OUTPUT, -1, c->n_vocab, c->n_embd, m->output);
-    for (int32_t i = 0; st == OSCAR_OK && i < c->n_layer; i++) st = visit_layer(c, &m->layers[i], i, src);
+    return st;
+}
+
+// Reads layer l into a new block (not yet visible in m->layers). Any thread.
+static enum oscar_status read_layer(const struct oscar_model * m, int32_t l, float ** out) {
+    const struct model_storage * ms = m->storage;
+    *out = NULL;
+    if (!ms->has_src)
+        return osc_error(OSCAR_ERR_INVALID, "%s: layer %d was released and its file is closed", m->source, (int) l);
+    float * block = malloc((size_t) ms->layer_floats * sizeof(float));
+    if (!block) {
+        return osc_error(OSCAR_ERR_NOMEM, "%s: cannot allocate %lld MiB for layer %d", m->source,
+                         (long long) (ms->layer_floats * 4 >> 20), (int) l);
+    }
+    struct oscar_layer_weights w;
+    layout_layer(&m->config, block, &w);
+    enum oscar_status st = visit_layer(&m->config, &w, l, &ms->src);
+    if (st != OSCAR_OK) {
+        free(block);
+        return st;
+    }
+    *out = block;
+    return OSCAR_OK;
+}
+
+struct prefetch_job {
+    struct oscar_model * m;
+    int32_t layer;
+    float * block;
+};
+
+static void * prefetch_main(void * arg) {
+    struct prefetch_job * job = arg;
+    struct model_storage * ms = job->m->storage;
+    ms->prefetch_st = read_layer(job->m, job->layer, &job->block);
+    if (ms->prefetch_st != OSCAR_OK) snprintf(ms->prefetch_err, sizeof ms->prefetch_err, "%s", oscar_last_error());
+    return job;
+}
+
+// Waits for the prefetch thread, if any, and installs what it read.
+static enum oscar_status join_prefetch(struct oscar_model * m) {
+    struct model_storage * ms = m->storage;
+    if (ms->prefetch < 0) return OSCAR_OK;
+    void * ret = NULL;
+    pthread_join(ms->thread, &ret);
+    struct prefetch_job * job = ret;
+    const int32_t l = ms->prefetch;
+    ms->prefetch = -1;
+    enum oscar_status st = ms->prefetch_st;
+    if (st == OSCAR_OK) {
+        ms->layer_mem[l] = job->block;
+        layout_layer(&m->config, job->block, &m->layers[l]);
+    }
+    free(job);
+    return st == OSCAR_OK ? OSCAR_OK : osc_error(st, "%s", ms->prefetch_err);
+}
+
+static bool valid_layer(const struct oscar_model * m, int32_t l) {
+    return m && m->storage && l >= 0 && l < m->config.n_layer;
+}
+
+bool oscar_model_layer_resident(const struct oscar_model * m, int32_t l) {
+    return valid_layer(m, l) && ((const struct model_storage *) m->storage)->layer_mem[l] != NULL;
+}
+
+enum oscar_status oscar_model_layer_acquire(struct oscar_model * m, int32_t l) {
+    if (!valid_layer(m, l)) return osc_error(OSCAR_ERR_INVALID, "model: no layer %d", (int) l);
+    struct model_storage * ms = m->storage;
+    enum oscar_status st = join_prefetch(m);
+    if (st != OSCAR_OK || ms->layer_mem[l]) return st;
+    if ((st = read_layer(m, l, &ms->layer_mem[l])) == OSCAR_OK) layout_layer(&m->config, ms->layer_mem[l], &m->layers[l]);
+    return st;
+}
+
+void oscar_model_layer_prefetch(struct oscar_model * m, int32_t l) {
+    if (!valid_layer(m, l)) return;
+    struct model_storage * ms = m->storage;
+    if (ms->layer_mem[l] || ms->prefetch >= 0 || !ms->has_src) return; // resident, or one read at a time
+    struct prefetch_job * job = calloc(1, sizeof *job);
+    if (!job) return; // acquire reads it then
+    job->m = m, job->layer = l;
+    ms->prefetch = l;
+    if (pthread_create(&ms->thread, NULL, prefetch_main, job) != 0) {
+        ms->prefetch = -1;
+        free(job);
+    }
+}
+
+void oscar_model_layer_release(struct oscar_model * m, int32_t l) {
+    if (!valid_layer(m, l)) return;
+    struct model_storage * ms = m->storage;
+    if (!ms->has_src) return; // a loaded model keeps its layers (its file is closed)
+    if (ms->prefetch == l) (void) join_prefetch(m); // then freed like a read one (its error, if any, dropped)
+    free(ms->layer_mem[l]);
+    ms->layer_mem[l] = NULL;
+    memset(&m->layers[l], 0, sizeof m->layers[l]);
+}
+
+bool oscar_model_streamed(const struct oscar_model * m) {
+    return m && m->storage && ((const struct model_storage *) m->storage)->has_src;
+}
+
+int64_t oscar_model_layer_bytes(const struct oscar_model * m) {
+    return m && m->storage ? ((const struct model_storage *) m->storage)->layer_floats * (int64_t) sizeof(float) : 0;
+}
+
+// Every layer resident, the weight source closed: what oscar_model_load returns.
+static enum oscar_status acquire_all(struct oscar_model * m) {
+    struct model_storage * ms = m->storage;
+    enum oscar_status st = OSCAR_OK;
+    for (int32_t l = 0; st == OSCAR_OK && l < m->config.n_layer; l++) st = oscar_model_layer_acquire(m, l);
+    if (st == OSCAR_OK) {
+        if (ms->src.close) ms->src.close(ms->src.ctx);
+        ms->has_src = false;
+    }
     return st;
 }
 
 void oscar_model_free(struct oscar_model * m) {
     if (!m) return;
-    struct model_storage * st = m->storage;
-    if (st) free(st->slab);
-    free(st);
+    struct model_storage * ms = m->storage;
+    if (ms) {
+        (void) join_prefetch(m);
+        if (ms->has_src && ms->src.close) ms->src.close(ms->src.ctx);
+        for (int32_t l = 0; ms->layer_mem && l < m->config.n_layer; l++) free(ms->layer_mem[l]);
+        free(ms->layer_mem);
+        free(ms->globals);
+        free(ms);
+    }
     free(m->layers);
     free(m);
 }
 
-enum oscar_status oscar_model_load(const char * path, struct oscar_model ** out) {
+enum oscar_status oscar_model_open(const char * path, struct oscar_model ** out) {
     *out = NULL;
     struct stat sb;
     if (stat(path, &sb) != 0) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: no such file or directory", path);
@@ -253,13 +391,24 @@ enum oscar_status oscar_model_load(const char * path, struct oscar_model ** out)
     struct oscar_model * m = calloc(1, sizeof *m);
     if (!m) return osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", path);
     snprintf(m->source, sizeof m->source, "%s", path);
-    enum oscar_status st = S_ISDIR(sb.st_mode) ? osc_model_load_hf(path, m) : osc_model_load_gguf(path, m);
+    struct osc_weight_source src;
+    enum oscar_status st = S_ISDIR(sb.st_mode) ? osc_model_open_hf(path, m, &src) : osc_model_open_gguf(path, m, &src);
+    if (st == OSCAR_OK) st = osc_model_attach(m, &src, false);
     if (st != OSCAR_OK) {
         oscar_model_free(m);
         return st;
     }
     *out = m;
     return OSCAR_OK;
+}
+
+enum oscar_status oscar_model_load(const char * path, struct oscar_model ** out) {
+    enum oscar_status st = oscar_model_open(path, out);
+    if (st == OSCAR_OK && (st = acquire_all(*out)) != OSCAR_OK) {
+        oscar_model_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 // ---- random init ---------------------------------------------------------------------
@@ -274,20 +423,40 @@ static double uniform01(uint64_t * s) {
     return ((double) (splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
+// Any tensor can be read first: splitmix64's state after k draws is seed +
+// k * its increment, and the check pass (which visits every tensor in the
+// order a whole-model fill reads them) records each tensor's first draw. A
+// streamed random model is therefore the same model as a loaded one.
+#define RANDOM_KINDS (OSC_W_DOWN + 1)
+
 struct random_src {
-    uint64_t state;
+    uint64_t seed;
+    int32_t n_layer;
+    uint64_t * first_draw; // [(n_layer + 1) * RANDOM_KINDS]; row 0: the tensors outside the layers
+    uint64_t n_draws;      // counted by the check pass
 };
+
+static void random_close(void * ctx) {
+    struct random_src * r = ctx;
+    if (r) free(r->first_draw);
+    free(r);
+}
 
 static enum oscar_status random_get(void * ctx, enum osc_wkind kind, int32_t layer, int64_t rows, int64_t cols,
                                     float * dst) {
-    (void) layer;
     struct random_src * r = ctx;
-    if (!dst) return OSCAR_OK; // check pass: every shape exists
-    int64_t n = rows * (cols ? cols : 1);
+    const int64_t n = rows * (cols ? cols : 1);
+    uint64_t * first = &r->first_draw[(size_t) (layer + 1) * RANDOM_KINDS + kind];
+    if (!dst) { // check pass: every shape exists; count the draws
+        *first = r->n_draws;
+        r->n_draws += 2 * (uint64_t) ((n + 1) / 2);
+        return OSCAR_OK;
+    }
+    uint64_t state = r->seed + *first * 0x9e3779b97f4a7c15ull;
     bool norm = kind == OSC_W_OUT_NORM || kind == OSC_W_ATTN_NORM || kind == OSC_W_FFN_NORM ||
                 kind == OSC_W_QNORM || kind == OSC_W_KNORM;
     for (int64_t i = 0; i < n; i += 2) { // Box-Muller pairs
-        double u1 = uniform01(&r->state), u2 = uniform01(&r->state);
+        double u1 = uniform01(&state), u2 = uniform01(&state);
         double rad = sqrt(-2.0 * log(u1));
         dst[i] = norm ? 1.0f : (float) (0.02 * rad * cos(6.283185307179586 * u2));
         if (i + 1 < n) dst[i + 1] = norm ? 1.0f : (float) (0.02 * rad * sin(6.283185307179586 * u2));
@@ -295,20 +464,39 @@ static enum oscar_status random_get(void * ctx, enum osc_wkind kind, int32_t lay
     return OSCAR_OK;
 }
 
-enum oscar_status oscar_model_init_random(const struct oscar_model_config * cfg, uint64_t seed,
+enum oscar_status oscar_model_open_random(const struct oscar_model_config * cfg, uint64_t seed,
                                           struct oscar_model ** out) {
     *out = NULL;
     struct oscar_model * m = calloc(1, sizeof *m);
-    if (!m) return osc_error(OSCAR_ERR_NOMEM, "random model: out of memory");
-    m->config = *cfg;
-    snprintf(m->source, sizeof m->source, "random(seed=%llu)", (unsigned long long) seed);
-    struct random_src r = {seed};
-    struct osc_weight_source src = {random_get, &r};
-    enum oscar_status st = osc_model_fill(m, &src, false);
+    struct random_src * r = calloc(1, sizeof *r);
+    if (m) m->config = *cfg;
+    enum oscar_status st = m && r ? osc_model_config_check(cfg, "random model") : OSCAR_ERR_NOMEM;
+    if (st == OSCAR_OK) {
+        r->seed = seed, r->n_layer = cfg->n_layer;
+        r->first_draw = calloc(((size_t) cfg->n_layer + 1) * RANDOM_KINDS, sizeof *r->first_draw);
+        if (!r->first_draw) st = OSCAR_ERR_NOMEM;
+    }
     if (st != OSCAR_OK) {
+        random_close(r);
+        free(m);
+        return st == OSCAR_ERR_NOMEM ? osc_error(st, "random model: out of memory") : st;
+    }
+    snprintf(m->source, sizeof m->source, "random(seed=%llu)", (unsigned long long) seed);
+    struct osc_weight_source src = {random_get, random_close, r};
+    if ((st = osc_model_attach(m, &src, false)) != OSCAR_OK) {
         oscar_model_free(m);
         return st;
     }
     *out = m;
     return OSCAR_OK;
+}
+
+enum oscar_status oscar_model_init_random(const struct oscar_model_config * cfg, uint64_t seed,
+                                          struct oscar_model ** out) {
+    enum oscar_status st = oscar_model_open_random(cfg, seed, out);
+    if (st == OSCAR_OK && (st = acquire_all(*out)) != OSCAR_OK) {
+        oscar_model_free(*out);
+        *out = NULL;
+    }
+    return st;
 }

@@ -84,6 +84,28 @@ enum oscar_status oscar_model_init_random(const struct oscar_model_config * cfg,
 
 void oscar_model_free(struct oscar_model * m);
 
+// ---- layers on demand ------------------------------------------------------------
+// oscar_model_open checks the file exactly as oscar_model_load does (config,
+// every tensor's presence and shape) and reads the embedding, output norm and
+// output, but no layer: m->layers[l] is all NULL until layer l is acquired,
+// and the file stays open. A layer-major caller holds one or two layers:
+//   oscar_model_layer_acquire(m, l);      // reads l (or waits for its prefetch)
+//   oscar_model_layer_prefetch(m, l + 1); // reads l + 1 on a thread of its own
+//   ... run layer l ...
+//   oscar_model_layer_release(m, l);      // frees l; m->layers[l] is NULL again
+// A layer reads the same bytes whichever way it is read. oscar_model_load is
+// open + acquire every layer + close the file: its release is a no-op.
+// oscar_model_open_random is oscar_model_init_random's model, read the same way.
+enum oscar_status oscar_model_open(const char * path, struct oscar_model ** out);
+enum oscar_status oscar_model_open_random(const struct oscar_model_config * cfg, uint64_t seed,
+                                          struct oscar_model ** out);
+enum oscar_status oscar_model_layer_acquire(struct oscar_model * m, int32_t layer);
+void oscar_model_layer_prefetch(struct oscar_model * m, int32_t layer); // best effort: acquire reads it otherwise
+void oscar_model_layer_release(struct oscar_model * m, int32_t layer);
+bool oscar_model_layer_resident(const struct oscar_model * m, int32_t layer);
+bool oscar_model_streamed(const struct oscar_model * m);                // opened: release frees layers
+int64_t oscar_model_layer_bytes(const struct oscar_model * m);          // fp32 bytes of one layer
+
 // ---- capture hooks ---------------------------------------------------------------
 // Called at the end of each layer the hook wants, with that layer's tensors.
 // Pointers are valid only during the call (scratch is reused).

@@ -68,7 +68,7 @@ int main(int argc, char ** argv) {
     rc = 0;
 out:
     oscar_calib_gate_free(&gate), oscar_calib_clip_free(&clip), oscar_calib_fit_free(&fit);
-    oscar_stats_free(st), oscar_calib_device_heldout_free(&held), oscar_calib_plan_free(&plan);
+    oscar_stats_free(st), oscar_calib_heldout_free(&held), oscar_calib_plan_free(&plan);
     oscar_calib_corpus_free(&corpus);
     return rc;
 }

@@ -62,7 +62,7 @@ static void fixture_init(struct fixture * f) {
 }
 
 // Runs the capture pass with m; returns the status and frees what it made.
-static enum oscar_status accumulate(const struct oscar_model * m, struct fixture * f) {
+static enum oscar_status accumulate(struct oscar_model * m, struct fixture * f) {
     struct oscar_stats * s = NULL;
     struct oscar_calib_heldout held;
     struct oscar_calib_timing t = {0};
@@ -77,7 +77,7 @@ static enum oscar_status accumulate(const struct oscar_model * m, struct fixture
     return st;
 }
 
-static void expect_refused(const struct oscar_model * m, struct fixture * f, const char * what) {
+static void expect_refused(struct oscar_model * m, struct fixture * f, const char * what) {
     assert_int_equal(accumulate(m, f), OSCAR_ERR_INVALID);
     const char * msg = oscar_last_error();
     if (!strstr(msg, what) || !strstr(msg, f->ckpt)) fail_msg("message lacks '%s' or the checkpoint: %s", what, msg);

@@ -1,6 +1,8 @@
 // test-layer-pass.c - the layer-major calibration pass (oscar_calib_capture)
 // equals two whole forward passes bit for bit: the accumulator state (every
-// fp64 sum, counters, staged rows) and the held-out rows. The reference here
+// fp64 sum, counters, staged rows) and the held-out rows; and it gives the
+// same bytes on a model whose layers it reads one at a time (oscar_model_open_random)
+// as on the loaded model, W_O of the held-out rows included. The reference here
 // is built from the public pieces only (oscar_forward_run + a capture hook +
 // oscar_stats_add, pass 1 then pass 2), as oscar-calibrate computed it before.
 #include <setjmp.h>
@@ -57,6 +59,38 @@ static uint8_t * state_bytes(const struct oscar_stats * s, size_t * n) {
     return b;
 }
 
+// The same pass over the same model opened layer by layer: same state bytes, held-out rows and W_O,
+// and no layer left resident.
+static void check_streamed(const struct oscar_model_config * cfg, const struct oscar_model * loaded,
+                           const struct oscar_calib_plan * plan, const struct oscar_calib_params * p,
+                           const struct oscar_stats * want, const struct oscar_calib_heldout * want_held) {
+    struct oscar_model * m = NULL;
+    assert_int_equal(oscar_model_open_random(cfg, 7, &m), OSCAR_OK);
+    assert_true(oscar_model_streamed(m));
+    struct oscar_calib_timing t = {0};
+    struct oscar_stats * got = NULL;
+    struct oscar_calib_heldout held;
+    assert_int_equal(oscar_calib_capture(m, plan, p, &got, &held, &t), OSCAR_OK);
+    size_t n_got, n_want;
+    uint8_t * a = state_bytes(got, &n_got), * b = state_bytes(want, &n_want);
+    assert_int_equal(n_got, n_want);
+    assert_memory_equal(a, b, n_want);
+    const size_t T = (size_t) held.n_rows, qr = (size_t) cfg->n_head * cfg->head_dim,
+                 kr = (size_t) cfg->n_head_kv * cfg->head_dim;
+    assert_int_equal(held.n_rows, want_held->n_rows);
+    for (int l = 0; l < L; l++) {
+        assert_false(oscar_model_layer_resident(m, l));
+        assert_memory_equal(held.q[l], want_held->q[l], T * qr * sizeof(float));
+        assert_memory_equal(held.k[l], want_held->k[l], T * kr * sizeof(float));
+        assert_memory_equal(held.v[l], want_held->v[l], T * kr * sizeof(float));
+        assert_memory_equal(held.wo[l], loaded->layers[l].wo, (size_t) cfg->n_embd * qr * sizeof(float));
+    }
+    free(a), free(b);
+    oscar_stats_free(got);
+    oscar_calib_heldout_free(&held);
+    oscar_model_free(m);
+}
+
 static void check_case(enum oscar_stats_kind kobj, enum oscar_stats_kind vobj, int32_t batch, int32_t threads) {
     struct oscar_model_config cfg = {.arch = OSCAR_ARCH_QWEN3, .n_layer = L, .n_embd = 64, .n_head = 4,
                                      .n_head_kv = 2, .head_dim = 16, .n_ff = 96, .n_vocab = 97,
@@ -82,6 +116,7 @@ static void check_case(enum oscar_stats_kind kobj, enum oscar_stats_kind vobj, i
     struct oscar_calib_heldout held;
     assert_int_equal(oscar_calib_capture(m, &plan, &p, &got, &held, &t), OSCAR_OK);
     assert_int_equal(oscar_stats_phase(got), 3);
+    check_streamed(&cfg, m, &plan, &p, got, &held);
 
     // the reference: held-out rows, pass 1, pass 2 through whole-model runs
     struct oscar_stats_params sp = oscar_stats_default_params();

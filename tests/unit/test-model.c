@@ -297,6 +297,104 @@ static void test_hf_config(void ** state) {
     assert_int_equal(parse_cfg("[]"), OSCAR_ERR_FORMAT);
 }
 
+// Every tensor of layer l of a and b is the same bytes.
+static void assert_same_layer(const struct oscar_model_config * c, const struct oscar_layer_weights * a,
+                              const struct oscar_layer_weights * b) {
+    const int64_t C = c->n_embd, q = (int64_t) c->n_head * c->head_dim, kv = (int64_t) c->n_head_kv * c->head_dim;
+    assert_same(a->attn_norm, b->attn_norm, C, "attn_norm");
+    assert_same(a->wq, b->wq, q * C, "wq");
+    assert_same(a->wk, b->wk, kv * C, "wk");
+    assert_same(a->wv, b->wv, kv * C, "wv");
+    assert_same(a->wo, b->wo, C * q, "wo");
+    assert_same(a->ffn_norm, b->ffn_norm, C, "ffn_norm");
+    assert_same(a->w_gate, b->w_gate, c->n_ff * C, "w_gate");
+    assert_same(a->w_up, b->w_up, c->n_ff * C, "w_up");
+    assert_same(a->w_down, b->w_down, C * c->n_ff, "w_down");
+    if (c->qk_norm) {
+        assert_same(a->q_norm, b->q_norm, c->head_dim, "q_norm");
+        assert_same(a->k_norm, b->k_norm, c->head_dim, "k_norm");
+    }
+}
+
+// oscar_model_open reads layers only when asked, in any order, by prefetch or
+// not, and gives the bytes oscar_model_load gives; a released layer is gone
+// (the forward pass says so) and can be read again.
+static void check_on_demand(struct oscar_model * loaded, struct oscar_model * opened) {
+    const struct oscar_model_config * c = &loaded->config;
+    assert_true(oscar_model_streamed(opened));
+    assert_false(oscar_model_streamed(loaded));
+    assert_string_equal(opened->source_sha256, loaded->source_sha256);
+    assert_same(opened->tok_embd, loaded->tok_embd, (int64_t) c->n_vocab * c->n_embd, "tok_embd");
+    assert_same(opened->output, loaded->output, (int64_t) c->n_vocab * c->n_embd, "output");
+    for (int32_t l = 0; l < c->n_layer; l++) assert_false(oscar_model_layer_resident(opened, l));
+    assert_null(opened->layers[0].wq);
+    const int32_t last = c->n_layer - 1;
+    assert_int_equal(oscar_model_layer_acquire(opened, last), OSCAR_OK);   // out of order
+    assert_same_layer(c, &opened->layers[last], &loaded->layers[last]);
+    oscar_model_layer_prefetch(opened, 0);                                 // read on the prefetch thread
+    assert_int_equal(oscar_model_layer_acquire(opened, 0), OSCAR_OK);
+    assert_same_layer(c, &opened->layers[0], &loaded->layers[0]);
+    oscar_model_layer_release(opened, last);
+    assert_false(oscar_model_layer_resident(opened, last));
+    assert_null(opened->layers[last].wo);
+    // the forward pass refuses a layer that is not there
+    struct oscar_forward_params fp = oscar_forward_default_params();
+    fp.n_threads = 1, fp.max_tokens = 4;
+    struct oscar_forward * f = NULL;
+    assert_int_equal(oscar_forward_init(opened, &fp, &f), OSCAR_OK);
+    const int32_t tok[2] = {1, 2}, starts[2] = {0, 2};
+    const struct oscar_batch b = {.n_seq = 1, .seq_start = starts, .tokens = tok};
+    assert_int_equal(oscar_forward_begin(f, &b), OSCAR_OK);
+    oscar_forward_embed(f);
+    assert_int_equal(oscar_forward_layer(f, 0), OSCAR_OK);
+    if (last > 0) {
+        assert_int_equal(oscar_forward_layer(f, last), OSCAR_ERR_INVALID);
+        assert_non_null(strstr(oscar_last_error(), "not resident"));
+    }
+    oscar_forward_free(f);
+    assert_int_equal(oscar_model_layer_acquire(opened, last), OSCAR_OK);   // read again
+    assert_same_layer(c, &opened->layers[last], &loaded->layers[last]);
+    assert_int_equal(oscar_model_layer_acquire(opened, c->n_layer), OSCAR_ERR_INVALID);
+    oscar_model_layer_prefetch(opened, 0);                                 // resident: nothing to do
+    oscar_model_layer_release(loaded, 0);                                  // a loaded model keeps its layers
+    assert_true(oscar_model_layer_resident(loaded, 0));
+    oscar_model_layer_release(opened, last);
+    oscar_model_layer_prefetch(opened, last);
+    oscar_model_layer_release(opened, last);                               // released while its read is pending
+    assert_false(oscar_model_layer_resident(opened, last));
+    oscar_model_layer_prefetch(opened, last);                              // freed while its read is pending
+    oscar_model_free(loaded);
+    oscar_model_free(opened);
+}
+
+static void test_layers_on_demand(void ** state) {
+    (void) state;
+    const char * files[] = {"tests/fixtures/model/tiny-llama.gguf", "tests/fixtures/model/hf",
+                            "tests/fixtures/models/tiny-qwen3"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        struct oscar_model * a = NULL, * b = NULL;
+        assert_int_equal(oscar_model_load(files[i], &a), OSCAR_OK);
+        assert_int_equal(oscar_model_open(files[i], &b), OSCAR_OK);
+        check_on_demand(a, b);
+    }
+    struct oscar_model_config c = {.arch = OSCAR_ARCH_QWEN2, .n_layer = 3, .n_embd = 32, .n_head = 4,
+                                   .n_head_kv = 2, .head_dim = 8, .n_ff = 40, .n_vocab = 50, .n_ctx_train = 128,
+                                   .rope_theta = 1e4f, .rms_eps = 1e-6f, .qkv_bias = true};
+    struct oscar_model * a = NULL, * b = NULL;
+    assert_int_equal(oscar_model_init_random(&c, 9, &a), OSCAR_OK);
+    assert_int_equal(oscar_model_open_random(&c, 9, &b), OSCAR_OK);
+    for (int32_t l = 0; l < c.n_layer; l++) { // biases too (assert_same_layer skips them)
+        assert_int_equal(oscar_model_layer_acquire(b, l), OSCAR_OK);
+        assert_same(a->layers[l].bq, b->layers[l].bq, 32, "bq");
+        assert_same(a->layers[l].bv, b->layers[l].bv, 16, "bv");
+        oscar_model_layer_release(b, l);
+    }
+    check_on_demand(a, b);
+    struct oscar_model * m = NULL;
+    assert_int_equal(oscar_model_open("/nonexistent/model.gguf", &m), OSCAR_ERR_NOT_FOUND);
+    assert_null(m);
+}
+
 static void test_load_errors(void ** state) {
     (void) state;
     struct oscar_model * m = NULL;
@@ -455,6 +553,7 @@ int main(void) {
         cmocka_unit_test(test_safetensors_roundtrip),
         cmocka_unit_test(test_safetensors_bad),
         cmocka_unit_test(test_hf_config),
+        cmocka_unit_test(test_layers_on_demand),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_layer_count),
         cmocka_unit_test(test_validate_before_alloc),
