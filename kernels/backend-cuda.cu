@@ -240,10 +240,21 @@ out:
     return st;
 }
 
+// What the kernels cover: the write kernel's D and G, the decode kernel's D and GQA
+// group, and one (scale, zero) group per row in the decode kernel.
+static enum oscar_status cuda_kv_supports(int32_t head_dim, int32_t n_head, int32_t n_head_kv, int32_t group_size) {
+    enum oscar_status st = oscar_cuda_int2_write_supports(head_dim, group_size);
+    if (st == OSCAR_OK) st = oscar_cuda_decode_supports(head_dim, n_head, n_head_kv);
+    if (st == OSCAR_OK && group_size > 0 && group_size != head_dim)
+        st = osc_error(OSCAR_ERR_UNSUPPORTED, "cuda decode: group size %d (one group per row only: G = D = %d)",
+                       group_size, head_dim);
+    return st;
+}
+
 static const struct oscar_backend_i cuda_backend = {
     "cuda", cuda_rotate_quantize, cuda_kv_upload, cuda_kv_write_int2, cuda_kv_read_int2, cuda_decode, cuda_kv_free,
     osc_cuda_eval_open, osc_cuda_eval_layer, osc_cuda_eval_out_err, osc_cuda_eval_candidates, osc_cuda_eval_free,
-    OSCAR_CUDA_KV_HEAD_DIM,
+    cuda_kv_supports,
 };
 
 extern "C" enum oscar_status osc_backend_cuda(const struct oscar_backend_i ** out) {

@@ -19,7 +19,15 @@
 // weights are split into bf16 hi + lo parts (relative error ~2^-17), INT2 codes
 // and BF16 rows are exact bf16 operands; INT2 rows are dequantized as
 // (c - zero) * scale with fp32 scale/zero (the fp32-dequant reference, not the
-// bf16-dequant emulation). Refuses D != 128, Hq/Hkv > 8, G != D, page size not a power of two.
+// bf16-dequant emulation).
+//
+// Shapes: head_dim 64, 128 or 256 (one kernel instance each) and GQA groups of
+// 1..16 query heads per KV head. A CTA covers at most 8 query heads on the BF16
+// tiers and 4 * 256 / D on the INT2 tier (16, 8, 4: the accumulators' register
+// budget); larger groups are cut into equal head chunks on more CTAs, which
+// re-read the chunk's KV rows (from L2 when they run together). At D 256 the
+// BF16 tiers' CTAs also split the output dims in two halves (both compute the
+// scores). Refuses other head_dims, groups > 16, G != D, page size not a power of two.
 #ifndef OSCAR_KERNELS_DECODE_ATTENTION_CUH
 #define OSCAR_KERNELS_DECODE_ATTENTION_CUH
 
@@ -53,10 +61,13 @@ struct oscar_cuda_decode_args {
     float * out;                        // [B, Hq, D] fp32
 };
 
-#define OSCAR_CUDA_KV_HEAD_DIM 128            // the decode and INT2 write kernels' head_dim
+#define OSCAR_CUDA_DECODE_MAX_GROUP 16        // query heads per KV head
 #define OSCAR_CUDA_DECODE_DEFAULT_SPLITS 64   // per tier
 #define OSCAR_CUDA_DECODE_MAX_SPLITS 128      // per tier (the merge kernel's shared memory)
 
+// OSCAR_OK when the kernels cover head_dim and n_head query heads over n_head_kv KV
+// heads; else OSCAR_ERR_UNSUPPORTED with a message naming the shape and what is built.
+enum oscar_status oscar_cuda_decode_supports(int32_t head_dim, int32_t n_head, int32_t n_head_kv);
 // Split counts that fill the device: max_len[3] = the longest tier run of each
 // kind in the batch. BF16-only caches put everything in tier 0. max_splits caps
 // each tier (<= 0: the default).

@@ -9,7 +9,8 @@
 // (__fdiv_rn), explicit __fadd_rn, no FMA contraction in the quantizer, meta
 // stored by RNE. The rotation is y[j] = fma(x[D-1], R[D-1][j], ... fma(x[0],
 // R[0][j], 0)) in ascending k (the CPU harness replays that order with fmaf).
-// Refuses: D != 128, G not in {32, 64, 128}, Lloyd-Max/SYM schemes.
+// Shapes: D 64, 128, 256 (one kernel instance each), G a power of two in [32, D].
+// Refuses other shapes and the Lloyd-Max/SYM schemes.
 #ifndef OSCAR_KERNELS_INT2_QUANTIZE_CUH
 #define OSCAR_KERNELS_INT2_QUANTIZE_CUH
 
@@ -22,8 +23,8 @@ extern "C" {
 #include "util/error.h"
 
 struct oscar_cuda_int2_write {
-    int32_t head_dim;          // D (128)
-    int32_t group_size;        // G in {32, 64, 128}
+    int32_t head_dim;          // D: 64, 128 or 256
+    int32_t group_size;        // G: a power of two in [32, D]
     int32_t meta_bf16;         // 0: fp32 scale/zero, 1: bf16
     int32_t clip_idx;          // oscar_clip_index(ratio, D); -1 disables the clip
     int32_t clip_bisect;       // 1: bisection (flush kernel), 0: exact order statistic
@@ -37,6 +38,9 @@ struct oscar_cuda_int2_write {
     int64_t n_rows;
 };
 
+// OSCAR_OK when the write kernel covers head_dim D and group size G (0: D); else
+// OSCAR_ERR_UNSUPPORTED with a message naming the shape and what is built.
+enum oscar_status oscar_cuda_int2_write_supports(int32_t head_dim, int32_t group_size);
 // Launches on `stream` (a cudaStream_t, NULL = default). Asynchronous.
 enum oscar_status oscar_cuda_int2_write(const struct oscar_cuda_int2_write * a, void * stream);
 

@@ -92,8 +92,10 @@ struct oscar_backend_i {
                                          double * v_num, double * v_den);
     void (*eval_free)(struct oscar_backend_eval * e);
 
-    // The head_dim the INT2 write path and decode attention are built for (0: any).
-    int32_t kv_head_dim;
+    // OSCAR_OK when the INT2 write path and decode attention cover head_dim, n_head query
+    // heads over n_head_kv KV heads and INT2 group size group_size (0: head_dim); else
+    // OSCAR_ERR_UNSUPPORTED with a message naming what is missing. NULL: every shape.
+    enum oscar_status (*kv_supports)(int32_t head_dim, int32_t n_head, int32_t n_head_kv, int32_t group_size);
 };
 
 // "cpu" (always) or "cuda". Returns OSCAR_ERR_UNSUPPORTED with "CUDA backend not

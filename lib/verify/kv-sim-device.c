@@ -77,9 +77,8 @@ enum oscar_status oscar_kv_sim_dev_init(const char * backend, const struct oscar
                          "and per-token quantizers", backend, tf->name);
     st = oscar_backend_get(backend, &be);
     if (st != OSCAR_OK) return st;
-    if (be->kv_head_dim && be->kv_head_dim != tf->head_dim)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "kv sim (%s): head_dim %d (its INT2 kernels are built for %d)", backend,
-                         tf->head_dim, be->kv_head_dim);
+    if (be->kv_supports && (st = be->kv_supports(tf->head_dim, cfg->n_head, tf->n_head_kv, G)) != OSCAR_OK)
+        return osc_error_prefix(st, "kv sim (%s), transform '%s'", backend, tf->name);
     struct oscar_kv_sim_dev * s = calloc(1, sizeof *s);
     if (!s) return osc_error(OSCAR_ERR_NOMEM, "kv sim (%s)", backend);
     s->be = be, s->tf = *tf, s->n_head = cfg->n_head, s->max_tokens = max_tokens;

@@ -1,6 +1,7 @@
 // bench-decode.cu - times the fused INT2 decode attention against the BF16
-// kernel of the same structure (and PyTorch SDPA numbers read from a CSV made
-// by bench-sdpa.py in the same run), and the INT2 write path (style.md rule 14).
+// kernel of the same structure and every PyTorch SDPA backend (numbers read from
+// a CSV made by bench-sdpa.py in the same run), against the roofline of a
+// measured read bandwidth, and the INT2 write path (style.md rule 14).
 //
 //   bench-decode [--reps N] [--sdpa sdpa.csv] [--csv out.csv] [--max-splits N (per tier, <= 128)]
 // Shapes: Hq 32, Hkv 8, D 128, contexts 8k/32k/128k, batch 1/8/32; INT2 cache
@@ -10,7 +11,11 @@
 // Bytes counted (the formula): KV bytes read (INT2: 32+32 code + 8+8 meta per
 // token-head; BF16: 2*256 per token-head) + q + partials written and read +
 // block tables + output. Achieved GB/s = bytes / mean time, against the
-// measured device-to-device cudaMemcpy rate (bytes read + written).
+// measured read bandwidth (read_bw_kernel: 4 GiB read with 16-byte loads and
+// reduced to one word, best of 10); the roofline of a shape is its KV bytes
+// (INT2 or BF16) at that bandwidth. The D2D cudaMemcpy rate (bytes read +
+// written) is printed too. The BF16 baseline is the fastest of the SDPA backends
+// (cuDNN, Flash, memory-efficient; math only where none runs) and our BF16 kernel.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -133,7 +138,7 @@ static void free_cache(dev_cache & c) {
     c.bufs.clear();
 }
 
-struct timing { double mean_ms, sd_ms; };
+struct timing { double mean_ms, sd_ms, min_ms; };
 
 template <typename F> static timing time_it(F f, int reps, void * flush, size_t flush_bytes) {
     cudaEvent_t e0, e1;
@@ -151,26 +156,52 @@ template <typename F> static timing time_it(F f, int reps, void * flush, size_t 
         CK(cudaEventElapsedTime(&ms, e0, e1));
         t.push_back(ms);
     }
-    double m = 0, s = 0;
-    for (double x : t) m += x;
+    double m = 0, s = 0, lo = INFINITY;
+    for (double x : t) m += x, lo = fmin(lo, x);
     m /= reps;
     for (double x : t) s += (x - m) * (x - m);
     CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
-    return { m, sqrt(s / (reps > 1 ? reps - 1 : 1)) };
+    return { m, sqrt(s / (reps > 1 ? reps - 1 : 1)), lo };
 }
 
-static double sdpa_lookup(const char * path, int64_t L, int B) {
-    if (!path) return NAN;
-    FILE * f = fopen(path, "r");
-    if (!f) return NAN;
-    char line[256];
-    double r = NAN;
+// Reads every 16-byte word of p (n4 words) once and folds them into one word per
+// thread, written only when it equals a value no fill makes, so no load is dead.
+__global__ void read_bw_kernel(const uint4 * __restrict__ p, int64_t n4, uint32_t * sink) {
+    uint4 acc = make_uint4(0, 0, 0, 0);
+    int64_t stride = (int64_t) gridDim.x * blockDim.x;
+    int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x;
+#pragma unroll 4
+    for (; i < n4; i += stride) {
+        uint4 x = __ldcs(p + i);   // streaming: no reuse
+        acc.x ^= x.x, acc.y ^= x.y, acc.z ^= x.z, acc.w ^= x.w;
+    }
+    uint32_t r = acc.x ^ acc.y ^ acc.z ^ acc.w;
+    if (r == 0x9E3779B9u) *sink = r;
+}
+
+// SDPA backends as bench-sdpa.py names them; math is its fallback when no fused one runs.
+#define N_SDPA 4
+static const char * const sdpa_names[N_SDPA] = { "cudnn", "flash", "efficient", "math" };
+
+// ms per backend for (L, B) from bench-sdpa.py's CSV (L,B,backend,mean_ms,sd_ms,status);
+// NAN where the backend refused, was not timed, or there is no file.
+static void sdpa_lookup(const char * path, int64_t L, int B, double ms[N_SDPA]) {
+    for (int i = 0; i < N_SDPA; i++) ms[i] = NAN;
+    FILE * f = path ? fopen(path, "r") : NULL;
+    if (!f) return;
+    char line[512], name[32];
     while (fgets(line, sizeof line, f)) {
-        long long l; int b; double ms;
-        if (sscanf(line, "%lld,%d,%lf", &l, &b, &ms) == 3 && l == L && b == B) r = ms;
+        long long l; int b; double m;
+        if (sscanf(line, "%lld,%d,%31[^,],%lf", &l, &b, name, &m) != 4 || l != L || b != B) continue;
+        for (int i = 0; i < N_SDPA; i++)
+            if (!strcmp(name, sdpa_names[i])) ms[i] = m;
     }
     fclose(f);
-    return r;
+}
+
+static void cell(char * buf, size_t n, double ms) {
+    if (isnan(ms)) snprintf(buf, n, "n/a");
+    else snprintf(buf, n, "%.4f", ms);
 }
 
 int main(int argc, char ** argv) {
@@ -206,13 +237,37 @@ int main(int argc, char ** argv) {
     printf("D2D cudaMemcpy: %.3f ms for 2 x %.1f GB -> %.0f GB/s\n", tc.mean_ms, (double) cp / 1e9, copy_gbs);
     CK(cudaFree(a)); CK(cudaFree(b));
 
+    // Read ceiling: 4 GiB (16x L2) read once per rep, best of 10.
+    size_t rd = 4ull << 30;
+    uint32_t * sink;
+    CK(cudaMalloc(&a, rd)); CK(cudaMalloc(&sink, 4));
+    fill_bytes<<<4096, 256>>>((uint8_t *) a, (int64_t) rd, 12);
+    CK(cudaGetLastError());
+    timing tr = time_it([&] {
+        read_bw_kernel<<<prop.multiProcessorCount * 8, 512>>>((const uint4 *) a, (int64_t) (rd / 16), sink);
+    }, 10, flush, flush_bytes);
+    CK(cudaGetLastError());
+    double rd_best = tr.min_ms, read_gbs = (double) rd / (rd_best * 1e-3) / 1e9;
+    printf("read kernel (16-byte loads, xor-reduced): %.3f ms for %.1f GB -> %.0f GB/s (best of 10); roofline = KV bytes "
+           "at this rate\n", rd_best, (double) rd / 1e9, read_gbs);
+    CK(cudaFree(a)); CK(cudaFree(sink));
+
     const int Hq = 32, Hkv = 8, D = 128;
     const int64_t Ls[3] = { 8192, 32768, 131072 };
     const int Bs[3] = { 1, 8, 32 };
     FILE * out = csv ? fopen(csv, "w") : NULL;
-    if (out) fprintf(out, "L,B,int2_ms,int2_sd,bf16_ms,bf16_sd,sdpa_ms,int2_GBs,int2_pct_copy,bf16_GBs,speedup_bf16,speedup_sdpa,int2_B_per_tok,bf16_B_per_tok\n");
-    printf("\n| context | batch | INT2 fused (ms) | BF16 ours (ms) | SDPA bf16 (ms) | INT2 GB/s (%% of copy) | BF16 GB/s | INT2 vs BF16 | INT2 vs SDPA | KV B/token INT2 / BF16 |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    if (out)
+        fprintf(out, "L,B,int2_ms,int2_sd,bf16_ours_ms,bf16_ours_sd,sdpa_cudnn_ms,sdpa_flash_ms,sdpa_efficient_ms,"
+                     "sdpa_math_ms,bf16_best_ms,bf16_best,read_GBs,copy_GBs,roof_int2_ms,roof_bf16_ms,int2_GBs,"
+                     "int2_pct_read,bf16_ours_GBs,bf16_ours_pct_read,speedup_vs_bf16_ours,speedup_vs_bf16_best,"
+                     "int2_B_per_tok,bf16_B_per_tok\n");
+    printf("\nTimes in ms (mean ± sd over %d reps, L2 flushed). SDPA n/a: the backend refused the shape (see sdpa.log). "
+           "Roofline: the shape's KV bytes at the measured read bandwidth (%.0f GB/s). BF16 best: the fastest BF16 "
+           "implementation here (SDPA backends, ours).\n", reps, read_gbs);
+    printf("\n| context | batch | INT2 fused | BF16 ours | SDPA cudnn | SDPA flash | SDPA efficient | SDPA math | BF16 best | "
+           "roofline INT2 / BF16 | INT2 GB/s (%% of read) | BF16 ours GB/s (%% of read) | INT2 vs BF16 ours | "
+           "INT2 vs BF16 best | KV B/token INT2 / BF16 |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int li = 0; li < 3; li++) {
         for (int bi = 0; bi < 3; bi++) {
             int64_t L = Ls[li];
@@ -220,7 +275,7 @@ int main(int argc, char ** argv) {
             float * q, * out_d, * op, * lp;
             CK(cudaMalloc(&q, (size_t) B * Hq * D * 4)); CK(cudaMalloc(&out_d, (size_t) B * Hq * D * 4));
             fill_bf16<<<64, 256>>>((uint16_t *) q, (int64_t) B * Hq * D * 2, 9);   // finite floats
-            double res[2][3];
+            double res[2][3], kvb[2];
             for (int kind = 0; kind < 2; kind++) {   // 0: INT2, 1: BF16
                 dev_cache c;
                 make_cache(c, B, L, Hkv, kind == 0);
@@ -234,18 +289,34 @@ int main(int argc, char ** argv) {
                 CK(cudaDeviceSynchronize());
                 double bytes = c.kv_bytes + (double) B * Hq * D * 4 * 2 + (double) B * Hq * S * (D + 1) * 4 * 2;
                 res[kind][0] = t.mean_ms, res[kind][1] = t.sd_ms, res[kind][2] = bytes / (t.mean_ms * 1e-3) / 1e9;
+                kvb[kind] = c.kv_bytes;
                 CK(cudaFree(op)); CK(cudaFree(lp));
                 free_cache(c);
             }
-            double sd = sdpa_lookup(sdpa, L, B);
+            double sd[N_SDPA];
+            sdpa_lookup(sdpa, L, B, sd);
+            double best = res[1][0];
+            const char * best_name = "ours";
+            for (int i = 0; i < N_SDPA; i++)
+                if (!isnan(sd[i]) && sd[i] < best) best = sd[i], best_name = sdpa_names[i];
+            char best_s[48];
+            snprintf(best_s, sizeof best_s, "%.4f (%s%s)", best, strcmp(best_name, "ours") ? "sdpa " : "", best_name);
+            char sc[N_SDPA][16];
+            for (int i = 0; i < N_SDPA; i++) cell(sc[i], sizeof sc[i], sd[i]);
+            double roof_i2 = kvb[0] / (read_gbs * 1e9) * 1e3, roof_bf = kvb[1] / (read_gbs * 1e9) * 1e3;
             double bpt_i2 = (64.0 + 256.0) / L * 512.0 * Hkv + (L - 320.0) / L * 80.0 * Hkv, bpt_bf = 512.0 * Hkv;
-            printf("| %lldk | %d | %.4f ± %.4f | %.4f ± %.4f | %.4f | %.0f (%.0f%%) | %.0f | %.2fx | %.2fx | %.0f / %.0f |\n",
-                   (long long) (L / 1024), B, res[0][0], res[0][1], res[1][0], res[1][1], sd, res[0][2],
-                   100.0 * res[0][2] / copy_gbs, res[1][2], res[1][0] / res[0][0], sd / res[0][0], bpt_i2, bpt_bf);
+            printf("| %lldk | %d | %.4f ± %.4f | %.4f ± %.4f | %s | %s | %s | %s | %s | %.4f / %.4f | %.0f (%.0f%%) | "
+                   "%.0f (%.0f%%) | %.2fx | %.2fx | %.0f / %.0f |\n",
+                   (long long) (L / 1024), B, res[0][0], res[0][1], res[1][0], res[1][1], sc[0], sc[1], sc[2], sc[3],
+                   best_s, roof_i2, roof_bf, res[0][2], 100.0 * res[0][2] / read_gbs, res[1][2],
+                   100.0 * res[1][2] / read_gbs, res[1][0] / res[0][0], best / res[0][0], bpt_i2, bpt_bf);
             if (out)
-                fprintf(out, "%lld,%d,%.5f,%.5f,%.5f,%.5f,%.5f,%.1f,%.1f,%.1f,%.3f,%.3f,%.1f,%.1f\n", (long long) L, B,
-                        res[0][0], res[0][1], res[1][0], res[1][1], sd, res[0][2], 100.0 * res[0][2] / copy_gbs,
-                        res[1][2], res[1][0] / res[0][0], sd / res[0][0], bpt_i2, bpt_bf);
+                fprintf(out, "%lld,%d,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%s,%.1f,%.1f,%.5f,%.5f,%.1f,%.1f,%.1f,%.1f,"
+                             "%.3f,%.3f,%.1f,%.1f\n",
+                        (long long) L, B, res[0][0], res[0][1], res[1][0], res[1][1], sd[0], sd[1], sd[2], sd[3], best,
+                        best_name, read_gbs, copy_gbs, roof_i2, roof_bf, res[0][2], 100.0 * res[0][2] / read_gbs,
+                        res[1][2], 100.0 * res[1][2] / read_gbs, res[1][0] / res[0][0], best / res[0][0], bpt_i2,
+                        bpt_bf);
             CK(cudaFree(q)); CK(cudaFree(out_d));
         }
     }

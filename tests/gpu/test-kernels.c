@@ -1,7 +1,8 @@
 // test-kernels.c - compares the CUDA backend with the CPU reference backend
 // (style.md rule 9): INT2 rotate-quantize codes/meta (exact), paged INT2 writes
 // (prefill sort clip + demotion bisection clip, exact against the CPU cache),
-// fused tiered decode attention (relative error) over a sampled shape grid.
+// fused tiered decode attention (relative error) over a sampled shape grid: head
+// dims 64 / 128 / 256, GQA groups 1..16.
 //
 //   test-kernels [--seed N] [-o quant|write|attn] [--small]
 // Exit: 0 pass, 1 fail, 77 no CUDA backend/device (the reason is printed).
@@ -67,21 +68,21 @@ static void orth_matrix(float * R, int32_t D) {
     free(H);
 }
 
-static void test_quant(const struct oscar_backend_i * cpu, const struct oscar_backend_i * gpu, int64_t n) {
-    int32_t D = 128;
+static void test_quant(const struct oscar_backend_i * cpu, const struct oscar_backend_i * gpu, int64_t n, int32_t D) {
+    size_t mb_max = (size_t) 2 * (D / 32) * 4;   // G = 32, fp32 (scale, zero)
     float * xf = malloc((size_t) n * D * sizeof(float)), * R = malloc((size_t) D * D * sizeof(float));
     uint16_t * x = malloc((size_t) n * D * 2);
     uint8_t * c0 = malloc((size_t) n * D / 4), * c1 = malloc((size_t) n * D / 4);
-    uint8_t * m0 = malloc((size_t) n * 8 * 4), * m1 = malloc((size_t) n * 8 * 4);
+    uint8_t * m0 = malloc((size_t) n * mb_max), * m1 = malloc((size_t) n * mb_max);
     fill_rows(xf, n, D);
     for (int64_t i = 0; i < n * D; i++) x[i] = oscar_f32_to_bf16(xf[i]);
     orth_matrix(R, D);
-    const int Gs[3] = { 128, 64, 32 };
+    const int Gs[3] = { D, D / 2, D / 2 > 32 ? 32 : 0 };   // 0: none (D 64 has two group sizes)
     const enum oscar_quant_meta_dtype mt[2] = { OSCAR_META_F32, OSCAR_META_BF16 };
     const struct { enum oscar_clip_algo a; double r; } clips[4] = {
         { OSCAR_CLIP_SORT, 0.96 }, { OSCAR_CLIP_BISECT, 0.92 }, { OSCAR_CLIP_SORT, 0.0 }, { OSCAR_CLIP_FLUSH, 1.0 } };
     for (int gi = 0; gi < 3; gi++)
-        for (int mi = 0; mi < 2; mi++)
+        for (int mi = 0; mi < 2 && Gs[gi] > 0; mi++)
             for (int ci = 0; ci < 4; ci++)
                 for (int rot = 0; rot < 2; rot++) {
                     struct oscar_int2_params p = oscar_int2_default_params(D);
@@ -96,8 +97,8 @@ static void test_quant(const struct oscar_backend_i * cpu, const struct oscar_ba
                     for (int64_t i = 0; i < n * (int64_t) mb; i++) dm += m0[i] != m1[i];
                     int ok = s0 == OSCAR_OK && s1 == OSCAR_OK && dc == 0 && dm == 0;
                     g_fail |= !ok;
-                    printf("%s INT2_QUANT(rows=%lld,D=128,G=%d,meta=%s,clip=%s:%.2f,rot=%s): code bytes differing %lld, "
-                           "meta bytes differing %lld%s%s\n", ok ? "ok  " : "FAIL", (long long) n, Gs[gi],
+                    printf("%s INT2_QUANT(rows=%lld,D=%d,G=%d,meta=%s,clip=%s:%.2f,rot=%s): code bytes differing %lld, "
+                           "meta bytes differing %lld%s%s\n", ok ? "ok  " : "FAIL", (long long) n, D, Gs[gi],
                            mi ? "bf16" : "f32", ci == 1 ? "bisect" : ci == 3 ? "flush" : "sort", clips[ci].r,
                            rot ? "hadamard*signs" : "none", (long long) dc, (long long) dm,
                            s1 != OSCAR_OK ? " error: " : "", s1 != OSCAR_OK ? oscar_last_error() : "");
@@ -114,9 +115,8 @@ struct built {
     int64_t * quant_end;     // [n_seq] end of the prefill-written INT2 range
 };
 
-static enum oscar_status build_cache(struct built * b, int32_t n_seq, int32_t Hkv, int32_t ps, int meta_bf16,
+static enum oscar_status build_cache(struct built * b, int32_t n_seq, int32_t Hkv, int32_t D, int32_t ps, int meta_bf16,
                                      const int64_t * lens, const int32_t * steps) {
-    int32_t D = 128;
     int64_t cap = 1;
     for (int32_t s = 0; s < n_seq; s++) cap = lens[s] + steps[s] > cap ? lens[s] + steps[s] : cap;
     struct oscar_kv_cache_params p = oscar_kv_cache_default_params(Hkv, D);
@@ -153,25 +153,27 @@ static void free_built(struct built * b) {
 
 // ---- paged write -----------------------------------------------------------------------
 
-static void test_write(const struct oscar_backend_i * gpu, int32_t n_seq, int32_t Hkv, int64_t len, int32_t steps_n) {
-    int32_t D = 128, ps = 8;
+static void test_write(const struct oscar_backend_i * gpu, int32_t n_seq, int32_t Hkv, int32_t D, int64_t len,
+                       int32_t steps_n) {
+    int32_t ps = 8;
+    size_t cb = (size_t) D / 4, mb = 8;   // codes, fp32 (scale, zero) of one group per row
     int64_t lens[64];
     int32_t steps[64];
     for (int32_t s = 0; s < n_seq; s++) lens[s] = len - s, steps[s] = steps_n + s;
     struct built b = { 0 };
-    enum oscar_status st = build_cache(&b, n_seq, Hkv, ps, 0, lens, steps);
+    enum oscar_status st = build_cache(&b, n_seq, Hkv, D, ps, 0, lens, steps);
     struct oscar_kv_cache * c = b.c;
     int64_t qrows = c->p.n_int2_pages * ps * Hkv;
-    uint8_t * save[4] = { malloc((size_t) qrows * 32), malloc((size_t) qrows * 32), malloc((size_t) qrows * 8),
-                          malloc((size_t) qrows * 8) };
-    uint8_t * back_c = malloc((size_t) qrows * 32), * back_m = malloc((size_t) qrows * 8);
+    uint8_t * save[4] = { malloc((size_t) qrows * cb), malloc((size_t) qrows * cb), malloc((size_t) qrows * mb),
+                          malloc((size_t) qrows * mb) };
+    uint8_t * back_c = malloc((size_t) qrows * cb), * back_m = malloc((size_t) qrows * mb);
     uint16_t * x = malloc((size_t) b.cap * n_seq * Hkv * D * 2);
     int64_t * rows = malloc((size_t) b.cap * n_seq * Hkv * sizeof(int64_t));
     struct oscar_backend_kv * kv = NULL;
     if (st == OSCAR_OK) {
         // Poison the pools the device starts from, so only kernel writes can match.
         uint8_t * pools[4] = { c->q_k, c->q_v, c->q_k_meta, c->q_v_meta };
-        size_t sz[4] = { (size_t) qrows * 32, (size_t) qrows * 32, (size_t) qrows * 8, (size_t) qrows * 8 };
+        size_t sz[4] = { (size_t) qrows * cb, (size_t) qrows * cb, (size_t) qrows * mb, (size_t) qrows * mb };
         for (int i = 0; i < 4; i++) memcpy(save[i], pools[i], sz[i]), memset(pools[i], 0xAB, sz[i]);
         st = gpu->kv_upload(c, &kv);
         for (int i = 0; i < 4; i++) memcpy(pools[i], save[i], sz[i]);
@@ -204,15 +206,16 @@ static void test_write(const struct oscar_backend_i * gpu, int32_t n_seq, int32_
             for (int64_t pos = q->n_sink; pos < q->n_sink + q->n_int2; pos++) {
                 int64_t r0 = oscar_kv_cache_slot(c, s, pos, NULL) * Hkv;
                 used += Hkv;
-                dc += memcmp(back_c + r0 * 32, (which ? c->q_v : c->q_k) + r0 * 32, (size_t) Hkv * 32) != 0;
-                dm += memcmp(back_m + r0 * 8, (uint8_t *) (which ? c->q_v_meta : c->q_k_meta) + r0 * 8, (size_t) Hkv * 8) != 0;
+                dc += memcmp(back_c + r0 * cb, (which ? c->q_v : c->q_k) + r0 * cb, (size_t) Hkv * cb) != 0;
+                dm += memcmp(back_m + r0 * mb, (uint8_t *) (which ? c->q_v_meta : c->q_k_meta) + r0 * mb,
+                             (size_t) Hkv * mb) != 0;
             }
         }
         int ok = dc == 0 && dm == 0 && used > 0;
         g_fail |= !ok;
-        printf("%s INT2_PAGED_WRITE(%s,seqs=%d,Hkv=%d,len=%lld,steps=%d,rows=%lld,prefill=sort,demote=flush): "
+        printf("%s INT2_PAGED_WRITE(%s,seqs=%d,Hkv=%d,D=%d,len=%lld,steps=%d,rows=%lld,prefill=sort,demote=flush): "
                "tokens with differing codes %lld, meta %lld\n", ok ? "ok  " : "FAIL", which ? "V" : "K", n_seq, Hkv,
-               (long long) len, steps_n, (long long) used, (long long) dc, (long long) dm);
+               D, (long long) len, steps_n, (long long) used, (long long) dc, (long long) dm);
     }
     if (st != OSCAR_OK) {
         g_fail = 1;
@@ -227,8 +230,8 @@ static void test_write(const struct oscar_backend_i * gpu, int32_t n_seq, int32_
 // ---- decode attention ----------------------------------------------------------------------
 
 static void test_attn_case(const struct oscar_backend_i * cpu, const struct oscar_backend_i * gpu, int32_t B,
-                           int64_t L, int32_t Hkv, int32_t g, int32_t ps, int meta_bf16, int use_rv) {
-    int32_t D = 128, Hq = Hkv * g;
+                           int64_t L, int32_t Hkv, int32_t g, int32_t D, int32_t ps, int meta_bf16, int use_rv) {
+    int32_t Hq = Hkv * g;
     int64_t lens[64];
     int32_t steps[64];
     for (int32_t s = 0; s < B; s++) {
@@ -237,7 +240,7 @@ static void test_attn_case(const struct oscar_backend_i * cpu, const struct osca
     }
     clock_t t0 = clock();
     struct built b = { 0 };
-    enum oscar_status st = build_cache(&b, B, Hkv, ps, meta_bf16, lens, steps);
+    enum oscar_status st = build_cache(&b, B, Hkv, D, ps, meta_bf16, lens, steps);
     float * q = malloc((size_t) B * Hq * D * sizeof(float)), * R = malloc((size_t) D * D * sizeof(float));
     float * o0 = malloc((size_t) B * Hq * D * sizeof(float)), * o1 = malloc((size_t) B * Hq * D * sizeof(float));
     for (int64_t i = 0; i < (int64_t) B * Hq * D; i++) q[i] = rnd_normal() * 1.5f, o1[i] = NAN;
@@ -258,9 +261,9 @@ static void test_attn_case(const struct oscar_backend_i * cpu, const struct osca
     double rel = den > 0 ? sqrt(num / den) : sqrt(num);
     int ok = st == OSCAR_OK && rel <= 1e-3;
     g_fail |= !ok;
-    printf("%s DECODE_ATTN(B=%d,L=%lld,Hq=%d,Hkv=%d,D=128,page=%d,meta=%s,rv=%s,int2_tokens=%lld): rel err %.3e "
+    printf("%s DECODE_ATTN(B=%d,L=%lld,Hq=%d,Hkv=%d,D=%d,page=%d,meta=%s,rv=%s,int2_tokens=%lld): rel err %.3e "
            "(bound 1e-3; pure-bf16 estimate ~%.0e) [%.1fs cpu]%s%s\n", ok ? "ok  " : "FAIL", B, (long long) L, Hq, Hkv,
-           ps, meta_bf16 ? "bf16" : "f32", use_rv ? "R_V^T" : "folded", (long long) n_int2, rel, 4e-3,
+           D, ps, meta_bf16 ? "bf16" : "f32", use_rv ? "R_V^T" : "folded", (long long) n_int2, rel, 4e-3,
            (double) (clock() - t0) / CLOCKS_PER_SEC, st != OSCAR_OK ? " error: " : "",
            st != OSCAR_OK ? oscar_last_error() : "");
     if (k0) cpu->kv_free(k0);
@@ -270,27 +273,40 @@ static void test_attn_case(const struct oscar_backend_i * cpu, const struct osca
 }
 
 static void test_attn(const struct oscar_backend_i * cpu, const struct oscar_backend_i * gpu, int small) {
-    if (small) {
-        test_attn_case(cpu, gpu, 2, 700, 2, 4, 8, 0, 1);
+    if (small) {   // the memcheck run: each head dim, chunked GQA groups at D 128 and 256
+        test_attn_case(cpu, gpu, 2, 700, 2, 4, 128, 8, 0, 1);
+        test_attn_case(cpu, gpu, 1, 600, 1, 3, 64, 8, 1, 1);
+        test_attn_case(cpu, gpu, 1, 600, 2, 16, 256, 8, 0, 0);
         return;
     }
     // Fixed corners of the grid: lengths 1..131072, batch 1..64, GQA 1..8.
-    test_attn_case(cpu, gpu, 1, 1, 1, 1, 8, 0, 1);
-    test_attn_case(cpu, gpu, 1, 65, 2, 8, 8, 0, 0);
-    test_attn_case(cpu, gpu, 3, 330, 4, 2, 16, 1, 1);
-    test_attn_case(cpu, gpu, 64, 400, 2, 4, 8, 0, 1);
-    test_attn_case(cpu, gpu, 8, 4096, 8, 4, 8, 1, 1);
-    test_attn_case(cpu, gpu, 2, 32768, 2, 4, 8, 0, 1);
-    test_attn_case(cpu, gpu, 1, 131072, 1, 8, 8, 0, 1);
-    // Random draws, work-bounded (B * L * Hkv <= 2^19).
+    test_attn_case(cpu, gpu, 1, 1, 1, 1, 128, 8, 0, 1);
+    test_attn_case(cpu, gpu, 1, 65, 2, 8, 128, 8, 0, 0);
+    test_attn_case(cpu, gpu, 3, 330, 4, 2, 128, 16, 1, 1);
+    test_attn_case(cpu, gpu, 64, 400, 2, 4, 128, 8, 0, 1);
+    test_attn_case(cpu, gpu, 8, 4096, 8, 4, 128, 8, 1, 1);
+    test_attn_case(cpu, gpu, 2, 32768, 2, 4, 128, 8, 0, 1);
+    test_attn_case(cpu, gpu, 1, 131072, 1, 8, 128, 8, 0, 1);
+    // Head dims x GQA groups: every D with groups 1, 3, 4, 8, 16 (one head chunk per CTA up
+    // to 16 / 8 / 4 INT2 heads and 8 BF16 heads, more chunks above), lengths past one split.
+    const int32_t Ds[3] = { 64, 128, 256 }, gs[5] = { 1, 3, 4, 8, 16 };
+    for (int di = 0; di < 3; di++)
+        for (int gi = 0; gi < 5; gi++)
+            test_attn_case(cpu, gpu, 1 + (gi & 1), 1500 + 300 * gi, 2, gs[gi], Ds[di], (gi & 1) ? 16 : 8,
+                           (di + gi) & 1, gi != 2);
+    // Chunks of unequal size and the 3-tile INT2 instance: D 64 g 12, D 256 g 6, D 128 g 12.
+    test_attn_case(cpu, gpu, 2, 900, 1, 12, 64, 8, 0, 1);
+    test_attn_case(cpu, gpu, 2, 900, 2, 6, 256, 8, 1, 1);
+    test_attn_case(cpu, gpu, 2, 900, 2, 12, 128, 8, 0, 1);
+    // Random draws, work-bounded (B * L * Hkv * D <= 2^26).
     for (int i = 0; i < 8; i++) {
-        int32_t g = 1 << rnd_int(0, 3), Hkv = 1 << rnd_int(0, 3), B = rnd_int(1, 64);
-        int64_t L = (int64_t) exp(rnd_unif() * log(131072.0));
+        int32_t g = rnd_int(1, 16), Hkv = 1 << rnd_int(0, 3), B = rnd_int(1, 64), D = 64 << rnd_int(0, 2);
+        int64_t L = (int64_t) exp(rnd_unif() * log(131072.0)), cap = ((int64_t) 1 << 26) / D;
         if (L < 1) L = 1;
-        while ((int64_t) B * L * Hkv > (1 << 19) && B > 1) B /= 2;
-        while ((int64_t) B * L * Hkv > (1 << 19) && Hkv > 1) Hkv /= 2;
-        while ((int64_t) B * L * Hkv > (1 << 19)) L /= 2;
-        test_attn_case(cpu, gpu, B, L, Hkv, g, rnd_int(0, 1) ? 8 : 16, rnd_int(0, 1), rnd_int(0, 1));
+        while ((int64_t) B * L * Hkv > cap && B > 1) B /= 2;
+        while ((int64_t) B * L * Hkv > cap && Hkv > 1) Hkv /= 2;
+        while ((int64_t) B * L * Hkv > cap) L /= 2;
+        test_attn_case(cpu, gpu, B, L, Hkv, g, D, rnd_int(0, 1) ? 8 : 16, rnd_int(0, 1), rnd_int(0, 1));
     }
 }
 
@@ -317,9 +333,15 @@ int main(int argc, char ** argv) {
         printf("skip: %s\n", oscar_last_error());
         return 77;
     }
-    if (!only || !strcmp(only, "quant")) test_quant(cpu, gpu, small ? 256 : 8192);
+    if (!only || !strcmp(only, "quant")) {
+        test_quant(cpu, gpu, small ? 256 : 8192, 128);
+        test_quant(cpu, gpu, small ? 128 : 2048, 64);
+        test_quant(cpu, gpu, small ? 128 : 2048, 256);
+    }
     if ((!only || !strcmp(only, "write")) && gpu->kv_write_int2) {
-        test_write(gpu, small ? 1 : 3, small ? 2 : 4, small ? 500 : 3000, 17);
+        test_write(gpu, small ? 1 : 3, small ? 2 : 4, 128, small ? 500 : 3000, 17);
+        test_write(gpu, small ? 1 : 2, small ? 2 : 3, 64, small ? 400 : 1500, 17);
+        test_write(gpu, small ? 1 : 2, small ? 2 : 3, 256, small ? 400 : 1500, 17);
     }
     if (!only || !strcmp(only, "attn")) test_attn(cpu, gpu, small);
     printf("test-kernels: %s (seed %llu)\n", g_fail ? "FAILED" : "all passed", (unsigned long long) seed);

@@ -3,8 +3,9 @@
 // (1) one layer of random q/k/v in every tiering mode, (2) perplexity of a
 // random-init Llama-shaped model (D = 128, GQA 4) on a synthetic token stream, with
 // the CPU forward pass and (3) with the CUDA forward pass, (4) oscar_verify_run with
-// --device cuda against the CPU: INT2 on the CUDA simulation, and the CPU-simulation
-// fallbacks for a quantizer (INT4) and a head_dim (64) the kernels lack.
+// --device cuda against the CPU: INT2 on the CUDA simulation (D 128 GQA 4 and the
+// SmolLM2 shape D 64 GQA 3), and the CPU-simulation fallbacks for a quantizer (INT4)
+// and a head_dim (32) the kernels lack.
 //
 //   test-verify-sim [--seed N]      exit 0 pass, 1 fail, 77 no CUDA backend
 //
@@ -174,18 +175,23 @@ int main(int argc, char ** argv) {
            fwd_d + 4e-3, st ? " " : "", st ? oscar_last_error() : "");
     fail |= !ok;
     // oscar_verify_run end to end, --device cuda --gpu-precision fp32 vs the CPU (see
-    // verify_run_compare): INT2 on the CUDA simulation, then two fallbacks to the CPU
-    // simulation under the device forward: a quantizer the kernels lack, a head_dim they lack.
+    // verify_run_compare): INT2 on the CUDA simulation (D 128 GQA 4; D 64 GQA 3 as in
+    // SmolLM2), then two fallbacks to the CPU simulation under the device forward: a
+    // quantizer the kernels lack, a head_dim they lack.
     if (st == OSCAR_OK) {
         fail |= !verify_run_compare(model, tok, N, "bf16,hadamard", "cuda", 4e-3);
         fail |= !verify_run_compare(model, tok, N, "bf16,int4-bdh", "cpu", 1e-3);
-        struct oscar_model_config c64 = c;
-        c64.n_head = 4, c64.head_dim = 64;
-        strcpy(c64.name, "random-llama-d64");
-        struct oscar_model * m64 = NULL;
-        st = oscar_model_init_random(&c64, seed + 1, &m64);
-        fail |= st != OSCAR_OK || !verify_run_compare(m64, tok, N, "bf16,hadamard", "cpu", 1e-3);
-        oscar_model_free(m64);
+        const struct { int32_t n_head, head_dim; const char * name, * sim; double bound; } shapes[2] = {
+            { 6, 64, "random-llama-d64-gqa3", "cuda", 4e-3 }, { 4, 32, "random-llama-d32", "cpu", 1e-3 } };
+        for (int i = 0; i < 2; i++) {
+            struct oscar_model_config cm = c;
+            cm.n_head = shapes[i].n_head, cm.head_dim = shapes[i].head_dim;
+            snprintf(cm.name, sizeof cm.name, "%s", shapes[i].name);
+            struct oscar_model * mi = NULL;
+            st = oscar_model_init_random(&cm, seed + 1 + (uint64_t) i, &mi);
+            fail |= st != OSCAR_OK || !verify_run_compare(mi, tok, N, "bf16,hadamard", shapes[i].sim, shapes[i].bound);
+            oscar_model_free(mi);
+        }
     }
     oscar_kv_sim_free(cs);
     oscar_kv_sim_dev_free(ds);
