@@ -176,6 +176,10 @@ int32_t oscar_layer_window(const struct oscar_model_config * c, int32_t layer) {
     return c->sliding_window > 0 && layer >= c->swa_first_layer ? c->sliding_window : 0;
 }
 
+int32_t oscar_model_window(const struct oscar_model_config * c) {
+    return c->sliding_window > 0 && c->swa_first_layer < c->n_layer ? c->sliding_window : 0;
+}
+
 // Llama 3.x (transformers' _compute_llama3_parameters, in fp32 like its torch ops): wavelengths
 // 2 pi / f longer than orig_ctx / low_freq_factor are divided by factor, shorter than
 // orig_ctx / high_freq_factor kept, and in between blended by

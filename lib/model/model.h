@@ -111,6 +111,9 @@ void oscar_model_free(struct oscar_model * m);
 int32_t oscar_rope_dim(const struct oscar_model_config * c);
 // The window of `layer`'s attention (keys seen per token, itself included), 0 = full causal.
 int32_t oscar_layer_window(const struct oscar_model_config * c, int32_t layer);
+// The window of the model's sliding layers, 0 when no layer slides. Sequences of at most this many
+// tokens attend exactly as with full causal attention (code that assumes it checks this).
+int32_t oscar_model_window(const struct oscar_model_config * c);
 // RoPE inverse frequencies out [oscar_rope_dim(c) / 2] in fp32 as transformers computes them
 // (rope_theta, rope_scaling), each divided by rope_freqs[i] when rope_freqs is not NULL.
 void oscar_rope_inv_freq(const struct oscar_model_config * c, const float * rope_freqs, float * out);

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "formats/gguf-writer.h"
 #include "formats/hf-config.h"
 #include "formats/safetensors.h"
 #include "model/model.h"
@@ -434,11 +435,11 @@ static void test_load_errors(void ** state) {
     free(dir);
 }
 
-// A copy of the GGUF fixture with the uint32 value of `key` replaced.
-static char * gguf_with_u32(const char * name, const char * key, uint32_t v) {
+// A copy of GGUF `src` with the uint32 value of `key` replaced.
+static char * gguf_from_with_u32(const char * src, const char * name, const char * key, uint32_t v) {
     char * data = NULL;
     size_t n = 0;
-    assert_int_equal(osc_read_file("tests/fixtures/model/tiny-llama.gguf", 1 << 20, &data, &n), OSCAR_OK);
+    assert_int_equal(osc_read_file(src, 1 << 20, &data, &n), OSCAR_OK);
     char * k = memmem(data, n, key, strlen(key));
     assert_non_null(k);
     uint32_t type;
@@ -449,6 +450,73 @@ static char * gguf_with_u32(const char * name, const char * key, uint32_t v) {
     assert_int_equal(osc_write_file_atomic(path, data, n), OSCAR_OK);
     free(data);
     return path;
+}
+
+static char * gguf_with_u32(const char * name, const char * key, uint32_t v) {
+    return gguf_from_with_u32("tests/fixtures/model/tiny-llama.gguf", name, key, v);
+}
+
+#define LLAMA3_GGUF "tests/fixtures/models/tiny-llama3.gguf"
+
+static void expect_load_error(const char * path, enum oscar_status want, const char * msg1, const char * msg2);
+
+// A copy of the tiny-llama3 GGUF with a string key and/or a float key added, without rope_freqs.weight
+// when drop_freqs.
+static char * llama3_gguf_with(const char * name, const char * skey, const char * sval, const char * fkey, float fval,
+                               bool drop_freqs) {
+    struct osc_gguf * g = NULL;
+    struct osc_gguf_writer * w = NULL;
+    assert_int_equal(osc_gguf_open(LLAMA3_GGUF, &g), OSCAR_OK);
+    assert_int_equal(osc_gguf_writer_new(32, &w), OSCAR_OK);
+    assert_int_equal(osc_gguf_copy_kvs(w, g), OSCAR_OK);
+    if (skey) assert_int_equal(osc_gguf_writer_kv_cstr(w, skey, sval), OSCAR_OK);
+    if (fkey) assert_int_equal(osc_gguf_writer_kv_f32(w, fkey, fval), OSCAR_OK);
+    for (int64_t i = 0; i < osc_gguf_n_tensors(g); i++) {
+        const struct osc_gguf_tensor * t = osc_gguf_tensor(g, i);
+        if (drop_freqs && strcmp(t->name, "rope_freqs.weight") == 0) continue;
+        assert_int_equal(osc_gguf_writer_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), OSCAR_OK);
+    }
+    char * path = osc_path_join(tmpdir, name);
+    assert_int_equal(osc_gguf_writer_write(w, path), OSCAR_OK);
+    osc_gguf_writer_free(w);
+    osc_gguf_close(g);
+    return path;
+}
+
+// GGUF RoPE metadata: rope_freqs.weight is read, linear scaling applied, anything else refused by name.
+static void test_gguf_rope(void ** state) {
+    (void) state;
+    struct oscar_model * m = NULL;
+    assert_int_equal(oscar_model_load(LLAMA3_GGUF, &m), OSCAR_OK);
+    assert_true(m->config.has_rope_freqs && m->rope_freqs && m->rope_freqs[7] == 8.0f);
+    oscar_model_free(m);
+    char * p = llama3_gguf_with("linear.gguf", "llama.rope.scaling.type", "linear", "llama.rope.scaling.factor", 4.0f,
+                                true);
+    assert_int_equal(oscar_model_load(p, &m), OSCAR_OK);
+    assert_int_equal(m->config.rope_scaling, OSCAR_ROPE_LINEAR);
+    assert_true(m->config.rope_factor == 4.0f && !m->rope_freqs);
+    oscar_model_free(m);
+    free(p);
+    p = llama3_gguf_with("yarn.gguf", "llama.rope.scaling.type", "yarn", "llama.rope.scaling.factor", 4.0f, false);
+    expect_load_error(p, OSCAR_ERR_UNSUPPORTED, "llama.rope.scaling.type", "yarn");
+    free(p);
+    // Llama 3 metadata without its divisors: the scaling cannot be reproduced
+    p = llama3_gguf_with("nofreqs.gguf", NULL, NULL, "llama.rope.scaling.factor", 8.0f, true);
+    expect_load_error(p, OSCAR_ERR_UNSUPPORTED, "llama.rope.scaling.factor", "rope_freqs.weight");
+    free(p);
+    p = llama3_gguf_with("l3nofreqs.gguf", "llama.rope.scaling.type", "llama3", NULL, 0.0f, true);
+    expect_load_error(p, OSCAR_ERR_UNSUPPORTED, "llama.rope.scaling.type", "llama3");
+    free(p);
+    p = gguf_from_with_u32(LLAMA3_GGUF, "partial.gguf", "llama.rope.dimension_count", 8);
+    expect_load_error(p, OSCAR_ERR_UNSUPPORTED, "llama.rope.dimension_count = 8", "partial rotary");
+    free(p);
+    p = gguf_from_with_u32("tests/fixtures/models/tiny-mistral.gguf", "window.gguf", "llama.attention.sliding_window",
+                           5);
+    assert_int_equal(oscar_model_load(p, &m), OSCAR_OK);
+    assert_int_equal(m->config.sliding_window, 5);
+    assert_int_equal(oscar_layer_window(&m->config, 0), 5);
+    oscar_model_free(m);
+    free(p);
 }
 
 // An HF directory with the fixture's weights and the given config.json.
@@ -564,6 +632,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sha256),
         cmocka_unit_test(test_gguf_vs_hf),
+        cmocka_unit_test(test_gguf_rope),
         cmocka_unit_test(test_random_model),
         cmocka_unit_test(test_safetensors_roundtrip),
         cmocka_unit_test(test_safetensors_bad),
