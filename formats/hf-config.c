@@ -1,11 +1,19 @@
 // hf-config.c - Hugging Face config.json -> struct oscar_model_config (see hf-config.h).
 //
-// Defaults follow the transformers config classes of each model type
+// Defaults follow the transformers (5.x) config classes of each model type
 // (num_key_value_heads = heads, head_dim = hidden / heads, rope_theta 10000,
-// tie_word_embeddings false). rope_theta is also read from transformers 5's
-// "rope_parameters". Refuses hidden_act other than silu, o_proj/MLP biases
-// (llama attention_bias / mlp_bias, qwen3 attention_bias), RoPE scaling and
-// enabled sliding windows.
+// tie_word_embeddings false). RoPE settings come from transformers 5's
+// "rope_parameters" or the older "rope_scaling" (+ "rope_theta",
+// "partial_rotary_factor" at the top level). Refuses hidden_act other than
+// silu, o_proj/MLP biases (llama attention_bias / mlp_bias, qwen3
+// attention_bias), RoPE types other than default / linear / llama3 and
+// partial rotary outside phi3, naming the field and its value.
+//
+// Sliding windows, as transformers 5 applies them: mistral and phi3 use
+// "sliding_window" in every layer (mistral's default is 4096 when the key is
+// absent, phi3's none); qwen2/qwen3 only with use_sliding_window, in the
+// layers layer_types marks "sliding_attention" (default: layers >=
+// max_window_layers, 28); llama ignores the key (LlamaAttention has no window).
 #include "formats/hf-config.h"
 
 #include <jansson.h>
@@ -25,6 +33,7 @@ static const struct {
     {"mistral", "MistralForCausalLM", OSCAR_ARCH_LLAMA, 131072},
     {"qwen2", "Qwen2ForCausalLM", OSCAR_ARCH_QWEN2, 32768},
     {"qwen3", "Qwen3ForCausalLM", OSCAR_ARCH_QWEN3, 32768},
+    {"phi3", "Phi3ForCausalLM", OSCAR_ARCH_PHI3, 4096},
 };
 
 // Integer field: absent/null -> def (def < 0: required); must be in [1, INT32_MAX].
@@ -68,7 +77,7 @@ static enum oscar_status check_type(const char * name, json_t * root, int * ti) 
     }
     if (*ti < 0) {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: model_type \"%.64s\" is not supported (llama, mistral, qwen2, "
-                         "qwen3 are)", name, mt);
+                         "qwen3, phi3 are)", name, mt);
     }
     json_t * archs = json_object_get(root, "architectures");
     if (archs && !json_is_null(archs)) {
@@ -94,27 +103,149 @@ static enum oscar_status check_features(const char * name, json_t * root, enum o
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: attention_bias = true is not supported", name);
     }
     if (get_flag(root, "mlp_bias")) return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: mlp_bias = true is not supported", name);
-    json_t * rs = json_object_get(root, "rope_scaling");
-    json_t * rp = json_object_get(root, "rope_parameters");
-    json_t * objs[2] = {rs, rp};
-    for (int k = 0; k < 2; k++) {
-        json_t * o = objs[k];
-        if (!o || json_is_null(o)) continue;
-        const char * t = json_string_value(json_object_get(o, "rope_type"));
-        if (!t) t = json_string_value(json_object_get(o, "type"));
-        if (!json_is_object(o) || !t || strcmp(t, "default") != 0) {
-            return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s of type \"%.32s\" is not supported (only null or "
-                             "\"default\")", name, k ? "rope_parameters" : "rope_scaling", t ? t : "?");
-        }
+    return OSCAR_OK;
+}
+
+// The RoPE parameter object: transformers 5's rope_parameters, else the older rope_scaling; NULL if neither.
+static json_t * rope_object(json_t * root, const char ** field) {
+    json_t * rp = json_object_get(root, "rope_parameters"), * rs = json_object_get(root, "rope_scaling");
+    *field = rp && !json_is_null(rp) ? "rope_parameters" : "rope_scaling";
+    return rp && !json_is_null(rp) ? rp : rs && !json_is_null(rs) ? rs : NULL;
+}
+
+// A required positive number of the RoPE object, named "<field>.<key>" in errors.
+static enum oscar_status rope_num(const char * name, json_t * o, const char * field, const char * key, double * out) {
+    json_t * v = json_object_get(o, key);
+    if (!json_is_number(v) || !(json_number_value(v) > 0)) {
+        return osc_error(OSCAR_ERR_FORMAT, "%s: %s.%s must be a positive number", name, field, key);
     }
-    json_t * sw = json_object_get(root, "sliding_window");
-    bool sw_set = sw && !json_is_null(sw) && !json_is_false(sw);
-    bool enabled = arch == OSCAR_ARCH_LLAMA ? sw_set : (sw_set && get_flag(root, "use_sliding_window"));
-    if (enabled) {
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: sliding-window attention (sliding_window = %lld) is not "
-                         "supported", name, (long long) json_integer_value(sw));
+    *out = json_number_value(v);
+    return OSCAR_OK;
+}
+
+// rope_theta, rope type (default, linear, llama3) and its parameters, partial rotary (phi3).
+static enum oscar_status parse_rope(const char * name, json_t * root, struct oscar_model_config * c) {
+    const char * field;
+    json_t * o = rope_object(root, &field);
+    if (o && !json_is_object(o)) return osc_error(OSCAR_ERR_FORMAT, "%s: %s is not an object", name, field);
+    double theta, x;
+    enum oscar_status s = get_num(name, root, "rope_theta", 10000.0, &theta);
+    if (s == OSCAR_OK && o) s = get_num(name, o, "rope_theta", theta, &theta);
+    if (s != OSCAR_OK) return s;
+    c->rope_theta = (float) theta;
+    json_t * tv = o ? json_object_get(o, "rope_type") : NULL;
+    if (o && !tv) tv = json_object_get(o, "type");
+    const char * t = tv && !json_is_null(tv) ? json_string_value(tv) : "default";
+    if (!t) return osc_error(OSCAR_ERR_FORMAT, "%s: %s.rope_type is not a string", name, field);
+    if (c->arch == OSCAR_ARCH_PHI3 && strcmp(t, "default") != 0) { // transformers' Phi3 takes default or longrope
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s.rope_type \"%.32s\" is not supported for phi3 (default is)",
+                         name, field, t);
+    }
+    if (strcmp(t, "linear") == 0) {
+        c->rope_scaling = OSCAR_ROPE_LINEAR;
+        s = rope_num(name, o, field, "factor", &x);
+        c->rope_factor = (float) x;
+    } else if (strcmp(t, "llama3") == 0) {
+        double lo, hi;
+        c->rope_scaling = OSCAR_ROPE_LLAMA3;
+        s = rope_num(name, o, field, "factor", &x);
+        if (s == OSCAR_OK) s = rope_num(name, o, field, "low_freq_factor", &lo);
+        if (s == OSCAR_OK) s = rope_num(name, o, field, "high_freq_factor", &hi);
+        if (s != OSCAR_OK) return s;
+        if (!(hi > lo)) {
+            return osc_error(OSCAR_ERR_FORMAT, "%s: %s.high_freq_factor %g must exceed low_freq_factor %g", name,
+                             field, hi, lo);
+        }
+        c->rope_factor = (float) x, c->rope_low_freq_factor = (float) lo, c->rope_high_freq_factor = (float) hi;
+        // transformers: the top-level original_max_position_embeddings (phi3 style) wins, then the
+        // object's, then max_position_embeddings
+        json_t * top = json_object_get(root, "original_max_position_embeddings");
+        s = get_int(name, top && !json_is_null(top) ? root : o, "original_max_position_embeddings", c->n_ctx_train,
+                    &c->rope_orig_ctx);
+    } else if (strcmp(t, "default") != 0) {
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s.rope_type \"%.32s\" is not supported (default, linear, "
+                         "llama3 are)", name, field, t);
+    }
+    if (s != OSCAR_OK) return s;
+    // partial rotary: transformers 5 keeps it in the RoPE object, older configs at the top level
+    double prf;
+    s = get_num(name, root, "partial_rotary_factor", 1.0, &prf);
+    if (s == OSCAR_OK && o) s = get_num(name, o, "partial_rotary_factor", prf, &prf);
+    if (s != OSCAR_OK) return s;
+    if (prf != 1.0) {
+        int32_t dim = (int32_t) (c->head_dim * prf); // int(head_dim * partial_rotary_factor), as transformers
+        if (c->arch != OSCAR_ARCH_PHI3 || prf > 1.0 || dim < 2 || dim % 2 != 0) {
+            return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g is not supported for %s (phi3 "
+                             "with an even number of rotated dims is)", name, prf, oscar_arch_name(c->arch));
+        }
+        c->rope_dim = dim;
     }
     return OSCAR_OK;
+}
+
+// "sliding_window" as a window size: absent -> def, null/false -> 0, else a positive integer.
+static enum oscar_status window_size(const char * name, json_t * root, int32_t def, int32_t * out) {
+    json_t * sw = json_object_get(root, "sliding_window");
+    if (!sw) *out = def;
+    else if (json_is_null(sw) || json_is_false(sw)) *out = 0;
+    else return get_int(name, root, "sliding_window", 0, out);
+    return OSCAR_OK;
+}
+
+// The first sliding layer of a qwen2/qwen3 config: layer_types when given (it must be full layers
+// then sliding ones: other patterns are refused), else max_window_layers.
+static enum oscar_status qwen_first_sliding(const char * name, json_t * root, const struct oscar_model_config * c,
+                                            int32_t * first) {
+    json_t * lt = json_object_get(root, "layer_types");
+    if (!lt || json_is_null(lt)) {
+        int32_t mwl = 28;
+        json_t * v = json_object_get(root, "max_window_layers");
+        if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= INT32_MAX) {
+            mwl = (int32_t) json_integer_value(v);
+        } else if (v && !json_is_null(v)) {
+            return osc_error(OSCAR_ERR_FORMAT, "%s: \"max_window_layers\" must be a non-negative integer", name);
+        }
+        *first = mwl;
+        return OSCAR_OK;
+    }
+    if (!json_is_array(lt) || json_array_size(lt) != (size_t) c->n_layer) {
+        return osc_error(OSCAR_ERR_FORMAT, "%s: \"layer_types\" must be a list of num_hidden_layers (%d) strings",
+                         name, c->n_layer);
+    }
+    *first = c->n_layer;
+    for (int32_t i = 0; i < c->n_layer; i++) {
+        const char * t = json_string_value(json_array_get(lt, (size_t) i));
+        bool sliding = t && strcmp(t, "sliding_attention") == 0;
+        if (!sliding && !(t && strcmp(t, "full_attention") == 0)) {
+            return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: layer_types[%d] \"%.32s\" is not supported (full_attention, "
+                             "sliding_attention are)", name, i, t ? t : "?");
+        }
+        if (sliding && *first == c->n_layer) *first = i;
+        if (!sliding && *first < c->n_layer) {
+            return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: layer_types[%d] is full_attention after sliding_attention "
+                             "layers (only full layers followed by sliding ones are supported)", name, i);
+        }
+    }
+    return OSCAR_OK;
+}
+
+static enum oscar_status parse_window(const char * name, json_t * root, struct oscar_model_config * c) {
+    enum oscar_status s = OSCAR_OK;
+    if (c->arch == OSCAR_ARCH_LLAMA && strcmp(json_string_value(json_object_get(root, "model_type")), "mistral") == 0) {
+        s = window_size(name, root, 4096, &c->sliding_window);
+    } else if (c->arch == OSCAR_ARCH_PHI3) {
+        s = window_size(name, root, 0, &c->sliding_window);
+    } else if (c->arch == OSCAR_ARCH_QWEN2 || c->arch == OSCAR_ARCH_QWEN3) {
+        int32_t w = 0, first = 0;
+        if (get_flag(root, "use_sliding_window")) s = window_size(name, root, 4096, &w);
+        if (s == OSCAR_OK) s = qwen_first_sliding(name, root, c, &first);
+        if (s == OSCAR_OK && w == 0 && first < c->n_layer && json_is_array(json_object_get(root, "layer_types"))) {
+            return osc_error(OSCAR_ERR_FORMAT, "%s: layer_types has sliding_attention layers but no sliding window is "
+                             "enabled (use_sliding_window, sliding_window)", name);
+        }
+        if (s == OSCAR_OK && first < c->n_layer) c->sliding_window = w, c->swa_first_layer = first;
+    }
+    return s;
 }
 
 static enum oscar_status parse_root(const char * name, json_t * root, struct oscar_model_config * c) {
@@ -143,13 +274,11 @@ static enum oscar_status parse_root(const char * name, json_t * root, struct osc
     s = get_int(name, root, "head_dim", c->n_embd / c->n_head, &c->head_dim);
     if (s != OSCAR_OK) return s;
     if (c->head_dim % 2 != 0) return osc_error(OSCAR_ERR_FORMAT, "%s: head_dim %d is odd", name, c->head_dim);
-    double theta, eps;
-    json_t * rp = json_object_get(root, "rope_parameters");
-    s = get_num(name, root, "rope_theta", 10000.0, &theta);
-    if (s == OSCAR_OK && json_is_object(rp)) s = get_num(name, rp, "rope_theta", theta, &theta);
+    double eps;
+    s = parse_rope(name, root, c);
+    if (s == OSCAR_OK) s = parse_window(name, root, c);
     if (s == OSCAR_OK) s = get_num(name, root, "rms_norm_eps", 1e-6, &eps);
     if (s != OSCAR_OK) return s;
-    c->rope_theta = (float) theta;
     c->rms_eps = (float) eps;
     c->tied_embeddings = get_flag(root, "tie_word_embeddings");
     c->qkv_bias = c->arch == OSCAR_ARCH_QWEN2;

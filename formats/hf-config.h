@@ -1,10 +1,12 @@
 // hf-config.h - Hugging Face config.json -> struct oscar_model_config.
 //
-// Accepts model_type llama, mistral, qwen2, qwen3 (architectures[0] is
-// checked against them too). Refuses, with a message naming the file and
-// the value: unknown model types (OSCAR_ERR_UNSUPPORTED), rope_scaling other
-// than null / {"rope_type": "default"} (UNSUPPORTED), an enabled sliding
-// window (UNSUPPORTED), missing or non-positive sizes, heads that do not
+// Accepts model_type llama, mistral, qwen2, qwen3, phi3 (architectures[0] is
+// checked against them too), RoPE types default, linear and llama3
+// (rope_parameters or rope_scaling), phi3's partial_rotary_factor, and
+// sliding windows as transformers applies them (hf-config.c). Refuses, with a
+// message naming the file, the field and the value: unknown model types and
+// RoPE types (yarn, dynamic, longrope, ...), layer patterns it cannot express
+// (OSCAR_ERR_UNSUPPORTED), missing or non-positive sizes, heads that do not
 // divide, and malformed JSON (OSCAR_ERR_FORMAT).
 #ifndef OSCAR_FORMATS_HF_CONFIG_H
 #define OSCAR_FORMATS_HF_CONFIG_H

@@ -344,6 +344,13 @@ static enum oscar_status check_config(const struct oscar_model_config * c, const
                          OSC_FWD_MAX_HEAD_DIM);
     if (!(c->rope_theta > 0.0f) || !(c->rms_eps >= 0.0f))
         return osc_error(OSCAR_ERR_INVALID, "forward-cuda: bad rope_theta or rms_eps");
+    // the kernels rotate every dim and attend to every earlier key
+    if (oscar_rope_dim(c) != c->head_dim)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: partial rotary (rope_dim %d < head_dim %d) is not "
+                         "implemented on the GPU; use the cpu backend", c->rope_dim, c->head_dim);
+    if (c->sliding_window > 0)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: sliding-window attention (sliding_window = %d) is "
+                         "not implemented on the GPU; use the cpu backend", c->sliding_window);
     if (p->max_tokens <= 0) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: max_tokens %d", p->max_tokens);
     if (p->attention && !p->attention->attend)
         return osc_error(OSCAR_ERR_INVALID, "forward-cuda: attention override without a callback");
@@ -435,7 +442,8 @@ out:
     return st;
 }
 
-static enum oscar_status alloc_workspace(struct cuda_fwd * f) {
+// rope_freqs: the model's GGUF frequency divisors, or NULL.
+static enum oscar_status alloc_workspace(struct cuda_fwd * f, const float * rope_freqs) {
     const struct oscar_model_config * c = &f->c;
     const size_t T = (size_t) f->max_tokens, C = (size_t) c->n_embd, D = (size_t) c->head_dim;
     const size_t Q = (size_t) c->n_head * D, KV = (size_t) c->n_head_kv * D, F = (size_t) c->n_ff;
@@ -497,9 +505,9 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f) {
             return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of pinned host memory for hook staging");
     }
     if (!f->h_pos || !f->h_blocks) return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
-    // Hugging Face: inv_freq = 1 / theta ** (arange(0, D, 2) / D), all in fp32 (as lib/model/forward.c).
+    // the CPU pass's frequencies (RoPE scaling, GGUF rope_freqs divisors)
     float inv[OSC_FWD_MAX_HEAD_DIM / 2];
-    for (size_t i = 0; i < D / 2; i++) inv[i] = 1.0f / powf(c->rope_theta, (float) (2 * i) / (float) D);
+    oscar_rope_inv_freq(c, rope_freqs, inv);
     OSCAR_CUDA_CHECK(cudaMemcpy(f->inv_freq, inv, D / 2 * sizeof(float), cudaMemcpyHostToDevice));
     return OSCAR_OK;
 }
@@ -533,7 +541,7 @@ static enum oscar_status cuda_init(const struct oscar_model * m, const struct os
         f->pass = oscar_stats_phase(p->stats);
     }
     st = alloc_weights(f);
-    if (st == OSCAR_OK) st = alloc_workspace(f);
+    if (st == OSCAR_OK) st = alloc_workspace(f, m ? m->rope_freqs : NULL);
     if (st != OSCAR_OK) goto out;
     OSCAR_CUBLAS_TRY(cublasSetWorkspace(f->blas, f->blas_ws, BLAS_WS_BYTES));
     {

@@ -69,7 +69,7 @@ void oscar_attn_partial_rows(int32_t g, int32_t D, const float * q,
 
 // ---- blocked causal rows (rows.c) ------------------------------------------
 // n query rows of one head against the keys of one KV head: row r sees keys
-// p = 0 .. t[r], key p read from (k_alt, v_alt) when lo[r] <= p < hi[r] and
+// p = 0 .. t[r] (first[r] .. t[r] with a window, below), key p read from (k_alt, v_alt) when lo[r] <= p < hi[r] and
 // from (k, v) otherwise (lo = hi = NULL: always (k, v)). Key row p sits at
 // p·row_stride floats in each buffer. q row r at q + r·q_stride, out row r at
 // out + r·out_stride. Softmax scale D^-1/2, fp32 scores and weights, fp64
@@ -78,12 +78,16 @@ void oscar_attn_partial_rows(int32_t g, int32_t D, const float * q,
 // max t + 1, D) floats, 8-byte aligned.
 // kt / kt_alt (optional): k / k_alt already transposed by oscar_attn_keys_transpose
 // (from key 0), so that calls for many blocks and query heads share one copy.
+// window > 0 (sliding-window attention): row r sees only keys p > t[r] - window,
+// the last `window` keys up to itself; 0 = all keys 0 .. t[r] (the same bits as
+// before the window existed).
 struct oscar_attn_keys {
     int32_t       head_dim;
     size_t        row_stride;
     const float * k, * v;
     const float * k_alt, * v_alt;
     const float * kt, * kt_alt;
+    int64_t       window;
 };
 size_t oscar_attn_rows_scratch(int32_t n_rows, int64_t n_keys, int32_t head_dim);
 // Keys [0, n_keys) of k (rows row_stride apart) in the tiled transposed layout

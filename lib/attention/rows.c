@@ -11,6 +11,11 @@
 //
 // Built with -std=c11 (no floating-point contraction), so the vector and the
 // scalar code paths round every product and sum alike.
+//
+// A sliding window (kv->window > 0) only narrows each row's key range to
+// [first_r, t_r], first_r = max(0, t_r - window + 1): every sum above runs over
+// that range in the same order, and with window 0 (first_r = 0) the code does
+// exactly the operations it did before windows existed.
 #include "attention/attention.h"
 
 #include <math.h>
@@ -110,6 +115,11 @@ ROWS_INLINE void weighted_sum(const float * w, const float * v, size_t rs, int64
 
 ROWS_INLINE int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
 
+// The first key a row at t sees: t - window + 1 with a sliding window, else 0.
+ROWS_INLINE int64_t first_of(const struct oscar_attn_keys * kv, int64_t t) {
+    return kv->window > 0 && t - kv->window + 1 > 0 ? t - kv->window + 1 : 0;
+}
+
 void oscar_attn_keys_transpose(const float * k, size_t row_stride, int64_t n_keys, int32_t head_dim, float * out) {
     for (int64_t p0 = 0; p0 < n_keys; p0 += BK) {
         const int32_t nk = (int32_t) (n_keys - p0 < BK ? n_keys - p0 : BK);
@@ -127,8 +137,12 @@ void oscar_attn_rows(const struct oscar_attn_keys * kv, int32_t n, const float *
     const int32_t D = kv->head_dim;
     const size_t  rs = kv->row_stride;
     const float   scale = (float) (1.0 / sqrt((double) D));
-    int64_t       t_max = -1;
-    for (int32_t r = 0; r < n; r++) t_max = t[r] > t_max ? t[r] : t_max;
+    int64_t       t_max = -1, first_min = INT64_MAX;
+    for (int32_t r = 0; r < n; r++) {
+        t_max = t[r] > t_max ? t[r] : t_max;
+        first_min = first_of(kv, t[r]) < first_min ? first_of(kv, t[r]) : first_min;
+    }
+    const int64_t p_begin = n > 0 ? first_min / BK * BK : 0;   // first key tile any row sees
     const size_t ld = (size_t) ((t_max + 1 + BK - 1) / BK) * BK;   // score row length
     double *     z = (double *) (void *) scratch;
     float *      S = scratch + 2 * (size_t) n, * kt = S + (size_t) n * ld, * kt_alt = kt + (size_t) BK * D;
@@ -136,7 +150,7 @@ void oscar_attn_rows(const struct oscar_attn_keys * kv, int32_t n, const float *
 
     // scores, one tile of keys at a time, two query rows at a time
     float s[2][BK], s_alt[2][BK];
-    for (int64_t p0 = 0; p0 <= t_max; p0 += BK) {
+    for (int64_t p0 = p_begin; p0 <= t_max; p0 += BK) {
         const int32_t nk = (int32_t) (t_max + 1 - p0 < BK ? t_max + 1 - p0 : BK);
         bool need_alt = false;
         for (int32_t r = 0; r < n && lo; r++) need_alt |= lo[r] < hi[r] && lo[r] < p0 + nk && hi[r] > p0;
@@ -147,14 +161,16 @@ void oscar_attn_rows(const struct oscar_attn_keys * kv, int32_t n, const float *
         if (need_alt && !kv->kt_alt) transpose_tile(kv->k_alt, rs, p0, nk, D, kt_alt);
         for (int32_t r = 0; r < n; r += 2) {
             const int32_t r1 = r + 1 < n ? r + 1 : r;
-            if (t[r] < p0 && t[r1] < p0) continue;
+            if ((t[r] < p0 || first_of(kv, t[r]) >= p0 + nk) && (t[r1] < p0 || first_of(kv, t[r1]) >= p0 + nk))
+                continue;
             const float * q0 = q + (size_t) r * q_stride, * q1 = q + (size_t) r1 * q_stride;
             score_pair(q0, q1, kt_k, D, scale, s[0], s[1]);
             if (need_alt) score_pair(q0, q1, kt_a, D, scale, s_alt[0], s_alt[1]);
             for (int32_t e = 0; e < 2 && r + e < n; e++) {
                 const int32_t ri = r + e;
                 float *       Sr = S + (size_t) ri * ld + p0;
-                for (int32_t j = 0; j < nk && p0 + j <= t[ri]; j++) {
+                const int64_t f = first_of(kv, t[ri]);
+                for (int32_t j = f > p0 ? (int32_t) (f - p0) : 0; j < nk && p0 + j <= t[ri]; j++) {
                     bool alt = lo && p0 + j >= lo[ri] && p0 + j < hi[ri];
                     Sr[j] = alt ? s_alt[e][j] : s[e][j];
                 }
@@ -165,27 +181,29 @@ void oscar_attn_rows(const struct oscar_attn_keys * kv, int32_t n, const float *
     for (int32_t r = 0; r < n; r++) {
         float * Sr = S + (size_t) r * ld;
         float   m = -INFINITY;
-        for (int64_t p = 0; p <= t[r]; p++) m = Sr[p] > m ? Sr[p] : m;
+        const int64_t f = first_of(kv, t[r]);
+        for (int64_t p = f; p <= t[r]; p++) m = Sr[p] > m ? Sr[p] : m;
         double sum = 0.0;   // a local, not z[r]: z lives in the scratch the stores to Sr may alias
-        for (int64_t p = 0; p <= t[r]; p++) {
+        for (int64_t p = f; p <= t[r]; p++) {
             Sr[p] = expf(Sr[p] - m);
             sum += (double) Sr[p];
         }
         z[r] = sum;
     }
     // the weighted values in key order per row, a tile of V rows for every query row; a row's keys
-    // are three runs: [0, lo) exact, [lo, hi) alternative, [hi, t] exact
+    // are three runs: [first, lo) exact, [lo, hi) alternative, [hi, t] exact
     memset(acc, 0, sizeof(float) * (size_t) n * (size_t) D);
-    for (int64_t p0 = 0; p0 <= t_max; p0 += BK) {
+    for (int64_t p0 = p_begin; p0 <= t_max; p0 += BK) {
         for (int32_t r = 0; r < n; r++) {
             const int64_t p1 = p0 + BK - 1 < t[r] ? p0 + BK - 1 : t[r];   // last key of the tile, inclusive
-            if (p1 < p0) continue;
+            const int64_t f = first_of(kv, t[r]), s0 = f > p0 ? f : p0;   // first key of the tile the row sees
+            if (p1 < s0) continue;
             const int64_t e = p1 + 1;
             const bool    has_alt = lo && lo[r] < hi[r];
-            const int64_t a = clamp64(has_alt ? lo[r] : e, p0, e), b = clamp64(has_alt ? hi[r] : e, a, e);
+            const int64_t a = clamp64(has_alt ? lo[r] : e, s0, e), b = clamp64(has_alt ? hi[r] : e, a, e);
             const float * Sr = S + (size_t) r * ld;
             float *       ar = acc + (size_t) r * D;
-            if (a > p0) weighted_sum(Sr + p0, kv->v + (size_t) p0 * rs, rs, a - p0, D, ar);
+            if (a > s0) weighted_sum(Sr + s0, kv->v + (size_t) s0 * rs, rs, a - s0, D, ar);
             if (b > a) weighted_sum(Sr + a, kv->v_alt + (size_t) a * rs, rs, b - a, D, ar);
             if (e > b) weighted_sum(Sr + b, kv->v + (size_t) b * rs, rs, e - b, D, ar);
         }

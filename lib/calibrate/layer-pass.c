@@ -195,6 +195,15 @@ nomem:
 static enum oscar_status setup(struct layer_pass * lp, struct oscar_capture_hook * hook) {
     const struct oscar_model_config * c = &lp->m->config;
     const struct oscar_calib_params * p = lp->p;
+    // The capture runs the model's own attention (sliding windows included), and KTK/VTV/QQT/SST do
+    // not depend on the attention pattern; but the attention-mass (VATT) weights and the held-out
+    // logit errors of the clip search and the gate take every earlier key of a sequence. That is
+    // exact while sequences fit in the window, so only longer sequences are refused.
+    const int32_t W = oscar_model_window(c);
+    if (W > 0 && p->seq_len > W)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "calibration: %s has sliding-window attention (sliding_window = %d) "
+                         "and seq_len %d is longer: the attention-mass (VATT) objective and the held-out metrics "
+                         "assume full causal attention; use a seq_len <= %d", lp->m->source, W, p->seq_len, W);
     enum oscar_status st = plan_batches(lp);
     if (st != OSCAR_OK || (st = alloc_heldout(lp)) != OSCAR_OK) return st;
     const size_t C = (size_t) c->n_embd, kvrow = (size_t) c->n_head_kv * (size_t) c->head_dim;

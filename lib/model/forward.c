@@ -7,7 +7,10 @@
 // oscar_forward_init from max_tokens; oscar_forward_run allocates nothing.
 // Reductions that decide accuracy (RMSNorm sum of squares, softmax denominators)
 // are accumulated in double. RoPE angles follow Hugging Face (fp32 inv_freq and
-// fp32 angle = inv_freq * pos) so that captured Q/K match transformers bit-closely.
+// fp32 angle = inv_freq * pos) so that captured Q/K match transformers bit-closely;
+// the frequencies come from oscar_rope_inv_freq (plain, linear or Llama 3 scaling,
+// GGUF rope_freqs divisors), only the first rope_dim dims of a head rotate
+// (partial rotary), and sliding-window layers attend to their last W keys.
 //
 // It refuses: batches larger than max_tokens, tokens outside [0, V), empty or
 // unordered sequences, and models whose shapes do not fit together. The built-in
@@ -38,9 +41,9 @@ struct oscar_forward {
     float *   att;      // [T, Hq, D]
     float *   gate;     // [T, F]
     float *   up;       // [T, F]
-    float *   cos_t;    // [T, D/2]
-    float *   sin_t;    // [T, D/2]
-    float *   inv_freq; // [D/2]
+    float *   cos_t;    // [T, R/2], R = rotated dims (oscar_rope_dim)
+    float *   sin_t;    // [T, R/2]
+    float *   inv_freq; // [R/2]
     int32_t * pos;      // [T] positions used by the last run
     int32_t   n_tokens; // T of the last run
     int32_t   rope_T;   // tokens cos_t/sin_t hold the angles of pos for (-1: none)
@@ -65,6 +68,12 @@ static enum oscar_status check_model(const struct oscar_model * m) {
     if (c->n_head % c->n_head_kv != 0)
         return osc_error(OSCAR_ERR_INVALID, "%s: n_head %d is not a multiple of n_head_kv %d", m->source,
                          c->n_head, c->n_head_kv);
+    if (c->rope_dim < 0 || c->rope_dim > c->head_dim || c->rope_dim % 2 != 0 || c->sliding_window < 0)
+        return osc_error(OSCAR_ERR_INVALID, "%s: rope_dim %d (even, <= head_dim %d) or sliding_window %d out of "
+                         "range", m->source, c->rope_dim, c->head_dim, c->sliding_window);
+    if (c->rope_scaling != OSCAR_ROPE_DEFAULT && !(c->rope_factor > 0.0f))
+        return osc_error(OSCAR_ERR_INVALID, "%s: RoPE scaling factor %g is not positive", m->source,
+                         (double)c->rope_factor);
     if (!(c->rope_theta > 0.0f) || !(c->rms_eps >= 0.0f))
         return osc_error(OSCAR_ERR_INVALID, "%s: bad rope_theta or rms_eps", m->source);
     if (!m->tok_embd || !m->output_norm || !m->output || !m->layers)
@@ -138,17 +147,16 @@ enum oscar_status oscar_forward_init(const struct oscar_model * m, const struct 
     f->att      = alloc_f(T * Q);
     f->gate     = alloc_f(T * F);
     f->up       = alloc_f(T * F);
-    f->cos_t    = alloc_f(T * D / 2);
-    f->sin_t    = alloc_f(T * D / 2);
-    f->inv_freq = alloc_f(D / 2);
+    const size_t R = (size_t)oscar_rope_dim(c);
+    f->cos_t    = alloc_f(T * R / 2);
+    f->sin_t    = alloc_f(T * R / 2);
+    f->inv_freq = alloc_f(R / 2);
     f->pos      = malloc(T * sizeof(int32_t));
     f->rope_T   = -1;
     if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->cos_t || !f->sin_t ||
         !f->inv_freq || !f->pos)
         goto fail_nomem;
-    // Hugging Face: inv_freq = 1 / theta ** (arange(0, D, 2) / D), all in fp32.
-    for (size_t i = 0; i < D / 2; i++)
-        f->inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)D);
+    oscar_rope_inv_freq(c, m->rope_freqs, f->inv_freq);
     *out = f;
     f    = NULL;
     st   = OSCAR_OK;
@@ -163,6 +171,46 @@ out:
 const float * oscar_forward_hidden(const struct oscar_forward * f, int32_t * n_tokens) {
     if (n_tokens) *n_tokens = f->n_tokens;
     return f->xn;
+}
+
+// ---- RoPE frequencies, windows ------------------------------------------------------------------
+
+int32_t oscar_rope_dim(const struct oscar_model_config * c) { return c->rope_dim > 0 ? c->rope_dim : c->head_dim; }
+
+int32_t oscar_layer_window(const struct oscar_model_config * c, int32_t layer) {
+    return c->sliding_window > 0 && layer >= c->swa_first_layer ? c->sliding_window : 0;
+}
+
+int32_t oscar_model_window(const struct oscar_model_config * c) {
+    return c->sliding_window > 0 && c->swa_first_layer < c->n_layer ? c->sliding_window : 0;
+}
+
+// Llama 3.x (transformers' _compute_llama3_parameters, in fp32 like its torch ops): wavelengths
+// 2 pi / f longer than orig_ctx / low_freq_factor are divided by factor, shorter than
+// orig_ctx / high_freq_factor kept, and in between blended by
+// s = (orig_ctx / wavelen - low) / (high - low): f' = (1 - s) f / factor + s f.
+static float llama3_freq(const struct oscar_model_config * c, float f) {
+    const float  factor = c->rope_factor, low = c->rope_low_freq_factor, high = c->rope_high_freq_factor;
+    const float  orig = (float)c->rope_orig_ctx;
+    const float  wavelen = (float)(2.0 * M_PI) / f;
+    const float  low_wavelen = (float)((double)c->rope_orig_ctx / (double)low);
+    const float  high_wavelen = (float)((double)c->rope_orig_ctx / (double)high);
+    const float  scaled = wavelen > low_wavelen ? f / factor : f;
+    if (wavelen < high_wavelen || wavelen > low_wavelen) return scaled;
+    const float smooth = (orig / wavelen - low) / (float)((double)high - (double)low);
+    return (1.0f - smooth) * scaled / factor + smooth * scaled;
+}
+
+void oscar_rope_inv_freq(const struct oscar_model_config * c, const float * rope_freqs, float * out) {
+    const int32_t R = oscar_rope_dim(c);
+    for (int32_t i = 0; i < R / 2; i++) {
+        // Hugging Face: inv_freq = 1 / theta ** (arange(0, R, 2) / R), all in fp32.
+        float f = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)R);
+        if (c->rope_scaling == OSCAR_ROPE_LINEAR) f = f / c->rope_factor;
+        else if (c->rope_scaling == OSCAR_ROPE_LLAMA3) f = llama3_freq(c, f);
+        // llama.cpp: theta_i / freq_factor_i
+        out[i] = rope_freqs ? f / rope_freqs[i] : f;
+    }
 }
 
 // ---- elementwise pieces ------------------------------------------------------------------------
@@ -190,9 +238,10 @@ static void linear(float * y, const float * x, const float * w, const float * b,
     }
 }
 
-// Per-head RMSNorm (Qwen3 q_norm/k_norm) then RoPE on rows [T, H, D], HF rotate_half convention.
+// Per-head RMSNorm (Qwen3 q_norm/k_norm) then RoPE on rows [T, H, D], HF rotate_half convention
+// over the first R dims (pairs (i, i + R/2)); dims R .. D-1 pass through.
 static void norm_rope(struct oscar_forward * f, float * x, int32_t T, int32_t H, const float * norm_w) {
-    const int32_t D = f->m->config.head_dim, h2 = D / 2;
+    const int32_t D = f->m->config.head_dim, h2 = oscar_rope_dim(&f->m->config) / 2;
     const float   eps = f->m->config.rms_eps;
 #pragma omp parallel for schedule(static) num_threads(f->n_threads)
     for (int32_t t = 0; t < T; t++) {
@@ -216,7 +265,7 @@ static void norm_rope(struct oscar_forward * f, float * x, int32_t T, int32_t H,
 }
 
 static void rope_tables(struct oscar_forward * f, int32_t T) {
-    const int32_t h2 = f->m->config.head_dim / 2;
+    const int32_t h2 = oscar_rope_dim(&f->m->config) / 2;
     for (int32_t t = 0; t < T; t++) {
         float p = (float)f->pos[t];
         for (int32_t i = 0; i < h2; i++) {
@@ -244,8 +293,8 @@ static int32_t attention_threads(void * user) {
 
 enum oscar_status oscar_attention_causal(void * user, int32_t layer, const struct oscar_capture_layer * in,
                                          float * out) {
-    (void)layer;
     const struct oscar_model_config * c = in->config;
+    const int64_t window = oscar_layer_window(c, layer);
     const int32_t Hq = c->n_head, Hkv = c->n_head_kv, D = c->head_dim, g = Hq / Hkv, nt = attention_threads(user);
     int32_t       n_max = 0;
     for (int32_t s = 0; s < in->n_seq; s++) {
@@ -278,7 +327,7 @@ enum oscar_status oscar_attention_causal(void * user, int32_t layer, const struc
             const struct oscar_attn_keys kv = {.head_dim = D, .row_stride = rs,
                                                .k = in->k + (size_t)s0 * rs + (size_t)(h / g) * D,
                                                .v = in->v + (size_t)s0 * rs + (size_t)(h / g) * D,
-                                               .kt = kt + kt_size * (size_t)(h / g)};
+                                               .kt = kt + kt_size * (size_t)(h / g), .window = window};
             const size_t q0 = (size_t)(s0 + i0) * qs + (size_t)h * D;
             oscar_attn_rows(&kv, i1 - i0, in->q + q0, qs, t, NULL, NULL, out + q0, qs,
                             scratch + per_thread * (size_t)omp_get_thread_num());

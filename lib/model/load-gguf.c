@@ -8,6 +8,13 @@
 // llama arch the q/k rows (and biases) are un-permuted per head to HF order:
 // ggml row 2i -> HF row i, ggml row 2i+1 -> HF row i + D/2 (method.md §1.1).
 // qwen2/qwen3 GGUFs use NEOX RoPE and are taken as stored.
+//
+// RoPE scaling as llama.cpp reads it: rope_freqs.weight (Llama 3.x: per-frequency
+// divisors, angle = pos * theta_i / freq_factor_i), "<arch>.rope.scaling.type"
+// linear with rope.scaling.factor; other scaling types, scaling keys without a
+// type or rope_freqs, and partial rotary (rope.dimension_count < head_dim) are
+// refused naming the key and its value. "<arch>.attention.sliding_window"
+// (llama.cpp's key) sets a window on every layer.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +36,7 @@ static void tensor_name(enum osc_wkind k, int32_t layer, char * out, size_t n) {
         [OSC_W_V] = "attn_v.weight", [OSC_W_BQ] = "attn_q.bias", [OSC_W_BK] = "attn_k.bias",
         [OSC_W_BV] = "attn_v.bias", [OSC_W_QNORM] = "attn_q_norm.weight", [OSC_W_KNORM] = "attn_k_norm.weight",
         [OSC_W_O] = "attn_output.weight", [OSC_W_FFN_NORM] = "ffn_norm.weight", [OSC_W_GATE] = "ffn_gate.weight",
-        [OSC_W_UP] = "ffn_up.weight", [OSC_W_DOWN] = "ffn_down.weight",
+        [OSC_W_UP] = "ffn_up.weight", [OSC_W_DOWN] = "ffn_down.weight", [OSC_W_ROPE_FREQS] = "rope_freqs.weight",
     };
     if (layer < 0) snprintf(out, n, "%s", names[k]);
     else snprintf(out, n, "blk.%d.%s", layer, names[k]);
@@ -98,6 +105,42 @@ static enum oscar_status get_f32(struct osc_gguf * g, const char * arch, const c
     return st == OSCAR_ERR_NOT_FOUND ? OSCAR_OK : st; // keep the default
 }
 
+// rope.dimension_count, rope_freqs.weight, rope.scaling.* (see the top of the file).
+static enum oscar_status read_rope(struct osc_gguf * g, const char * arch, struct oscar_model_config * c) {
+    const char * path = osc_gguf_path(g);
+    int32_t n_rot = c->head_dim;
+    enum oscar_status st = get_i32(g, arch, "rope.dimension_count", false, &n_rot);
+    if (st != OSCAR_OK) return st;
+    if (n_rot != c->head_dim) {
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s.rope.dimension_count = %d is not supported (partial rotary; "
+                         "head_dim is %d)", path, arch, n_rot, c->head_dim);
+    }
+    c->has_rope_freqs = osc_gguf_find_tensor(g, "rope_freqs.weight") != NULL;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    const char * t;
+    size_t tl;
+    st = osc_gguf_get_str(g, key, &t, &tl);
+    if (st != OSCAR_OK && st != OSCAR_ERR_NOT_FOUND) return st;
+    char type[32] = "";
+    if (st == OSCAR_OK) snprintf(type, sizeof type, "%.*s", (int) (tl < 31 ? tl : 31), t);
+    float factor = 1.0f;
+    st = get_f32(g, arch, "rope.scaling.factor", &factor);
+    if (st != OSCAR_OK) return st;
+    if (strcmp(type, "linear") == 0) {
+        if (!(factor > 0.0f)) return osc_error(OSCAR_ERR_FORMAT, "%s: %s.rope.scaling.factor = %g is not positive",
+                                               path, arch, (double) factor);
+        c->rope_scaling = OSCAR_ROPE_LINEAR, c->rope_factor = factor;
+    } else if (type[0] && strcmp(type, "none") != 0 && !(c->has_rope_freqs && strcmp(type, "llama3") == 0)) {
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s = \"%s\" is not supported (none, linear, or rope_freqs.weight "
+                         "are)", path, key, type);
+    } else if (!type[0] && factor != 1.0f && !c->has_rope_freqs) {
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s.rope.scaling.factor = %g without %s or rope_freqs.weight: "
+                         "the RoPE scaling is unknown", path, arch, (double) factor, key);
+    }
+    return OSCAR_OK;
+}
+
 static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_config * c) {
     const char * path = osc_gguf_path(g);
     const char * a;
@@ -129,6 +172,9 @@ static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_con
     if (st != OSCAR_OK) return st;
     c->head_dim = c->n_embd % c->n_head == 0 ? c->n_embd / c->n_head : 0;
     st = get_i32(g, arch, "attention.key_length", false, &c->head_dim);
+    if (st != OSCAR_OK) return st;
+    st = read_rope(g, arch, c);
+    if (st == OSCAR_OK) st = get_i32(g, arch, "attention.sliding_window", false, &c->sliding_window);
     if (st != OSCAR_OK) return st;
     const struct osc_gguf_tensor * emb = osc_gguf_find_tensor(g, "token_embd.weight");
     if (!emb) return osc_error(OSCAR_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", path);

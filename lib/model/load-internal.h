@@ -11,6 +11,7 @@ enum osc_wkind {
     OSC_W_EMBD, OSC_W_OUT_NORM, OSC_W_OUTPUT,
     OSC_W_ATTN_NORM, OSC_W_Q, OSC_W_K, OSC_W_V, OSC_W_BQ, OSC_W_BK, OSC_W_BV, OSC_W_QNORM, OSC_W_KNORM,
     OSC_W_O, OSC_W_FFN_NORM, OSC_W_GATE, OSC_W_UP, OSC_W_DOWN,
+    OSC_W_ROPE_FREQS, // [rope_dim/2], only when config.has_rope_freqs (GGUF rope_freqs.weight)
 };
 
 // A format's view of its tensors. get() fills dst [rows, cols] (cols = 0 for

@@ -2,7 +2,8 @@
 // directory: config.json + model.safetensors or model.safetensors.index.json.
 //
 // Tensor names are the transformers ones (model.layers.{i}.self_attn.q_proj.weight,
-// ...), already in HF order: no permutation. With tie_word_embeddings the
+// ...), already in HF order: no permutation; Phi-3's fused qkv_proj and
+// gate_up_proj are split into q/k/v and gate/up rows at load. With tie_word_embeddings the
 // lm_head is not read (tok_embd is shared); without it lm_head.weight is
 // required. source_sha256 is that of config.json.
 #include <stdio.h>
@@ -16,8 +17,9 @@
 #include "util/fs.h"
 
 struct st_src {
-    struct osc_safetensors * st;
-    const char *             dir;
+    struct osc_safetensors *          st;
+    const char *                      dir;
+    const struct oscar_model_config * c;
 };
 
 static void tensor_name(enum osc_wkind k, int32_t layer, char * out, size_t n) {
@@ -35,22 +37,54 @@ static void tensor_name(enum osc_wkind k, int32_t layer, char * out, size_t n) {
     else snprintf(out, n, "model.layers.%d.%s", layer, names[k]);
 }
 
+// Phi-3 fuses q/k/v into qkv_proj (rows q | k | v) and gate/up into
+// gate_up_proj (rows gate | up), as transformers' Phi3Attention / Phi3MLP
+// slice them. Sets the fused tensor's name, its total rows and the first row
+// of `kind`; false for the tensors Phi-3 stores like Llama.
+static bool phi3_fused(const struct oscar_model_config * c, enum osc_wkind kind, int32_t layer, char * name, size_t n,
+                       int64_t * total, int64_t * first) {
+    const int64_t q = (int64_t) c->n_head * c->head_dim, kv = (int64_t) c->n_head_kv * c->head_dim, F = c->n_ff;
+    if (kind == OSC_W_Q || kind == OSC_W_K || kind == OSC_W_V) {
+        snprintf(name, n, "model.layers.%d.self_attn.qkv_proj.weight", layer);
+        *total = q + 2 * kv, *first = kind == OSC_W_Q ? 0 : kind == OSC_W_K ? q : q + kv;
+        return true;
+    }
+    if (kind == OSC_W_GATE || kind == OSC_W_UP) {
+        snprintf(name, n, "model.layers.%d.mlp.gate_up_proj.weight", layer);
+        *total = 2 * F, *first = kind == OSC_W_GATE ? 0 : F;
+        return true;
+    }
+    return false;
+}
+
 static enum oscar_status st_get(void * ctx, enum osc_wkind kind, int32_t layer, int64_t rows, int64_t cols,
                                 float * dst) {
     struct st_src * s = ctx;
     char name[128];
-    tensor_name(kind, layer, name, sizeof name);
+    int64_t total = rows, first = 0; // the rows [first, first + rows) of a tensor of `total` rows
+    if (s->c->arch != OSCAR_ARCH_PHI3 || !phi3_fused(s->c, kind, layer, name, sizeof name, &total, &first)) {
+        if (kind == OSC_W_ROPE_FREQS) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: no rope_freqs in HF models", s->dir);
+        tensor_name(kind, layer, name, sizeof name);
+    }
     const struct osc_st_tensor * t = osc_safetensors_find(s->st, name);
     if (!t) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: tensor '%s' is missing", s->dir, name);
-    bool ok = cols == 0 ? (t->n_dims == 1 && t->shape[0] == rows)
-                        : (t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols);
+    bool ok = cols == 0 ? (t->n_dims == 1 && t->shape[0] == total)
+                        : (t->n_dims == 2 && t->shape[0] == total && t->shape[1] == cols);
     if (!ok) {
         return osc_error(OSCAR_ERR_FORMAT, "%s: tensor '%s' has %d dims [%lld, %lld, ...], config.json needs "
                          "[%lld%s%lld]", t->file, name, t->n_dims, (long long) t->shape[0],
-                         (long long) (t->n_dims > 1 ? t->shape[1] : 0), (long long) rows, cols ? ", " : "",
+                         (long long) (t->n_dims > 1 ? t->shape[1] : 0), (long long) total, cols ? ", " : "",
                          (long long) (cols ? cols : 0));
     }
-    return dst ? osc_st_to_f32(t, dst) : OSCAR_OK; // dst NULL: check pass
+    if (!dst) return OSCAR_OK; // check pass
+    // a view of the rows wanted: rows are contiguous, so it is the same tensor with fewer rows
+    struct osc_st_tensor part = *t;
+    const int64_t row = cols ? cols : 1;
+    part.shape[0] = rows;
+    part.n_elements = rows * row;
+    part.nbytes = (size_t) part.n_elements * osc_st_dtype_size(t->dtype);
+    part.data = (const char *) t->data + (size_t) (first * row) * osc_st_dtype_size(t->dtype);
+    return osc_st_to_f32(&part, dst);
 }
 
 // No model.layers.N.* tensor beyond num_hidden_layers (missing ones fail in osc_model_fill).
@@ -75,7 +109,7 @@ enum oscar_status osc_model_open_hf(const char * dir, struct oscar_model * m, st
     char * cfg = osc_path_join(dir, "config.json");
     enum oscar_status st = s && cfg ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", dir);
     if (st == OSCAR_OK) {
-        s->dir = m->source; // outlives the source: the model's own copy of dir
+        s->dir = m->source, s->c = &m->config; // both outlive the source: the model's own
         st = osc_hf_config_load(cfg, &m->config);
     }
     if (st == OSCAR_OK) st = osc_model_config_check(&m->config, cfg);

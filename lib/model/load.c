@@ -42,6 +42,7 @@ const char * oscar_arch_name(enum oscar_arch arch) {
     case OSCAR_ARCH_LLAMA: return "llama";
     case OSCAR_ARCH_QWEN2: return "qwen2";
     case OSCAR_ARCH_QWEN3: return "qwen3";
+    case OSCAR_ARCH_PHI3: return "phi3";
     }
     return "unknown";
 }
@@ -83,11 +84,13 @@ static bool model_dims(const struct oscar_model_config * c, struct dims * d, con
     if (ok && c->qk_norm) ok = add(d->layer, 2 * (int64_t) c->head_dim, &d->layer);
     if (!ok) return false;
     *what = "num_hidden_layers x the size of one layer";
-    return mul(d->layer, c->n_layer, &d->total) && add(d->total, 2 * vc, &d->total) && add(d->total, C, &d->total);
+    return mul(d->layer, c->n_layer, &d->total) && add(d->total, 2 * vc, &d->total) && add(d->total, C, &d->total) &&
+           add(d->total, c->has_rope_freqs ? oscar_rope_dim(c) / 2 : 0, &d->total);
 }
 
 enum oscar_status osc_model_config_check(const struct oscar_model_config * c, const char * what) {
-    if (c->arch != OSCAR_ARCH_LLAMA && c->arch != OSCAR_ARCH_QWEN2 && c->arch != OSCAR_ARCH_QWEN3) {
+    if (c->arch != OSCAR_ARCH_LLAMA && c->arch != OSCAR_ARCH_QWEN2 && c->arch != OSCAR_ARCH_QWEN3 &&
+        c->arch != OSCAR_ARCH_PHI3) {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: unknown architecture %d", what, (int) c->arch);
     }
     if (c->n_layer <= 0 || c->n_embd <= 0 || c->n_head <= 0 || c->n_head_kv <= 0 || c->head_dim <= 0 ||
@@ -208,6 +211,8 @@ static enum oscar_status check_tensors(struct oscar_model * m, const struct osc_
             st = OSCAR_OK;
         }
     }
+    if (st == OSCAR_OK && c->has_rope_freqs)
+        st = src->get(src->ctx, OSC_W_ROPE_FREQS, -1, oscar_rope_dim(c) / 2, 0, NULL);
     for (int32_t i = 0; st == OSCAR_OK && i < c->n_layer; i++) st = visit_layer(c, NULL, i, src);
     return st;
 }
@@ -232,9 +237,9 @@ enum oscar_status osc_model_attach(struct oscar_model * m, const struct osc_weig
     struct dims d;
     const char * field;
     OSCAR_ASSERT(model_dims(c, &d, &field)); // osc_model_config_check has passed
-    const int64_t C = c->n_embd, VC = (int64_t) c->n_vocab * C;
+    const int64_t C = c->n_embd, VC = (int64_t) c->n_vocab * C, NF = c->has_rope_freqs ? oscar_rope_dim(c) / 2 : 0;
     ms->layer_floats = d.layer;
-    ms->globals = malloc((size_t) (VC * (with_output ? 2 : 1) + C) * sizeof(float));
+    ms->globals = malloc((size_t) (VC * (with_output ? 2 : 1) + C + NF) * sizeof(float));
     ms->layer_mem = calloc((size_t) c->n_layer, sizeof *ms->layer_mem);
     m->layers = calloc((size_t) c->n_layer, sizeof *m->layers);
     if (!ms->globals || !ms->layer_mem || !m->layers) {
@@ -245,9 +250,11 @@ enum oscar_status osc_model_attach(struct oscar_model * m, const struct osc_weig
     m->tok_embd = take(&cur, VC);
     m->output_norm = take(&cur, C);
     m->output = with_output ? take(&cur, VC) : m->tok_embd;
+    if (NF) m->rope_freqs = take(&cur, NF);
     st = src->get(src->ctx, OSC_W_EMBD, -1, c->n_vocab, c->n_embd, m->tok_embd);
     if (st == OSCAR_OK) st = src->get(src->ctx, OSC_W_OUT_NORM, -1, c->n_embd, 0, m->output_norm);
     if (st == OSCAR_OK && with_output) st = src->get(src->ctx, OSC_W_OUTPUT, -1, c->n_vocab, c->n_embd, m->output);
+    if (st == OSCAR_OK && NF) st = src->get(src->ctx, OSC_W_ROPE_FREQS, -1, NF, 0, m->rope_freqs);
     return st;
 }
 
@@ -427,7 +434,7 @@ static double uniform01(uint64_t * s) {
 // k * its increment, and the check pass (which visits every tensor in the
 // order a whole-model fill reads them) records each tensor's first draw. A
 // streamed random model is therefore the same model as a loaded one.
-#define RANDOM_KINDS (OSC_W_DOWN + 1)
+#define RANDOM_KINDS (OSC_W_ROPE_FREQS + 1)
 
 struct random_src {
     uint64_t seed;
@@ -454,7 +461,7 @@ static enum oscar_status random_get(void * ctx, enum osc_wkind kind, int32_t lay
     }
     uint64_t state = r->seed + *first * 0x9e3779b97f4a7c15ull;
     bool norm = kind == OSC_W_OUT_NORM || kind == OSC_W_ATTN_NORM || kind == OSC_W_FFN_NORM ||
-                kind == OSC_W_QNORM || kind == OSC_W_KNORM;
+                kind == OSC_W_QNORM || kind == OSC_W_KNORM || kind == OSC_W_ROPE_FREQS;
     for (int64_t i = 0; i < n; i += 2) { // Box-Muller pairs
         double u1 = uniform01(&state), u2 = uniform01(&state);
         double rad = sqrt(-2.0 * log(u1));

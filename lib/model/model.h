@@ -17,9 +17,17 @@
 #include "util/error.h"
 
 enum oscar_arch {
-    OSCAR_ARCH_LLAMA = 0, // Llama, SmolLM, Mistral (no sliding window)
+    OSCAR_ARCH_LLAMA = 0, // Llama, SmolLM, Mistral
     OSCAR_ARCH_QWEN2 = 1, // q/k/v bias
     OSCAR_ARCH_QWEN3 = 2, // q_norm/k_norm, explicit head_dim
+    OSCAR_ARCH_PHI3  = 3, // Llama's layer; fused qkv_proj / gate_up_proj split at load
+};
+
+// How RoPE's inverse frequencies are derived from rope_theta (0 = unscaled).
+enum oscar_rope_scaling {
+    OSCAR_ROPE_DEFAULT = 0,
+    OSCAR_ROPE_LINEAR  = 1, // inv_freq / rope_factor
+    OSCAR_ROPE_LLAMA3  = 2, // Llama 3.x: low frequencies / rope_factor, high kept, a smooth ramp between
 };
 
 const char * oscar_arch_name(enum oscar_arch arch);
@@ -35,10 +43,24 @@ struct oscar_model_config {
     int32_t n_vocab;       // V (rows of the embedding)
     int32_t n_ctx_train;
     float   rope_theta;
+    // RoPE variants; all zero = plain RoPE over the whole head. The rotated
+    // dims are the first rope_dim of each head, paired (i, i + rope_dim/2);
+    // the rest pass through (Phi-3 partial_rotary_factor).
+    int32_t rope_dim;              // 0 = head_dim
+    enum oscar_rope_scaling rope_scaling;
+    float   rope_factor;           // LINEAR, LLAMA3
+    float   rope_low_freq_factor;  // LLAMA3
+    float   rope_high_freq_factor; // LLAMA3
+    int32_t rope_orig_ctx;         // LLAMA3: original_max_position_embeddings
+    // Sliding-window attention: in layers >= swa_first_layer a token at t sees
+    // keys j with t - sliding_window < j <= t. 0 = full causal attention.
+    int32_t sliding_window;
+    int32_t swa_first_layer;
     float   rms_eps;
     bool    qkv_bias;
     bool    qk_norm;
     bool    tied_embeddings;
+    bool    has_rope_freqs;  // the file holds per-frequency RoPE divisors (GGUF rope_freqs.weight)
     char    name[128];     // human-readable model name (GGUF general.name, HF _name_or_path)
 };
 
@@ -65,6 +87,7 @@ struct oscar_model {
     float *                     tok_embd;    // [V, C]
     float *                     output_norm; // [C]
     float *                     output;      // [V, C]; == tok_embd when tied
+    float *                     rope_freqs;  // [rope_dim/2] frequency divisors (GGUF rope_freqs.weight) or NULL
     struct oscar_layer_weights * layers;     // [n_layer]
     char                        source[512]; // file or directory it was loaded from
     char                        source_sha256[65]; // of the model file (GGUF) or config.json; "" if unknown
@@ -83,6 +106,17 @@ enum oscar_status oscar_model_init_random(const struct oscar_model_config * cfg,
                                           struct oscar_model ** out);
 
 void oscar_model_free(struct oscar_model * m);
+
+// Rotated dims per head (rope_dim, or head_dim when 0).
+int32_t oscar_rope_dim(const struct oscar_model_config * c);
+// The window of `layer`'s attention (keys seen per token, itself included), 0 = full causal.
+int32_t oscar_layer_window(const struct oscar_model_config * c, int32_t layer);
+// The window of the model's sliding layers, 0 when no layer slides. Sequences of at most this many
+// tokens attend exactly as with full causal attention (code that assumes it checks this).
+int32_t oscar_model_window(const struct oscar_model_config * c);
+// RoPE inverse frequencies out [oscar_rope_dim(c) / 2] in fp32 as transformers computes them
+// (rope_theta, rope_scaling), each divided by rope_freqs[i] when rope_freqs is not NULL.
+void oscar_rope_inv_freq(const struct oscar_model_config * c, const float * rope_freqs, float * out);
 
 // ---- layers on demand ------------------------------------------------------------
 // oscar_model_open checks the file exactly as oscar_model_load does (config,
@@ -145,6 +179,7 @@ struct oscar_attention_override {
 
 // The forward pass's own exact causal attention, in the override's signature:
 // each token attends to the tokens of its sequence in this batch up to itself
+// (the last oscar_layer_window(config, layer) of them for sliding-window layers)
 // (softmax(q k^T / sqrt(D)) v, GQA grouping, online softmax with double sums).
 // user: NULL or a const int32_t * thread count (0 = all cores). Allocates nothing.
 // Fails (UNSUPPORTED) only if head_dim > OSCAR_MAX_HEAD_DIM.

@@ -52,6 +52,9 @@ enum oscar_status oscar_kv_decode_init(const struct oscar_kv_transform * tf, con
         return osc_error(OSCAR_ERR_INVALID, "kv decode: transform '%s' (L %d Hkv %d D %d, tiering %d) does not fit "
                          "model %s or is not a decode tiering", tf->name, tf->n_layer, tf->n_head_kv, tf->head_dim,
                          (int) tf->tiers.mode, cfg->name);
+    if (oscar_model_window(cfg) > 0 && max_len > oscar_model_window(cfg)) // the cache attends to every key
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "kv decode: model %s has sliding_window = %d < max_len %d; the "
+                         "simulated cache assumes full causal attention", cfg->name, oscar_model_window(cfg), max_len);
     struct oscar_kv_decode * d = calloc(1, sizeof *d);
     if (!d) return osc_error(OSCAR_ERR_NOMEM, "kv decode");
     d->tf = *tf, d->n_head = cfg->n_head, d->max_len = max_len;

@@ -232,6 +232,9 @@ enum oscar_status oscar_kv_sim_init(const struct oscar_kv_transform * tf, const 
     if (cfg->n_layer != tf->n_layer || cfg->n_head_kv != tf->n_head_kv || cfg->head_dim != tf->head_dim)
         return osc_error(OSCAR_ERR_INVALID, "kv sim: transform '%s' (L %d Hkv %d D %d) does not fit model %s", tf->name,
                          tf->n_layer, tf->n_head_kv, tf->head_dim, cfg->name);
+    if (oscar_model_window(cfg) > 0 && max_tokens > oscar_model_window(cfg)) // the simulation attends to every key
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "kv sim: model %s has sliding_window = %d < max_tokens %d; the "
+                         "simulation assumes full causal attention", cfg->name, oscar_model_window(cfg), max_tokens);
     struct oscar_kv_sim * s = calloc(1, sizeof *s);
     if (!s) return osc_error(OSCAR_ERR_NOMEM, "kv sim");
     s->tf = *tf;

@@ -317,6 +317,12 @@ static enum oscar_status check_params(const struct oscar_model * m, const struct
     if ((size_t) p->ctx > n_ids)
         return osc_error(OSCAR_ERR_INVALID, "verify: the corpus has %zu tokens, need at least one window of %d",
                          n_ids, p->ctx);
+    // the simulated caches and the metrics attend to every earlier key: exact only inside the window
+    const int32_t W = oscar_model_window(c), longest = p->ctx > p->metric_tokens ? p->ctx : p->metric_tokens;
+    if (W > 0 && longest > W)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "verify: %s has sliding-window attention (sliding_window = %d) and "
+                         "ctx / metric_tokens reach %d tokens: the KV-cache simulation and the metrics assume full "
+                         "causal attention; use ctx and metric_tokens <= %d", m->source, W, longest, W);
     if (art) return oscar_artifact_check_shape(art, c->n_layer, c->n_head, c->n_head_kv, c->head_dim, c->name);
     return OSCAR_OK;
 }

@@ -348,12 +348,27 @@ static int do_check(bool small, const char * real_model, const char * corpus) {
     printf("bf16 mode (default): CPU pass on bf16-rounded weights; bounds: logits 1e-2, same-tok 1e-3, e2e 1e-2\n\n");
     printf("%s", TABLE_HEAD);
     const int32_t lens[3] = {100, 37, 190};
-    const char * tiny[3] = {"tiny-llama", "tiny-qwen2", "tiny-qwen3"};
-    for (int i = 0; i < 3; i++) {
+    // tiny-llama3: Llama 3.x RoPE scaling from config.json, and from the GGUF's rope_freqs.weight
+    const char * tiny[5] = {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-llama3", "tiny-llama3.gguf"};
+    for (int i = 0; i < 5; i++) {
         char dir[256];
         snprintf(dir, sizeof dir, "tests/fixtures/models/%s", tiny[i]);
         TRY(oscar_model_load(dir, &m));
         check_model(tiny[i], m, lens, 3, NULL);
+        oscar_model_free(m);
+    }
+    // what the kernels do not implement is refused by name, never run wrong
+    const char * refused[2][2] = {{"tiny-mistral", "sliding-window"}, {"tiny-phi3", "partial rotary"}};
+    for (int i = 0; i < 2; i++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, "tests/fixtures/models/%s", refused[i][0]);
+        TRY(oscar_model_load(dir, &m));
+        f = NULL;
+        const enum oscar_status st = oscar_fwd_init(m, &p, &f);
+        const bool ok = st == OSCAR_ERR_UNSUPPORTED && strstr(oscar_last_error(), refused[i][1]);
+        printf("%s on cuda: %s (%s)\n", refused[i][0], ok ? "refused" : "NOT REFUSED", oscar_last_error());
+        g_fail |= !ok;
+        oscar_fwd_free(f);
         oscar_model_free(m);
     }
     if (real_model) check_real(real_model, corpus);

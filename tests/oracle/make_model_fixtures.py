@@ -6,6 +6,7 @@
 #     /opt/oracle/bin/python tests/oracle/make_model_fixtures.py            # everything
 #     /opt/oracle/bin/python tests/oracle/make_model_fixtures.py --tiny     # random-init models only
 #     /opt/oracle/bin/python tests/oracle/make_model_fixtures.py --smollm   # SmolLM2-135M only
+#     /opt/oracle/bin/python tests/oracle/make_model_fixtures.py --tiny --only tiny-llama3 tiny-mistral tiny-phi3
 #
 # with torch 2.15 (CPU), transformers 5.24, gguf-py (whatever /opt/oracle has), numpy; the script prints
 # the versions it used and records them in every index.json.
@@ -13,7 +14,15 @@
 # What it writes:
 #   tests/fixtures/models/<name>/{config.json,model.safetensors}  small RANDOMLY INITIALISED models
 #       (torch.manual_seed), float32: tiny-llama (tied, GQA 2), tiny-qwen2 (q/k/v bias, untied, GQA 4),
-#       tiny-qwen3 (q_norm/k_norm, head_dim 48 != hidden/heads = 32, tied, GQA 2).
+#       tiny-qwen3 (q_norm/k_norm, head_dim 48 != hidden/heads = 32, tied, GQA 2), and at hidden 64:
+#       tiny-llama3 (rope_type llama3, factor 8, low/high_freq_factor 1/4, original_max_position_embeddings 32:
+#       with head_dim 16 and theta 10000 one frequency is kept, one smoothed and six divided by 8),
+#       tiny-mistral (sliding_window 16 < the 24/33/40-token sequences, so every sequence is windowed),
+#       tiny-phi3 (fused qkv_proj / gate_up_proj, partial_rotary_factor 0.5, sliding_window 20).
+#   tests/fixtures/models/tiny-llama3.gguf, tiny-mistral.gguf: the same weights as llama.cpp's converter
+#       writes them (q/k rows permuted per head, ggml names; llama3: rope_freqs.weight = per-frequency
+#       divisors 1 / ((1 - s) / factor + s), factor or 1; mistral: llama.attention.sliding_window), checked
+#       by test-forward against the same forward fixtures.
 #   tests/fixtures/forward/<name>/index.json + raw little-endian files:
 #       tokens.i32 [T], seq_start.i32 [n_seq+1], pos.i32 [T]   (several sequences, each run by HF separately)
 #       logits.f32 [T, V]  (or [n_logit_pos, V] at logit_pos for SmolLM2)
@@ -35,7 +44,8 @@ import sys
 import numpy as np
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Qwen2Config, Qwen3Config
+from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig, Phi3Config,
+                          Qwen2Config, Qwen3Config)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIX = os.path.join(ROOT, "tests", "fixtures")
@@ -47,6 +57,11 @@ VERSIONS = {
     "transformers": transformers.__version__,
     "numpy": np.__version__,
 }
+try:
+    from importlib.metadata import version as _pkg_version
+    VERSIONS["gguf"] = _pkg_version("gguf")
+except Exception:  # noqa: BLE001
+    pass
 
 # ---- capture of post-RoPE q/k and v: wrap the module-level eager attention function ----------------
 CAPTURED = {}
@@ -70,8 +85,10 @@ def wrap_attention(module):
 import transformers.models.llama.modeling_llama as m_llama  # noqa: E402
 import transformers.models.qwen2.modeling_qwen2 as m_qwen2  # noqa: E402
 import transformers.models.qwen3.modeling_qwen3 as m_qwen3  # noqa: E402
+import transformers.models.mistral.modeling_mistral as m_mistral  # noqa: E402
+import transformers.models.phi3.modeling_phi3 as m_phi3  # noqa: E402
 
-for _m in (m_llama, m_qwen2, m_qwen3):
+for _m in (m_llama, m_qwen2, m_qwen3, m_mistral, m_phi3):
     wrap_attention(_m)
 
 
@@ -142,7 +159,98 @@ TINY = {
                                      vocab_size=512, max_position_embeddings=512, rms_norm_eps=1e-6,
                                      rope_theta=1000000.0, tie_word_embeddings=True,
                                      attention_bias=False), 3),
+    "tiny-llama3": (LlamaConfig, dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                      vocab_size=256, max_position_embeddings=256, rms_norm_eps=1e-5,
+                                      rope_parameters=dict(rope_type="llama3", rope_theta=10000.0, factor=8.0,
+                                                           low_freq_factor=1.0, high_freq_factor=4.0,
+                                                           original_max_position_embeddings=32),
+                                      tie_word_embeddings=False), 4),
+    "tiny-mistral": (MistralConfig, dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                                         num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+                                         vocab_size=256, max_position_embeddings=256, rms_norm_eps=1e-5,
+                                         rope_theta=10000.0, sliding_window=16, tie_word_embeddings=True), 5),
+    "tiny-phi3": (Phi3Config, dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                                   max_position_embeddings=256, original_max_position_embeddings=256,
+                                   rms_norm_eps=1e-5, rope_theta=10000.0, partial_rotary_factor=0.5,
+                                   sliding_window=20, tie_word_embeddings=False, pad_token_id=None,
+                                   bos_token_id=None, eos_token_id=None), 6),
 }
+
+
+# ---- GGUF variants, converted as llama.cpp's convert_hf_to_gguf.py does for LlamaForCausalLM -----------
+def ggml_permute(w, n_head):
+    # q/k rows of each head from HF half-split order to ggml's adjacent pairs: (h, 2, D/2) -> (h, D/2, 2)
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama3_rope_divisors(cfg):
+    # llama.cpp's convention: ggml divides each frequency theta_i by rope_freqs[i]
+    rp = cfg.rope_parameters
+    dim = cfg.head_dim
+    freqs = 1.0 / (rp["rope_theta"] ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+    orig, lo, hi, factor = (rp["original_max_position_embeddings"], rp["low_freq_factor"], rp["high_freq_factor"],
+                            rp["factor"])
+    out = []
+    for f in freqs:
+        wavelen = 2 * math.pi / float(f)
+        if wavelen < orig / hi:
+            out.append(1.0)
+        elif wavelen > orig / lo:
+            out.append(factor)
+        else:
+            s = (orig / wavelen - lo) / (hi - lo)
+            out.append(1.0 / ((1 - s) / factor + s))
+    return np.asarray(out, dtype=np.float32)
+
+
+def write_gguf(model, name):
+    import gguf
+    cfg = model.config
+    sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    path = os.path.join(FIX, "models", f"{name}.gguf")
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name(name)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_key_length(cfg.head_dim)
+    w.add_rope_dimension_count(cfg.head_dim)
+    w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    if getattr(cfg, "sliding_window", None):
+        w.add_sliding_window(cfg.sliding_window)
+    if cfg.rope_parameters.get("rope_type") == "llama3":
+        w.add_tensor("rope_freqs.weight", llama3_rope_divisors(cfg))
+    names = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
+             "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
+             "self_attn.o_proj.weight": "attn_output.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+             "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+             "mlp.down_proj.weight": "ffn_down.weight"}
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"])
+    if not cfg.tie_word_embeddings:
+        w.add_tensor("output.weight", sd["lm_head.weight"])
+    for i in range(cfg.num_hidden_layers):
+        for k, g in names.items():
+            t = sd[f"model.layers.{i}.{k}"]
+            if k.startswith("self_attn.q_proj"):
+                t = ggml_permute(t, cfg.num_attention_heads)
+            elif k.startswith("self_attn.k_proj"):
+                t = ggml_permute(t, cfg.num_key_value_heads)
+            w.add_tensor(f"blk.{i}.{g}", np.ascontiguousarray(t))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"{name}: wrote {path}", file=sys.stderr)
+
+
+GGUF_VARIANTS = ("tiny-llama3", "tiny-mistral")
 
 
 def make_tiny(name):
@@ -170,6 +278,8 @@ def make_tiny(name):
     logits, _, qkv = run_sequences(model, seqs, layers)
     save_forward(os.path.join(FIX, "forward", name), seqs, logits, qkv, layers,
                  {"model": f"tests/fixtures/models/{name}", "seed": seed})
+    if name in GGUF_VARIANTS:
+        write_gguf(model, name)
     print(f"{name}: {sum(p.numel() for p in model.parameters())} params, T={sum(lens)}", file=sys.stderr)
 
 
@@ -246,13 +356,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--smollm", action="store_true")
+    ap.add_argument("--only", nargs="*", help="tiny models to (re)make, e.g. tiny-llama3 (default: all)")
     a = ap.parse_args()
     both = not a.tiny and not a.smollm
     print(json.dumps(VERSIONS), file=sys.stderr)
     torch.set_num_threads(2)
     if a.tiny or both:
         for name in TINY:
-            make_tiny(name)
+            if not a.only or name in a.only:
+                make_tiny(name)
     if a.smollm or both:
         make_smollm()
 

@@ -285,12 +285,78 @@ static void test_rows_blocking_invariant(void ** state) {
     }
 }
 
+// oscar_attn_rows with a sliding window W: row t reads keys t - W < p <= t (transformers'
+// sliding_window_overlay: kv_idx > q_idx - W). Checked at the boundary (key t - W is never read, key
+// t - W + 1 always is), against fp64 dense attention over exactly those keys, blocked == alone
+// bitwise, W = 1 returns v_t itself, and a window no row reaches gives the bits of no window.
+static void test_rows_window(void ** state) {
+    (void) state;
+    rng_state = 777;
+    const int32_t D = 40, N = 100;
+    const size_t  rs = (size_t) D;
+    float * k = malloc(sizeof(float) * N * rs), * v = malloc(sizeof(float) * N * rs);
+    float * ka = malloc(sizeof(float) * N * rs), * va = malloc(sizeof(float) * N * rs);
+    float * q = malloc(sizeof(float) * N * D), * blk = malloc(sizeof(float) * N * D), * full = malloc(sizeof(float) * N * D);
+    float * one = malloc(sizeof(float) * D), * ref = malloc(sizeof(float) * D), * chg = malloc(sizeof(float) * D);
+    float * kr = malloc(sizeof(float) * N * D), * vr = malloc(sizeof(float) * N * D);
+    float * scr = malloc(sizeof(float) * oscar_attn_rows_scratch(N, N, D));
+    assert_true(k && v && ka && va && q && blk && full && one && ref && chg && kr && vr && scr);
+    fill(k, N * D), fill(v, N * D), fill(ka, N * D), fill(va, N * D), fill(q, N * D);
+    int64_t t[100], lo[100], hi[100];
+    for (int32_t r = 0; r < N; r++) {   // alternative keys on a run of some rows, straddling windows
+        t[r] = r;
+        lo[r] = r / 2, hi[r] = r % 3 == 0 ? r / 2 : r / 2 + (r + 1) / 3;
+    }
+    struct oscar_attn_keys kv = {.head_dim = D, .row_stride = rs, .k = k, .v = v, .k_alt = ka, .v_alt = va};
+    oscar_attn_rows(&kv, N, q, (size_t) D, t, lo, hi, full, (size_t) D, scr);
+    const int64_t windows[] = {1, 5, 31, 32, 33, 64, 100, 150};
+    for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; wi++) {
+        const int64_t W = windows[wi];
+        kv.window = W;
+        oscar_attn_rows(&kv, N, q, (size_t) D, t, lo, hi, blk, (size_t) D, scr);
+        if (W >= N) assert_memory_equal(blk, full, sizeof(float) * N * D); // no row reaches past its window
+        double worst = 0;
+        for (int32_t r = 0; r < N; r++) {
+            oscar_attn_rows(&kv, 1, q + (size_t) r * D, 0, &t[r], &lo[r], &hi[r], one, 0, scr);
+            assert_memory_equal(one, blk + (size_t) r * D, sizeof(float) * D);
+            const int64_t first = t[r] - W + 1 > 0 ? t[r] - W + 1 : 0;
+            for (int64_t p = first; p <= t[r]; p++) {
+                bool alt = p >= lo[r] && p < hi[r];
+                memcpy(kr + (p - first) * D, (alt ? ka : k) + (size_t) p * rs, sizeof(float) * D);
+                memcpy(vr + (p - first) * D, (alt ? va : v) + (size_t) p * rs, sizeof(float) * D);
+            }
+            const int64_t nk = t[r] + 1 - first;
+            struct oscar_attn_shape sh = {.n_head = 1, .n_head_kv = 1, .head_dim = D};
+            assert_int_equal(oscar_attn_dense(&sh, q + (size_t) r * D, 1, nk - 1, kr, vr, nk, true, OSCAR_ACCUM_F64,
+                                              ref), OSCAR_OK);
+            double e = rel_l2(one, ref, D);
+            worst = e > worst ? e : worst;
+            if (W == 1) assert_memory_equal(one, vr, sizeof(float) * D); // one key: weight exactly 1
+        }
+        printf("attn rows window %lld: blocked == alone bitwise; worst rel L2 vs fp64 dense %.2e\n", (long long) W,
+               worst);
+        assert_true(worst < 2e-6);
+    }
+    // the boundary, row t = 60 (lo = hi there: plain keys), W = 5: key 55 = t - W is outside, 56 inside
+    kv.window = 5;
+    int64_t t60 = 60, l60 = 0, h60 = 0;
+    oscar_attn_rows(&kv, 1, q + 60 * D, 0, &t60, &l60, &h60, one, 0, scr);
+    for (int32_t d = 0; d < D; d++) k[55 * rs + d] += 3.0f, v[55 * rs + d] += 3.0f;
+    oscar_attn_rows(&kv, 1, q + 60 * D, 0, &t60, &l60, &h60, chg, 0, scr);
+    assert_memory_equal(one, chg, sizeof(float) * D);
+    for (int32_t d = 0; d < D; d++) k[56 * rs + d] += 3.0f, v[56 * rs + d] += 3.0f;
+    oscar_attn_rows(&kv, 1, q + 60 * D, 0, &t60, &l60, &h60, chg, 0, scr);
+    assert_true(rel_l2(chg, one, D) > 1e-3);
+    free(k), free(v), free(ka), free(va), free(q), free(blk), free(full), free(one), free(ref), free(chg);
+    free(kr), free(vr), free(scr);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiered_vs_dense), cmocka_unit_test(test_all_bf16_equals_dense),
         cmocka_unit_test(test_prefill_tiered),  cmocka_unit_test(test_policy_reference_cases),
         cmocka_unit_test(test_sim_matches_cache), cmocka_unit_test(test_merge_exact),
-        cmocka_unit_test(test_rows_blocking_invariant),
+        cmocka_unit_test(test_rows_blocking_invariant), cmocka_unit_test(test_rows_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,6 @@
-// test-forward.c - CPU forward pass against transformers (tiny random-init Llama/Qwen2/Qwen3 fixtures),
-// capture hooks, attention override, batching, perplexity convention.
+// test-forward.c - CPU forward pass against transformers (tiny random-init Llama/Qwen2/Qwen3, Llama 3.x RoPE
+// scaling, Mistral sliding window, Phi-3 fixtures; GGUF variants against the same fixtures), capture hooks,
+// attention override, batching, sliding-window attention at its boundary, perplexity convention.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -37,10 +38,11 @@ static void fixture_free(struct fixture * fx) {
 }
 
 // The tiny fixtures all hold T = 97 tokens in 3 sequences (make_model_fixtures.py: lens 40, 24, 33).
-static void fixture_load(struct fixture * fx, const char * name) {
+// model: "" for tests/fixtures/models/<name>, else a file or directory of the same weights.
+static void fixture_load_model(struct fixture * fx, const char * name, const char * model) {
     char mdir[256];
     memset(fx, 0, sizeof *fx);
-    snprintf(mdir, sizeof mdir, "tests/fixtures/models/%s", name);
+    snprintf(mdir, sizeof mdir, model[0] ? "%s" : "tests/fixtures/models/%s", model[0] ? model : name);
     snprintf(fx->dir, sizeof fx->dir, "tests/fixtures/forward/%s", name);
     if (oscar_model_load(mdir, &fx->model) != OSCAR_OK) fprintf(stderr, "%s: %s\n", mdir, oscar_last_error());
     assert_non_null(fx->model);
@@ -58,6 +60,8 @@ static void fixture_load(struct fixture * fx, const char * name) {
     assert_int_equal(fx->seq_start[fx->n_seq], fx->T);
 }
 
+static void fixture_load(struct fixture * fx, const char * name) { fixture_load_model(fx, name, ""); }
+
 static struct oscar_forward * make_forward(const struct oscar_model * m, int32_t max_tokens,
                                            const struct oscar_capture_hook * hook,
                                            const struct oscar_attention_override * att) {
@@ -72,9 +76,9 @@ static struct oscar_forward * make_forward(const struct oscar_model * m, int32_t
     return f;
 }
 
-static void check_oracle(const char * name) {
+static void check_oracle_model(const char * name, const char * model) {
     struct fixture fx;
-    fixture_load(&fx, name);
+    fixture_load_model(&fx, name, model);
     const struct oscar_model_config * c = &fx.model->config;
     struct fx_capture cap = {.n_layers = 3, .layers = {0, 1, c->n_layer - 1}};
     struct oscar_capture_hook hook = {fx_capture_want, fx_capture_on_layer, &cap, false};
@@ -110,9 +114,91 @@ static void check_oracle(const char * name) {
     fixture_free(&fx);
 }
 
+static void check_oracle(const char * name) { check_oracle_model(name, ""); }
+
 static void test_oracle_llama(void ** state) { (void)state; check_oracle("tiny-llama"); }
 static void test_oracle_qwen2(void ** state) { (void)state; check_oracle("tiny-qwen2"); }
 static void test_oracle_qwen3(void ** state) { (void)state; check_oracle("tiny-qwen3"); }
+
+// Logits of the fixture's tokens under `c` (a copy of the model's config with one feature switched off):
+// rel-L2 against the oracle. Shows the feature is what brings the pass within tolerance: with it the
+// error is ~3e-7; without, well above 10x the tolerance (random-init models have flat logits, so a
+// changed RoPE moves them by ~5e-3 relative, a removed window by ~0.3).
+static double oracle_err_with(const struct fixture * fx, const struct oscar_model_config * c) {
+    struct oscar_model m = *fx->model;
+    m.config = *c;
+    struct oscar_forward * f = make_forward(&m, fx->T, NULL, NULL);
+    const size_t n = (size_t)fx->T * (size_t)c->n_vocab;
+    float * lg = malloc(n * sizeof(float));
+    struct oscar_batch b = {fx->n_seq, fx->seq_start, fx->tokens, NULL};
+    assert_int_equal(oscar_forward_run(f, &b, lg), OSCAR_OK);
+    double e = fx_rel_l2(lg, fx->logits, n);
+    free(lg);
+    oscar_forward_free(f);
+    return e;
+}
+
+// Llama 3.x RoPE scaling (factor 8, original context 32: six of eight frequencies divided by 8, one smoothed).
+static void test_oracle_llama3(void ** state) {
+    (void)state;
+    check_oracle("tiny-llama3");
+    struct fixture fx;
+    fixture_load(&fx, "tiny-llama3");
+    struct oscar_model_config c = fx.model->config;
+    assert_int_equal(c.rope_scaling, OSCAR_ROPE_LLAMA3);
+    c.rope_scaling = OSCAR_ROPE_DEFAULT;
+    double e = oracle_err_with(&fx, &c);
+    printf("tiny-llama3 without the scaling: logits rel-L2 %.3e\n", e);
+    assert_true(e > 10 * ORACLE_TOL);
+    fixture_free(&fx);
+}
+
+// The same weights converted as llama.cpp does: rope_freqs.weight carries the scaling.
+static void test_oracle_llama3_gguf(void ** state) {
+    (void)state;
+    check_oracle_model("tiny-llama3", "tests/fixtures/models/tiny-llama3.gguf");
+    struct fixture fx;
+    fixture_load_model(&fx, "tiny-llama3", "tests/fixtures/models/tiny-llama3.gguf");
+    assert_true(fx.model->config.has_rope_freqs && fx.model->rope_freqs);
+    assert_int_equal(fx.model->config.rope_scaling, OSCAR_ROPE_DEFAULT);
+    // divisors 1 (highest frequency, wavelength 6.3 < 32/4), 8 for the six lowest, one in between
+    assert_true(fx.model->rope_freqs[0] == 1.0f && fx.model->rope_freqs[7] == 8.0f);
+    assert_true(fx.model->rope_freqs[1] > 1.0f && fx.model->rope_freqs[1] < 8.0f);
+    fixture_free(&fx);
+}
+
+// Mistral, sliding_window 16 in every layer (all three sequences are longer).
+static void test_oracle_mistral(void ** state) {
+    (void)state;
+    check_oracle("tiny-mistral");
+    check_oracle_model("tiny-mistral", "tests/fixtures/models/tiny-mistral.gguf");
+    struct fixture fx;
+    fixture_load(&fx, "tiny-mistral");
+    struct oscar_model_config c = fx.model->config;
+    assert_int_equal(c.sliding_window, 16);
+    c.sliding_window = 0;
+    double e = oracle_err_with(&fx, &c);
+    printf("tiny-mistral without the window: logits rel-L2 %.3e\n", e);
+    assert_true(e > 10 * ORACLE_TOL);
+    fixture_free(&fx);
+}
+
+// Phi-3: fused projections split at load, partial rotary (8 of 16 dims), sliding_window 20.
+static void test_oracle_phi3(void ** state) {
+    (void)state;
+    check_oracle("tiny-phi3");
+    struct fixture fx;
+    fixture_load(&fx, "tiny-phi3");
+    struct oscar_model_config c = fx.model->config;
+    assert_int_equal(c.arch, OSCAR_ARCH_PHI3);
+    assert_int_equal(c.rope_dim, 8);
+    assert_int_equal(c.sliding_window, 20);
+    c.rope_dim = 0;
+    double e = oracle_err_with(&fx, &c);
+    printf("tiny-phi3 rotating all dims: logits rel-L2 %.3e\n", e);
+    assert_true(e > 10 * ORACLE_TOL);
+    fixture_free(&fx);
+}
 
 // ---- hooks -------------------------------------------------------------------------------------
 
@@ -444,6 +530,10 @@ int main(void) {
         cmocka_unit_test(test_oracle_llama),
         cmocka_unit_test(test_oracle_qwen2),
         cmocka_unit_test(test_oracle_qwen3),
+        cmocka_unit_test(test_oracle_llama3),
+        cmocka_unit_test(test_oracle_llama3_gguf),
+        cmocka_unit_test(test_oracle_mistral),
+        cmocka_unit_test(test_oracle_phi3),
         cmocka_unit_test(test_hook_layers_and_shapes),
         cmocka_unit_test(test_hook_and_override_identical),
         cmocka_unit_test(test_batched_equals_single),

@@ -177,9 +177,38 @@ static void test_equals_two_passes(void ** state) {
     check_case(OSCAR_STATS_QQT, OSCAR_STATS_VATT, 2, 2);  // attention-mass weights from q/k in pass 1
 }
 
+// A sliding-window model: calibration with sequences inside the window runs (attention is then exactly
+// full causal); with longer sequences the causal objectives are refused, naming the window.
+static void test_sliding_window_refused(void ** state) {
+    (void) state;
+    struct oscar_model_config cfg = {.arch = OSCAR_ARCH_LLAMA, .n_layer = 2, .n_embd = 32, .n_head = 2,
+                                     .n_head_kv = 1, .head_dim = 16, .n_ff = 48, .n_vocab = 97, .n_ctx_train = 512,
+                                     .rope_theta = 10000.0f, .rms_eps = 1e-6f, .sliding_window = SEQ};
+    struct oscar_model * m = NULL;
+    assert_int_equal(oscar_model_init_random(&cfg, 3, &m), OSCAR_OK);
+    int32_t seq_start[3] = {0, SEQ, 2 * SEQ}, held_start[2] = {2 * SEQ, 3 * SEQ}, tokens[3 * SEQ];
+    for (int i = 0; i < 3 * SEQ; i++) tokens[i] = (i * 31) % 97;
+    struct oscar_calib_plan plan = {.n_seq = 2, .seq_start = seq_start, .n_heldout = 1, .heldout_start = held_start,
+                                    .tokens = tokens, .n_tokens = 2 * SEQ};
+    struct oscar_calib_params p = oscar_calib_default_params();
+    p.seq_len = SEQ, p.batch = 1, p.n_threads = 1;
+    struct oscar_calib_timing t = {0};
+    struct oscar_stats * got = NULL;
+    struct oscar_calib_heldout held;
+    assert_int_equal(oscar_calib_capture(m, &plan, &p, &got, &held, &t), OSCAR_OK); // seq_len == window
+    oscar_stats_free(got);
+    oscar_calib_heldout_free(&held);
+    m->config.sliding_window = SEQ - 1;
+    assert_int_equal(oscar_calib_capture(m, &plan, &p, &got, &held, &t), OSCAR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(oscar_last_error(), "sliding_window = 39"));
+    assert_null(got);
+    oscar_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_equals_two_passes),
+        cmocka_unit_test(test_sliding_window_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

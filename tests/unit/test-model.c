@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "formats/gguf-writer.h"
 #include "formats/hf-config.h"
 #include "formats/safetensors.h"
 #include "model/model.h"
@@ -275,16 +276,6 @@ static void test_hf_config(void ** state) {
     assert_non_null(strstr(oscar_last_error(), "gemma3"));
     assert_int_equal(parse_cfg("{\"model_type\":\"llama\",\"architectures\":[\"Qwen2ForCausalLM\"]}"),
                      OSCAR_ERR_UNSUPPORTED);
-    assert_int_equal(parse_cfg("{\"model_type\":\"llama\",\"hidden_size\":64,\"num_hidden_layers\":2,"
-                               "\"num_attention_heads\":4,\"intermediate_size\":96,\"vocab_size\":100,"
-                               "\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8}}"), OSCAR_ERR_UNSUPPORTED);
-    assert_non_null(strstr(oscar_last_error(), "llama3"));
-    assert_int_equal(parse_cfg("{\"model_type\":\"mistral\",\"hidden_size\":64,\"num_hidden_layers\":2,"
-                               "\"num_attention_heads\":4,\"intermediate_size\":96,\"vocab_size\":100,"
-                               "\"sliding_window\":4096}"), OSCAR_ERR_UNSUPPORTED);
-    assert_int_equal(parse_cfg("{\"model_type\":\"qwen2\",\"hidden_size\":64,\"num_hidden_layers\":2,"
-                               "\"num_attention_heads\":4,\"intermediate_size\":96,\"vocab_size\":100,"
-                               "\"sliding_window\":4096,\"use_sliding_window\":true}"), OSCAR_ERR_UNSUPPORTED);
     assert_int_equal(parse_cfg("{\"model_type\":\"llama\",\"hidden_size\":64}"), OSCAR_ERR_FORMAT);
     assert_non_null(strstr(oscar_last_error(), "num_hidden_layers"));
     assert_int_equal(parse_cfg("{\"model_type\":\"llama\",\"hidden_size\":-64,\"num_hidden_layers\":2,"
@@ -395,6 +386,129 @@ static void test_layers_on_demand(void ** state) {
     assert_null(m);
 }
 
+// A llama-shaped config body (64 hidden, 4 heads of 16, `layers` layers) with extra fields.
+static enum oscar_status parse_with(const char * type, int layers, const char * extra,
+                                    struct oscar_model_config * c) {
+    char json[2048];
+    snprintf(json, sizeof json, "{\"model_type\":\"%s\",\"hidden_size\":64,\"num_hidden_layers\":%d,"
+             "\"num_attention_heads\":4,\"intermediate_size\":96,\"vocab_size\":100,"
+             "\"max_position_embeddings\":1024%s%s}", type, layers, extra[0] ? "," : "", extra);
+    memset(c, 0xff, sizeof *c);
+    return osc_hf_config_parse(json, strlen(json), "cfg.json", c);
+}
+
+// The error names the file and each of the given strings.
+static void assert_error_names(const char * a, const char * b) {
+    const char * e = oscar_last_error();
+    if (!strstr(e, "cfg.json") || !strstr(e, a) || (b && !strstr(e, b))) fprintf(stderr, "error: %s\n", e);
+    assert_non_null(strstr(e, "cfg.json"));
+    assert_non_null(strstr(e, a));
+    if (b) assert_non_null(strstr(e, b));
+}
+
+static void test_hf_config_rope_window(void ** state) {
+    (void) state;
+    struct oscar_model_config c;
+    // llama3 scaling, transformers 5 spelling (rope_parameters) and the older rope_scaling + rope_theta
+    const char * l3 = "\"rope_parameters\":{\"rope_type\":\"llama3\",\"rope_theta\":500000.0,\"factor\":8.0,"
+                      "\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,\"original_max_position_embeddings\":8192}";
+    assert_int_equal(parse_with("llama", 2, l3, &c), OSCAR_OK);
+    assert_int_equal(c.rope_scaling, OSCAR_ROPE_LLAMA3);
+    assert_true(c.rope_theta == 500000.0f && c.rope_factor == 8.0f);
+    assert_true(c.rope_low_freq_factor == 1.0f && c.rope_high_freq_factor == 4.0f);
+    assert_int_equal(c.rope_orig_ctx, 8192);
+    assert_int_equal(c.rope_dim, 0);
+    assert_int_equal(c.sliding_window, 0);
+    assert_int_equal(parse_with("llama", 2, "\"rope_theta\":1000.0,\"rope_scaling\":{\"type\":\"llama3\",\"factor\":"
+                                "2,\"low_freq_factor\":1,\"high_freq_factor\":2}", &c), OSCAR_OK);
+    assert_int_equal(c.rope_scaling, OSCAR_ROPE_LLAMA3);
+    assert_true(c.rope_theta == 1000.0f);
+    assert_int_equal(c.rope_orig_ctx, 1024); // absent: max_position_embeddings, as transformers
+    assert_int_equal(parse_with("llama", 2, "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":4}", &c), OSCAR_OK);
+    assert_int_equal(c.rope_scaling, OSCAR_ROPE_LINEAR);
+    assert_true(c.rope_factor == 4.0f);
+    assert_int_equal(parse_with("llama", 2, "\"rope_scaling\":{\"rope_type\":\"default\"}", &c), OSCAR_OK);
+    assert_int_equal(c.rope_scaling, OSCAR_ROPE_DEFAULT);
+    // llama3 without its factors, or with high <= low: FORMAT naming the field
+    assert_int_equal(parse_with("llama", 2, "\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8}", &c),
+                     OSCAR_ERR_FORMAT);
+    assert_error_names("rope_scaling.low_freq_factor", NULL);
+    assert_int_equal(parse_with("llama", 2, "\"rope_parameters\":{\"rope_type\":\"llama3\",\"factor\":8,"
+                                "\"low_freq_factor\":4,\"high_freq_factor\":4}", &c), OSCAR_ERR_FORMAT);
+    assert_error_names("high_freq_factor", NULL);
+    // other RoPE types are refused naming the field and the value
+    const char * types[] = {"yarn", "dynamic", "longrope", "su"};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        char extra[128];
+        snprintf(extra, sizeof extra, "\"rope_scaling\":{\"rope_type\":\"%s\",\"factor\":2}", types[i]);
+        assert_int_equal(parse_with("llama", 2, extra, &c), OSCAR_ERR_UNSUPPORTED);
+        assert_error_names("rope_scaling.rope_type", types[i]);
+        snprintf(extra, sizeof extra, "\"rope_parameters\":{\"rope_type\":\"%s\",\"factor\":2}", types[i]);
+        assert_int_equal(parse_with("qwen2", 2, extra, &c), OSCAR_ERR_UNSUPPORTED);
+        assert_error_names("rope_parameters.rope_type", types[i]);
+    }
+    // unknown architectures name the field and the value
+    assert_int_equal(parse_with("gemma2", 2, "", &c), OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("model_type", "gemma2");
+    assert_int_equal(parse_with("phi3", 2, "\"architectures\":[\"Phi3SmallForCausalLM\"]", &c), OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("architecture", "Phi3SmallForCausalLM");
+
+    // phi3: partial rotary, default RoPE only, window only when set
+    assert_int_equal(parse_with("phi3", 2, "\"partial_rotary_factor\":0.75", &c), OSCAR_OK);
+    assert_int_equal(c.arch, OSCAR_ARCH_PHI3);
+    assert_int_equal(c.rope_dim, 12);
+    assert_int_equal(c.sliding_window, 0);
+    assert_int_equal(parse_with("phi3", 2, "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000.0,"
+                                "\"partial_rotary_factor\":0.5},\"sliding_window\":7", &c), OSCAR_OK);
+    assert_int_equal(c.rope_dim, 8);
+    assert_int_equal(c.sliding_window, 7);
+    assert_int_equal(c.swa_first_layer, 0);
+    assert_int_equal(parse_with("phi3", 2, "\"partial_rotary_factor\":0.3125", &c), OSCAR_ERR_UNSUPPORTED); // 5 dims: odd
+    assert_error_names("partial_rotary_factor", "0.3125");
+    assert_int_equal(parse_with("llama", 2, "\"partial_rotary_factor\":0.5", &c), OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("partial_rotary_factor", "llama");
+    assert_int_equal(parse_with("phi3", 2, "\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1],"
+                                "\"long_factor\":[1]}", &c), OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("rope_scaling.rope_type", "longrope");
+
+    // mistral: sliding_window everywhere, 4096 when absent (MistralConfig's default), none when null
+    assert_int_equal(parse_with("mistral", 2, "\"sliding_window\":16", &c), OSCAR_OK);
+    assert_true(c.sliding_window == 16 && c.swa_first_layer == 0);
+    assert_int_equal(parse_with("mistral", 2, "", &c), OSCAR_OK);
+    assert_int_equal(c.sliding_window, 4096);
+    assert_int_equal(parse_with("mistral", 2, "\"sliding_window\":null", &c), OSCAR_OK);
+    assert_int_equal(c.sliding_window, 0);
+    assert_int_equal(parse_with("mistral", 2, "\"sliding_window\":-3", &c), OSCAR_ERR_FORMAT);
+    assert_error_names("sliding_window", NULL);
+    // llama: transformers' LlamaAttention has no window, so the key is ignored
+    assert_int_equal(parse_with("llama", 2, "\"sliding_window\":16", &c), OSCAR_OK);
+    assert_int_equal(c.sliding_window, 0);
+    // qwen2/qwen3: only with use_sliding_window, from max_window_layers or layer_types
+    assert_int_equal(parse_with("qwen2", 4, "\"sliding_window\":16,\"use_sliding_window\":false", &c), OSCAR_OK);
+    assert_int_equal(c.sliding_window, 0);
+    assert_int_equal(parse_with("qwen2", 4, "\"sliding_window\":16,\"use_sliding_window\":true", &c), OSCAR_OK);
+    assert_int_equal(c.sliding_window, 0); // max_window_layers 28 >= 4 layers: none slides
+    assert_int_equal(parse_with("qwen2", 4, "\"sliding_window\":16,\"use_sliding_window\":true,"
+                                "\"max_window_layers\":1", &c), OSCAR_OK);
+    assert_true(c.sliding_window == 16 && c.swa_first_layer == 1);
+    assert_int_equal(oscar_layer_window(&c, 0), 0);
+    assert_int_equal(oscar_layer_window(&c, 3), 16);
+    assert_int_equal(parse_with("qwen3", 3, "\"sliding_window\":8,\"use_sliding_window\":true,\"layer_types\":"
+                                "[\"full_attention\",\"sliding_attention\",\"sliding_attention\"]", &c), OSCAR_OK);
+    assert_true(c.sliding_window == 8 && c.swa_first_layer == 1);
+    assert_int_equal(parse_with("qwen3", 3, "\"sliding_window\":8,\"use_sliding_window\":true,\"layer_types\":"
+                                "[\"sliding_attention\",\"full_attention\",\"sliding_attention\"]", &c),
+                     OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("layer_types[1]", NULL);
+    assert_int_equal(parse_with("qwen3", 3, "\"layer_types\":[\"full_attention\",\"chunked_attention\","
+                                "\"full_attention\"]", &c), OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("layer_types[1]", "chunked_attention");
+    assert_int_equal(parse_with("qwen2", 2, "\"use_sliding_window\":false,\"layer_types\":"
+                                "[\"full_attention\",\"sliding_attention\"]", &c), OSCAR_ERR_FORMAT);
+    assert_error_names("layer_types", "sliding");
+    assert_int_equal(parse_with("qwen2", 2, "\"layer_types\":[\"full_attention\"]", &c), OSCAR_ERR_FORMAT);
+}
+
 static void test_load_errors(void ** state) {
     (void) state;
     struct oscar_model * m = NULL;
@@ -419,11 +533,11 @@ static void test_load_errors(void ** state) {
     free(dir);
 }
 
-// A copy of the GGUF fixture with the uint32 value of `key` replaced.
-static char * gguf_with_u32(const char * name, const char * key, uint32_t v) {
+// A copy of GGUF `src` with the uint32 value of `key` replaced.
+static char * gguf_from_with_u32(const char * src, const char * name, const char * key, uint32_t v) {
     char * data = NULL;
     size_t n = 0;
-    assert_int_equal(osc_read_file("tests/fixtures/model/tiny-llama.gguf", 1 << 20, &data, &n), OSCAR_OK);
+    assert_int_equal(osc_read_file(src, 1 << 20, &data, &n), OSCAR_OK);
     char * k = memmem(data, n, key, strlen(key));
     assert_non_null(k);
     uint32_t type;
@@ -434,6 +548,73 @@ static char * gguf_with_u32(const char * name, const char * key, uint32_t v) {
     assert_int_equal(osc_write_file_atomic(path, data, n), OSCAR_OK);
     free(data);
     return path;
+}
+
+static char * gguf_with_u32(const char * name, const char * key, uint32_t v) {
+    return gguf_from_with_u32("tests/fixtures/model/tiny-llama.gguf", name, key, v);
+}
+
+#define LLAMA3_GGUF "tests/fixtures/models/tiny-llama3.gguf"
+
+static void expect_load_error(const char * path, enum oscar_status want, const char * msg1, const char * msg2);
+
+// A copy of the tiny-llama3 GGUF with a string key and/or a float key added, without rope_freqs.weight
+// when drop_freqs.
+static char * llama3_gguf_with(const char * name, const char * skey, const char * sval, const char * fkey, float fval,
+                               bool drop_freqs) {
+    struct osc_gguf * g = NULL;
+    struct osc_gguf_writer * w = NULL;
+    assert_int_equal(osc_gguf_open(LLAMA3_GGUF, &g), OSCAR_OK);
+    assert_int_equal(osc_gguf_writer_new(32, &w), OSCAR_OK);
+    assert_int_equal(osc_gguf_copy_kvs(w, g), OSCAR_OK);
+    if (skey) assert_int_equal(osc_gguf_writer_kv_cstr(w, skey, sval), OSCAR_OK);
+    if (fkey) assert_int_equal(osc_gguf_writer_kv_f32(w, fkey, fval), OSCAR_OK);
+    for (int64_t i = 0; i < osc_gguf_n_tensors(g); i++) {
+        const struct osc_gguf_tensor * t = osc_gguf_tensor(g, i);
+        if (drop_freqs && strcmp(t->name, "rope_freqs.weight") == 0) continue;
+        assert_int_equal(osc_gguf_writer_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), OSCAR_OK);
+    }
+    char * path = osc_path_join(tmpdir, name);
+    assert_int_equal(osc_gguf_writer_write(w, path), OSCAR_OK);
+    osc_gguf_writer_free(w);
+    osc_gguf_close(g);
+    return path;
+}
+
+// GGUF RoPE metadata: rope_freqs.weight is read, linear scaling applied, anything else refused by name.
+static void test_gguf_rope(void ** state) {
+    (void) state;
+    struct oscar_model * m = NULL;
+    assert_int_equal(oscar_model_load(LLAMA3_GGUF, &m), OSCAR_OK);
+    assert_true(m->config.has_rope_freqs && m->rope_freqs && m->rope_freqs[7] == 8.0f);
+    oscar_model_free(m);
+    char * p = llama3_gguf_with("linear.gguf", "llama.rope.scaling.type", "linear", "llama.rope.scaling.factor", 4.0f,
+                                true);
+    assert_int_equal(oscar_model_load(p, &m), OSCAR_OK);
+    assert_int_equal(m->config.rope_scaling, OSCAR_ROPE_LINEAR);
+    assert_true(m->config.rope_factor == 4.0f && !m->rope_freqs);
+    oscar_model_free(m);
+    free(p);
+    p = llama3_gguf_with("yarn.gguf", "llama.rope.scaling.type", "yarn", "llama.rope.scaling.factor", 4.0f, false);
+    expect_load_error(p, OSCAR_ERR_UNSUPPORTED, "llama.rope.scaling.type", "yarn");
+    free(p);
+    // Llama 3 metadata without its divisors: the scaling cannot be reproduced
+    p = llama3_gguf_with("nofreqs.gguf", NULL, NULL, "llama.rope.scaling.factor", 8.0f, true);
+    expect_load_error(p, OSCAR_ERR_UNSUPPORTED, "llama.rope.scaling.factor", "rope_freqs.weight");
+    free(p);
+    p = llama3_gguf_with("l3nofreqs.gguf", "llama.rope.scaling.type", "llama3", NULL, 0.0f, true);
+    expect_load_error(p, OSCAR_ERR_UNSUPPORTED, "llama.rope.scaling.type", "llama3");
+    free(p);
+    p = gguf_from_with_u32(LLAMA3_GGUF, "partial.gguf", "llama.rope.dimension_count", 8);
+    expect_load_error(p, OSCAR_ERR_UNSUPPORTED, "llama.rope.dimension_count = 8", "partial rotary");
+    free(p);
+    p = gguf_from_with_u32("tests/fixtures/models/tiny-mistral.gguf", "window.gguf", "llama.attention.sliding_window",
+                           5);
+    assert_int_equal(oscar_model_load(p, &m), OSCAR_OK);
+    assert_int_equal(m->config.sliding_window, 5);
+    assert_int_equal(oscar_layer_window(&m->config, 0), 5);
+    oscar_model_free(m);
+    free(p);
 }
 
 // An HF directory with the fixture's weights and the given config.json.
@@ -549,11 +730,13 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sha256),
         cmocka_unit_test(test_gguf_vs_hf),
+        cmocka_unit_test(test_gguf_rope),
         cmocka_unit_test(test_random_model),
         cmocka_unit_test(test_safetensors_roundtrip),
         cmocka_unit_test(test_safetensors_bad),
         cmocka_unit_test(test_hf_config),
         cmocka_unit_test(test_layers_on_demand),
+        cmocka_unit_test(test_hf_config_rope_window),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_layer_count),
         cmocka_unit_test(test_validate_before_alloc),
