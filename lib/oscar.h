@@ -11,8 +11,9 @@
 // Arrays are row-major; "[T, Hkv, D]" means D varies fastest.
 //
 // The pipeline, stage by stage (see cmd/oscar-calibrate.c):
-//   oscar_model_load -> oscar_tokenizer_load -> oscar_corpus_tokenize
-//   -> oscar_calib_capture: layer by layer, oscar_forward_layer with an
+//   oscar_model_open -> oscar_tokenizer_load -> oscar_corpus_tokenize
+//   -> oscar_calib_capture: layer by layer (each layer's weights read when it
+//      runs, oscar_model_layer_acquire), oscar_forward_layer with an
 //      oscar_capture_hook feeding oscar_stats_add
 //   -> oscar_fit_stats (rotations) -> clip search + gate (lib/calibrate)
 //   -> oscar_artifact_write; oscar-verify measures an artifact (lib/verify),

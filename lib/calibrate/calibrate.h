@@ -132,7 +132,8 @@ struct oscar_calib_timing {
 // sums, then the SST sums with that layer's final A_h from the K/V it kept (no
 // second forward pass), and the held-out rows. Returns a finished accumulator
 // and fills *held. Equal to two whole passes bit for bit (same batches).
-// Checkpoints (layer-ckpt.c) record the plan, the capture dtype, the model's
+// m opened (oscar_model_open: layers read as the pass reaches them, then
+// released) or loaded. Checkpoints (layer-ckpt.c) record the plan, the capture dtype, the model's
 // attention shape and the identities of the model, tokenizer and corpus
 // (plan->corpus); a resume refuses one that differs (OSCAR_ERR_INVALID naming it).
 enum oscar_status oscar_calib_capture(struct oscar_model * m, const struct oscar_calib_plan * plan,

@@ -6,6 +6,11 @@
 // which finalises its A_h; the SST sums then reuse the K/V rows this layer
 // produced (kept for that layer only), so no second forward pass exists.
 //
+// Weights: with an opened model (oscar_model_open) layer l is read when the
+// pass reaches it, layer l + 1 is prefetched while l runs, and l is released
+// after its sums; the held-out rows then keep a copy of each layer's W_O for
+// the clip search and gate (held->wo_block). A loaded model gives the same bytes.
+//
 // Same answer as two whole passes: the batches are the same (calibration
 // sequences p->batch at a time, then the held-out ones), so every GEMM sees the
 // same shapes, and lib/stats sums depend only on each layer's token order
