@@ -129,6 +129,7 @@ enum oscar_status oscar_calib_clip_search(const struct oscar_calib_heldout * h, 
         osc_progress_update(&pr, l + 1);
     }
     osc_progress_finish(&pr);
+    osc_debug("after the clip search: peak RSS %.1f MiB", oscar_calib_peak_rss_mb());
     if (st == OSCAR_OK) {
         c->k_global = median(c->k, n);
         c->v_global = median(c->v, n);

@@ -55,6 +55,7 @@ enum oscar_status oscar_calib_gate_run(const struct oscar_calib_heldout * h, con
         osc_progress_update(&pr, l + 1);
     }
     osc_progress_finish(&pr);
+    osc_debug("after the gate: peak RSS %.1f MiB", oscar_calib_peak_rss_mb());
     g->pass = g->mean_oscar < g->mean_hadamard && g->mean_oscar < g->mean_naive;
 out:
     oscar_eval_dev_free(ev);

@@ -197,6 +197,29 @@ nomem:
     return osc_error(OSCAR_ERR_NOMEM, "held-out rows: out of memory (%zu rows x %zu layers)", T, L);
 }
 
+static void mib(double bytes, char * out, size_t n) { osc_format_count(bytes, "B", out, n); }
+
+// What the pass holds, by part (the sizes it allocated), on stderr at -v.
+static void report_memory(const struct layer_pass * lp) {
+    const struct oscar_model_config * c = &lp->m->config;
+    const struct oscar_calib_heldout * h = lp->held;
+    const double f = sizeof(float), C = c->n_embd, D = c->head_dim, KV = c->n_head_kv * D, Q = c->n_head * D;
+    const double T = (double) lp->p->batch * lp->p->seq_len, L = c->n_layer;
+    const double emb = (double) c->n_vocab * C * f * (c->tied_embeddings ? 1 : 2);
+    const double layer = (double) oscar_model_layer_bytes(lp->m), layers = (oscar_model_streamed(lp->m) ? 2 : L) * layer;
+    char a[32], b[32], k[32], d[32], e[32], w[32], s[32];
+    mib((double) lp->n_rows * C * f, a, sizeof a);
+    mib(lp->keep_k ? 2.0 * (double) lp->n_cal * KV * f : 0, k, sizeof k);
+    mib((double) h->n_rows * L * (Q + 2 * KV) * f + (h->wo_block ? L * C * Q * f : 0), d, sizeof d);
+    mib(T * (2 * C + 2 * Q + 2 * KV + 2 * (double) c->n_ff) * f, s, sizeof s);
+    mib(emb, e, sizeof e);
+    mib(layers, w, sizeof w);
+    mib(layer, b, sizeof b);
+    osc_info("layer-major pass holds: hidden states %s, one layer's K/V %s, held-out rows%s %s, forward scratch %s, "
+             "embedding %s, layers %s (%s each, %s)", a, k, h->wo_block ? " + W_O copies" : "", d, s, e, w, b,
+             oscar_model_streamed(lp->m) ? "two at a time" : "all resident");
+}
+
 static enum oscar_status setup(struct layer_pass * lp, struct oscar_capture_hook * hook) {
     const struct oscar_model_config * c = &lp->m->config;
     const struct oscar_calib_params * p = lp->p;
@@ -313,6 +336,7 @@ enum oscar_status oscar_calib_capture(struct oscar_model * m, const struct oscar
     int32_t first = 0;
     if (st == OSCAR_OK) st = start(&lp, &ck, &first);
     if (st == OSCAR_OK) st = keep_done_layers(&lp, first);
+    if (st == OSCAR_OK) report_memory(&lp);
     struct osc_progress pr;
     osc_progress_init(&pr, "layer-major pass", "token-layers", (int64_t) L * lp.n_rows);
     int64_t since = 0;   // token-layers since the last checkpoint
@@ -338,7 +362,10 @@ enum oscar_status oscar_calib_capture(struct oscar_model * m, const struct oscar
             since = 0;
         }
     }
-    if (st == OSCAR_OK) osc_progress_finish(&pr);
+    if (st == OSCAR_OK) {
+        osc_progress_finish(&pr);
+        osc_debug("after the layer-major pass: peak RSS %.1f MiB", oscar_calib_peak_rss_mb());
+    }
     t->accumulate += lp.t_accum;
     t->store += lp.t_store;
     if (st == OSCAR_OK) {

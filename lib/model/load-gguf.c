@@ -21,6 +21,7 @@
 
 #include "formats/gguf.h"
 #include "model/load-internal.h"
+#include "util/fs.h"
 #include "util/sha256.h"
 
 struct gguf_src {
@@ -74,6 +75,7 @@ static enum oscar_status gguf_get(void * ctx, enum osc_wkind kind, int32_t layer
     }
     if (!dst) return OSCAR_OK; // check pass
     enum oscar_status st = osc_ggml_dequantize(t->type, t->data, dst, t->n_elements);
+    osc_mapped_drop(t->data, t->nbytes); // read once: its pages need not stay resident
     if (st != OSCAR_OK) return osc_error_prefix(st, "%s: tensor '%s'", path, name);
     bool qk = kind == OSC_W_Q || kind == OSC_W_K || kind == OSC_W_BQ || kind == OSC_W_BK;
     if (qk && s->c->arch == OSCAR_ARCH_LLAMA) {

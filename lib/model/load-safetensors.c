@@ -84,7 +84,9 @@ static enum oscar_status st_get(void * ctx, enum osc_wkind kind, int32_t layer, 
     part.n_elements = rows * row;
     part.nbytes = (size_t) part.n_elements * osc_st_dtype_size(t->dtype);
     part.data = (const char *) t->data + (size_t) (first * row) * osc_st_dtype_size(t->dtype);
-    return osc_st_to_f32(&part, dst);
+    enum oscar_status st = osc_st_to_f32(&part, dst);
+    osc_mapped_drop(part.data, part.nbytes); // read once: its pages need not stay resident
+    return st;
 }
 
 // No model.layers.N.* tensor beyond num_hidden_layers (missing ones fail in osc_model_fill).

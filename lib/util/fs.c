@@ -59,6 +59,13 @@ enum oscar_status osc_map_file(const char * path, struct osc_mapped_file * out) 
     return OSCAR_OK;
 }
 
+void osc_mapped_drop(const void * p, size_t n) {
+    if (!p || n == 0) return;
+    const uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = (uintptr_t) p & ~(page - 1), hi = ((uintptr_t) p + n + page - 1) & ~(page - 1);
+    (void) madvise((void *) lo, hi - lo, MADV_DONTNEED);
+}
+
 void osc_unmap_file(struct osc_mapped_file * f) {
     if (f->data) {
         munmap((void *) (uintptr_t) f->data, f->size);

@@ -29,6 +29,11 @@ struct osc_mapped_file {
 // Refuses FIFOs, devices and directories without opening them.
 enum oscar_status osc_map_file(const char * path, struct osc_mapped_file * out);
 void osc_unmap_file(struct osc_mapped_file * f);
+// Drops the resident pages behind bytes [p, p + n) of a read-only mapping (the
+// pages that p..p+n touches, whole): a later read faults them in from the file
+// again. A weight read once (a layer dequantised to fp32) then stops counting
+// in the process's resident set. Advice only: failure changes nothing.
+void osc_mapped_drop(const void * p, size_t n);
 
 // OSCAR_OK when `path` is a regular file (stat only, nothing is opened), else
 // OSCAR_ERR_IO naming the path: for inputs that must be files (model files,
