@@ -204,7 +204,7 @@ enum oscar_status oscar_verify_layer_metrics(const struct oscar_kv_transform * t
     float * buf = malloc(sizeof(float) * 4 * n);
     if (!buf) return osc_error(OSCAR_ERR_NOMEM, "verify metrics: layer %d: %d tokens", in->layer, in->n_tokens);
     st = oscar_kv_transform_layer(tf, in->layer, in->n_tokens, in->n_seq, in->seq_start, in->k, in->v, buf, buf + n,
-                                  buf + 2 * n, buf + 3 * n, NULL);
+                                  buf + 2 * n, buf + 3 * n, n_threads, NULL);
     if (st == OSCAR_OK)
         st = oscar_verify_metrics_explicit(in, &tf->tiers, buf, buf + n, buf + 2 * n, buf + 3 * n, n_threads, out);
     free(buf);
@@ -307,7 +307,7 @@ static enum oscar_status sim_attend(void * user, int32_t layer, const struct osc
                              "kv sim: layer %d: sequence %d starts at position %d; feed whole sequences", layer, q,
                              in->pos[in->seq_start[q]]);
     enum oscar_status st = oscar_kv_transform_layer(&s->tf, layer, T, in->n_seq, in->seq_start, in->k, in->v, s->k_hp,
-                                                    s->v_hp, s->k_q, s->v_q, s->st);
+                                                    s->v_hp, s->k_q, s->v_q, s->n_threads, s->st);
     if (st != OSCAR_OK) return st;
     for (int32_t q = 0; q < in->n_seq; q++) {
         const int32_t b = in->seq_start[q], len = in->seq_start[q + 1] - b;
