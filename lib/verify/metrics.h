@@ -220,6 +220,27 @@ struct oscar_layer_metrics {
 enum oscar_status oscar_verify_layer_metrics(const struct oscar_kv_transform * tf,
                                              const struct oscar_layer_input * in, int32_t n_threads,
                                              struct oscar_layer_metrics * out);
+// The same for n methods tf[0..n) at once, out[i] of tf[i], each the bits oscar_verify_layer_metrics
+// gives it alone: the exact attention is computed once and shared, and an identity method's
+// attention is the exact one (not recomputed). n <= OSCAR_METRICS_MAX_CACHES.
+enum oscar_status oscar_verify_layer_metrics_methods(const struct oscar_kv_transform * tf, int32_t n,
+                                                     const struct oscar_layer_input * in, int32_t n_threads,
+                                                     struct oscar_layer_metrics * out);
+
+// One transformed cache of a layer: HP and INT2-tier rows [T, Hkv, D] (any may be the layer's own
+// k / v) read per its tiering. A cache whose four row sets are all the layer's own k and v is
+// the exact attention, reused instead of recomputed.
+struct oscar_metrics_cache {
+    const struct oscar_tiering * tiers;
+    const float * k_hp, * v_hp, * k_q, * v_q;
+};
+enum { OSCAR_METRICS_MAX_CACHES = 16 };
+// Every metric of n caches of one layer against its exact attention (computed once); out[i] of c[i],
+// the same bits as a call with c[i] alone.
+enum oscar_status oscar_verify_metrics_caches(const struct oscar_layer_input * in, int32_t n,
+                                              const struct oscar_metrics_cache * c, int32_t n_threads,
+                                              struct oscar_layer_metrics * out);
+
 // The same with explicit transformed rows (any of k_q/v_q/k_hp/v_hp may be
 // the original k / v) and a tiering: for tests and custom perturbations.
 enum oscar_status oscar_verify_metrics_explicit(const struct oscar_layer_input * in,

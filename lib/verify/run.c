@@ -76,6 +76,7 @@ struct vrun {
     float * logits;                    // [LOGIT_BLOCK, V]
 };
 enum { LOGIT_BLOCK = 64 };
+_Static_assert(OSCAR_VERIFY_MAX_METHODS <= OSCAR_METRICS_MAX_CACHES, "one metrics call takes every method");
 
 static bool on_device(const struct vrun * r) { return r->p->device && strcmp(r->p->device, "cpu") != 0; }
 
@@ -150,12 +151,11 @@ static enum oscar_status on_layer(void * user, const struct oscar_capture_layer 
                                    .seq_start = cl->seq_start, .q = cl->q, .k = cl->k, .v = cl->v, .wo = wo,
                                    .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
                                    .n_embd = c->n_embd};
-    for (int32_t i = 0; i < r->nm; i++) {
-        enum oscar_status st = oscar_verify_layer_metrics(&r->tfs[i], &in, r->p->n_threads,
-                                                          &r->ms[i].layers[cl->layer]);
-        if (st != OSCAR_OK) return st;
-    }
-    return OSCAR_OK;
+    // Every method in one call: the exact attention they are measured against is computed once.
+    struct oscar_layer_metrics lm[OSCAR_VERIFY_MAX_METHODS];
+    enum oscar_status st = oscar_verify_layer_metrics_methods(r->tfs, r->nm, &in, r->p->n_threads, lm);
+    for (int32_t i = 0; i < r->nm && st == OSCAR_OK; i++) r->ms[i].layers[cl->layer] = lm[i];
+    return st;
 }
 
 // One forward over the metric slice; method < 0: the exact model with the metrics hook. It

@@ -291,6 +291,33 @@ static void test_transform_layer_rows(void ** state) {
     free(k), free(v), free(Rk), free(Rv), free(mu), free(out);
 }
 
+// Metrics of several methods in one call (the exact attention computed once, bf16 reusing it) are
+// bitwise each method's metrics computed alone; two sequences, DECODE tiering.
+static void test_metrics_methods_shared(void ** state) {
+    (void) state;
+    struct layer l;
+    make_layer(&l);
+    float * Rk = rnd((size_t) D * D, 0.125), * Rv = rnd((size_t) D * D, 0.125);
+    struct oscar_tiering tr = {.mode = OSCAR_TIERS_DECODE, .n_sink = 4, .n_recent = 16, .n_flush = 8,
+                               .prompt_len = 8, .block = 1};
+    const char * names[] = {"naive", "bf16", "oscar", "hadamard", "kivi"};
+    enum { NM = sizeof names / sizeof names[0] };
+    struct oscar_kv_transform tf[NM];
+    for (int i = 0; i < NM; i++)
+        assert_int_equal(oscar_kv_transform_preset(names[i], 1, HKV, D, 0, OSCAR_META_F32, &tr, false, Rk, Rv, false,
+                                                   NULL, NULL, &tf[i]), OSCAR_OK);
+    struct oscar_layer_metrics all[NM], one;
+    assert_int_equal(oscar_verify_layer_metrics_methods(tf, NM, &l.in, 2, all), OSCAR_OK);
+    for (int i = 0; i < NM; i++) {
+        assert_int_equal(oscar_verify_layer_metrics(&tf[i], &l.in, 1, &one), OSCAR_OK);
+        assert_memory_equal(&all[i], &one, sizeof one);
+        if (i != 1) assert_true(all[i].kl > 0 && all[i].out_rel > 0);   // quantized: the sums are not trivially 0
+    }
+    assert_true(all[1].kl == 0 && all[1].logit_err == 0 && all[1].logit_den > 0);
+    free(Rk), free(Rv);
+    free_layer(&l);
+}
+
 // With sink + recent >= ctx nothing is INT2: quantized-cache perplexity (OSCAR transform, fp32 HP rows,
 // rotation round trip k.R.R^T) equals plain perplexity. The round trip changes each element by
 // <= D*eps32 relative ~ 4e-6; through 2 random layers the NLL moves by far less than 1e-5 relative.
@@ -609,7 +636,7 @@ int main(void) {
         cmocka_unit_test(test_bpe),           cmocka_unit_test(test_parse_methods),
         cmocka_unit_test(test_run_random_model), cmocka_unit_test(test_report_json_schema),
         cmocka_unit_test(test_update_card_idempotent), cmocka_unit_test(test_rotate_rows_bits),
-        cmocka_unit_test(test_transform_layer_rows),
+        cmocka_unit_test(test_transform_layer_rows), cmocka_unit_test(test_metrics_methods_shared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
