@@ -44,6 +44,25 @@ struct pair_sums {
     int64_t n_pairs, n_pairs_int2;
 };
 
+// acc [D] += w·v [D] in fp64, each element on its own (vector lanes change no bits).
+typedef double v4d __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void axpy_f64(double * acc, double w, const float * v, int32_t D) {
+    int32_t d = 0;
+    for (; d + 4 <= D; d += 4) {
+        v4f x;
+        v4d a;
+        memcpy(&x, v + d, sizeof x);
+        memcpy(&a, acc + d, sizeof a);
+        a += __builtin_convertvector(x, v4d) * w;
+        memcpy(acc + d, &a, sizeof a);
+    }
+    for (; d < D; d++) acc[d] += w * (double) v[d];
+}
+
 // Per-thread scratch of metrics_head, [len] doubles each: exact scores, log-probabilities and
 // probabilities of one query, and one cache's scores.
 struct head_scratch { double * sc, * lp, * pp, * sh; };
@@ -57,6 +76,9 @@ static bool is_exact(const struct oscar_layer_input * in, const struct oscar_met
 // the n caches (exact[i]: the cache is the layer's own K/V, so its side is the exact side, copied).
 // Every sum runs in the order of the one-cache definition, so a cache's metrics do not depend on
 // which other caches share the call. o/oh[i] [T, Hq, D]: this head's rows are written.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v3", "default"))) // AVX2 where the CPU has it
+#endif
 static void metrics_head(const struct oscar_layer_input * in, int32_t n, const struct oscar_metrics_cache * c,
                          const bool * exact, int32_t s, int32_t j, const struct head_scratch * w, float * o, float * const * oh,
                          struct pair_sums * ps) {
@@ -81,7 +103,7 @@ static void metrics_head(const struct oscar_layer_input * in, int32_t n, const s
         for (int64_t p = 0; p <= t; p++) {
             const float * vv = in->v + (size_t) (b + p) * krs + (size_t) h * D;
             lp[p] = sc[p] - lz, pp[p] = exp(lp[p]);
-            for (int32_t d = 0; d < D; d++) acc[d] += pp[p] * (double) vv[d];
+            axpy_f64(acc, pp[p], vv, D);
         }
         float * od = o + (size_t) (b + t) * qrs + (size_t) j * D;
         for (int32_t d = 0; d < D; d++) od[d] = (float) acc[d];
@@ -117,7 +139,7 @@ static void metrics_head(const struct oscar_layer_input * in, int32_t n, const s
                 const float * vh = (p >= lo && p < hi ? c[i].v_q : c[i].v_hp) + ko;
                 double lph = sh[p] - lzh, pph = exp(lph);
                 kl += pp[p] * (lp[p] - lph);
-                for (int32_t d = 0; d < D; d++) acch[d] += pph * (double) vh[d];
+                axpy_f64(acch, pph, vh, D);
             }
             ps[i].kl += kl > 0.0 ? kl : 0.0;   // KL >= 0; tiny negative values are rounding
             for (int32_t d = 0; d < D; d++) ohd[d] = (float) acch[d];
