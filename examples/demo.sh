@@ -21,12 +21,12 @@ mkdir -p "$(dirname "$DEST")"
 
 # The estimate up front, from what the demo measured on a 2-core AMD EPYC with
 # nothing else running (8192 tokens, ctx 2048: calibrate 93 s = 62 s of clip
-# search and gate on the fixed held-out rows + 31 s of capture; verify 104 s =
-# 27 s of metrics + 77 s of perplexity for 4 methods), scaled by token budget,
+# search and gate on the fixed held-out rows + 31 s of capture; verify 60 s =
+# 16 s of metrics + 42 s of perplexity for 4 methods, BENCHMARKS.md), scaled by token budget,
 # context and cores. The tools print their own progress and ETA as they go.
 cores=$(nproc 2>/dev/null || echo 2)
 eta=$(awk -v t="$TOKENS" -v c="$CTX" -v n="$cores" \
-    'BEGIN { s = (62 + 31 * t / 8192 + 27 * (c < 512 ? c : 512) / 512 + 77 * c / 2048 * (0.6 + 0.4 * c / 2048)) * 2 / n;
+    'BEGIN { s = (62 + 31 * t / 8192 + 16 * (c < 512 ? c : 512) / 512 + 42 * c / 2048 * (0.6 + 0.4 * c / 2048)) * 2 / n;
              printf "%d min %02d s", s / 60, s % 60 }')
 echo "== demo: calibrate SmolLM2-135M on $TOKENS tokens of Pride and Prejudice, then verify 4 methods on one" \
      "window of $CTX tokens of Persuasion; expect about $eta on this machine ($cores cores)" >&2

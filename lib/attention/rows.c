@@ -120,6 +120,16 @@ ROWS_INLINE int64_t first_of(const struct oscar_attn_keys * kv, int64_t t) {
     return kv->window > 0 && t - kv->window + 1 > 0 ? t - kv->window + 1 : 0;
 }
 
+// Which keys row r reads among [p0, p0 + nk): *ex some exact ones, *al some alternative ones
+// ([lo, hi) when lo is given), within its window. Scores a row does not read are not computed.
+ROWS_INLINE void tile_reads(const struct oscar_attn_keys * kv, const int64_t * t, const int64_t * lo,
+                            const int64_t * hi, int32_t r, int64_t p0, int32_t nk, bool * ex, bool * al) {
+    const int64_t f = first_of(kv, t[r]), b = p0 > f ? p0 : f;   // the row's keys in the tile: [b, e)
+    const int64_t e = p0 + nk < t[r] + 1 ? p0 + nk : t[r] + 1;
+    *al = e > b && lo && lo[r] < hi[r] && lo[r] < e && hi[r] > b;
+    *ex = e > b && (!*al || lo[r] > b || hi[r] < e);
+}
+
 void oscar_attn_keys_transpose(const float * k, size_t row_stride, int64_t n_keys, int32_t head_dim, float * out) {
     for (int64_t p0 = 0; p0 < n_keys; p0 += BK) {
         const int32_t nk = (int32_t) (n_keys - p0 < BK ? n_keys - p0 : BK);
@@ -152,20 +162,26 @@ void oscar_attn_rows(const struct oscar_attn_keys * kv, int32_t n, const float *
     float s[2][BK], s_alt[2][BK];
     for (int64_t p0 = p_begin; p0 <= t_max; p0 += BK) {
         const int32_t nk = (int32_t) (t_max + 1 - p0 < BK ? t_max + 1 - p0 : BK);
-        bool need_alt = false;
-        for (int32_t r = 0; r < n && lo; r++) need_alt |= lo[r] < hi[r] && lo[r] < p0 + nk && hi[r] > p0;
+        bool need_ex = false, need_alt = false;
+        for (int32_t r = 0; r < n; r++) {
+            bool ex, al;
+            tile_reads(kv, t, lo, hi, r, p0, nk, &ex, &al);
+            need_ex |= ex, need_alt |= al;
+        }
         // the caller's transposed keys when it has them (one copy for every block and query head)
         const size_t  tile = (size_t) (p0 / BK) * BK * (size_t) D;
         const float * kt_k = kv->kt ? kv->kt + tile : kt, * kt_a = kv->kt_alt ? kv->kt_alt + tile : kt_alt;
-        if (!kv->kt) transpose_tile(kv->k, rs, p0, nk, D, kt);
+        if (need_ex && !kv->kt) transpose_tile(kv->k, rs, p0, nk, D, kt);
         if (need_alt && !kv->kt_alt) transpose_tile(kv->k_alt, rs, p0, nk, D, kt_alt);
         for (int32_t r = 0; r < n; r += 2) {
             const int32_t r1 = r + 1 < n ? r + 1 : r;
-            if ((t[r] < p0 || first_of(kv, t[r]) >= p0 + nk) && (t[r1] < p0 || first_of(kv, t[r1]) >= p0 + nk))
-                continue;
+            bool ex0, al0, ex1, al1;   // each score is its own d-ordered sum: skipping unread ones changes no bits
+            tile_reads(kv, t, lo, hi, r, p0, nk, &ex0, &al0);
+            tile_reads(kv, t, lo, hi, r1, p0, nk, &ex1, &al1);
+            if (!ex0 && !al0 && !ex1 && !al1) continue;
             const float * q0 = q + (size_t) r * q_stride, * q1 = q + (size_t) r1 * q_stride;
-            score_pair(q0, q1, kt_k, D, scale, s[0], s[1]);
-            if (need_alt) score_pair(q0, q1, kt_a, D, scale, s_alt[0], s_alt[1]);
+            if (ex0 || ex1) score_pair(q0, q1, kt_k, D, scale, s[0], s[1]);
+            if (al0 || al1) score_pair(q0, q1, kt_a, D, scale, s_alt[0], s_alt[1]);
             for (int32_t e = 0; e < 2 && r + e < n; e++) {
                 const int32_t ri = r + e;
                 float *       Sr = S + (size_t) ri * ld + p0;

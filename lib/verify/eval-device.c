@@ -188,7 +188,7 @@ static enum oscar_status cpu_candidates(struct oscar_eval_dev * ev, struct oscar
         float * kc = buf + (2 + 2 * (size_t) c) * n, * vc = kc + n;
         tf->k_clip = tf->v_clip = ratios[c];
         enum oscar_status st = oscar_kv_transform_layer(tf, in->layer, in->n_tokens, in->n_seq, in->seq_start, in->k,
-                                                        in->v, k_hp, v_hp, kc, vc, NULL);
+                                                        in->v, k_hp, v_hp, kc, vc, ev->n_threads, NULL);
         if (st != OSCAR_OK) return st;
         kq[c] = kc, vq[c] = vc;
     }

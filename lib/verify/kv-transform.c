@@ -6,6 +6,7 @@
 #include "verify/metrics.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,17 +64,6 @@ bool oscar_tier_from_prefill(const struct oscar_tiering * tr, int64_t p, int64_t
 }
 
 // ---- rotation helpers ----------------------------------------------------------------
-void oscar_kv_rotate_row(const float * R, int32_t D, const float * x, float * y, bool transpose) {
-    for (int32_t j = 0; j < D; j++) {
-        double s = 0.0;
-        if (transpose)
-            for (int32_t i = 0; i < D; i++) s += (double) x[i] * (double) R[(size_t) j * D + i];
-        else
-            for (int32_t i = 0; i < D; i++) s += (double) x[i] * (double) R[(size_t) i * D + j];
-        y[j] = (float) s;
-    }
-}
-
 static const float * rot_matrix(const struct oscar_kv_transform * tf, bool is_k, int32_t layer, int32_t h) {
     const float * base = is_k ? tf->k_rotation : tf->v_rotation;
     size_t DD = (size_t) tf->head_dim * tf->head_dim;
@@ -81,19 +71,20 @@ static const float * rot_matrix(const struct oscar_kv_transform * tf, bool is_k,
     return base + ((size_t) layer * nr + (tf->rot_per_head ? (size_t) h : 0)) * DD;
 }
 
-static void rotate(const struct oscar_kv_transform * tf, bool is_k, int32_t layer, int32_t h, const float * x,
-                   float * y, bool inverse) {
+// n rows [n, D] of KV head h, rotated (or rotated back: inverse); each row's bits do not depend on n.
+static void rotate(const struct oscar_kv_transform * tf, bool is_k, int32_t layer, int32_t h, int64_t n,
+                   const float * x, float * y, bool inverse) {
     int32_t D = tf->head_dim;
     switch (tf->rot) {
     case OSCAR_ROT_IDENTITY:
-        memcpy(y, x, sizeof(float) * (size_t) D);
+        memcpy(y, x, sizeof(float) * (size_t) n * D);
         break;
     case OSCAR_ROT_HADAMARD:   // H = Hᵀ
-        memcpy(y, x, sizeof(float) * (size_t) D);
-        oscar_fwht_f32(y, D);
+        memcpy(y, x, sizeof(float) * (size_t) n * D);
+        for (int64_t r = 0; r < n; r++) oscar_fwht_f32(y + (size_t) r * D, D);
         break;
     case OSCAR_ROT_MATRIX:
-        oscar_kv_rotate_row(rot_matrix(tf, is_k, layer, h), D, x, y, inverse);
+        oscar_kv_rotate_rows(rot_matrix(tf, is_k, layer, h), D, n, x, (size_t) D, y, (size_t) D, inverse);
         break;
     }
 }
@@ -245,36 +236,20 @@ double oscar_kv_transform_bpe(const struct oscar_kv_transform * tf, int64_t ctx)
     return 16.0;
 }
 
-// ---- one layer ---------------------------------------------------------------------------
-// One row of KV head h: hp (HP value) and, if want_q, q (INT2-tier value), unrotated.
-static enum oscar_status row_transform(const struct oscar_kv_transform * tf, bool is_k, int32_t layer, int32_t h,
-                                       bool prefill_path, const float * x, float * hp, float * qv, bool want_q,
-                                       struct oscar_quant_stats * st) {
+// ---- blocks of rows ---------------------------------------------------------------------
+enum { ROW_BLOCK = 64 };   // rows of one KV head per call of block_transform (one task of a layer)
+#define ROW_SCRATCH(n, D) (4 * (size_t) (n) * (size_t) (D))
+
+// INT2-tier value yq [D] of the rotated row y [D] (xc: the same row unrotated and centred), or, for
+// OScaR V, the unrotated value straight into qv (*done).
+static enum oscar_status quantize_row(const struct oscar_kv_transform * tf, bool is_k, int32_t layer, int32_t h,
+                                      bool prefill_path, const float * xc, const float * y, float * yq, float * qv,
+                                      bool * done, struct oscar_quant_stats * st) {
     int32_t D = tf->head_dim;
-    float xc[OSCAR_MAX_HEAD_DIM], y[OSCAR_MAX_HEAD_DIM], yq[OSCAR_MAX_HEAD_DIM];
     uint8_t codes[OSCAR_MAX_HEAD_DIM / 2];
     float meta[2 * OSCAR_MAX_HEAD_DIM];
-    const float * mu = (is_k && tf->k_mean) ? tf->k_mean + ((size_t) layer * tf->n_head_kv + h) * D : NULL;
-    for (int32_t d = 0; d < D; d++) xc[d] = mu ? x[d] - mu[d] : x[d];
-    if (tf->quant == OSCAR_KVQ_OMNI && is_k)
-        return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': K rows go per token (oscar_kv_transform_omni_*)",
-                         tf->name);
-    if (tf->quant == OSCAR_KVQ_IDENTITY) {
-        memcpy(hp, x, sizeof(float) * (size_t) D);
-        if (want_q) memcpy(qv, x, sizeof(float) * (size_t) D);
-        return OSCAR_OK;
-    }
-    rotate(tf, is_k, layer, h, xc, y, false);
-    if (tf->hp_bf16 || tf->quant == OSCAR_KVQ_BF16) oscar_bf16_round_array(y, (size_t) D);
-    if (tf->quant == OSCAR_KVQ_Q2_0) {   // the fork's HP buffer is F16; Q2_0 quantizes the fp32 row
-        for (int32_t d = 0; d < D; d++) yq[d] = oscar_f16_to_f32(oscar_f32_to_f16(y[d]));
-        rotate(tf, is_k, layer, h, yq, hp, true);
-    } else {
-        rotate(tf, is_k, layer, h, y, hp, true);
-    }
-    for (int32_t d = 0; d < D; d++) hp[d] = mu ? hp[d] + mu[d] : hp[d];
-    if (!want_q) return OSCAR_OK;
     enum oscar_status s = OSCAR_OK;
+    *done = false;
     switch (tf->quant) {
     case OSCAR_KVQ_IDENTITY:
     case OSCAR_KVQ_BF16:
@@ -307,23 +282,71 @@ static enum oscar_status row_transform(const struct oscar_kv_transform * tf, boo
         struct oscar_omni_params p = {.n_head_kv = tf->n_head_kv, .kivi = tf->kivi};
         s = oscar_omni_quantize_v_rows(&p, xc, 1, codes, meta, st);
         if (s == OSCAR_OK) oscar_omni_dequantize_v_rows(&p, codes, meta, 1, true, qv);
-        return s;
+        *done = true;
+        break;
     }
     case OSCAR_KVQ_KIVI:   // V rows only (K blocks are handled by the caller)
         s = oscar_kivi_quantize_v_rows(&tf->kivi, y, 1, codes, meta, st);
         if (s == OSCAR_OK) oscar_kivi_dequantize_v_rows(&tf->kivi, codes, meta, 1, yq);
         break;
     }
-    if (s != OSCAR_OK) return s;
-    rotate(tf, is_k, layer, h, yq, qv, true);
-    for (int32_t d = 0; d < D; d++) qv[d] = mu ? qv[d] + mu[d] : qv[d];
+    return s;
+}
+
+// n <= ROW_BLOCK rows of KV head h, row r at x + r·rs: hp + r·rs gets its HP value and, if want[r],
+// q + r·rs its INT2-tier value (written by the prefill path if pre[r], else by demotion), both
+// unrotated. Rotations go n rows at a time (oscar_kv_rotate_rows), the rest row by row, so every
+// row gets the same bits as alone (oscar_kv_transform_row is n = 1). scr: ROW_SCRATCH(n, D) floats.
+static enum oscar_status block_transform(const struct oscar_kv_transform * tf, bool is_k, int32_t layer, int32_t h,
+                                         int32_t n, const bool * pre, const bool * want, const float * x, size_t rs,
+                                         float * hp, float * q, struct oscar_quant_stats * st, float * scr) {
+    const int32_t D = tf->head_dim;
+    const size_t  Dz = (size_t) D;
+    const size_t  nD = (size_t) n * Dz;
+    float * xc = scr, * y = xc + nD, * t = y + nD, * yq = t + nD;
+    int32_t idx[ROW_BLOCK], m = 0;
+    const float * mu = (is_k && tf->k_mean) ? tf->k_mean + ((size_t) layer * tf->n_head_kv + h) * Dz : NULL;
+    if (tf->quant == OSCAR_KVQ_OMNI && is_k)
+        return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': K rows go per token (oscar_kv_transform_omni_*)",
+                         tf->name);
+    if (tf->quant == OSCAR_KVQ_IDENTITY) {
+        for (int32_t r = 0; r < n; r++) {
+            memcpy(hp + r * rs, x + r * rs, sizeof(float) * Dz);
+            if (want[r]) memcpy(q + r * rs, x + r * rs, sizeof(float) * Dz);
+        }
+        return OSCAR_OK;
+    }
+    for (int32_t r = 0; r < n; r++)
+        for (int32_t d = 0; d < D; d++) xc[r * Dz + d] = mu ? x[r * rs + d] - mu[d] : x[r * rs + d];
+    rotate(tf, is_k, layer, h, n, xc, y, false);
+    if (tf->hp_bf16 || tf->quant == OSCAR_KVQ_BF16) oscar_bf16_round_array(y, nD);
+    if (tf->quant == OSCAR_KVQ_Q2_0) {   // the fork's HP buffer is F16; Q2_0 quantizes the fp32 row
+        for (size_t i = 0; i < nD; i++) t[i] = oscar_f16_to_f32(oscar_f32_to_f16(y[i]));
+        rotate(tf, is_k, layer, h, n, t, yq, true);
+    } else {
+        rotate(tf, is_k, layer, h, n, y, yq, true);
+    }
+    for (int32_t r = 0; r < n; r++)
+        for (int32_t d = 0; d < D; d++) hp[r * rs + d] = mu ? yq[r * Dz + d] + mu[d] : yq[r * Dz + d];
+    // the wanted rows' INT2-tier values, gathered into t to be rotated back together
+    for (int32_t r = 0; r < n; r++) {
+        if (!want[r]) continue;
+        bool done = false;
+        enum oscar_status s = quantize_row(tf, is_k, layer, h, pre[r], xc + r * Dz, y + r * Dz, t + m * Dz,
+                                           q + r * rs, &done, st);
+        if (s != OSCAR_OK) return s;
+        if (!done) idx[m++] = r;
+    }
+    rotate(tf, is_k, layer, h, m, t, yq, true);
+    for (int32_t i = 0; i < m; i++)
+        for (int32_t d = 0; d < D; d++) q[idx[i] * rs + d] = mu ? yq[i * Dz + d] + mu[d] : yq[i * Dz + d];
     return OSCAR_OK;
 }
 
 // KIVI K of one sequence and KV head: full blocks of B rows from q0 over the
 // HP (rotated, bf16) values; rows outside full INT2-capable blocks keep HP.
-static enum oscar_status kivi_k_seq(const struct oscar_kv_transform * tf, int32_t h, int64_t len, int64_t hi,
-                                    int64_t q0, const float * k_hp, float * k_q, struct oscar_quant_stats * st) {
+static enum oscar_status kivi_k_seq(const struct oscar_kv_transform * tf, int32_t h, int64_t hi, int64_t q0,
+                                    const float * k_hp, float * k_q, struct oscar_quant_stats * st) {
     int32_t D = tf->head_dim, Hkv = tf->n_head_kv, B = tf->kivi.k_block_tokens;
     size_t rs = (size_t) Hkv * D;
     uint8_t * codes = malloc((size_t) D * B / 4);
@@ -334,7 +357,6 @@ static enum oscar_status kivi_k_seq(const struct oscar_kv_transform * tf, int32_
         s = osc_error(OSCAR_ERR_NOMEM, "kivi: block scratch");
         goto out;
     }
-    (void) len;
     for (int64_t b0 = q0; b0 + B <= hi; b0 += B) {
         for (int32_t r = 0; r < B; r++) memcpy(blk + (size_t) r * D, k_hp + (size_t) (b0 + r) * rs + (size_t) h * D,
                                                sizeof(float) * (size_t) D);
@@ -352,62 +374,100 @@ out:
 enum oscar_status oscar_kv_transform_row(const struct oscar_kv_transform * tf, bool is_k, int32_t layer, int32_t h,
                                          bool prefill_path, const float * x, float * hp, float * q,
                                          struct oscar_quant_stats * st) {
-    float tmp[OSCAR_MAX_HEAD_DIM];
-    return row_transform(tf, is_k, layer, h, prefill_path, x, hp, q ? q : tmp, q != NULL, st);
+    float scr[ROW_SCRATCH(1, OSCAR_MAX_HEAD_DIM)], tmp[OSCAR_MAX_HEAD_DIM];
+    bool want = q != NULL;
+    return block_transform(tf, is_k, layer, h, 1, &prefill_path, &want, x, (size_t) tf->head_dim, hp, q ? q : tmp,
+                           st, scr);
 }
 
 enum oscar_status oscar_kv_transform_kivi_block(const struct oscar_kv_transform * tf, int32_t h, int64_t b0,
                                                 const float * k_hp, float * k_q, struct oscar_quant_stats * st) {
-    return kivi_k_seq(tf, h, b0 + tf->kivi.k_block_tokens, b0 + tf->kivi.k_block_tokens, b0, k_hp, k_q, st);
+    return kivi_k_seq(tf, h, b0 + tf->kivi.k_block_tokens, b0, k_hp, k_q, st);
+}
+
+static void stats_add(struct oscar_quant_stats * d, const struct oscar_quant_stats * s) {
+    d->n_rows += s->n_rows, d->n_degenerate += s->n_degenerate, d->n_clipped += s->n_clipped;
+}
+
+// Task i of one sequence's rows [b, b + len): rows [p0, p0 + ROW_BLOCK) of KV head h, K or V.
+static enum oscar_status layer_task(const struct oscar_kv_transform * tf, int32_t layer, int64_t i, int64_t b,
+                                    int64_t len, int64_t lo, int64_t hi, const float * k, const float * v,
+                                    float * k_hp, float * v_hp, float * k_q, float * v_q,
+                                    struct oscar_quant_stats * st, float * scr) {
+    const int32_t Hkv = tf->n_head_kv, D = tf->head_dim;
+    const size_t  rs = (size_t) Hkv * D;
+    const bool    is_k = i % 2 == 0, omni = tf->quant == OSCAR_KVQ_OMNI;
+    const bool    k_blocks = omni || tf->quant == OSCAR_KVQ_KIVI;   // K INT2 values come per block
+    const int32_t h = (int32_t) (i / 2 % Hkv);
+    const int64_t p0 = i / 2 / Hkv * ROW_BLOCK;
+    const int32_t n = (int32_t) (len - p0 < ROW_BLOCK ? len - p0 : ROW_BLOCK);
+    if (is_k && omni) return OSCAR_OK;   // K rows go per token (oscar_kv_transform_layer)
+    bool want[ROW_BLOCK], pre[ROW_BLOCK];
+    for (int32_t r = 0; r < n; r++) {
+        int64_t p = p0 + r;
+        want[r] = p >= lo && p < hi && !(is_k && k_blocks);
+        pre[r] = oscar_tier_from_prefill(&tf->tiers, p, len);
+    }
+    const size_t o = (size_t) (b + p0) * rs + (size_t) h * D;
+    float * hp = (is_k ? k_hp : v_hp) + o, * q = (is_k ? k_q : v_q) + o;
+    enum oscar_status s = block_transform(tf, is_k, layer, h, n, pre, want, (is_k ? k : v) + o, rs, hp, q, st, scr);
+    for (int32_t r = 0; r < n && s == OSCAR_OK; r++)
+        if (!want[r]) memcpy(q + r * rs, hp + r * rs, sizeof(float) * (size_t) D);
+    return s;
 }
 
 enum oscar_status oscar_kv_transform_layer(const struct oscar_kv_transform * tf, int32_t layer, int32_t n_tokens,
                                            int32_t n_seq, const int32_t * seq_start, const float * k,
                                            const float * v, float * k_hp, float * v_hp, float * k_q, float * v_q,
-                                           struct oscar_quant_stats * st) {
+                                           int32_t n_threads, struct oscar_quant_stats * st) {
     int32_t D = tf->head_dim, Hkv = tf->n_head_kv;
     size_t rs = (size_t) Hkv * D;
     if (layer < 0 || layer >= tf->n_layer)
         return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': layer %d of %d", tf->name, layer, tf->n_layer);
     if (seq_start[0] != 0 || seq_start[n_seq] != n_tokens)
         return osc_error(OSCAR_ERR_INVALID, "kv transform: sequence boundaries do not cover %d tokens", n_tokens);
+    const int32_t nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+    const int64_t max_tasks = ((int64_t) n_tokens / ROW_BLOCK + n_seq) * Hkv * 2;
     struct oscar_quant_stats stk = {0}, stv = {0};
-    for (int32_t s = 0; s < n_seq; s++) {
+    struct oscar_quant_stats * tst = calloc((size_t) max_tasks + 1, sizeof *tst);
+    enum oscar_status * tstatus = calloc((size_t) max_tasks + 1, sizeof *tstatus);
+    float * scr = malloc(sizeof(float) * ROW_SCRATCH(ROW_BLOCK, D) * (size_t) nt);
+    char (*msg)[256] = calloc((size_t) max_tasks + 1, sizeof *msg);
+    enum oscar_status e = OSCAR_OK;
+    if (!tst || !tstatus || !scr || !msg) e = osc_error(OSCAR_ERR_NOMEM, "kv transform: layer %d scratch", layer);
+    for (int32_t s = 0; s < n_seq && e == OSCAR_OK; s++) {
         int64_t b = seq_start[s], len = seq_start[s + 1] - b, lo, hi;
         oscar_tier_int2_range(&tf->tiers, len - 1, len, &lo, &hi);   // the largest INT2 set (t = len-1)
-        bool omni = tf->quant == OSCAR_KVQ_OMNI, k_blocks = omni || tf->quant == OSCAR_KVQ_KIVI;
-        for (int64_t p = 0; p < len; p++) {
+        bool omni = tf->quant == OSCAR_KVQ_OMNI;
+        for (int64_t p = 0; omni && p < len && e == OSCAR_OK; p++) {   // the omni-token norm spans the heads
             size_t ot = (size_t) (b + p) * rs;
-            if (omni) {   // the omni-token norm spans the heads: K HP rows per token
-                enum oscar_status e = oscar_kv_transform_omni_k_token(tf, k + ot, k_hp + ot);
-                if (e != OSCAR_OK) return e;
-            }
-            for (int32_t h = 0; h < Hkv; h++) {
-                size_t o = ot + (size_t) h * D;
-                bool want = p >= lo && p < hi, pre = oscar_tier_from_prefill(&tf->tiers, p, len);
-                bool want_k = want && !k_blocks;
-                enum oscar_status e = OSCAR_OK;
-                if (!omni) e = row_transform(tf, true, layer, h, pre, k + o, k_hp + o, k_q + o, want_k, &stk);
-                if (e == OSCAR_OK) e = row_transform(tf, false, layer, h, pre, v + o, v_hp + o, v_q + o, want, &stv);
-                if (e != OSCAR_OK) return e;
-                if (!want_k) memcpy(k_q + o, k_hp + o, sizeof(float) * (size_t) D);
-                if (!want) memcpy(v_q + o, v_hp + o, sizeof(float) * (size_t) D);
-            }
+            e = oscar_kv_transform_omni_k_token(tf, k + ot, k_hp + ot);
+            memcpy(k_q + ot, k_hp + ot, sizeof(float) * rs);
         }
-        for (int64_t b0 = lo, B = tf->kivi.k_block_tokens; omni && b0 + B <= hi; b0 += B) {
-            enum oscar_status e = oscar_kv_transform_omni_block(tf, b0, k + (size_t) b * rs, k_q + (size_t) b * rs,
-                                                                &stk);
-            if (e != OSCAR_OK) return e;
+        if (e != OSCAR_OK) break;
+        // One task per ROW_BLOCK rows of one KV head, K or V; each keeps its own stats and status,
+        // summed (and the first failure reported) in task order.
+        const int64_t n_tasks = (len + ROW_BLOCK - 1) / ROW_BLOCK * Hkv * 2;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+        for (int64_t i = 0; i < n_tasks; i++) {
+            tst[i] = (struct oscar_quant_stats){0};
+            tstatus[i] = layer_task(tf, layer, i, b, len, lo, hi, k, v, k_hp, v_hp, k_q, v_q, &tst[i],
+                                    scr + ROW_SCRATCH(ROW_BLOCK, D) * (size_t) omp_get_thread_num());
+            if (tstatus[i] != OSCAR_OK) snprintf(msg[i], sizeof msg[i], "%s", oscar_last_error());
         }
-        if (tf->quant == OSCAR_KVQ_KIVI)
-            for (int32_t h = 0; h < Hkv; h++) {
-                enum oscar_status e = kivi_k_seq(tf, h, len, hi, lo, k_hp + (size_t) b * rs, k_q + (size_t) b * rs, &stk);
-                if (e != OSCAR_OK) return e;
-            }
+        for (int64_t i = 0; i < n_tasks && e == OSCAR_OK; i++) {
+            if (tstatus[i] != OSCAR_OK) e = osc_error(tstatus[i], "%s", msg[i]);
+            stats_add(i % 2 == 0 ? &stk : &stv, &tst[i]);
+        }
+        for (int64_t b0 = lo, B = tf->kivi.k_block_tokens; e == OSCAR_OK && omni && b0 + B <= hi; b0 += B)
+            e = oscar_kv_transform_omni_block(tf, b0, k + (size_t) b * rs, k_q + (size_t) b * rs, &stk);
+        for (int32_t h = 0; e == OSCAR_OK && h < Hkv && tf->quant == OSCAR_KVQ_KIVI; h++)
+            e = kivi_k_seq(tf, h, hi, lo, k_hp + (size_t) b * rs, k_q + (size_t) b * rs, &stk);
     }
-    if (st) {
-        st[0].n_rows += stk.n_rows, st[0].n_degenerate += stk.n_degenerate, st[0].n_clipped += stk.n_clipped;
-        st[1].n_rows += stv.n_rows, st[1].n_degenerate += stv.n_degenerate, st[1].n_clipped += stv.n_clipped;
-    }
-    return OSCAR_OK;
+    free(tst);
+    free(tstatus);
+    free(scr);
+    free(msg);
+    if (e == OSCAR_OK && st) stats_add(&st[0], &stk), stats_add(&st[1], &stv);
+    return e;
 }

@@ -44,49 +44,106 @@ struct pair_sums {
     int64_t n_pairs, n_pairs_int2;
 };
 
-// One (sequence, query head): exact and transformed attention for every query.
-// o/oh [T, Hq, D] rows of this head are written. sc, sh: [len] scratch (double).
-static void metrics_head(const struct oscar_layer_input * in, const struct oscar_tiering * tr, const float * k_hp,
-                         const float * v_hp, const float * k_q, const float * v_q, int32_t s, int32_t j,
-                         double * sc, double * sh, float * o, float * oh, struct pair_sums * ps) {
+// acc [D] += w·v [D] in fp64, each element on its own (vector lanes change no bits).
+typedef double v4d __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void axpy_f64(double * acc, double w, const float * v, int32_t D) {
+    int32_t d = 0;
+    for (; d + 4 <= D; d += 4) {
+        v4f x;
+        v4d a;
+        memcpy(&x, v + d, sizeof x);
+        memcpy(&a, acc + d, sizeof a);
+        a += __builtin_convertvector(x, v4d) * w;
+        memcpy(acc + d, &a, sizeof a);
+    }
+    for (; d < D; d++) acc[d] += w * (double) v[d];
+}
+
+// Per-thread scratch of metrics_head, [len] doubles each: exact scores, log-probabilities and
+// probabilities of one query, and one cache's scores.
+struct head_scratch { double * sc, * lp, * pp, * sh; };
+
+// A cache whose four row sets are the layer's own K and V (an identity transform) attends exactly.
+static bool is_exact(const struct oscar_layer_input * in, const struct oscar_metrics_cache * c) {
+    return c->k_hp == in->k && c->k_q == in->k && c->v_hp == in->v && c->v_q == in->v;
+}
+
+// One (sequence, query head) pair: the exact attention of every query once, then that of each of
+// the n caches (exact[i]: the cache is the layer's own K/V, so its side is the exact side, copied).
+// Every sum runs in the order of the one-cache definition, so a cache's metrics do not depend on
+// which other caches share the call. o/oh[i] [T, Hq, D]: this head's rows are written.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v3", "default"))) // AVX2 where the CPU has it
+#endif
+static void metrics_head(const struct oscar_layer_input * in, int32_t n, const struct oscar_metrics_cache * c,
+                         const bool * exact, int32_t s, int32_t j, const struct head_scratch * w, float * o, float * const * oh,
+                         struct pair_sums * ps) {
     int32_t D = in->head_dim, Hq = in->n_head, Hkv = in->n_head_kv, h = j / (Hq / Hkv);
     int64_t b = in->seq_start[s], len = in->seq_start[s + 1] - b;
     size_t krs = (size_t) Hkv * D, qrs = (size_t) Hq * D;
     double scale = 1.0 / sqrt((double) D);
     double acc[OSCAR_MAX_HEAD_DIM], acch[OSCAR_MAX_HEAD_DIM];
-    memset(ps, 0, sizeof *ps);
+    double * sc = w->sc, * lp = w->lp, * pp = w->pp;
+    for (int32_t i = 0; i < n; i++) memset(&ps[i], 0, sizeof ps[i]);
     for (int64_t t = 0; t < len; t++) {
         const float * q = in->q + (size_t) (b + t) * qrs + (size_t) j * D;
-        int64_t lo, hi;
-        oscar_tier_int2_range(tr, t, len, &lo, &hi);
-        double m = -INFINITY, mh = -INFINITY;
+        double m = -INFINITY, z = 0.0;
         for (int64_t p = 0; p <= t; p++) {
-            size_t ko = (size_t) (b + p) * krs + (size_t) h * D;
-            bool i2 = p >= lo && p < hi;
-            double x = (double) dotf(q, in->k + ko, D) * scale;
-            double y = (double) dotf(q, (i2 ? k_q : k_hp) + ko, D) * scale;
-            sc[p] = x, sh[p] = y;
-            ps->logit_num += (y - x) * (y - x), ps->logit_den += x * x;
-            ps->n_pairs_int2 += i2;
+            double x = (double) dotf(q, in->k + (size_t) (b + p) * krs + (size_t) h * D, D) * scale;
+            sc[p] = x;
             if (x > m) m = x;
-            if (y > mh) mh = y;
         }
-        ps->n_pairs += t + 1;
-        double z = 0.0, zh = 0.0;
-        for (int64_t p = 0; p <= t; p++) z += exp(sc[p] - m), zh += exp(sh[p] - mh);
-        double lz = m + log(z), lzh = mh + log(zh), kl = 0.0;
-        for (int32_t d = 0; d < D; d++) acc[d] = 0.0, acch[d] = 0.0;
+        for (int64_t p = 0; p <= t; p++) z += exp(sc[p] - m);
+        double lz = m + log(z);
+        for (int32_t d = 0; d < D; d++) acc[d] = 0.0;
         for (int64_t p = 0; p <= t; p++) {
-            size_t ko = (size_t) (b + p) * krs + (size_t) h * D;
-            bool i2 = p >= lo && p < hi;
-            double lp = sc[p] - lz, lph = sh[p] - lzh, pp = exp(lp), pph = exp(lph);
-            kl += pp * (lp - lph);
-            const float * vv = in->v + ko, * vh = (i2 ? v_q : v_hp) + ko;
-            for (int32_t d = 0; d < D; d++) acc[d] += pp * (double) vv[d], acch[d] += pph * (double) vh[d];
+            const float * vv = in->v + (size_t) (b + p) * krs + (size_t) h * D;
+            lp[p] = sc[p] - lz, pp[p] = exp(lp[p]);
+            axpy_f64(acc, pp[p], vv, D);
         }
-        ps->kl += kl > 0.0 ? kl : 0.0;   // KL >= 0; tiny negative values are rounding
-        float * od = o + (size_t) (b + t) * qrs + (size_t) j * D, * ohd = oh + (size_t) (b + t) * qrs + (size_t) j * D;
-        for (int32_t d = 0; d < D; d++) od[d] = (float) acc[d], ohd[d] = (float) acch[d];
+        float * od = o + (size_t) (b + t) * qrs + (size_t) j * D;
+        for (int32_t d = 0; d < D; d++) od[d] = (float) acc[d];
+        for (int32_t i = 0; i < n; i++) {
+            int64_t lo, hi;
+            oscar_tier_int2_range(c[i].tiers, t, len, &lo, &hi);
+            double mh = exact[i] ? m : (double) -INFINITY, kl = 0.0;
+            const double * sh = exact[i] ? sc : w->sh;
+            for (int64_t p = 0; p <= t; p++) {
+                bool i2 = p >= lo && p < hi;
+                double y = sc[p];
+                if (!exact[i]) {
+                    size_t ko = (size_t) (b + p) * krs + (size_t) h * D;
+                    y = (double) dotf(q, (i2 ? c[i].k_q : c[i].k_hp) + ko, D) * scale;
+                    w->sh[p] = y;
+                    if (y > mh) mh = y;
+                }
+                ps[i].logit_num += (y - sc[p]) * (y - sc[p]), ps[i].logit_den += sc[p] * sc[p];
+                ps[i].n_pairs_int2 += i2;
+            }
+            ps[i].n_pairs += t + 1;
+            float * ohd = oh[i] + (size_t) (b + t) * qrs + (size_t) j * D;
+            if (exact[i]) {   // softmax and values are the exact ones; KL = 0
+                for (int32_t d = 0; d < D; d++) ohd[d] = od[d];
+                continue;
+            }
+            double zh = 0.0;
+            for (int64_t p = 0; p <= t; p++) zh += exp(sh[p] - mh);
+            double lzh = mh + log(zh);
+            for (int32_t d = 0; d < D; d++) acch[d] = 0.0;
+            for (int64_t p = 0; p <= t; p++) {
+                size_t ko = (size_t) (b + p) * krs + (size_t) h * D;
+                const float * vh = (p >= lo && p < hi ? c[i].v_q : c[i].v_hp) + ko;
+                double lph = sh[p] - lzh, pph = exp(lph);
+                kl += pp[p] * (lp[p] - lph);
+                axpy_f64(acch, pph, vh, D);
+            }
+            ps[i].kl += kl > 0.0 ? kl : 0.0;   // KL >= 0; tiny negative values are rounding
+            for (int32_t d = 0; d < D; d++) ohd[d] = (float) acch[d];
+        }
     }
 }
 
@@ -99,52 +156,66 @@ static double sq_rows(const float * a, const float * b, size_t n) {
     return s;
 }
 
-enum oscar_status oscar_verify_metrics_explicit(const struct oscar_layer_input * in,
-                                                const struct oscar_tiering * tr, const float * k_hp,
-                                                const float * v_hp, const float * k_q, const float * v_q,
-                                                int32_t n_threads, struct oscar_layer_metrics * out) {
+enum oscar_status oscar_verify_metrics_caches(const struct oscar_layer_input * in, int32_t n,
+                                              const struct oscar_metrics_cache * c, int32_t n_threads,
+                                              struct oscar_layer_metrics * out) {
     enum oscar_status st = check_input(in);
     if (st != OSCAR_OK) return st;
-    memset(out, 0, sizeof *out);
+    if (n < 1 || n > OSCAR_METRICS_MAX_CACHES)
+        return osc_error(OSCAR_ERR_INVALID, "verify metrics: layer %d: %d caches (1 to %d)", in->layer, n,
+                         OSCAR_METRICS_MAX_CACHES);
+    for (int32_t i = 0; i < n; i++) memset(&out[i], 0, sizeof out[i]);
     int32_t T = in->n_tokens, Hq = in->n_head, Hkv = in->n_head_kv, D = in->head_dim, C = in->n_embd;
-    size_t krs = (size_t) Hkv * D, qrs = (size_t) Hq * D;
+    size_t krs = (size_t) Hkv * D, qrs = (size_t) Hq * D, TQ = (size_t) T * qrs;
     int32_t maxlen = 0;
     for (int32_t s = 0; s < in->n_seq; s++)
         if (in->seq_start[s + 1] - in->seq_start[s] > maxlen) maxlen = in->seq_start[s + 1] - in->seq_start[s];
     int32_t nt = n_threads > 0 ? n_threads : omp_get_max_threads();
     int64_t npairs = (int64_t) in->n_seq * Hq;
-    float * o = malloc(sizeof(float) * ((size_t) T * qrs + 1));
-    float * oh = malloc(sizeof(float) * ((size_t) T * qrs + 1));
-    double * scr = malloc(sizeof(double) * 2 * ((size_t) maxlen + 1) * (size_t) nt);
-    struct pair_sums * ps = calloc((size_t) npairs + 1, sizeof *ps);
+    bool exact[OSCAR_METRICS_MAX_CACHES];
+    for (int32_t i = 0; i < n; i++) exact[i] = is_exact(in, &c[i]);
+    float * o = malloc(sizeof(float) * (TQ * (size_t) (n + 1) + 1)), * oh[OSCAR_METRICS_MAX_CACHES];
+    double * scr = malloc(sizeof(double) * 4 * ((size_t) maxlen + 1) * (size_t) nt);
+    struct pair_sums * ps = calloc((size_t) npairs * (size_t) n + 1, sizeof *ps);
     float * y = NULL, * yh = NULL;
-    if (!o || !oh || !scr || !ps) {
-        st = osc_error(OSCAR_ERR_NOMEM, "verify metrics: layer %d: scratch for %d tokens", in->layer, T);
+    if (!o || !scr || !ps) {
+        st = osc_error(OSCAR_ERR_NOMEM, "verify metrics: layer %d: scratch for %d tokens x %d caches", in->layer, T,
+                       n);
         goto out;
     }
+    for (int32_t i = 0; i < n; i++) oh[i] = o + TQ * (size_t) (i + 1);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int64_t i = 0; i < npairs; i++) {
-        double * sc = scr + (size_t) omp_get_thread_num() * 2 * ((size_t) maxlen + 1);
-        metrics_head(in, tr, k_hp, v_hp, k_q, v_q, (int32_t) (i / Hq), (int32_t) (i % Hq), sc, sc + maxlen + 1, o,
-                     oh, &ps[i]);
+        double * base = scr + (size_t) omp_get_thread_num() * 4 * ((size_t) maxlen + 1);
+        const struct head_scratch w = {.sc = base, .lp = base + maxlen + 1, .pp = base + 2 * ((size_t) maxlen + 1),
+                                       .sh = base + 3 * ((size_t) maxlen + 1)};
+        metrics_head(in, n, c, exact, (int32_t) (i / Hq), (int32_t) (i % Hq), &w, o, oh, ps + (size_t) i * n);
     }
-    for (int64_t i = 0; i < npairs; i++) {
-        out->logit_num += ps[i].logit_num, out->logit_den += ps[i].logit_den, out->kl_sum += ps[i].kl;
-        out->n_pairs += ps[i].n_pairs * 1, out->n_pairs_int2 += ps[i].n_pairs_int2;
+    for (int32_t k = 0; k < n; k++) {
+        struct oscar_layer_metrics * m = &out[k];
+        for (int64_t i = 0; i < npairs; i++) {
+            const struct pair_sums * p = &ps[(size_t) i * n + k];
+            m->logit_num += p->logit_num, m->logit_den += p->logit_den, m->kl_sum += p->kl;
+            m->n_pairs += p->n_pairs, m->n_pairs_int2 += p->n_pairs_int2;
+        }
+        m->n_queries = (int64_t) T * Hq;
     }
-    out->n_queries = (int64_t) T * Hq;
     // K/V relative MSE: each row as the end of its sequence sees it.
     for (int32_t s = 0; s < in->n_seq; s++) {
-        int64_t b = in->seq_start[s], len = in->seq_start[s + 1] - b, lo, hi;
-        oscar_tier_int2_range(tr, len - 1, len, &lo, &hi);
+        int64_t b = in->seq_start[s], len = in->seq_start[s + 1] - b, lo[OSCAR_METRICS_MAX_CACHES],
+                hi[OSCAR_METRICS_MAX_CACHES];
+        for (int32_t k = 0; k < n; k++) oscar_tier_int2_range(c[k].tiers, len - 1, len, &lo[k], &hi[k]);
         for (int64_t p = 0; p < len; p++) {
-            bool i2 = p >= lo && p < hi;
             size_t ko = (size_t) (b + p) * krs;
-            out->k_err += sq_rows((i2 ? k_q : k_hp) + ko, in->k + ko, krs);
-            out->v_err += sq_rows((i2 ? v_q : v_hp) + ko, in->v + ko, krs);
-            out->k_ref += sq_rows(in->k + ko, NULL, krs);
-            out->v_ref += sq_rows(in->v + ko, NULL, krs);
-            out->n_rows += Hkv, out->n_rows_int2 += i2 ? Hkv : 0;
+            double k_ref = sq_rows(in->k + ko, NULL, krs), v_ref = sq_rows(in->v + ko, NULL, krs);
+            for (int32_t k = 0; k < n; k++) {
+                bool i2 = p >= lo[k] && p < hi[k];
+                struct oscar_layer_metrics * m = &out[k];
+                m->k_err += sq_rows((i2 ? c[k].k_q : c[k].k_hp) + ko, in->k + ko, krs);
+                m->v_err += sq_rows((i2 ? c[k].v_q : c[k].v_hp) + ko, in->v + ko, krs);
+                m->k_ref += k_ref, m->v_ref += v_ref;
+                m->n_rows += Hkv, m->n_rows_int2 += i2 ? Hkv : 0;
+            }
         }
     }
     if (in->wo && T > 0) {
@@ -154,23 +225,69 @@ enum oscar_status oscar_verify_metrics_explicit(const struct oscar_layer_input *
             st = osc_error(OSCAR_ERR_NOMEM, "verify metrics: layer %d: W_O output", in->layer);
             goto out;
         }
-        for (size_t i = 0; i < (size_t) T * qrs; i++) oh[i] -= o[i];
-        osc_sgemm(nt, CblasNoTrans, CblasTrans, T, C, (int) qrs, 1.0f, o, (int) qrs, in->wo, (int) qrs,
-                    0.0f, y, C);
-        osc_sgemm(nt, CblasNoTrans, CblasTrans, T, C, (int) qrs, 1.0f, oh, (int) qrs, in->wo, (int) qrs,
-                    0.0f, yh, C);
-        out->out_num = sq_rows(yh, NULL, (size_t) T * C);
-        out->out_den = sq_rows(y, NULL, (size_t) T * C);
+        osc_sgemm(nt, CblasNoTrans, CblasTrans, T, C, (int) qrs, 1.0f, o, (int) qrs, in->wo, (int) qrs, 0.0f, y, C);
+        double den = sq_rows(y, NULL, (size_t) T * C);
+        for (int32_t k = 0; k < n; k++) {
+            for (size_t i = 0; i < TQ; i++) oh[k][i] -= o[i];
+            osc_sgemm(nt, CblasNoTrans, CblasTrans, T, C, (int) qrs, 1.0f, oh[k], (int) qrs, in->wo, (int) qrs, 0.0f,
+                      yh, C);
+            out[k].out_num = sq_rows(yh, NULL, (size_t) T * C);
+            out[k].out_den = den;
+        }
     }
-    oscar_layer_metrics_finish(out);
+    for (int32_t k = 0; k < n; k++) oscar_layer_metrics_finish(&out[k]);
 out:
     free(o);
-    free(oh);
     free(scr);
     free(ps);
     free(y);
     free(yh);
     return st;
+}
+
+enum oscar_status oscar_verify_metrics_explicit(const struct oscar_layer_input * in,
+                                                const struct oscar_tiering * tr, const float * k_hp,
+                                                const float * v_hp, const float * k_q, const float * v_q,
+                                                int32_t n_threads, struct oscar_layer_metrics * out) {
+    const struct oscar_metrics_cache c = {.tiers = tr, .k_hp = k_hp, .v_hp = v_hp, .k_q = k_q, .v_q = v_q};
+    return oscar_verify_metrics_caches(in, 1, &c, n_threads, out);
+}
+
+enum oscar_status oscar_verify_layer_metrics_methods(const struct oscar_kv_transform * tf, int32_t n,
+                                                     const struct oscar_layer_input * in, int32_t n_threads,
+                                                     struct oscar_layer_metrics * out) {
+    enum oscar_status st = check_input(in);
+    if (st != OSCAR_OK) return st;
+    if (n < 1 || n > OSCAR_METRICS_MAX_CACHES)
+        return osc_error(OSCAR_ERR_INVALID, "verify metrics: layer %d: %d methods (1 to %d)", in->layer, n,
+                         OSCAR_METRICS_MAX_CACHES);
+    for (int32_t i = 0; i < n; i++)
+        if (in->n_head_kv != tf[i].n_head_kv || in->head_dim != tf[i].head_dim)
+            return osc_error(OSCAR_ERR_INVALID,
+                             "verify metrics: layer %d: transform '%s' is for Hkv %d D %d, input has %d/%d",
+                             in->layer, tf[i].name, tf[i].n_head_kv, tf[i].head_dim, in->n_head_kv, in->head_dim);
+    size_t sz = (size_t) in->n_tokens * in->n_head_kv * in->head_dim + 1;
+    float * buf = malloc(sizeof(float) * 4 * sz * (size_t) n);
+    if (!buf) return osc_error(OSCAR_ERR_NOMEM, "verify metrics: layer %d: %d tokens", in->layer, in->n_tokens);
+    struct oscar_metrics_cache c[OSCAR_METRICS_MAX_CACHES];
+    for (int32_t i = 0; i < n && st == OSCAR_OK; i++) {
+        c[i] = (struct oscar_metrics_cache){.tiers = &tf[i].tiers, .k_hp = in->k, .v_hp = in->v, .k_q = in->k,
+                                            .v_q = in->v};
+        if (tf[i].quant == OSCAR_KVQ_IDENTITY) continue;   // the rows themselves: the exact attention, shared
+        float * b = buf + 4 * sz * (size_t) i;
+        st = oscar_kv_transform_layer(&tf[i], in->layer, in->n_tokens, in->n_seq, in->seq_start, in->k, in->v, b,
+                                      b + sz, b + 2 * sz, b + 3 * sz, n_threads, NULL);
+        c[i].k_hp = b, c[i].v_hp = b + sz, c[i].k_q = b + 2 * sz, c[i].v_q = b + 3 * sz;
+    }
+    if (st == OSCAR_OK) st = oscar_verify_metrics_caches(in, n, c, n_threads, out);
+    free(buf);
+    return st;
+}
+
+enum oscar_status oscar_verify_layer_metrics(const struct oscar_kv_transform * tf,
+                                             const struct oscar_layer_input * in, int32_t n_threads,
+                                             struct oscar_layer_metrics * out) {
+    return oscar_verify_layer_metrics_methods(tf, 1, in, n_threads, out);
 }
 
 static double ratio(double a, double b) { return b > 0.0 ? a / b : 0.0; }
@@ -190,25 +307,6 @@ void oscar_layer_metrics_add(struct oscar_layer_metrics * d, const struct oscar_
     d->n_rows += s->n_rows, d->n_rows_int2 += s->n_rows_int2, d->n_queries += s->n_queries;
     d->n_pairs += s->n_pairs, d->n_pairs_int2 += s->n_pairs_int2;
     oscar_layer_metrics_finish(d);
-}
-
-enum oscar_status oscar_verify_layer_metrics(const struct oscar_kv_transform * tf,
-                                             const struct oscar_layer_input * in, int32_t n_threads,
-                                             struct oscar_layer_metrics * out) {
-    enum oscar_status st = check_input(in);
-    if (st != OSCAR_OK) return st;
-    if (in->n_head_kv != tf->n_head_kv || in->head_dim != tf->head_dim)
-        return osc_error(OSCAR_ERR_INVALID, "verify metrics: layer %d: transform '%s' is for Hkv %d D %d, input has %d/%d",
-                         in->layer, tf->name, tf->n_head_kv, tf->head_dim, in->n_head_kv, in->head_dim);
-    size_t n = (size_t) in->n_tokens * in->n_head_kv * in->head_dim + 1;
-    float * buf = malloc(sizeof(float) * 4 * n);
-    if (!buf) return osc_error(OSCAR_ERR_NOMEM, "verify metrics: layer %d: %d tokens", in->layer, in->n_tokens);
-    st = oscar_kv_transform_layer(tf, in->layer, in->n_tokens, in->n_seq, in->seq_start, in->k, in->v, buf, buf + n,
-                                  buf + 2 * n, buf + 3 * n, NULL);
-    if (st == OSCAR_OK)
-        st = oscar_verify_metrics_explicit(in, &tf->tiers, buf, buf + n, buf + 2 * n, buf + 3 * n, n_threads, out);
-    free(buf);
-    return st;
 }
 
 // ---- the attention override ------------------------------------------------------------
@@ -310,7 +408,7 @@ static enum oscar_status sim_attend(void * user, int32_t layer, const struct osc
                              "kv sim: layer %d: sequence %d starts at position %d; feed whole sequences", layer, q,
                              in->pos[in->seq_start[q]]);
     enum oscar_status st = oscar_kv_transform_layer(&s->tf, layer, T, in->n_seq, in->seq_start, in->k, in->v, s->k_hp,
-                                                    s->v_hp, s->k_q, s->v_q, s->st);
+                                                    s->v_hp, s->k_q, s->v_q, s->n_threads, s->st);
     if (st != OSCAR_OK) return st;
     for (int32_t q = 0; q < in->n_seq; q++) {
         const int32_t b = in->seq_start[q], len = in->seq_start[q + 1] - b;

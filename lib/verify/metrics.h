@@ -150,6 +150,10 @@ enum oscar_status oscar_kv_transform_check(const struct oscar_kv_transform * tf)
 // y [D] = x [D]·R (transpose false) or x·Rᵀ, fp64 sums rounded once to fp32
 // (so the result does not depend on batching; tests use it to feed caches).
 void oscar_kv_rotate_row(const float * R, int32_t D, const float * x, float * y, bool transpose);
+// The same for n rows, row r at x + r·xs into y + r·ys (lib/verify/kv-rotate.c): each row gets
+// oscar_kv_rotate_row's bits whatever n is (the transforms rotate blocks of rows with it).
+void oscar_kv_rotate_rows(const float * R, int32_t D, int64_t n, const float * x, size_t xs, float * y, size_t ys,
+                          bool transpose);
 
 // Effective bits per element at context ctx (method.md §14, configured metadata
 // width; hp 16 bits). bf16 gives 16.
@@ -159,11 +163,13 @@ double oscar_kv_transform_bpe(const struct oscar_kv_transform * tf, int64_t ctx)
 // k, v [T, Hkv, D] -> k_hp, v_hp (the HP-tier value of every row) and k_q, v_q
 // (the INT2-tier value of every row that can be INT2 at some time, else a copy
 // of the HP value), all unrotated [T, Hkv, D]. The quantization path of a row
-// (prefill or demotion) follows tf->tiers. st (may be NULL): [2] = {K, V}, accumulated.
+// (prefill or demotion) follows tf->tiers. Rows go in blocks of one KV head over
+// n_threads (0: OpenMP's default); every row gets oscar_kv_transform_row's bits.
+// st (may be NULL): [2] = {K, V}, accumulated.
 enum oscar_status oscar_kv_transform_layer(const struct oscar_kv_transform * tf, int32_t layer, int32_t n_tokens,
                                            int32_t n_seq, const int32_t * seq_start, const float * k,
                                            const float * v, float * k_hp, float * v_hp, float * k_q, float * v_q,
-                                           struct oscar_quant_stats * st);
+                                           int32_t n_threads, struct oscar_quant_stats * st);
 
 // One row x [D] of KV head h (K if is_k): hp = its HP-tier value and, if q != NULL, q = its INT2-tier
 // value as written by the prefill path (prefill_path) or by decode demotion; both unrotated. KIVI K
@@ -214,6 +220,26 @@ struct oscar_layer_metrics {
 enum oscar_status oscar_verify_layer_metrics(const struct oscar_kv_transform * tf,
                                              const struct oscar_layer_input * in, int32_t n_threads,
                                              struct oscar_layer_metrics * out);
+// The same for n methods tf[0..n) at once, out[i] of tf[i], each the bits oscar_verify_layer_metrics
+// gives it alone: the exact attention is computed once and shared, and an identity method's
+// attention is the exact one (not recomputed). n <= OSCAR_METRICS_MAX_CACHES.
+enum oscar_status oscar_verify_layer_metrics_methods(const struct oscar_kv_transform * tf, int32_t n,
+                                                     const struct oscar_layer_input * in, int32_t n_threads,
+                                                     struct oscar_layer_metrics * out);
+
+// One transformed cache of a layer: HP and INT2-tier rows [T, Hkv, D] (any may be the layer's own
+// k / v) read per its tiering. A cache whose four row sets are all the layer's own k and v is
+// the exact attention, reused instead of recomputed.
+struct oscar_metrics_cache {
+    const struct oscar_tiering * tiers;
+    const float * k_hp, * v_hp, * k_q, * v_q;
+};
+enum { OSCAR_METRICS_MAX_CACHES = 16 };
+// Every metric of n caches of one layer against its exact attention (computed once); out[i] of c[i],
+// the same bits as a call with c[i] alone.
+enum oscar_status oscar_verify_metrics_caches(const struct oscar_layer_input * in, int32_t n,
+                                              const struct oscar_metrics_cache * c, int32_t n_threads,
+                                              struct oscar_layer_metrics * out);
 
 // The same with explicit transformed rows (any of k_q/v_q/k_hp/v_hp may be
 // the original k / v) and a tiering: for tests and custom perturbations.

@@ -6,6 +6,7 @@
 
 #include "util/blas.h"
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,6 +77,7 @@ struct vrun {
     float * logits;                    // [LOGIT_BLOCK, V]
 };
 enum { LOGIT_BLOCK = 64 };
+_Static_assert(OSCAR_VERIFY_MAX_METHODS <= OSCAR_METRICS_MAX_CACHES, "one metrics call takes every method");
 
 static bool on_device(const struct vrun * r) { return r->p->device && strcmp(r->p->device, "cpu") != 0; }
 
@@ -150,12 +152,11 @@ static enum oscar_status on_layer(void * user, const struct oscar_capture_layer 
                                    .seq_start = cl->seq_start, .q = cl->q, .k = cl->k, .v = cl->v, .wo = wo,
                                    .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
                                    .n_embd = c->n_embd};
-    for (int32_t i = 0; i < r->nm; i++) {
-        enum oscar_status st = oscar_verify_layer_metrics(&r->tfs[i], &in, r->p->n_threads,
-                                                          &r->ms[i].layers[cl->layer]);
-        if (st != OSCAR_OK) return st;
-    }
-    return OSCAR_OK;
+    // Every method in one call: the exact attention they are measured against is computed once.
+    struct oscar_layer_metrics lm[OSCAR_VERIFY_MAX_METHODS];
+    enum oscar_status st = oscar_verify_layer_metrics_methods(r->tfs, r->nm, &in, r->p->n_threads, lm);
+    for (int32_t i = 0; i < r->nm && st == OSCAR_OK; i++) r->ms[i].layers[cl->layer] = lm[i];
+    return st;
 }
 
 // One forward over the metric slice; method < 0: the exact model with the metrics hook. It
@@ -207,29 +208,35 @@ static enum oscar_status metrics_pass(struct vrun * r, const int32_t * ids) {
 }
 
 // ---- (2) perplexity --------------------------------------------------------------------------
-// Σ_i -log softmax(logits[i])[next[i]] over n rows of [n, V] logits (fp64).
-static double rows_nll(const float * logits, int32_t n, int32_t V, const int32_t * next) {
-    double nll = 0;
-    for (int32_t i = 0; i < n; i++) {
-        const float * lg = logits + (size_t) i * V;
-        double mx = -INFINITY, z = 0;
-        for (int32_t j = 0; j < V; j++) mx = fmax(mx, (double) lg[j]);
-        for (int32_t j = 0; j < V; j++) z += exp((double) lg[j] - mx);
-        nll += mx + log(z) - (double) lg[next[i]];
+// Σ_i -log softmax(logits[i])[next[i]] over n rows of [n, V] logits (fp64): the rows over nt
+// threads, their terms summed in row order (the same bits for any thread count).
+static double rows_nll(const float * logits, int32_t n, int32_t V, const int32_t * next, int32_t nt) {
+    double term[LOGIT_BLOCK], nll = 0;
+    for (int32_t r0 = 0; r0 < n; r0 += LOGIT_BLOCK) {
+        int32_t nb = n - r0 < LOGIT_BLOCK ? n - r0 : LOGIT_BLOCK;
+#pragma omp parallel for schedule(static) num_threads(nt > 0 ? nt : omp_get_max_threads())
+        for (int32_t i = 0; i < nb; i++) {
+            const float * lg = logits + (size_t) (r0 + i) * V;
+            double mx = -INFINITY, z = 0;
+            for (int32_t j = 0; j < V; j++) mx = (double) lg[j] > mx ? (double) lg[j] : mx;   // fmax's result
+            for (int32_t j = 0; j < V; j++) z += exp((double) lg[j] - mx);
+            term[i] = mx + log(z) - (double) lg[next[r0 + i]];
+        }
+        for (int32_t i = 0; i < nb; i++) nll += term[i];
     }
     return nll;
 }
 
 // NLL of targets 1..T-1 from the final hidden states [T, C], LOGIT_BLOCK rows at a time.
 static double window_nll(const struct oscar_model * m, const float * hidden, const int32_t * tok, int32_t T,
-                         float * logits) {
+                         int32_t nt, float * logits) {
     int32_t C = m->config.n_embd, V = m->config.n_vocab;
     double nll = 0;
     for (int32_t r0 = 0; r0 < T - 1; r0 += LOGIT_BLOCK) {
         int32_t nb = T - 1 - r0 < LOGIT_BLOCK ? T - 1 - r0 : LOGIT_BLOCK;
         osc_sgemm(0, CblasNoTrans, CblasTrans, nb, V, C, 1.0f, hidden + (size_t) r0 * C, C, m->output,
                     C, 0.0f, logits, V);
-        nll += rows_nll(logits, nb, V, tok + r0 + 1);
+        nll += rows_nll(logits, nb, V, tok + r0 + 1, nt);
     }
     return nll;
 }
@@ -252,7 +259,7 @@ static enum oscar_status ppl_windows_device(struct vrun * r, int32_t i, const st
         int32_t ss[2] = {0, T};
         struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = ids + w * T, .pos = NULL};
         if ((st = oscar_fwd_run(f, &b, logits)) != OSCAR_OK) break;
-        mt->nll_sum += rows_nll(logits, T - 1, V, ids + w * T + 1);
+        mt->nll_sum += rows_nll(logits, T - 1, V, ids + w * T + 1, r->p->n_threads);
         mt->n_scored += T - 1;
         osc_progress_update(pg, ((int64_t) i * n_win + w + 1) * T);
     }
@@ -281,7 +288,7 @@ static enum oscar_status ppl_method(struct vrun * r, int32_t i, const int32_t * 
         const float * hid = st == OSCAR_OK ? oscar_forward_hidden(f, &th) : NULL;
         if (st == OSCAR_OK && (!hid || th != T)) st = osc_error(OSCAR_ERR_NUMERIC, "method %s: no hidden state", mt->name);
         if (st != OSCAR_OK) break;
-        mt->nll_sum += window_nll(r->m, hid, ids + w * T, T, r->logits);
+        mt->nll_sum += window_nll(r->m, hid, ids + w * T, T, r->p->n_threads, r->logits);
         mt->n_scored += T - 1;
         osc_progress_update(pg, ((int64_t) i * n_win + w + 1) * T);
     }

@@ -90,7 +90,7 @@ static void test_transform_equals_quantizer(void ** state) {
                                                false, NULL, NULL, &tf), OSCAR_OK);
     assert_int_equal(tf.kivi.meta_dtype, OSCAR_META_BF16);   // f32 asked: the release's bf162
     struct oscar_quant_stats st[2] = {0};
-    assert_int_equal(oscar_kv_transform_layer(&tf, 0, T, 1, ss, k, v, khp, vhp, kq, vq, st), OSCAR_OK);
+    assert_int_equal(oscar_kv_transform_layer(&tf, 0, T, 1, ss, k, v, khp, vhp, kq, vq, 2, st), OSCAR_OK);
     assert_int_equal(st[0].n_rows, HKV);          // one block per KV head
     assert_int_equal(st[1].n_rows, 32 * HKV);     // V rows 4..35
     for (int t = 0; t < T; t++) {                 // HP K: scale then unscale, per token

@@ -64,7 +64,7 @@ static void setup(struct fixture * f) {
         f->kq[c] = malloc(sizeof(float) * N), f->vq[c] = malloc(sizeof(float) * N);
         tf.k_clip = tf.v_clip = ratios[c];
         assert_int_equal(oscar_kv_transform_layer(&tf, 0, T, 2, f->ss, f->k, f->v, f->k_hp, f->v_hp, f->kq[c],
-                                                  f->vq[c], NULL), OSCAR_OK);
+                                                  f->vq[c], 2, NULL), OSCAR_OK);
     }
 }
 

@@ -228,6 +228,100 @@ static void test_sim_vs_cache(void ** state) {
     free(k), free(v), free(q), free(out), free(kr), free(vr);
 }
 
+// oscar_kv_rotate_rows gives every row oscar_kv_rotate_row's bits, whatever the row count and
+// strides (the one-pass simulation rotates blocks of rows, the token-by-token oracle single rows).
+static void test_rotate_rows_bits(void ** state) {
+    (void) state;
+    const int32_t dims[] = {4, 12, 64, 96}, counts[] = {1, 5, 8, 13, 64};
+    for (size_t a = 0; a < sizeof dims / sizeof dims[0]; a++)
+        for (size_t b = 0; b < sizeof counts / sizeof counts[0]; b++)
+            for (int tr = 0; tr < 2; tr++) {
+                const int32_t Dd = dims[a], n = counts[b];
+                const size_t  xs = (size_t) Dd + 3, ys = (size_t) Dd + 1;
+                float * R = rnd((size_t) Dd * Dd, 0.3), * x = rnd((size_t) n * xs, 2.0);
+                float * y = malloc(sizeof(float) * (size_t) n * ys), want[96];
+                oscar_kv_rotate_rows(R, Dd, n, x, xs, y, ys, tr);
+                for (int32_t r = 0; r < n; r++) {
+                    oscar_kv_rotate_row(R, Dd, x + (size_t) r * xs, want, tr);
+                    assert_memory_equal(y + (size_t) r * ys, want, sizeof(float) * (size_t) Dd);
+                }
+                free(R), free(x), free(y);
+            }
+}
+
+// A layer's rows transformed in blocks over threads (oscar_kv_transform_layer) are bitwise each row
+// transformed alone (oscar_kv_transform_row, what the decode oracle calls), HP and INT2 values, for
+// a rotation matrix with key-mean centring and for Hadamard; two sequences, DECODE tiering.
+static void test_transform_layer_rows(void ** state) {
+    (void) state;
+    enum { N = 150 };
+    int32_t ss[3] = {0, 70, N};
+    float * k = rnd((size_t) N * HKV * D, 1.0), * v = rnd((size_t) N * HKV * D, 1.0);
+    float * Rk = rnd((size_t) D * D, 0.125), * Rv = rnd((size_t) D * D, 0.125), * mu = rnd((size_t) HKV * D, 0.5);
+    float * out = malloc(sizeof(float) * 4 * N * HKV * D), hp[D], q[D];
+    struct oscar_tiering tr = {.mode = OSCAR_TIERS_DECODE, .n_sink = 4, .n_recent = 16, .n_flush = 8,
+                               .prompt_len = 24, .block = 1};
+    const char * names[] = {"oscar", "hadamard"};
+    for (int m = 0; m < 2; m++) {
+        struct oscar_kv_transform tf;
+        assert_int_equal(oscar_kv_transform_preset(names[m], 1, HKV, D, 0, OSCAR_META_F32, &tr, false, Rk, Rv,
+                                                   false, NULL, NULL, &tf), OSCAR_OK);
+        if (m == 0) tf.k_mean = mu;
+        size_t n = (size_t) N * HKV * D;
+        struct oscar_quant_stats st[2] = {{0}}, st1 = {0};
+        assert_int_equal(oscar_kv_transform_layer(&tf, 0, N, 2, ss, k, v, out, out + n, out + 2 * n, out + 3 * n, 2,
+                                                  st), OSCAR_OK);
+        int64_t n_int2 = 0;
+        for (int s = 0; s < 2; s++) {
+            int64_t len = ss[s + 1] - ss[s], lo, hi;
+            oscar_tier_int2_range(&tf.tiers, len - 1, len, &lo, &hi);
+            for (int64_t p = 0; p < len; p++)
+                for (int h = 0; h < HKV; h++)
+                    for (int kv = 0; kv < 2; kv++) {
+                        size_t o = ((size_t) (ss[s] + p) * HKV + h) * D;
+                        bool i2 = p >= lo && p < hi;
+                        assert_int_equal(oscar_kv_transform_row(&tf, kv == 0, 0, h,
+                                                                oscar_tier_from_prefill(&tf.tiers, p, len),
+                                                                (kv == 0 ? k : v) + o, hp, i2 ? q : NULL, &st1),
+                                         OSCAR_OK);
+                        assert_memory_equal(out + (size_t) kv * n + o, hp, sizeof hp);
+                        assert_memory_equal(out + (size_t) (2 + kv) * n + o, i2 ? q : hp, sizeof hp);
+                        n_int2 += i2;
+                    }
+        }
+        assert_true(n_int2 > N);   // the INT2 values were compared, not only HP copies
+        assert_int_equal(st[0].n_rows + st[1].n_rows, st1.n_rows);
+    }
+    free(k), free(v), free(Rk), free(Rv), free(mu), free(out);
+}
+
+// Metrics of several methods in one call (the exact attention computed once, bf16 reusing it) are
+// bitwise each method's metrics computed alone; two sequences, DECODE tiering.
+static void test_metrics_methods_shared(void ** state) {
+    (void) state;
+    struct layer l;
+    make_layer(&l);
+    float * Rk = rnd((size_t) D * D, 0.125), * Rv = rnd((size_t) D * D, 0.125);
+    struct oscar_tiering tr = {.mode = OSCAR_TIERS_DECODE, .n_sink = 4, .n_recent = 16, .n_flush = 8,
+                               .prompt_len = 8, .block = 1};
+    const char * names[] = {"naive", "bf16", "oscar", "hadamard", "kivi"};
+    enum { NM = sizeof names / sizeof names[0] };
+    struct oscar_kv_transform tf[NM];
+    for (int i = 0; i < NM; i++)
+        assert_int_equal(oscar_kv_transform_preset(names[i], 1, HKV, D, 0, OSCAR_META_F32, &tr, false, Rk, Rv, false,
+                                                   NULL, NULL, &tf[i]), OSCAR_OK);
+    struct oscar_layer_metrics all[NM], one;
+    assert_int_equal(oscar_verify_layer_metrics_methods(tf, NM, &l.in, 2, all), OSCAR_OK);
+    for (int i = 0; i < NM; i++) {
+        assert_int_equal(oscar_verify_layer_metrics(&tf[i], &l.in, 1, &one), OSCAR_OK);
+        assert_memory_equal(&all[i], &one, sizeof one);
+        if (i != 1) assert_true(all[i].kl > 0 && all[i].out_rel > 0);   // quantized: the sums are not trivially 0
+    }
+    assert_true(all[1].kl == 0 && all[1].logit_err == 0 && all[1].logit_den > 0);
+    free(Rk), free(Rv);
+    free_layer(&l);
+}
+
 // With sink + recent >= ctx nothing is INT2: quantized-cache perplexity (OSCAR transform, fp32 HP rows,
 // rotation round trip k.R.R^T) equals plain perplexity. The round trip changes each element by
 // <= D*eps32 relative ~ 4e-6; through 2 random layers the NLL moves by far less than 1e-5 relative.
@@ -545,7 +639,8 @@ int main(void) {
         cmocka_unit_test(test_tier_rule),     cmocka_unit_test(test_sim_vs_cache), cmocka_unit_test(test_ppl_all_bf16),
         cmocka_unit_test(test_bpe),           cmocka_unit_test(test_parse_methods),
         cmocka_unit_test(test_run_random_model), cmocka_unit_test(test_report_json_schema),
-        cmocka_unit_test(test_update_card_idempotent),
+        cmocka_unit_test(test_update_card_idempotent), cmocka_unit_test(test_rotate_rows_bits),
+        cmocka_unit_test(test_transform_layer_rows), cmocka_unit_test(test_metrics_methods_shared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
