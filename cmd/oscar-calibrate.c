@@ -364,9 +364,9 @@ static enum oscar_status print_json(const struct opts * o, const struct oscar_ca
                                     double rss_mb, const char * summary_json) {
     json_error_t err;
     json_t * summary = json_loads(summary_json, 0, &err);
-    json_t * timing = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "forward", t->forward, "accumulate",
-                                t->accumulate, "eigh", t->eigh, "clip", t->clip, "gate", t->gate, "heldout", t->heldout,
-                                "store", t->store, "total", t->total, "tokens_per_s", capture_rate(plan, t));
+    json_t * timing = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "forward", t->forward,
+                                "accumulate", t->accumulate, "eigh", t->eigh, "clip", t->clip, "gate", t->gate,
+                                "heldout", t->heldout, "load", t->load, "store", t->store, "total", t->total, "tokens_per_s", capture_rate(plan, t));
     json_t * j = summary && timing
                      ? json_pack("{s:s, s:s, s:I, s:i, s:f, s:f, s:f, s:o, s:o}", "out", o->out, "source",
                                  o->from_act ? "activations" : on_cuda(o) ? "cuda" : "forward", "tokens",
@@ -481,8 +481,8 @@ int main(int argc, char ** argv) {
     double rss = oscar_calib_peak_rss_mb();
     if (report) {
         fprintf(stderr, "timing: forward %.2fs  accumulate %.2fs  eigh %.2fs  clip %.2fs  gate %.2fs  held-out %.2fs  "
-                "store %.2fs  total %.2fs  (capture %.1f calibration tok/s)\nwrote %s (%s)\n", t.forward,
-                t.accumulate, t.eigh, t.clip, t.gate, t.heldout, t.store, t.total, capture_rate(&plan, &t), o.out,
+                "load %.2fs  store %.2fs  total %.2fs  (capture %.1f calibration tok/s)\nwrote %s (%s)\n", t.forward,
+                t.accumulate, t.eigh, t.clip, t.gate, t.heldout, t.load, t.store, t.total, capture_rate(&plan, &t), o.out,
                 oscar_artifact_get_meta(art, "oscar.calib_tag"));
         fprintf(stderr, "peak RSS %.1f MiB\n", rss);
         if (t.device_peak_bytes)

@@ -18,6 +18,7 @@ rss() { sed -n 's/.*"peak_rss_mb": \([0-9.]*\).*/\1/p' "$1"; }
 "$CAL" "${ARGS[@]}" -f "$CORPUS" --tokens 2048 -o "$T/4n" --json > "$T/4n.json" 2>/dev/null || fail "4N run"
 R1=$(rss "$T/n.json"); R4=$(rss "$T/4n.json")
 [ -n "$R1" ] && [ -n "$R4" ] || fail "peak_rss_mb missing from --json"
+grep -q '"load": [0-9]' "$T/n.json" || fail "timing_s.load (layers read on demand) missing from --json"
 echo "peak RSS: 512 tokens $R1 MiB, 2048 tokens $R4 MiB"
 awk -v a="$R1" -v b="$R4" 'BEGIN { d = (b > a ? b - a : a - b) / a; printf "relative difference %.4f\n", d; exit !(d < 0.05) }' \
     || fail "peak RSS grows with the token budget ($R1 -> $R4 MiB)"
