@@ -255,6 +255,10 @@ enum oscar_status osc_model_attach(struct oscar_model * m, const struct osc_weig
     if (st == OSCAR_OK) st = src->get(src->ctx, OSC_W_OUT_NORM, -1, c->n_embd, 0, m->output_norm);
     if (st == OSCAR_OK && with_output) st = src->get(src->ctx, OSC_W_OUTPUT, -1, c->n_vocab, c->n_embd, m->output);
     if (st == OSCAR_OK && NF) st = src->get(src->ctx, OSC_W_ROPE_FREQS, -1, NF, 0, m->rope_freqs);
+    for (int64_t i = 0; st == OSCAR_OK && i < NF; i++) // divisors of the RoPE frequencies
+        if (!(m->rope_freqs[i] > 0.0f) || !isfinite(m->rope_freqs[i]))
+            st = osc_error(OSCAR_ERR_FORMAT, "%s: rope_freqs.weight[%lld] = %g is not a positive finite divisor",
+                           m->source, (long long) i, (double) m->rope_freqs[i]);
     return st;
 }
 

@@ -581,6 +581,33 @@ static char * llama3_gguf_with(const char * name, const char * skey, const char 
     return path;
 }
 
+// A copy of the tiny-llama3 GGUF whose rope_freqs.weight[3] is 0 (a divisor).
+static char * llama3_gguf_bad_freqs(const char * name) {
+    struct osc_gguf * g = NULL;
+    struct osc_gguf_writer * w = NULL;
+    assert_int_equal(osc_gguf_open(LLAMA3_GGUF, &g), OSCAR_OK);
+    assert_int_equal(osc_gguf_writer_new(32, &w), OSCAR_OK);
+    assert_int_equal(osc_gguf_copy_kvs(w, g), OSCAR_OK);
+    float freqs[64];
+    for (int64_t i = 0; i < osc_gguf_n_tensors(g); i++) {
+        const struct osc_gguf_tensor * t = osc_gguf_tensor(g, i);
+        const void * data = t->data;
+        if (strcmp(t->name, "rope_freqs.weight") == 0) {
+            assert_int_equal(t->type, OSC_GGML_F32);
+            assert_true(t->nbytes <= sizeof freqs && t->n_elements > 3);
+            memcpy(freqs, t->data, t->nbytes);
+            freqs[3] = 0.0f;
+            data = freqs;
+        }
+        assert_int_equal(osc_gguf_writer_tensor(w, t->name, t->type, t->n_dims, t->ne, data, t->nbytes), OSCAR_OK);
+    }
+    char * path = osc_path_join(tmpdir, name);
+    assert_int_equal(osc_gguf_writer_write(w, path), OSCAR_OK);
+    osc_gguf_writer_free(w);
+    osc_gguf_close(g);
+    return path;
+}
+
 // GGUF RoPE metadata: rope_freqs.weight is read, linear scaling applied, anything else refused by name.
 static void test_gguf_rope(void ** state) {
     (void) state;
@@ -604,6 +631,9 @@ static void test_gguf_rope(void ** state) {
     free(p);
     p = llama3_gguf_with("l3nofreqs.gguf", "llama.rope.scaling.type", "llama3", NULL, 0.0f, true);
     expect_load_error(p, OSCAR_ERR_UNSUPPORTED, "llama.rope.scaling.type", "llama3");
+    free(p);
+    p = llama3_gguf_bad_freqs("zerofreq.gguf");
+    expect_load_error(p, OSCAR_ERR_FORMAT, "rope_freqs.weight[3]", "positive finite");
     free(p);
     p = gguf_from_with_u32(LLAMA3_GGUF, "partial.gguf", "llama.rope.dimension_count", 8);
     expect_load_error(p, OSCAR_ERR_UNSUPPORTED, "llama.rope.dimension_count = 8", "partial rotary");
