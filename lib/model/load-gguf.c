@@ -193,7 +193,7 @@ static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_con
     return OSCAR_OK;
 }
 
-// No blk.N.* tensor beyond block_count (missing ones fail in osc_model_fill).
+// No blk.N.* tensor beyond block_count (missing ones fail in osc_model_attach).
 static enum oscar_status check_layers(const struct osc_gguf * g, const struct oscar_model_config * c) {
     char field[64]; // the arch names are the GGUF key prefixes
     snprintf(field, sizeof field, "%s.block_count", oscar_arch_name(c->arch));

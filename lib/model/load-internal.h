@@ -17,7 +17,7 @@ enum osc_wkind {
 // A format's view of its tensors. get() fills dst [rows, cols] (cols = 0 for
 // a vector of `rows`) in HF layout, or returns OSCAR_ERR_NOT_FOUND (with a
 // message naming the tensor) when absent; shape mismatches are FORMAT errors.
-// With dst == NULL it only checks presence and shape (osc_model_fill does
+// With dst == NULL it only checks presence and shape (osc_model_attach does
 // that for every tensor before it allocates anything).
 // get() is never called from two threads at once (load.c runs one read at a
 // time: the caller's or the prefetch thread's). close() frees ctx; NULL when

@@ -89,7 +89,7 @@ static enum oscar_status st_get(void * ctx, enum osc_wkind kind, int32_t layer, 
     return st;
 }
 
-// No model.layers.N.* tensor beyond num_hidden_layers (missing ones fail in osc_model_fill).
+// No model.layers.N.* tensor beyond num_hidden_layers (missing ones fail in osc_model_attach).
 static enum oscar_status check_layers(const struct osc_safetensors * st, const char * cfg, int32_t n_layer) {
     enum oscar_status s = OSCAR_OK;
     for (int64_t i = 0; s == OSCAR_OK && i < osc_safetensors_n_tensors(st); i++) {
