@@ -11,7 +11,7 @@
 #include "calibrate/actstore.h"
 #include "calibrate/base-model.h"
 #include "calibrate/calibrate.h"
-#include "calibrate/capture-device.h"
+#include "calibrate/random-source.h"
 #include "formats/oscar-artifact.h"
 #include "hub/hub.h"
 #include "util/cli.h"
@@ -27,6 +27,7 @@ struct opts {
     const char * datasets[MAX_DATASETS]; // --dataset ids (validated, no repeats)
     int32_t n_datasets;
     bool strict, json, gpu_fp32;        // gpu_fp32: --gpu-precision fp32
+    const char * capture_dtype;         // --capture-dtype as given, or NULL
 };
 
 static void usage(FILE * f) {
@@ -67,10 +68,10 @@ static void usage(FILE * f) {
             "                            (stored in the capture dtype, so a replay is exact)\n"
             "      --from-activations FILE  fit, clip search and gate from a store: no forward pass\n"
             "                            (--model still gives W_O and the provenance; it must match)\n"
-            "      --device cpu|cuda     where the capture, the clip search and the gate run [cpu]; cuda keeps\n"
-            "                            its sums on the device (two passes; no checkpoints or activation store)\n"
-            "      --gpu-precision bf16|fp32  with --device cuda: bf16 weights and GEMM inputs (fast), or\n"
-            "                            fp32 throughout (the CPU pass's numerics, 2x weight memory, slower) [bf16]\n"
+            "      --device cpu|cuda     where the layer-major pass, the clip search and the gate run [cpu];\n"
+            "                            cuda keeps the hidden states, K/V and sums on the device\n"
+            "      --gpu-precision bf16|fp32  with --device cuda: bf16 weights and GEMM inputs, capture bf16\n"
+            "                            (fast), or fp32 throughout (the CPU pass's numerics, slower) [bf16]\n"
             "      --random-init NAME    random-weight model of a named shape (qwen3-8b, smollm2-135m) on\n"
             "                            synthetic tokens, instead of --model/--corpus: for benchmarks only\n"
             "  -q, --quiet               errors only on stderr (no progress, gate table or timings)\n"
@@ -79,7 +80,6 @@ static void usage(FILE * f) {
             "      --version             the version and the build's git commit\n");
 }
 
-// CUDA runs the two-pass device capture (capture-device.h); the CPU, the layer-major pass.
 static bool on_cuda(const struct opts * o) { return o->device && strcmp(o->device, "cuda") == 0; }
 
 // Upper bounds of the numeric options: far beyond any real run, low enough that
@@ -183,6 +183,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         case O_CDT:
             if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) return fprintf(stderr, "bad --capture-dtype\n"), 2;
             p->capture_bf16 = !strcmp(optarg, "bf16");
+            o->capture_dtype = optarg;
             break;
         case O_SAVE: o->save_act = optarg; break;
         case O_FROM: o->from_act = optarg; break;
@@ -222,10 +223,13 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
             return 2;
         }
     }
-    if (on_cuda(o) && (o->from_act || o->save_act || p->checkpoint_every > 0 || p->resume || p->capture_bf16)) {
-        fprintf(stderr, "--device cuda takes no --from/--save-activations, --checkpoint-every, --resume or "
-                        "--capture-dtype bf16 (yet)\n");
-        return 2;
+    if (on_cuda(o) && !o->gpu_fp32) { // its Gram GEMMs read bf16 q/k/v: every consumer sees them
+        if (o->capture_dtype && !p->capture_bf16) {
+            fprintf(stderr, "--device cuda in bf16 precision captures bf16 q/k/v; --capture-dtype fp32 needs "
+                            "--gpu-precision fp32\n");
+            return 2;
+        }
+        p->capture_bf16 = true;
     }
     if ((int64_t) p->batch * p->seq_len > MAX_SEQ) {
         fprintf(stderr, "oscar-calibrate: --batch x --seq-len = %lld tokens per forward call, more than %d\n",
@@ -273,12 +277,14 @@ static double capture_rate(const struct oscar_calib_plan * plan, const struct os
 
 // Corpus (or synthetic tokens for --random-init) -> plan -> the layer-major
 // pass (statistics and held-out rows), writing the store if asked.
-static enum oscar_status from_forward(const struct opts * o, struct oscar_model * m, struct oscar_tokenizer * tok,
+static enum oscar_status from_forward(const struct opts * o, const struct oscar_calib_engine * e,
+                                      struct oscar_tokenizer * tok,
                                       struct oscar_calib_params * p, struct oscar_calib_corpus * corpus,
                                       struct oscar_calib_plan * plan, struct oscar_calib_heldout * held,
                                       struct oscar_stats ** st, struct oscar_calib_timing * t) {
     struct oscar_actstore * w = NULL;
     const int64_t need = p->n_tokens + (int64_t) p->n_heldout * p->seq_len;
+    const struct oscar_model * m = e->m;
     enum oscar_status rc = o->random_init ? oscar_calib_synthetic_corpus(need, m->config.n_vocab, p->seed, corpus)
                                           : oscar_calib_corpus_load(tok, o->corpus, o->jsonl_field, need, corpus);
     if (rc == OSCAR_OK) rc = oscar_calib_plan_make(corpus, p, plan);
@@ -298,7 +304,7 @@ static enum oscar_status from_forward(const struct opts * o, struct oscar_model 
         if ((rc = oscar_actstore_create(o->save_act, &in, &w)) != OSCAR_OK) return rc;
         p->act_out = w;
     }
-    if ((rc = oscar_calib_capture(m, plan, p, st, held, t)) == OSCAR_OK && w) {
+    if ((rc = oscar_calib_capture(e, plan, p, st, held, t)) == OSCAR_OK && w) {
         double t0 = osc_now();
         rc = oscar_actstore_commit(w);   // frees w
         t->store += osc_now() - t0;
@@ -308,24 +314,6 @@ static enum oscar_status from_forward(const struct opts * o, struct oscar_model 
     oscar_actstore_free(w);   // failure: removes the temporary file
     p->act_out = NULL;
     return rc;
-}
-
-// Corpus (or synthetic tokens) -> plan -> held-out rows -> both passes through
-// the CUDA forward backend (lib/calibrate/capture-device.h).
-static enum oscar_status from_device(const struct opts * o, const struct oscar_model * m,
-                                     const struct oscar_model_config * random, struct oscar_tokenizer * tok,
-                                     struct oscar_calib_params * p, struct oscar_calib_corpus * corpus,
-                                     struct oscar_calib_plan * plan, struct oscar_calib_heldout * held,
-                                     struct oscar_stats ** st, struct oscar_calib_timing * t) {
-    int64_t need = p->n_tokens + (int64_t) p->n_heldout * p->seq_len;
-    enum oscar_status rc = random ? oscar_calib_synthetic_corpus(need, random->n_vocab, p->seed, corpus)
-                                  : oscar_calib_corpus_load(tok, o->corpus, o->jsonl_field, need, corpus);
-    if (rc == OSCAR_OK) rc = oscar_calib_plan_make(corpus, p, plan);
-    if (rc != OSCAR_OK) return rc;
-    struct oscar_calib_device d = {.device = o->device, .model = m, .random = random, .seed = p->seed,
-                                   .fp32 = o->gpu_fp32};
-    if ((rc = oscar_calib_device_heldout(&d, plan, p, held, t)) != OSCAR_OK) return rc;
-    return oscar_calib_device_accumulate(&d, plan, p, st, t);
 }
 
 // Store -> plan, held-out rows, both passes' statistics (no forward pass).
@@ -385,17 +373,20 @@ static enum oscar_status print_json(const struct opts * o, const struct oscar_ca
     return bad ? osc_error(OSCAR_ERR_IO, "--json: writing stdout failed") : OSCAR_OK;
 }
 
-// The model and tokenizer of --model, or for --random-init on the CPU the
-// weights materialised on the host (the generator and seed of
-// oscar_fwd_init_random's cpu backend); CUDA makes its random weights on the
-// device (*m stays NULL). The CPU's layer-major pass reads each layer when it
-// gets there (oscar_model_open); CUDA uploads the whole model and the store
-// replay takes every layer's W_O, so both load it.
-static enum oscar_status open_model(const struct opts * o, const struct oscar_model_config * shape, uint64_t seed,
-                                    struct oscar_model ** m, struct oscar_tokenizer ** tok) {
-    const bool streamed = !on_cuda(o) && !o->from_act;
-    if (o->random_init) return on_cuda(o) ? OSCAR_OK : oscar_model_open_random(shape, seed, m);
-    enum oscar_status st = streamed ? oscar_model_open(o->model, m) : oscar_model_load(o->model, m);
+// The model and tokenizer of --model (opened: the layer-major pass reads each
+// layer when it gets there; a store replay takes every layer's W_O, so it
+// loads), or for --random-init on the CPU the weights materialised layer by
+// layer on the host (oscar_model_open_random); CUDA makes its random weights on
+// the device and the pass gets the shape alone.
+static enum oscar_status open_model(const struct opts * o, struct oscar_model * shape, uint64_t seed,
+                                    struct oscar_calib_engine * e, struct oscar_tokenizer ** tok) {
+    *e = (struct oscar_calib_engine){.device = o->device, .fp32 = o->gpu_fp32};
+    if (o->random_init && on_cuda(o)) {
+        e->m = shape, e->random_on_device = true;
+        return OSCAR_OK;
+    }
+    if (o->random_init) return oscar_model_open_random(&shape->config, seed, &e->m);
+    enum oscar_status st = o->from_act ? oscar_model_load(o->model, &e->m) : oscar_model_open(o->model, &e->m);
     return st != OSCAR_OK ? st : oscar_tokenizer_load(o->model, tok);
 }
 
@@ -407,7 +398,7 @@ int main(int argc, char ** argv) {
     char ckpt[4096];
     snprintf(ckpt, sizeof(ckpt), "%s.ckpt", o.out);
     if (p.checkpoint_every > 0 || p.resume) p.checkpoint_path = ckpt;
-    struct oscar_model * m = NULL; struct oscar_tokenizer * tok = NULL; struct oscar_stats * st = NULL;
+    struct oscar_calib_engine eng = {0}; struct oscar_tokenizer * tok = NULL; struct oscar_stats * st = NULL;
     struct oscar_calib_corpus corpus = {0}; struct oscar_calib_plan plan = {0}; struct oscar_calib_heldout held = {0};
     struct oscar_calib_fit fit = {0}; struct oscar_calib_clip clip = {0}; struct oscar_calib_gate gate = {0};
     struct oscar_calib_timing t = {0}; struct oscar_artifact * art = NULL; struct oscar_actstore * store = NULL;
@@ -447,10 +438,9 @@ int main(int argc, char ** argv) {
     }
     if (base.id[0]) osc_info("base model %s (from %s)", base.id, base.id_from);
     else osc_info("no Hub id known for the base model (the card will say so; --base-model OWNER/NAME sets one)");
-    if (open_model(&o, &shape.config, p.seed, &m, &tok) ||
-        (on_cuda(&o) ? from_device(&o, m, o.random_init ? &shape.config : NULL, tok, &p, &corpus, &plan, &held, &st, &t)
-         : o.from_act ? from_store(&o, m, tok, &p, &store, &corpus, &plan, &held, &st, &t)
-                      : from_forward(&o, m, tok, &p, &corpus, &plan, &held, &st, &t)) ||
+    if (open_model(&o, &shape, p.seed, &eng, &tok) ||
+        (o.from_act ? from_store(&o, eng.m, tok, &p, &store, &corpus, &plan, &held, &st, &t)
+                    : from_forward(&o, &eng, tok, &p, &corpus, &plan, &held, &st, &t)) ||
         oscar_calib_fit_rotations(st, &p, &fit, &t) || oscar_calib_clip_search(&held, &fit, &p, &clip, &t) ||
         oscar_calib_gate_run(&held, &fit, &clip, &p, &gate, &t)) {
         fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
@@ -465,11 +455,9 @@ int main(int argc, char ** argv) {
     if (!gate.pass) osc_warn("the gate FAILED (OSCAR mean %.4g vs Hadamard %.4g, naive %.4g); writing the artifact marked FAILED (--strict writes nothing)",
                              gate.mean_oscar, gate.mean_hadamard, gate.mean_naive);
     t.total = osc_now() - t0;
-    if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){o.random_init ? &shape : m, tok, &corpus, &plan,
+    if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){eng.m, tok, &corpus, &plan,
                                                                     &base, o.datasets, o.n_datasets}, &p, &fit,
                                    &clip, &gate, &t, &art) ||
-        // the CUDA pass in bf16 feeds its Gram GEMMs bf16 q/k/v (backend/forward-backend.h)
-        (on_cuda(&o) && !o.gpu_fp32 && oscar_artifact_set_meta(art, "oscar.capture_dtype", "bfloat16")) ||
         oscar_artifact_write(art, o.out)) {
         fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
         goto out;
@@ -497,7 +485,8 @@ out:
     oscar_artifact_free(art); oscar_calib_gate_free(&gate); oscar_calib_clip_free(&clip); oscar_calib_fit_free(&fit);
     oscar_stats_free(st);
     oscar_calib_heldout_free(&held); oscar_calib_plan_free(&plan); oscar_calib_corpus_free(&corpus);
-    oscar_tokenizer_free(tok); oscar_model_free(m); oscar_actstore_free(store);
+    oscar_tokenizer_free(tok); oscar_actstore_free(store);
+    if (!eng.random_on_device) oscar_model_free(eng.m); // else the shape on the stack
     oscar_hub_free(&hub); free(model_path);
     return rc;
 }

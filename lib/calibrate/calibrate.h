@@ -127,16 +127,26 @@ struct oscar_calib_timing {
 };
 
 // ---- capture ----------------------------------------------------------------------------
-// The calibration forward pass (layer-pass.c), layer-major: all calibration and
-// held-out sequences through layer 0, then layer 1, ...; per layer the pass-1
-// sums, then the SST sums with that layer's final A_h from the K/V it kept (no
-// second forward pass), and the held-out rows. Returns a finished accumulator
-// and fills *held. Equal to two whole passes bit for bit (same batches).
-// m opened (oscar_model_open: layers read as the pass reaches them, then
-// released) or loaded. Checkpoints (layer-ckpt.c) record the plan, the capture dtype, the model's
-// attention shape and the identities of the model, tokenizer and corpus
-// (plan->corpus); a resume refuses one that differs (OSCAR_ERR_INVALID naming it).
-enum oscar_status oscar_calib_capture(struct oscar_model * m, const struct oscar_calib_plan * plan,
+// Where the calibration forward pass runs and on which weights.
+struct oscar_calib_engine {
+    const char *         device;           // "cpu" (or NULL) or "cuda"
+    bool                 fp32;             // cuda: fp32 weights, activations and GEMMs (else bf16)
+    struct oscar_model * m;                // opened (layers read on demand), loaded, or with
+                                           // random_on_device the shape alone (config, name)
+    bool                 random_on_device; // cuda: oscar_fwd_init_random's weights from p->seed,
+                                           // made on the device layer by layer
+};
+// The calibration forward pass (layer-pass.c), layer-major on e's backend: all
+// calibration and held-out sequences through layer 0, then layer 1, ...; per
+// layer the pass-1 sums, then the SST sums with that layer's final A_h from the
+// K/V the backend kept (no second forward pass), and the held-out rows with a
+// copy of the layer's W_O as the backend ran it. Returns a finished accumulator
+// and fills *held. On the CPU equal to two whole passes bit for bit (same
+// batches). Checkpoints (layer-ckpt.c) record the plan, the capture dtype, the
+// backend, the model's attention shape and the identities of the model,
+// tokenizer and corpus (plan->corpus); a resume refuses one that differs
+// (OSCAR_ERR_INVALID naming it).
+enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const struct oscar_calib_plan * plan,
                                       const struct oscar_calib_params * p, struct oscar_stats ** stats,
                                       struct oscar_calib_heldout * held, struct oscar_calib_timing * t);
 // ---- from an activation store (replay.c; actstore.h) ------------------------------------
