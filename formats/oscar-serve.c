@@ -46,6 +46,11 @@ enum oscar_status oscar_serve_check(const struct oscar_artifact * a, const struc
                          "with a bfloat16 HP tier); recalibrate with such --sink/--recent (its defaults are %d/%d)",
                          t->name, (int) sink, (int) recent, t->engine, (int) t->window_align, (int) t->sink,
                          (int) t->recent);
+    int32_t group = meta_int(a, "oscar.group_size", a->head_dim);
+    if (t->id == OSCAR_TARGET_SGLANG && (group <= 0 || a->head_dim % group))
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "target %s: INT2 group %d does not divide head_dim %d, which %s "
+                         "refuses (_resolve_quant_grouping); recalibrate with a --group-size that divides it",
+                         t->name, (int) group, (int) a->head_dim, t->engine);
     if (!oscar_target_arch_ok(t, arch))
         return osc_error(OSCAR_ERR_UNSUPPORTED, "target %s: the artifact is for a %s model, and %s applies rotation "
                          "tensors only in %s graphs (src/models/qwen3.cpp; another architecture's GGUF fails to load "
