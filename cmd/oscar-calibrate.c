@@ -54,6 +54,10 @@ static void usage(FILE * f) {
             "      --scale-dtype float32|float16|bfloat16 (or f32|f16|bf16) [float32]\n"
             "      --sink N --recent N   BF16 tiers for the gate [64, 256: the paper's; oscar-verify's\n"
             "                            32, 128 are the SGLang fork's serving defaults]\n"
+            "      --target oscar|sglang|llamacpp  the engine the clips are chosen for [oscar: per layer];\n"
+            "                            sglang: one K and one V ratio for the model, sink/recent [32, 128];\n"
+            "                            llamacpp: one ratio for K and V searched with its Q2_0 cache, sink/recent\n"
+            "                            [0, 0], qwen3 models only. Refuses what the engine cannot load\n"
             "      --clip K,V            fixed clip ratios (reference 0.96,0.92)\n"
             "      --clip-search GRID    start:stop:step or list [1.00:0.80:0.02] (default mode)\n"
             "  -t, --threads N           [all cores]\n"
@@ -115,7 +119,7 @@ static bool hub_id_arg(const char * opt, const char * id) {
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_params * p) {
     enum { O_TOK = 256, O_HELD, O_SHORT, O_GRP, O_KOBJ, O_VOBJ, O_COMP, O_GS, O_SD, O_SINK, O_REC, O_CLIP, O_CS,
            O_CKPT, O_RES, O_STRICT, O_SEED, O_JSON, O_VER, O_JF, O_CDT, O_SAVE, O_FROM, O_DEV, O_RAND,
-           O_GPREC, O_BASE, O_DATA };
+           O_GPREC, O_BASE, O_DATA, O_TARGET };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"corpus", 1, 0, 'f'}, {"out", 1, 0, 'o'}, {"tokens", 1, 0, O_TOK},
         {"seq-len", 1, 0, 'c'}, {"batch", 1, 0, 'b'}, {"heldout", 1, 0, O_HELD}, {"allow-short", 0, 0, O_SHORT},
@@ -127,8 +131,9 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         {"jsonl-field", 1, 0, O_JF}, {"capture-dtype", 1, 0, O_CDT}, {"save-activations", 1, 0, O_SAVE},
         {"from-activations", 1, 0, O_FROM}, {"device", 1, 0, O_DEV}, {"random-init", 1, 0, O_RAND},
         {"gpu-precision", 1, 0, O_GPREC}, {"base-model", 1, 0, O_BASE}, {"dataset", 1, 0, O_DATA},
+        {"target", 1, 0, O_TARGET},
         {"version", 0, 0, O_VER}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    int c;
+    int c, window_set = 0; // bits: --sink, --recent given
     while ((c = getopt_long(argc, argv, "m:f:o:c:b:t:qvh", lo, NULL)) != -1) {
         switch (c) {
         case 'm': o->model = optarg; break;
@@ -162,8 +167,14 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
             if (oscar_meta_dtype_parse(optarg, &p->scale_dtype) != OSCAR_OK)
                 return fprintf(stderr, "oscar-calibrate: --scale-dtype: %s\n", oscar_last_error()), 2;
             break;
-        case O_SINK: NUM(osc_parse_i32("--sink", optarg, 0, MAX_SEQ, &p->sink)); break;
-        case O_REC: NUM(osc_parse_i32("--recent", optarg, 0, MAX_SEQ, &p->recent)); break;
+        case O_SINK: NUM(osc_parse_i32("--sink", optarg, 0, MAX_SEQ, &p->sink)); window_set |= 1; break;
+        case O_REC: NUM(osc_parse_i32("--recent", optarg, 0, MAX_SEQ, &p->recent)); window_set |= 2; break;
+        case O_TARGET: {
+            const struct oscar_target_profile * t;
+            NUM(osc_parse_target("--target", optarg, &t));
+            p->target = t->id;
+            break;
+        }
         case O_CLIP:
             NUM(parse_clip_pair(optarg, p));
             p->clip_search = false;
@@ -213,6 +224,9 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         default: usage(stderr); return 2;
         }
     }
+    const struct oscar_target_profile * tp = oscar_target_get(p->target);
+    if (tp->has_window && !(window_set & 1)) p->sink = tp->sink;     // the engine's own defaults
+    if (tp->has_window && !(window_set & 2)) p->recent = tp->recent;
     if (o->random_init) {
         if (o->model || o->corpus || o->from_act) {
             fprintf(stderr, "--random-init replaces --model, --corpus and --from-activations\n");
@@ -243,6 +257,10 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
     }
     if (!*o->out) {
         fprintf(stderr, "oscar-calibrate: --out is empty\n");
+        return 2;
+    }
+    if (oscar_calib_check_target(p, NULL) != OSCAR_OK) { // the architecture once the model is open
+        fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
         return 2;
     }
     if (!o->from_act && oscar_calib_check_tiers(p) != OSCAR_OK) { // the store's seq-len: from_store
@@ -439,6 +457,7 @@ int main(int argc, char ** argv) {
     if (base.id[0]) osc_info("base model %s (from %s)", base.id, base.id_from);
     else osc_info("no Hub id known for the base model (the card will say so; --base-model OWNER/NAME sets one)");
     if (open_model(&o, &shape, p.seed, &eng, &tok) ||
+        oscar_calib_check_target(&p, oscar_arch_name(eng.m->config.arch)) ||
         (o.from_act ? from_store(&o, eng.m, tok, &p, &store, &corpus, &plan, &held, &st, &t)
                     : from_forward(&o, &eng, tok, &p, &corpus, &plan, &held, &st, &t)) ||
         oscar_calib_fit_rotations(st, &p, &fit, &t) || oscar_calib_clip_search(&held, &fit, &p, &clip, &t) ||

@@ -38,6 +38,28 @@ enum oscar_status oscar_calib_check_tiers(const struct oscar_calib_params * p) {
                      "--sink/--recent", (int) p->seq_len, (int) p->sink, (int) p->recent);
 }
 
+enum oscar_status oscar_calib_check_target(const struct oscar_calib_params * p, const char * arch) {
+    const struct oscar_target_profile * t = oscar_target_get(p->target);
+    if (!t->per_head_rotations && p->grouping != OSCAR_GROUP_LAYER)
+        return osc_error(OSCAR_ERR_INVALID, "--target %s: %s loads one [D,D] rotation per layer, not one per KV "
+                         "head; use --rotation-grouping layer (or --target oscar)", t->name, t->engine);
+    if (arch && !oscar_target_arch_ok(t, arch))
+        return osc_error(OSCAR_ERR_INVALID, "--target %s: %s applies rotations only in %s graphs, and the model is "
+                         "%s; use --target sglang or oscar for it", t->name, t->engine, oscar_target_arch_list(t),
+                         arch);
+    if (p->sink % t->window_align || p->recent % t->window_align)
+        return osc_error(OSCAR_ERR_INVALID, "--target %s: %s needs --sink and --recent in multiples of %d (its "
+                         "page of INT2 tokens with a bfloat16 high-precision tier), not %d and %d", t->name,
+                         t->engine, (int) t->window_align, (int) p->sink, (int) p->recent);
+    if (t->clips == OSCAR_TARGET_CLIPS_ONE && !p->clip_search && p->k_clip != p->v_clip)
+        return osc_error(OSCAR_ERR_INVALID, "--target %s: %s takes one clip ratio for K and V; give --clip R,R "
+                         "(not %.2f,%.2f) or search it", t->name, t->engine, p->k_clip, p->v_clip);
+    if (strcmp(t->clip_quant, "oscar") && p->clip_search && p->eval_device && strcmp(p->eval_device, "cpu"))
+        return osc_error(OSCAR_ERR_INVALID, "--target %s: the clip search simulates %s, which only the CPU "
+                         "evaluator has; drop --device %s", t->name, t->cache, p->eval_device);
+    return OSCAR_OK;
+}
+
 uint32_t oscar_calib_stats_kinds(const struct oscar_calib_params * p) {
     uint32_t k = (uint32_t) p->k_objective | (uint32_t) p->v_objective;
     if (p->v_objective == OSCAR_STATS_SST) k |= OSCAR_STATS_QQT; // the SST weights need QᵀQ
@@ -125,8 +147,10 @@ static enum oscar_status summary(const struct oscar_calib_params * p, int32_t gr
     }
     fprintf(M, "| **mean** | **%.4g** | **%.4g** | **%.4g** | %.2f | %.2f |\n", g->mean_naive, g->mean_hadamard,
             g->mean_oscar, c->k_global, c->v_global);
-    fprintf(J, "]}, \"clip\": {\"mode\": \"%s\", \"k_global\": %.4g, \"v_global\": %.4g, \"per_head\": %s, \"k\": [",
-            p->clip_search ? "searched" : "fixed", c->k_global, c->v_global, c->n_clip > 1 ? "true" : "false");
+    fprintf(J, "]}, \"clip\": {\"mode\": \"%s\", \"target\": \"%s\", \"k_global\": %.4g, \"v_global\": %.4g, "
+               "\"per_head\": %s, \"k\": [",
+            p->clip_search ? "searched" : "fixed", oscar_target_get(p->target)->name, c->k_global, c->v_global,
+            c->n_clip > 1 ? "true" : "false");
     size_t n = (size_t) c->n_layer * (size_t) c->n_clip;
     for (size_t i = 0; i < n; i++) fprintf(J, "%s%.2f", i ? ", " : "", (double) c->k[i]);
     fprintf(J, "], \"v\": [");
@@ -197,6 +221,11 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
     SETF("oscar.sink", "%d", (int) p->sink);
     SETF("oscar.recent", "%d", (int) p->recent);
     SETF("oscar.clip_mode", "%s", p->clip_search ? "searched" : "fixed");
+    SETF("oscar.target", "%s", oscar_target_get(p->target)->name); // the engine the clips were chosen for
+    SETF("oscar.clip_granularity", "%s", oscar_target_get(p->target)->clips == OSCAR_TARGET_CLIPS_LAYER
+                                             ? (c->n_clip > 1 ? "layer_head" : "layer")
+                                             : oscar_target_get(p->target)->clips == OSCAR_TARGET_CLIPS_KV ? "model_kv"
+                                                                                                       : "model");
     SETF("oscar.k_clip_ratio", "%.2f", c->k_global);
     SETF("oscar.v_clip_ratio", "%.2f", c->v_global);
     oscar_calib_tag(prov->plan, G, buf, sizeof(buf));

@@ -7,7 +7,8 @@
 //                between layers (layer-ckpt.c); replay.c the same from an activation store
 //   calib-verify.c  the held-out rows / methods as lib/verify inputs (every error
 //                metric is lib/verify's: logit error, post-W_O relative error)
-//   clip.c       clip-ratio search per layer x {K, V} (x KV head)
+//   clip.c       clip-ratio search per layer x {K, V} (x KV head), or model-wide for an
+//                engine target (one K + one V ratio for sglang, one shared for llamacpp)
 //   gate.c       OSCAR vs Hadamard vs naive INT2 gate table
 //   artifact.c   assembling struct oscar_artifact (metadata, summary, model card)
 //   base-model.c the base model's Hub id and licence, for the card (base-model.h)
@@ -29,6 +30,7 @@
 #include "stats/stats.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "util/target.h"
 #include "util/version.h"
 
 struct oscar_actstore;
@@ -61,6 +63,7 @@ struct oscar_calib_params {
     bool     resume;
     bool     capture_bf16;     // round captured q/k/v to bf16 (as the reference captures) before use
     struct oscar_actstore * act_out; // pass-1 and held-out rows go here too (not owned; NULL = off)
+    enum oscar_target target;  // the engine profile the clip search honours (util/target.h) [oscar]
 };
 
 struct oscar_calib_params oscar_calib_default_params(void);
@@ -70,6 +73,10 @@ struct oscar_calib_params oscar_calib_default_params(void);
 enum oscar_status oscar_calib_check_tiers(const struct oscar_calib_params * p);
 // The lib/stats kinds the K and V objectives need (OSCAR_STATS_* bits).
 uint32_t oscar_calib_stats_kinds(const struct oscar_calib_params * p);
+// What p->target cannot represent (per-head rotations, this architecture, sink/recent not on the
+// engine's alignment, a --device the target's clip quantizer has no kernel for): OSCAR_ERR_INVALID
+// saying why and what would work. arch: oscar_arch_name() of the model (NULL: not checked).
+enum oscar_status oscar_calib_check_target(const struct oscar_calib_params * p, const char * arch);
 // "1.00:0.80:0.02" (start:stop:step) or "1,0.96,0.9" -> grid. OSCAR_ERR_INVALID on bad text.
 enum oscar_status oscar_calib_parse_grid(const char * text, struct oscar_calib_params * p);
 
@@ -181,7 +188,8 @@ struct oscar_calib_clip {
     float * k, * v;                 // [L, n_clip] chosen ratios
     double * k_err, * v_err;        // [L, n_clip] objective at the chosen ratio
     double * k_err1, * v_err1;      // [L, n_clip] objective at ratio 1.0 (no clip)
-    double k_global, v_global;      // engine-wide values (median over layers)
+    double k_global, v_global;      // engine-wide values: the model-wide choice for a target that shares
+                                    // clips, else the median over layers
 };
 enum oscar_status oscar_calib_clip_search(const struct oscar_calib_heldout * h, const struct oscar_calib_fit * f,
                                           const struct oscar_calib_params * p, struct oscar_calib_clip * out,
