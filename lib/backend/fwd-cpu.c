@@ -150,7 +150,8 @@ static void cpu_info(const void * ctx, struct oscar_fwd_info * out) {
     const struct cpu_fwd * c = ctx;
     const struct oscar_model_config * g = &c->m->config;
     const int64_t C = g->n_embd;
-    const int64_t emb = (int64_t) g->n_vocab * C * (g->tied_embeddings ? 1 : 2) + C;
+    const bool head = c->m->output && c->m->output != c->m->tok_embd; // untied and read
+    const int64_t emb = (int64_t) g->n_vocab * C * (head ? 2 : 1) + C;
     const int64_t layers = oscar_model_layer_bytes(c->m) / (int64_t) sizeof(float) * (c->p.layered ? 2 : g->n_layer);
     strcpy(out->device, "cpu");
     out->weight_bytes = (emb + layers) * (int64_t) sizeof(float);
