@@ -36,6 +36,13 @@ struct osc_optr_lin {
     float   * scale;    // [rows, ng]
 };
 
+// Rows y [n, D] -> yh [n, D]: live, this quantizer's dequantized values (bit-exact
+// with oscar_int2_quantize_rows + dequantize_rows, clip included), recording lin;
+// frozen, the smooth function of lin. s: scratch for at least n rows.
+struct osc_optr_scratch;
+enum oscar_status osc_optr_quant_rows(const struct oscar_int2_params * p, const float * y, int32_t n, bool frozen,
+                                      struct osc_optr_lin * lin, float * yh, struct osc_optr_scratch * s);
+
 // Everything one (KV head, sequence) item reads; built once per layer by optr.c.
 struct osc_optr_item {
     int32_t L, lo, nq;              // rows; queries are rows [lo, L), nq = L − lo

@@ -137,6 +137,40 @@ static void test_expm_grad_fd(void ** state) {
     }
 }
 
+// ---- the quantizer inside the loss ---------------------------------------------------------------
+// Live rows are bit-identical to the serving quantizer (clip, codes, metadata, dequantization)
+// for every clip rule and metadata dtype; frozen at the same point they agree to rounding.
+static void test_quant_bit_exact(void ** state) {
+    (void) state;
+    uint64_t s = seed ^ 0x77;
+    enum { N = 40, DQ = 64 };
+    static float y[N * DQ], yh[N * DQ], ref[N * DQ], yf[N * DQ], c[N * DQ], clampv[N], scale[N * 8];
+    static uint8_t clipped[N * DQ], codes[N * DQ / 4];
+    static int16_t imax[N * 8], imin[N * 8];
+    static float meta[N * 16];
+    struct osc_optr_lin lin = {c, clampv, clipped, imax, imin, scale};
+    struct osc_optr_scratch sc;
+    assert_true(osc_optr_scratch_init(&sc, N, 4, DQ, 8));
+    for (int i = 0; i < N * DQ; i++) y[i] = (float) ((i % 7 == 0 ? 5.0 : 1.0) * splitmix_unif(&s));
+    const double ratios[3] = {0.0, 0.9, 0.96};
+    const enum oscar_clip_algo algos[3] = {OSCAR_CLIP_SORT, OSCAR_CLIP_BISECT, OSCAR_CLIP_FLUSH};
+    const enum oscar_quant_meta_dtype dts[2] = {OSCAR_META_F32, OSCAR_META_BF16};
+    for (int a = 0; a < 3; a++)
+        for (int r = 0; r < 3; r++)
+            for (int t = 0; t < 2; t++)
+                for (int32_t g = 16; g <= DQ; g *= 4) {
+                    struct oscar_int2_params p = oscar_int2_default_params(DQ);
+                    p.group_size = g, p.clip_ratio = ratios[r], p.clip_algo = algos[a], p.meta_dtype = dts[t];
+                    assert_int_equal(oscar_int2_quantize_rows(&p, y, N, codes, meta, NULL), OSCAR_OK);
+                    assert_int_equal(oscar_int2_dequantize_rows(&p, codes, meta, N, ref), OSCAR_OK);
+                    assert_int_equal(osc_optr_quant_rows(&p, y, N, false, &lin, yh, &sc), OSCAR_OK);
+                    assert_memory_equal(yh, ref, sizeof ref);
+                    assert_int_equal(osc_optr_quant_rows(&p, y, N, true, &lin, yf, &sc), OSCAR_OK);
+                    for (int i = 0; i < N * DQ; i++) assert_true(fabsf(yf[i] - ref[i]) <= 1e-5f * (1.0f + fabsf(ref[i])));
+                }
+    osc_optr_scratch_free(&sc);
+}
+
 // ---- loss gradients ------------------------------------------------------------------------------
 // L(A) = Σ_h loss_h(R_base·expm(A_h − A_hᵀ)) with the quantizer's choices frozen at A0.
 static double loss_at(struct osc_optr_state * st, int phase, const float * base, const double * A, bool frozen) {
@@ -375,6 +409,7 @@ static void test_bad_shapes(void ** state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expm_grad_fd),
+        cmocka_unit_test(test_quant_bit_exact),
         cmocka_unit_test(test_loss_gradient_fd),
         cmocka_unit_test(test_train_orth_early_stop),
         cmocka_unit_test(test_threads_deterministic),
