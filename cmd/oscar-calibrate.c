@@ -1,6 +1,6 @@
 // oscar-calibrate - model + corpus -> OSCAR rotation artifact.
 // Pipeline (lib/calibrate): corpus -> plan -> one layer-major pass (covariances
-// and held-out rows) -> fit -> clip search -> gate -> artifact. Exit 0 ok, 1 failure
+// and held-out rows) -> fit -> [OptR refinement] -> clip search -> gate -> artifact. Exit 0 ok, 1 failure
 // (including a failed gate with --strict), 2 usage error.
 #include <getopt.h>
 #include <jansson.h>
@@ -59,7 +59,13 @@ static void usage(FILE * f) {
             "                            llamacpp: one ratio for K and V searched with its Q2_0 cache, sink/recent\n"
             "                            [0, 0], qwen3 models only. Refuses what the engine cannot load\n"
             "      --clip K,V            fixed clip ratios (reference 0.96,0.92)\n"
-            "      --clip-search GRID    start:stop:step or list [1.00:0.80:0.02] (default mode)\n"
+            "      --clip-search GRID    start:stop:step or list [1.00:0.80:0.02] (default mode)\n");
+    fprintf(f, // two strings: C11 compilers need not take one longer than 4095 bytes
+            "      --refine optr         after the fit, refine the rotations per KV head with OptR (output-aware,\n"
+            "                            through INT2; trained on the store's calibration rows, early-stopped on\n"
+            "                            the held-out rows; needs --from-activations) and store k_mean\n"
+            "      --optr-steps N        Adam steps per phase [80]   --optr-train-seq N  training sequences [0 = all]\n"
+            "      --no-optr-center      no key centering (no k_mean)\n"
             "  -t, --threads N           [all cores]\n"
             "      --checkpoint-every N  checkpoint (OUT.ckpt) at the first layer boundary after N\n"
             "                            token-layers (sequences x tokens x layers done) [0 = off]\n"
@@ -76,8 +82,8 @@ static void usage(FILE * f) {
             "                            cuda keeps the hidden states, K/V and sums on the device\n"
             "      --gpu-precision bf16|fp32  with --device cuda: bf16 weights and GEMM inputs, capture bf16\n"
             "                            (fast), or fp32 throughout (the CPU pass's numerics, slower) [bf16]\n"
-            "      --random-init NAME    random-weight model of a named shape (qwen3-8b, smollm2-135m) on\n"
-            "                            synthetic tokens, instead of --model/--corpus: for benchmarks only\n"
+            "      --random-init NAME    random-weight model of a named shape (qwen3-8b, llama3-70b, smollm2-135m)\n"
+            "                            on synthetic tokens, instead of --model/--corpus: for benchmarks only\n"
             "  -q, --quiet               errors only on stderr (no progress, gate table or timings)\n"
             "  -v, --verbose             stage timings\n"
             "      --json                the summary on stdout; stderr as with --quiet\n"
@@ -119,7 +125,7 @@ static bool hub_id_arg(const char * opt, const char * id) {
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_params * p) {
     enum { O_TOK = 256, O_HELD, O_SHORT, O_GRP, O_KOBJ, O_VOBJ, O_COMP, O_GS, O_SD, O_SINK, O_REC, O_CLIP, O_CS,
            O_CKPT, O_RES, O_STRICT, O_SEED, O_JSON, O_VER, O_JF, O_CDT, O_SAVE, O_FROM, O_DEV, O_RAND,
-           O_GPREC, O_BASE, O_DATA, O_TARGET };
+           O_GPREC, O_BASE, O_DATA, O_TARGET, O_REFINE, O_OSTEPS, O_OSEQ, O_ONOCENTER };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"corpus", 1, 0, 'f'}, {"out", 1, 0, 'o'}, {"tokens", 1, 0, O_TOK},
         {"seq-len", 1, 0, 'c'}, {"batch", 1, 0, 'b'}, {"heldout", 1, 0, O_HELD}, {"allow-short", 0, 0, O_SHORT},
@@ -132,6 +138,8 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         {"from-activations", 1, 0, O_FROM}, {"device", 1, 0, O_DEV}, {"random-init", 1, 0, O_RAND},
         {"gpu-precision", 1, 0, O_GPREC}, {"base-model", 1, 0, O_BASE}, {"dataset", 1, 0, O_DATA},
         {"target", 1, 0, O_TARGET},
+        {"refine", 1, 0, O_REFINE}, {"optr-steps", 1, 0, O_OSTEPS}, {"optr-train-seq", 1, 0, O_OSEQ},
+        {"no-optr-center", 0, 0, O_ONOCENTER},
         {"version", 0, 0, O_VER}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, window_set = 0; // bits: --sink, --recent given
     while ((c = getopt_long(argc, argv, "m:f:o:c:b:t:qvh", lo, NULL)) != -1) {
@@ -219,6 +227,13 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
             for (int32_t i = 0; i < o->n_datasets; i++) seen = seen || !strcmp(o->datasets[i], optarg);
             if (!seen) o->datasets[o->n_datasets++] = optarg;
             break;
+        case O_REFINE:
+            if (strcmp(optarg, "optr")) return fprintf(stderr, "oscar-calibrate: --refine: '%s' (known: optr)\n", optarg), 2;
+            p->refine_optr = true;
+            break;
+        case O_OSTEPS: NUM(osc_parse_i32("--optr-steps", optarg, 1, 100000, &p->optr_steps)); break;
+        case O_OSEQ: NUM(osc_parse_i32("--optr-train-seq", optarg, 0, MAX_BATCH * 16, &p->optr_train_seq)); break;
+        case O_ONOCENTER: p->optr_center = false; break;
         case 'h': usage(stdout); exit(0);
         case O_VER: printf("oscar-calibrate %s (%s)\n", OSCAR_VERSION, oscar_build_commit()); exit(0);
         default: usage(stderr); return 2;
@@ -271,6 +286,11 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         fprintf(stderr, "--from-activations does not take --save-activations, --checkpoint-every or --resume\n");
         return 2;
     }
+    if (p->refine_optr && !o->from_act) {
+        fprintf(stderr, "oscar-calibrate: --refine optr trains on stored calibration rows: give --from-activations "
+                        "STORE (write one with --save-activations); the layer-major pass keeps only held-out rows\n");
+        return 2;
+    }
     if (o->save_act && p->resume) {
         fprintf(stderr, "--save-activations writes every layer from the first: not with --resume\n");
         return 2;
@@ -285,6 +305,17 @@ static void print_gate(const struct oscar_calib_gate * g, const struct oscar_cal
                 (double) c->k[(size_t) l * (size_t) c->n_clip], (double) c->v[(size_t) l * (size_t) c->n_clip]);
     fprintf(stderr, "  mean %9.4g %9.4g %9.4g  %s\n", g->mean_naive, g->mean_hadamard, g->mean_oscar,
             g->pass ? "PASS" : "FAIL: OSCAR is not below Hadamard and naive INT2");
+}
+
+// OptR's held-out losses per layer (mean over KV heads) and the heads that kept their refined R.
+static void print_refine(const struct oscar_calib_refine * r) {
+    fprintf(stderr, "optr: held-out loss (mean over KV heads), %d steps per phase, %d training sequences%s\n"
+                    " layer    K base    K kept  heads    V base    V kept  heads\n", (int) r->steps, (int) r->n_train_seq,
+            r->center ? ", keys centred (k_mean)" : "");
+    for (int32_t l = 0; l < r->n_layer; l++)
+        fprintf(stderr, " %5d %9.4g %9.4g  %d/%d  %9.4g %9.4g  %d/%d\n", (int) l, r->k_base[l], r->k_best[l],
+                (int) r->k_kept[l], (int) r->n_head_kv, r->v_base[l], r->v_best[l], (int) r->v_kept[l],
+                (int) r->n_head_kv);
 }
 
 // Calibration tokens per second of capture (forward + sums; held-out rows not counted).
@@ -370,8 +401,9 @@ static enum oscar_status print_json(const struct opts * o, const struct oscar_ca
                                     double rss_mb, const char * summary_json) {
     json_error_t err;
     json_t * summary = json_loads(summary_json, 0, &err);
-    json_t * timing = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "forward", t->forward,
-                                "accumulate", t->accumulate, "eigh", t->eigh, "clip", t->clip, "gate", t->gate,
+    json_t * timing = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "forward", t->forward,
+                                "accumulate", t->accumulate, "eigh", t->eigh, "refine", t->refine, "clip", t->clip,
+                                "gate", t->gate,
                                 "heldout", t->heldout, "load", t->load, "store", t->store, "total", t->total, "tokens_per_s", capture_rate(plan, t));
     json_t * j = summary && timing
                      ? json_pack("{s:s, s:s, s:I, s:i, s:f, s:f, s:f, s:o, s:o}", "out", o->out, "source",
@@ -419,6 +451,7 @@ int main(int argc, char ** argv) {
     struct oscar_calib_engine eng = {0}; struct oscar_tokenizer * tok = NULL; struct oscar_stats * st = NULL;
     struct oscar_calib_corpus corpus = {0}; struct oscar_calib_plan plan = {0}; struct oscar_calib_heldout held = {0};
     struct oscar_calib_fit fit = {0}; struct oscar_calib_clip clip = {0}; struct oscar_calib_gate gate = {0};
+    struct oscar_calib_refine refine = {0};
     struct oscar_calib_timing t = {0}; struct oscar_artifact * art = NULL; struct oscar_actstore * store = NULL;
     double t0 = osc_now();
     char * model_path = NULL;
@@ -460,7 +493,9 @@ int main(int argc, char ** argv) {
         oscar_calib_check_target(&p, oscar_arch_name(eng.m->config.arch)) ||
         (o.from_act ? from_store(&o, eng.m, tok, &p, &store, &corpus, &plan, &held, &st, &t)
                     : from_forward(&o, &eng, tok, &p, &corpus, &plan, &held, &st, &t)) ||
-        oscar_calib_fit_rotations(st, &p, &fit, &t) || oscar_calib_clip_search(&held, &fit, &p, &clip, &t) ||
+        oscar_calib_fit_rotations(st, &p, &fit, &t) ||
+        (p.refine_optr && oscar_calib_refine_optr(store, &plan, &held, &p, &fit, &refine, &t)) ||
+        oscar_calib_clip_search(&held, &fit, &p, &clip, &t) ||
         oscar_calib_gate_run(&held, &fit, &clip, &p, &gate, &t)) {
         fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
         goto out;
@@ -487,10 +522,11 @@ int main(int argc, char ** argv) {
     }
     double rss = oscar_calib_peak_rss_mb();
     if (report) {
-        fprintf(stderr, "timing: forward %.2fs  accumulate %.2fs  eigh %.2fs  clip %.2fs  gate %.2fs  held-out %.2fs  "
-                "load %.2fs  store %.2fs  total %.2fs  (capture %.1f calibration tok/s)\nwrote %s (%s)\n", t.forward,
-                t.accumulate, t.eigh, t.clip, t.gate, t.heldout, t.load, t.store, t.total, capture_rate(&plan, &t), o.out,
-                oscar_artifact_get_meta(art, "oscar.calib_tag"));
+        if (p.refine_optr) print_refine(&refine);
+        fprintf(stderr, "timing: forward %.2fs  accumulate %.2fs  eigh %.2fs  refine %.2fs  clip %.2fs  gate %.2fs  "
+                "held-out %.2fs  load %.2fs  store %.2fs  total %.2fs  (capture %.1f calibration tok/s)\nwrote %s (%s)\n",
+                t.forward, t.accumulate, t.eigh, t.refine, t.clip, t.gate, t.heldout, t.load, t.store, t.total,
+                capture_rate(&plan, &t), o.out, oscar_artifact_get_meta(art, "oscar.calib_tag"));
         fprintf(stderr, "peak RSS %.1f MiB\n", rss);
         if (t.device_peak_bytes)
             fprintf(stderr, "peak device memory in use %.2f GiB\n", (double) t.device_peak_bytes / 1073741824.0);
@@ -501,6 +537,7 @@ int main(int argc, char ** argv) {
     }
     rc = 0;
 out:
+    oscar_calib_refine_free(&refine);
     oscar_artifact_free(art); oscar_calib_gate_free(&gate); oscar_calib_clip_free(&clip); oscar_calib_fit_free(&fit);
     oscar_stats_free(st);
     oscar_calib_heldout_free(&held); oscar_calib_plan_free(&plan); oscar_calib_corpus_free(&corpus);

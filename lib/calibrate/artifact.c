@@ -8,6 +8,7 @@
 #include "calibrate/base-model.h"
 #include "calibrate/calibrate.h"
 #include "formats/oscar-artifact.h"
+#include "rotation/optr.h"
 
 struct oscar_calib_params oscar_calib_default_params(void) {
     struct oscar_calib_params p;
@@ -27,6 +28,7 @@ struct oscar_calib_params oscar_calib_default_params(void) {
     p.clip_search = true;
     p.k_clip = 0.96;
     p.v_clip = 0.92;
+    p.optr_center = true;
     oscar_calib_parse_grid("1.00:0.80:0.02", &p);
     return p;
 }
@@ -198,7 +200,7 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
     char buf[512];
     int32_t G = p->group_size > 0 ? p->group_size : mc->head_dim;
     enum oscar_status st = oscar_artifact_init(mc->n_layer, mc->n_head, mc->n_head_kv, mc->head_dim, f->n_rot > 1,
-                                               c->n_clip > 1, false, &a);
+                                               c->n_clip > 1, f->k_mean != NULL, &a);
     if (st != OSCAR_OK) return st;
     size_t nr = (size_t) mc->n_layer * (size_t) f->n_rot * (size_t) mc->head_dim;
     memcpy(a->k_rotation, f->k_rot, nr * (size_t) mc->head_dim * sizeof(float));
@@ -207,6 +209,8 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
     memcpy(a->v_eigenvalues, f->v_eig, nr * sizeof(float));
     memcpy(a->k_clip, c->k, (size_t) mc->n_layer * (size_t) c->n_clip * sizeof(float));
     memcpy(a->v_clip, c->v, (size_t) mc->n_layer * (size_t) c->n_clip * sizeof(float));
+    if (f->k_mean)
+        memcpy(a->k_mean, f->k_mean, (size_t) mc->n_layer * (size_t) mc->n_head_kv * (size_t) mc->head_dim * sizeof(float));
     const char * comp = oscar_composition_name(p->composition);
     SETF("oscar.k_objective", "%s_%s", kind_name(p->k_objective), comp);
     SETF("oscar.v_objective", "%s_%s", kind_name(p->v_objective), comp);
@@ -246,6 +250,13 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
     SETF("oscar.seed", "%llu", (unsigned long long) p->seed);
     SETF("oscar.tool", "oscar-calibrate %s (%s)", OSCAR_CALIBRATE_VERSION, oscar_build_commit());
     SETF("oscar.gate", "%s", g->pass ? "pass" : "fail");
+    if (p->refine_optr) {   // what refine.c did (the per-layer kept heads are in the log with -v)
+        struct oscar_optr_params op = oscar_optr_default_params(mc->head_dim, G);
+        SETF("oscar.refine", "optr steps=%d lr=%g lambda=%g eval_every=%d qwin=%d train_sequences=%d clip_k=%.2f "
+             "clip_v=%.2f center=%s", (int) (p->optr_steps > 0 ? p->optr_steps : op.steps), op.lr, op.lambda,
+             (int) op.eval_every, (int) op.qwin, (int) p->optr_train_seq, p->k_clip, p->v_clip,
+             f->k_mean ? "k_mean" : "none");
+    }
     st = summary(p, G, c, g, t, a);
 out:
     if (st != OSCAR_OK) oscar_artifact_free(a);

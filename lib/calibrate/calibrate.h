@@ -64,6 +64,11 @@ struct oscar_calib_params {
     bool     capture_bf16;     // round captured q/k/v to bf16 (as the reference captures) before use
     struct oscar_actstore * act_out; // pass-1 and held-out rows go here too (not owned; NULL = off)
     enum oscar_target target;  // the engine profile the clip search honours (util/target.h) [oscar]
+    // --refine optr (refine.c): per-KV-head OptR refinement after the fit
+    bool     refine_optr;
+    bool     optr_center;      // also store k_mean (key centering) [true]
+    int32_t  optr_steps;       // Adam steps per phase (0 = OptR's 80)
+    int32_t  optr_train_seq;   // training sequences (the first ones; 0 = all)
 };
 
 struct oscar_calib_params oscar_calib_default_params(void);
@@ -128,6 +133,7 @@ void oscar_calib_heldout_free(struct oscar_calib_heldout * h);
 // ---- timings ----------------------------------------------------------------------------
 struct oscar_calib_timing {
     double forward, accumulate, eigh, clip, gate, heldout, total;
+    double refine;            // --refine optr (store reads counted in store)
     double load;              // reading layer weights on demand (oscar_model_open), waits for prefetch included
     double store;             // activation store writes (--save-activations) or reads (--from-activations)
     int64_t device_peak_bytes; // --device cuda: largest device memory in use seen by the forward pass
@@ -176,11 +182,31 @@ struct oscar_calib_fit {
     int32_t n_layer, n_rot, head_dim;   // n_rot = 1 or Hkv
     float * k_rot, * v_rot;             // [L, n_rot, D, D]
     float * k_eig, * v_eig;             // [L, n_rot, D]
+    float * k_mean;                     // [L, Hkv, D] key mean subtracted before rotation (OptR), or NULL
     double  orth_err_max;
 };
 enum oscar_status oscar_calib_fit_rotations(const struct oscar_stats * s, const struct oscar_calib_params * p,
                                             struct oscar_calib_fit * out, struct oscar_calib_timing * t);
 void oscar_calib_fit_free(struct oscar_calib_fit * f);
+
+// ---- OptR refinement (refine.c) ----------------------------------------------------------
+// Per layer: OptR (rotation/optr.h) on the store's calibration rows, early-stopped
+// on the held-out rows h; f becomes per KV head (n_rot = Hkv) and gets k_mean when
+// p->optr_center. store NULL: OSCAR_ERR_INVALID saying --from-activations is needed
+// (the layer-major pass keeps no calibration rows; it would need to keep the first
+// p->optr_train_seq sequences of each layer as it keeps the held-out ones).
+struct oscar_calib_refine {
+    int32_t n_layer, n_head_kv, steps, n_train_seq;
+    bool    center;
+    int32_t * k_kept, * v_kept;        // [L] heads that kept their refined R
+    double  * k_base, * k_best;        // [L] held-out K loss (mean over heads) at R_base / as kept
+    double  * v_base, * v_best;        // [L] the same for V
+};
+enum oscar_status oscar_calib_refine_optr(struct oscar_actstore * store, const struct oscar_calib_plan * plan,
+                                          const struct oscar_calib_heldout * h, const struct oscar_calib_params * p,
+                                          struct oscar_calib_fit * f, struct oscar_calib_refine * out,
+                                          struct oscar_calib_timing * t);
+void oscar_calib_refine_free(struct oscar_calib_refine * r);
 
 // ---- clip search (clip.c) ----------------------------------------------------------------
 struct oscar_calib_clip {
