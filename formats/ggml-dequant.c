@@ -253,27 +253,18 @@ static void deq_q6_k(const uint8_t * b, float * y) {
     }
 }
 
-enum oscar_status osc_ggml_dequantize(enum osc_ggml_type type, const void * src, float * dst, int64_t n) {
-    size_t bb;
-    int64_t be;
-    if (!osc_ggml_type_info(type, &bb, &be)) {
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "dequantize: unsupported ggml type %d", (int) type);
-    }
-    if (n < 0 || n % be != 0) {
-        return osc_error(OSCAR_ERR_INVALID, "dequantize: %lld elements is not a multiple of the %s block size %lld",
-                         (long long) n, osc_ggml_type_name(type), (long long) be);
-    }
-    const uint8_t * s = src;
-    int64_t nb = n / be;
+// Blocks [b0, b1) of a tensor of `type` (bb bytes and be elements per block) into dst.
+static void dequantize_blocks(enum osc_ggml_type type, const uint8_t * s, float * dst, size_t bb, int64_t be,
+                              int64_t b0, int64_t b1) {
     switch (type) {
     case OSC_GGML_F32:
-        memcpy(dst, src, (size_t) n * 4);
+        memcpy(dst + b0, s + 4 * b0, (size_t) (b1 - b0) * 4);
         break;
     case OSC_GGML_F16:
-        for (int64_t i = 0; i < n; i++) dst[i] = rd_f16(s + 2 * i);
+        for (int64_t i = b0; i < b1; i++) dst[i] = rd_f16(s + 2 * i);
         break;
     case OSC_GGML_BF16:
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = b0; i < b1; i++) {
             uint16_t h;
             memcpy(&h, s + 2 * i, 2);
             uint32_t bits = (uint32_t) h << 16;
@@ -281,7 +272,7 @@ enum oscar_status osc_ggml_dequantize(enum osc_ggml_type type, const void * src,
         }
         break;
     default:
-        for (int64_t i = 0; i < nb; i++) {
+        for (int64_t i = b0; i < b1; i++) {
             const uint8_t * blk = s + (size_t) i * bb;
             float * y = dst + i * be;
             switch (type) {
@@ -300,5 +291,24 @@ enum oscar_status osc_ggml_dequantize(enum osc_ggml_type type, const void * src,
         }
         break;
     }
+}
+
+enum oscar_status osc_ggml_dequantize(enum osc_ggml_type type, const void * src, float * dst, int64_t n) {
+    size_t bb;
+    int64_t be;
+    if (!osc_ggml_type_info(type, &bb, &be)) {
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "dequantize: unsupported ggml type %d", (int) type);
+    }
+    if (n < 0 || n % be != 0) {
+        return osc_error(OSCAR_ERR_INVALID, "dequantize: %lld elements is not a multiple of the %s block size %lld",
+                         (long long) n, osc_ggml_type_name(type), (long long) be);
+    }
+    // Every block is converted on its own, so the bytes do not depend on the threads. Large
+    // tensors (a layer read from the mapped file) go over the cores: reading the pages and
+    // converting them is most of the time a streamed layer takes.
+    const int64_t nb = n / be, CHUNK = 1 << 16, n_chunk = (nb + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (n >= (int64_t) 1 << 22)
+    for (int64_t c = 0; c < n_chunk; c++)
+        dequantize_blocks(type, src, dst, bb, be, c * CHUNK, c + 1 < n_chunk ? (c + 1) * CHUNK : nb);
     return OSCAR_OK;
 }
