@@ -53,6 +53,9 @@ static void usage(FILE * f) {
             "                           head_dim a multiple of 128, or n_head_kv*head_dim < 128\n"
             "      --tokens N           perplexity tokens, whole windows [ctx]\n"
             "      --metric-tokens N    tokens of the per-layer metrics / drift pass [512]\n"
+            "      --score-from N       score only targets N..ctx-1 of each window (perplexity, next-token KL),\n"
+            "                           e.g. past the BF16 sink + recent; 0 <= N < ctx [0: all, 1..ctx-1];\n"
+            "                           llama-perplexity's default scoring is --score-from ctx/2+1\n"
             "  -o, --report DIR         write report.json, layers.svg, summary.md\n"
             "      --update-card        put summary.md into the artifact's README.md (local artifact only)\n"
             "      --force              use an artifact that fails its integrity checks (sha256 in oscar.json,\n"
@@ -87,14 +90,14 @@ static int bad(const char * what) {
     } while (0)
 
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_params * p, bool * quiet) {
-    enum { O_JF = 256, O_SINK, O_REC, O_PAGE, O_PROMPT, O_GS, O_SD, O_METH, O_TOK, O_MT, O_JSON, O_CARD, O_DEV, O_GPREC, O_FORCE, O_VER };
+    enum { O_JF = 256, O_SINK, O_REC, O_PAGE, O_PROMPT, O_GS, O_SD, O_METH, O_TOK, O_MT, O_JSON, O_CARD, O_DEV, O_GPREC, O_FORCE, O_VER, O_SCORE };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"rotations", 1, 0, 'r'}, {"corpus", 1, 0, 'f'}, {"jsonl-field", 1, 0, O_JF},
         {"ctx", 1, 0, 'c'}, {"sink", 1, 0, O_SINK}, {"recent", 1, 0, O_REC}, {"page", 1, 0, O_PAGE}, {"prompt", 1, 0, O_PROMPT},
         {"group-size", 1, 0, O_GS}, {"scale-dtype", 1, 0, O_SD}, {"methods", 1, 0, O_METH},
         {"tokens", 1, 0, O_TOK}, {"metric-tokens", 1, 0, O_MT}, {"report", 1, 0, 'o'},
         {"update-card", 0, 0, O_CARD}, {"force", 0, 0, O_FORCE}, {"device", 1, 0, O_DEV}, {"gpu-precision", 1, 0, O_GPREC}, {"threads", 1, 0, 't'}, {"json", 0, 0, O_JSON}, {"quiet", 0, 0, 'q'},
-        {"version", 0, 0, O_VER}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"score-from", 1, 0, O_SCORE}, {"version", 0, 0, O_VER}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:r:f:c:o:t:qh", lo, NULL)) != -1) {
         switch (c) {
@@ -114,6 +117,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_pa
         case O_METH: p->methods = optarg; break;
         case O_TOK: NUM(osc_parse_i64("--tokens", optarg, 0, MAX_TOKENS, &p->tokens)); break;
         case O_MT: NUM(osc_parse_i32("--metric-tokens", optarg, 2, MAX_SEQ, &p->metric_tokens)); break;
+        case O_SCORE: NUM(osc_parse_i32("--score-from", optarg, 0, MAX_SEQ, &p->score_from)); break;
         case 'o': o->report_dir = optarg; break;
         case O_CARD: o->update_card = true; break;
         case O_FORCE: o->force = true; break;
@@ -137,6 +141,12 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_pa
     if (!o->model || !o->corpus) return bad("--model and --corpus are required");
     if ((p->prompt && p->prompt < p->sink) || p->prompt > p->ctx)
         return bad("--prompt must lie between --sink and --ctx");
+    if (p->score_from >= p->ctx) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "--score-from %d must be < --ctx %d (each window scores its targets N..ctx-1)",
+                 p->score_from, p->ctx);
+        return bad(msg);
+    }
     struct stat sb;
     if (o->update_card && (!o->rotations || stat(o->rotations, &sb) != 0 || !S_ISDIR(sb.st_mode)))
         return bad("--update-card needs --rotations naming a local artifact directory");

@@ -8,6 +8,7 @@
 
 #include "quant/quant.h"
 #include "verify/metrics.h"
+#include "verify/token-stats.h"
 
 #define OSCAR_VERIFY_REPORT_VERSION 1
 
@@ -23,6 +24,7 @@ struct oscar_verify_method {
     struct oscar_layer_metrics * layers;    // [n_layer] (held-out slice)
     double * drift;                         // [n_layer] hidden-state relative MSE after each layer
     struct oscar_quant_stats k_stats, v_stats;
+    struct oscar_token_stats tok;           // perplexity spread; next-token KL/top-1/Δp vs bf16 (has_ref)
 };
 
 struct oscar_verify_report {
@@ -30,6 +32,7 @@ struct oscar_verify_report {
     char corpus_sha256[65];                 // of the corpus bytes read (lib/tokenizer/corpus.h), or ""
     int32_t n_layer, ctx, sink, recent, n_flush, group_size, n_windows, metric_tokens;
     int32_t prompt;                         // prefill chunk per window (>= sink)
+    int32_t score_from;                     // first scored target of each window (0 = 1: all)
     char scale_dtype[16];
     int64_t n_tokens;                       // corpus tokens available
     double wall_seconds;
