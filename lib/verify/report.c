@@ -30,6 +30,32 @@ static json_t * next_token_json(const struct oscar_token_stats * t) {
                      t->ln_ppl_ratio_stderr, "dppl", t->dppl, "dppl_stderr", t->dppl_stderr);
 }
 
+// The recall probe (recall.h): per method, exact retrieval and answer tokens right per probe.
+static json_t * recall_json(const struct oscar_verify_report * r, const struct oscar_verify_method * m) {
+    if (!r->n_recall) return json_null();
+    json_t * ex = json_array(), * right = json_array();
+    int32_t n_exact = 0;
+    for (int32_t k = 0; k < r->n_recall; k++) {
+        bool e = m->recall_right[k] == r->recall_len[k];
+        n_exact += e;
+        json_array_append_new(ex, json_boolean(e));
+        json_array_append_new(right, json_integer(m->recall_right[k]));
+    }
+    return json_pack("{s:o,s:o,s:f}", "exact", ex, "tokens_right", right, "exact_fraction",
+                     (double) n_exact / (double) r->n_recall);
+}
+
+static json_t * recall_config_json(const struct oscar_verify_report * r) {
+    if (!r->n_recall) return json_null();
+    json_t * d = json_array(), * pos = json_array(), * len = json_array();
+    for (int32_t k = 0; k < r->n_recall; k++) {
+        json_array_append_new(d, json_real(r->recall_depth[k]));
+        json_array_append_new(pos, json_integer(r->recall_pos[k]));
+        json_array_append_new(len, json_integer(r->recall_len[k]));
+    }
+    return json_pack("{s:o,s:o,s:o}", "depths", d, "needle_positions", pos, "answer_tokens", len);
+}
+
 static json_t * report_json(const struct oscar_verify_report * r) {
     json_t * root = json_pack(
         "{s:i,s:s,s:s,s:s,s:s,s:s,s:{s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:i,s:i,s:s},s:I,s:f}", "version",
@@ -63,10 +89,12 @@ static json_t * report_json(const struct oscar_verify_report * r) {
             json_object_set_new(o, "ppl_stderr", json_real(m->tok.ppl_stderr));
             json_object_set_new(o, "nll_stderr", json_real(m->tok.nll_stderr));
             json_object_set_new(o, "next_token", next_token_json(&m->tok));
+            json_object_set_new(o, "recall", recall_json(r, m));
         }
         json_array_append_new(ms, o);
     }
     json_object_set_new(json_object_get(root, "config"), "score_from", json_integer(r->score_from));
+    json_object_set_new(json_object_get(root, "config"), "recall", recall_config_json(r));
     json_object_set_new(root, "methods", ms);
     return root;
 }

@@ -84,6 +84,8 @@ struct vrun {
     float * ref_logits;                // device: [n_win, nr, V] bf16's logits
     float * ref_block;                 // cpu: [LOGIT_BLOCK, V] bf16's logits of the current block
     struct osc_token_ref * refs;       // [n_win, nr] bf16's lse / nll / argmax per scored row
+    double t_score;                    // seconds of the current method in LM head + scoring (logged)
+    int32_t recall_pos[OSCAR_RECALL_MAX_PROBES]; // where each recall probe put its needle
 };
 enum { LOGIT_BLOCK = 64 };
 _Static_assert(OSCAR_VERIFY_MAX_METHODS <= OSCAR_METRICS_MAX_CACHES, "one metrics call takes every method");
@@ -250,7 +252,7 @@ static double window_nll(struct vrun * r, int32_t i, const float * hidden, const
     const struct oscar_model * m = r->m;
     int32_t C = m->config.n_embd, V = m->config.n_vocab, T = r->p->ctx, nt = r->p->n_threads;
     bool is_ref = i == r->i_ref, cmp = r->i_ref >= 0 && r->ref_hidden;
-    double nll = 0;
+    double nll = 0, t0 = osc_now();
     for (int32_t r0 = r->row0; r0 < T - 1; r0 += LOGIT_BLOCK) {
         int32_t nb = T - 1 - r0 < LOGIT_BLOCK ? T - 1 - r0 : LOGIT_BLOCK;
         size_t k = (size_t) w * (size_t) r->nr + (size_t) (r0 - r->row0);   // scored row of the run
@@ -263,6 +265,7 @@ static double window_nll(struct vrun * r, int32_t i, const float * hidden, const
         nll += rows_score(r->logits, nb, V, tok + r0 + 1, nt, cmp ? r->ref_block : NULL, cmp ? r->refs + k : NULL,
                           is_ref && cmp, acc);
     }
+    r->t_score += osc_now() - t0;
     return nll;
 }
 
@@ -289,9 +292,11 @@ static enum oscar_status ppl_windows_device(struct vrun * r, int32_t i, int32_t 
         bool is_ref = i == r->i_ref, cmp = r->i_ref >= 0 && r->ref_logits;
         size_t k = (size_t) w * (size_t) r->nr;
         const float * own = logits + (size_t) r->row0 * V;
+        double t0 = osc_now();
         if (is_ref && cmp) memcpy(r->ref_logits + k * V, own, sizeof(float) * (size_t) r->nr * V);
         mt->nll_sum += rows_score(own, r->nr, V, ids + w * T + r->row0 + 1, r->p->n_threads,
                                   cmp ? r->ref_logits + k * V : NULL, cmp ? r->refs + k : NULL, is_ref && cmp, acc);
+        r->t_score += osc_now() - t0;
         mt->n_scored += r->nr;
         osc_progress_update(pg, ((int64_t) k_ord * n_win + w + 1) * T);
     }
@@ -312,6 +317,7 @@ static enum oscar_status ppl_method(struct vrun * r, int32_t i, int32_t k_ord, c
     struct oscar_forward * f = NULL;
     double t0 = osc_now();
     bool dev = on_device(r);
+    r->t_score = 0;
     struct osc_token_acc acc;
     enum oscar_status st = osc_token_acc_init(&acc, n_win * r->nr, r->i_ref >= 0 && (r->ref_hidden || r->ref_logits));
     if (st == OSCAR_OK)
@@ -329,6 +335,8 @@ static enum oscar_status ppl_method(struct vrun * r, int32_t i, int32_t k_ord, c
     }
     mt->seconds = osc_now() - t0;
     mt->ppl = mt->n_scored ? exp(mt->nll_sum / (double) mt->n_scored) : 0;
+    osc_info("verify: %s: %.1f s, of which %.1f s LM head and scoring%s", mt->name, mt->seconds, r->t_score,
+             acc.has_ref ? " (with the next-token comparison against bf16)" : "");
     if (st == OSCAR_OK) {
         // the report's perplexity is the one above (its sum, its bits); the spread comes from the rows
         osc_token_acc_finish(&acc, &mt->tok);
@@ -338,6 +346,60 @@ static enum oscar_status ppl_method(struct vrun * r, int32_t i, int32_t k_ord, c
     osc_token_acc_free(&acc);
     if (r->sims[i] && !r->dsims[i]) oscar_kv_sim_stats(r->sims[i], &mt->k_stats, &mt->v_stats);
     oscar_forward_free(f);
+    return st;
+}
+
+// ---- (3) verbatim recall (recall.h) ----------------------------------------------------------
+// Every probe of method i: one forward of the laid-out window through the method's cache, then
+// the argmax of each answer row (CPU: the LM head on the final hidden states of those rows;
+// device: the pass's logits).
+static enum oscar_status recall_method(struct vrun * r, int32_t i, int32_t k_ord, const int32_t * ids,
+                                       struct osc_progress * pg) {
+    const struct oscar_verify_recall * rc = r->p->recall;
+    const struct oscar_model * m = r->m;
+    const int32_t T = r->p->ctx, V = m->config.n_vocab, C = m->config.n_embd;
+    struct oscar_verify_method * mt = &r->ms[i];
+    struct oscar_attention_override ov = method_override(r, i);
+    bool dev = on_device(r);
+    int32_t * seq = malloc(sizeof(int32_t) * (size_t) T);
+    float * logits = dev ? osc_alloc_large((size_t) T * (size_t) V * sizeof(float)) : r->logits;
+    struct oscar_forward * f = NULL;
+    struct oscar_fwd * fd = NULL;
+    enum oscar_status st = seq && logits ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "recall: buffers of %d tokens", T);
+    if (st == OSCAR_OK && dev) {
+        struct oscar_fwd_params fp = oscar_fwd_default_params();
+        fp.device = r->p->device, fp.n_threads = r->p->n_threads, fp.max_tokens = T, fp.fp32 = r->p->gpu_fp32;
+        fp.attention = ov.attend ? &ov : NULL;
+        st = oscar_fwd_init(m, &fp, &fd);
+    } else if (st == OSCAR_OK) {
+        struct oscar_forward_params fp = oscar_forward_default_params();
+        fp.n_threads = r->p->n_threads, fp.max_tokens = T, fp.attention = ov.attend ? &ov : NULL;
+        st = oscar_forward_init(m, &fp, &f);
+    }
+    for (int32_t k = 0; k < rc->n_probes && st == OSCAR_OK; k++) {
+        const struct oscar_recall_probe * pr = &rc->probes[k];
+        int32_t at, ss[2] = {0, T}, th = 0;
+        r->recall_pos[k] = osc_recall_build(rc, k, ids, T, seq, &at);
+        struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = seq, .pos = NULL};
+        const float * rows = NULL;
+        if (dev && (st = oscar_fwd_run(fd, &b, logits)) == OSCAR_OK) rows = logits + (size_t) (at - 1) * V;
+        if (!dev && (st = oscar_forward_run(f, &b, NULL)) == OSCAR_OK) {
+            const float * hid = oscar_forward_hidden(f, &th);
+            if (!hid || th != T) {
+                st = osc_error(OSCAR_ERR_NUMERIC, "recall: method %s: no hidden state", mt->name);
+                break;
+            }
+            osc_sgemm(0, CblasNoTrans, CblasTrans, pr->n_answer, V, C, 1.0f, hid + (size_t) (at - 1) * C, C,
+                      m->output, C, 0.0f, logits, V);
+            rows = logits;
+        }
+        if (st == OSCAR_OK) mt->recall_right[k] = osc_recall_prefix(rows, V, pr->answer, pr->n_answer);
+        osc_progress_update(pg, (int64_t) k_ord * rc->n_probes + k + 1);
+    }
+    oscar_forward_free(f);
+    oscar_fwd_free(fd);
+    if (dev) free(logits);
+    free(seq);
     return st;
 }
 
@@ -407,6 +469,14 @@ static enum oscar_status check_params(const struct oscar_model * m, const struct
         return osc_error(OSCAR_ERR_UNSUPPORTED, "verify: %s has sliding-window attention (sliding_window = %d) and "
                          "ctx / metric_tokens reach %d tokens: the KV-cache simulation and the metrics assume full "
                          "causal attention; use ctx and metric_tokens <= %d", m->source, W, longest, W);
+    if (p->recall) {
+        enum oscar_status st = osc_recall_check(p->recall, p->ctx, n_ids);
+        if (st != OSCAR_OK) return st;
+        for (int32_t k = 0; k < p->recall->n_probes; k++)
+            if (p->recall->probes[k].n_answer > LOGIT_BLOCK)
+                return osc_error(OSCAR_ERR_INVALID, "recall: probe %d: answer of %d tokens (at most %d)", k,
+                                 p->recall->probes[k].n_answer, LOGIT_BLOCK);
+    }
     if (art) return oscar_artifact_check_shape(art, c->n_layer, c->n_head, c->n_head_kv, c->head_dim, c->name);
     return OSCAR_OK;
 }
@@ -448,12 +518,22 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
         osc_progress_init(&pg, "perplexity", "tokens", n_win * T * r.nm);
         for (k = 0; k < r.nm && st == OSCAR_OK; k++) st = ppl_method(&r, order[k], k, ids, n_win, &pg);
         osc_progress_finish(&pg);
+        // after the perplexity: the quantizer statistics above stay those of the windows alone
+        if (st == OSCAR_OK && p->recall) {
+            osc_progress_init(&pg, "recall", "probes", (int64_t) r.nm * p->recall->n_probes);
+            for (k = 0; k < r.nm && st == OSCAR_OK; k++) st = recall_method(&r, order[k], k, ids, &pg);
+            osc_progress_finish(&pg);
+        }
     }
     *rep = (struct oscar_verify_report){
         .n_layer = r.L, .ctx = T, .sink = p->sink, .recent = p->recent, .n_flush = p->page,
         .group_size = p->group_size ? p->group_size : m->config.head_dim, .n_windows = (int32_t) n_win,
         .metric_tokens = r.MT, .prompt = p->prompt ? p->prompt : p->sink, .n_tokens = (int64_t) n_ids, .n_methods = r.nm, .methods = r.ms,
-        .score_from = p->score_from};
+        .score_from = p->score_from, .n_recall = p->recall ? p->recall->n_probes : 0};
+    for (int32_t k = 0; k < rep->n_recall; k++) {
+        rep->recall_pos[k] = r.recall_pos[k], rep->recall_depth[k] = p->recall->probes[k].depth;
+        rep->recall_len[k] = p->recall->probes[k].n_answer;
+    }
     snprintf(rep->model_name, sizeof rep->model_name, "%s", m->config.name);
     snprintf(rep->scale_dtype, sizeof rep->scale_dtype, "%s",
              p->scale_dtype == OSCAR_META_F16 ? "float16" : p->scale_dtype == OSCAR_META_BF16 ? "bfloat16" : "float32");
@@ -536,6 +616,24 @@ static void print_token_table(const struct oscar_verify_report * rep, FILE * f) 
     }
 }
 
+// One line per method: exact retrieval (1/0) per probe depth.
+static void print_recall(const struct oscar_verify_report * rep, FILE * f) {
+    if (!rep->n_recall) return;
+    fprintf(f, "\nverbatim recall (%d-token passcode, greedy, exact = 1) at depth:", rep->recall_len[0]);
+    for (int32_t k = 0; k < rep->n_recall; k++) fprintf(f, " %.2f", rep->recall_depth[k]);
+    fprintf(f, "\n");
+    for (int32_t i = 0; i < rep->n_methods; i++) {
+        int32_t n = 0;
+        fprintf(f, "%-12s", rep->methods[i].name);
+        for (int32_t k = 0; k < rep->n_recall; k++) {
+            bool e = rep->methods[i].recall_right[k] == rep->recall_len[k];
+            n += e;
+            fprintf(f, " %4d", e);
+        }
+        fprintf(f, "   %d/%d\n", n, rep->n_recall);
+    }
+}
+
 void oscar_verify_print_table(const struct oscar_verify_report * rep, FILE * f) {
     double base = rep->n_methods ? rep->methods[0].ppl : 0, t_bf16 = 0;
     for (int32_t i = 0; i < rep->n_methods; i++)
@@ -554,4 +652,5 @@ void oscar_verify_print_table(const struct oscar_verify_report * rep, FILE * f) 
             "tokens; wall %.1f s\n", rep->n_windows, rep->ctx, rep->corpus, rep->sink, rep->recent, rep->n_flush,
             rep->prompt, rep->group_size, rep->scale_dtype, rep->metric_tokens, rep->wall_seconds);
     print_token_table(rep, f);
+    print_recall(rep, f);
 }

@@ -25,6 +25,7 @@
 
 #include "formats/oscar-artifact.h"
 #include "model/model.h"
+#include "verify/recall.h"
 #include "verify/report.h"
 
 #define OSCAR_VERIFY_MAX_METHODS 16
@@ -76,6 +77,9 @@ struct oscar_verify_params {
                                           // score_from of each window (j >= 1 always); 0 <= score_from < ctx
                                           // [0: targets 1..ctx-1]. llama-perplexity's default (it scores
                                           // from logit ctx/2) is score_from = ctx/2 + 1.
+    const struct oscar_verify_recall * recall; // NULL, or the verbatim-recall probes (recall.h): each
+                                          // a window of ctx tokens of the corpus as filler, one
+                                          // forward per probe and method; answers of <= 64 tokens
 };
 
 struct oscar_verify_params oscar_verify_default_params(void);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "test-splitmix.h"
+#include "verify/recall.h"
 #include "verify/token-stats.h"
 
 static void score(const float * l, const float * b, int32_t V, int32_t y, struct osc_token_row * row) {
@@ -149,11 +150,51 @@ static void test_summary_hand(void ** state) {
     assert_true(!s.has_ref && s.nll_stderr == 0 && s.kl_mean == 0 && fabs(s.ppl - exp(2)) < e);
 }
 
+// The recall probe's layout (recall.h): filler 0..F-1 with the needle at round(depth·F), then
+// the question and the answer; answer_at = T - n_answer; the greedy prefix stops at the first
+// row whose argmax (first index of the max) is not the answer token; windows too short are refused.
+static void test_recall_layout(void ** state) {
+    (void) state;
+    enum { T = 20 };
+    int32_t filler[T], seq[T], at = 0;
+    for (int i = 0; i < T; i++) filler[i] = 100 + i;
+    const int32_t needle[3] = {1, 2, 3}, answer[2] = {7, 8}, question[4] = {4, 5, 6, 9};
+    struct oscar_recall_probe pr[3] = {{needle, 3, answer, 2, 0.0}, {needle, 3, answer, 2, 0.5},
+                                       {needle, 3, answer, 2, 1.0}};
+    struct oscar_verify_recall rc = {.probes = pr, .n_probes = 3, .question = question, .n_question = 4};
+    assert_int_equal(osc_recall_check(&rc, T, 100), OSCAR_OK);
+    // F = 20 - 4 - 2 - 3 = 11 filler tokens
+    const int32_t want_pos[3] = {0, 6, 11};   // round(0.5 * 11) = 6 (lround: halves away from 0)
+    for (int32_t k = 0; k < 3; k++) {
+        int32_t pos = osc_recall_build(&rc, k, filler, T, seq, &at);
+        assert_int_equal(pos, want_pos[k]);
+        assert_int_equal(at, 18);
+        int o = 0;
+        for (int i = 0; i < pos; i++) assert_int_equal(seq[o++], 100 + i);
+        for (int i = 0; i < 3; i++) assert_int_equal(seq[o++], needle[i]);
+        for (int i = pos; i < 11; i++) assert_int_equal(seq[o++], 100 + i);
+        for (int i = 0; i < 4; i++) assert_int_equal(seq[o++], question[i]);
+        assert_int_equal(seq[18], 7);
+        assert_int_equal(seq[19], 8);
+    }
+    assert_int_equal(osc_recall_check(&rc, 9, 100), OSCAR_ERR_INVALID);    // no filler left
+    assert_int_equal(osc_recall_check(&rc, T, 5), OSCAR_ERR_INVALID);      // corpus shorter than the filler
+    pr[1].depth = 1.5;
+    assert_int_equal(osc_recall_check(&rc, T, 100), OSCAR_ERR_INVALID);
+    // greedy prefix over rows of V 4
+    const float rows[3 * 4] = {0, 0, 1, 0, /* -> 2 */ 3, 3, 0, 0, /* tie -> 0 */ 0, 0, 0, 5 /* -> 3 */};
+    const int32_t a1[3] = {2, 0, 3}, a2[3] = {2, 1, 3}, a3[3] = {1, 0, 3};
+    assert_int_equal(osc_recall_prefix(rows, 4, a1, 3), 3);
+    assert_int_equal(osc_recall_prefix(rows, 4, a2, 3), 1);
+    assert_int_equal(osc_recall_prefix(rows, 4, a3, 3), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hand_rows),
         cmocka_unit_test(test_random_rows),
         cmocka_unit_test(test_summary_hand),
+        cmocka_unit_test(test_recall_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -594,6 +594,77 @@ static void test_run_next_token(void ** state) {
     oscar_model_free(m);
 }
 
+// The recall probe through the driver (recall.h). Each probe's answer is made bf16's own greedy
+// continuation first (3 forwards of oscar_forward_run on the laid-out window), so bf16 must get
+// all 3 tokens right through the driver; any other count means the driver scored other rows or
+// another layout. With --recall the perplexity, the next-token statistics and the quantizer counts
+// are unchanged (the probes run after them); a window too short for the probe is refused.
+static void test_run_recall(void ** state) {
+    (void) state;
+    struct oscar_model_config cfg = {.arch = OSCAR_ARCH_LLAMA, .n_layer = 2, .n_embd = 128, .n_head = 4,
+                                     .n_head_kv = 2, .head_dim = 32, .n_ff = 96, .n_vocab = 128, .n_ctx_train = 256,
+                                     .rope_theta = 10000.0f, .rms_eps = 1e-5f};
+    struct oscar_model * m;
+    assert_int_equal(oscar_model_init_random(&cfg, SEED, &m), OSCAR_OK);
+    enum { NT = 300 };
+    int32_t toks[NT];
+    for (int i = 0; i < NT; i++) toks[i] = (int32_t) (urand() * 128) % 128;
+    const int32_t needle[4] = {5, 6, 7, 8}, question[3] = {9, 10, 11};
+    int32_t answers[3][3] = {{0}};
+    struct oscar_recall_probe pr[3];
+    for (int k = 0; k < 3; k++) pr[k] = (struct oscar_recall_probe){needle, 4, answers[k], 3, 0.5 * k};
+    struct oscar_verify_recall rc = {.probes = pr, .n_probes = 3, .question = question, .n_question = 3};
+    struct oscar_forward_params fp = oscar_forward_default_params();
+    fp.n_threads = 1, fp.max_tokens = 128;
+    struct oscar_forward * f;
+    assert_int_equal(oscar_forward_init(m, &fp, &f), OSCAR_OK);
+    float * lg = malloc(sizeof(float) * 128 * 128);
+    int32_t seq[128], at, pos[3];
+    for (int k = 0; k < 3; k++)
+        for (int a = 0; a < 3; a++) {   // answer token a = bf16's argmax after the tokens before it
+            pos[k] = osc_recall_build(&rc, k, toks, 128, seq, &at);
+            int32_t ss[2] = {0, 128};
+            struct oscar_batch bt = {.n_seq = 1, .seq_start = ss, .tokens = seq, .pos = NULL};
+            assert_int_equal(oscar_forward_run(f, &bt, lg), OSCAR_OK);
+            const float * row = lg + (size_t) (at - 1 + a) * 128;
+            int32_t top = 0;
+            for (int v = 1; v < 128; v++) top = row[v] > row[top] ? v : top;
+            answers[k][a] = top;
+        }
+    oscar_forward_free(f);
+    free(lg);
+    struct oscar_verify_params p = oscar_verify_default_params();
+    p.methods = "bf16,naive";
+    p.ctx = 128, p.tokens = 256, p.sink = 4, p.recent = 16, p.metric_tokens = 64, p.n_threads = 1;
+    struct oscar_verify_report a, b;
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &a), OSCAR_OK);
+    p.recall = &rc;
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &b), OSCAR_OK);
+    assert_int_equal(b.n_recall, 3);
+    for (int k = 0; k < 3; k++) {
+        printf("recall probe %d (needle at %d, answer %d %d %d): bf16 %d, naive %d tokens right\n", k, pos[k],
+               answers[k][0], answers[k][1], answers[k][2], b.methods[0].recall_right[k], b.methods[1].recall_right[k]);
+        assert_int_equal(b.recall_pos[k], pos[k]);
+        assert_int_equal(b.recall_len[k], 3);
+        assert_int_equal(b.methods[0].recall_right[k], 3);
+        assert_true(b.methods[1].recall_right[k] >= 0 && b.methods[1].recall_right[k] <= 3);
+    }
+    for (int i = 0; i < 2; i++) {
+        assert_true(a.methods[i].nll_sum == b.methods[i].nll_sum);
+        assert_memory_equal(&a.methods[i].tok, &b.methods[i].tok, sizeof a.methods[i].tok);
+        assert_memory_equal(&a.methods[i].k_stats, &b.methods[i].k_stats, sizeof a.methods[i].k_stats);
+    }
+    oscar_verify_report_free(&a);
+    oscar_verify_report_free(&b);
+    p.ctx = 12, p.tokens = 12, p.metric_tokens = 8;   // 4 + 3 + 3 = 10 tokens of probe: 2 of filler
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &b), OSCAR_OK);
+    oscar_verify_report_free(&b);
+    p.ctx = 10, p.tokens = 10;                          // no filler left
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &b), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "recall: probe 0"));
+    oscar_model_free(m);
+}
+
 // ---- report files --------------------------------------------------------------------------
 static void fake_report(struct oscar_verify_report * r, struct oscar_verify_method * ms, struct oscar_layer_metrics * lm,
                         double * drift) {
@@ -756,7 +827,7 @@ int main(void) {
         cmocka_unit_test(test_identity_zero), cmocka_unit_test(test_scaling),   cmocka_unit_test(test_constant_shift),
         cmocka_unit_test(test_tier_rule),     cmocka_unit_test(test_sim_vs_cache), cmocka_unit_test(test_ppl_all_bf16),
         cmocka_unit_test(test_bpe),           cmocka_unit_test(test_parse_methods),
-        cmocka_unit_test(test_run_random_model), cmocka_unit_test(test_run_next_token),
+        cmocka_unit_test(test_run_random_model), cmocka_unit_test(test_run_next_token), cmocka_unit_test(test_run_recall),
         cmocka_unit_test(test_report_json_schema),
         cmocka_unit_test(test_update_card_idempotent), cmocka_unit_test(test_rotate_rows_bits),
         cmocka_unit_test(test_transform_layer_rows), cmocka_unit_test(test_metrics_methods_shared),
