@@ -144,6 +144,15 @@ enum oscar_status oscar_verify_markdown(const struct oscar_verify_report * r, ch
                   "next-token comparison over %d × %d tokens", r->metric_tokens, r->n_windows, r->ctx);
     if (r->score_from > 1) osc_sb_printf(&b, ", scoring targets %d..%d of each window", r->score_from, r->ctx - 1);
     osc_sb_printf(&b, ".\n");
+    if (r->n_recall) {   // --recall: exact retrievals of the passcode per method
+        osc_sb_printf(&b, "\nVerbatim recall (a passcode at %d depths of a %d-token window, greedy):", r->n_recall, r->ctx);
+        for (int32_t i = 0; i < r->n_methods; i++) {
+            int32_t n = 0;
+            for (int32_t k = 0; k < r->n_recall; k++) n += r->methods[i].recall_right[k] == r->recall_len[k];
+            osc_sb_printf(&b, "%s %s %d/%d", i ? "," : "", r->methods[i].name, n, r->n_recall);
+        }
+        osc_sb_printf(&b, ".\n");
+    }
     if (b.oom) {
         free(b.s);
         return osc_error(OSCAR_ERR_NOMEM, "markdown summary");

@@ -8,7 +8,9 @@
 #  - the method order changes no number (bf16 runs first either way);
 #  - --score-from 64 scores targets 64..127 of each window (n_scored 2 x 64) and moves the numbers;
 #    --score-from >= --ctx and negative values are usage errors (exit 2) that say why;
-#  - without bf16 the next_token fields are null, with a warning; the text table has the KL block.
+#  - without bf16 the next_token fields are null, with a warning; the text table has the KL block;
+#  - --recall 2: config.recall (depths 0 and 1, needle positions, answer lengths) and per method
+#    exact / tokens_right per depth; --recall 0 and 17 are usage errors.
 # Skips (77) without the model or corpus.
 source "$(dirname "$0")/common.sh"
 need_smollm2
@@ -84,4 +86,25 @@ assert m['next_token'] is None and m['ppl_stderr'] > 0, m" "$T/nobf.json" || fai
 grep -q "^next token vs bf16, 254 positions per method" "$T/tab.txt" && grep -q "^naive .*+/-" "$T/tab.txt" \
     || fail "table: $(cat "$T/tab.txt")"
 ok "without bf16: next_token null and a warning; the text table's next-token block"
+"$V" "${SMALL[@]}" --methods bf16,naive --recall 2 --json >"$T/rec.json" 2>"$T/err" || fail "recall: $(cat "$T/err")"
+"$PYTHON" - "$T/rec.json" "$T/rep/report.json" <<'PY' || fail "--recall fields"
+import json, sys
+r, a = (json.load(open(f)) for f in sys.argv[1:])
+c = r["config"]["recall"]
+assert c["depths"] == [0.0, 1.0] and c["needle_positions"][0] == 0 and c["needle_positions"][1] > 64, c
+assert all(n >= 2 for n in c["answer_tokens"]), c   # a space and digits
+ma = {x["name"]: x for x in a["methods"]}
+for x in r["methods"]:
+    rc = x["recall"]
+    assert len(rc["exact"]) == len(rc["tokens_right"]) == 2, rc
+    assert all(0 <= t <= n for t, n in zip(rc["tokens_right"], c["answer_tokens"])), rc
+    assert rc["exact"] == [t == n for t, n in zip(rc["tokens_right"], c["answer_tokens"])], rc
+    assert rc["exact_fraction"] == sum(rc["exact"]) / 2
+    assert x["nll_sum"] == ma[x["name"]]["nll_sum"], x["name"]   # the probes leave the perplexity alone
+    print(x["name"], "recall", rc)
+assert a["config"]["recall"] is None and ma["bf16"]["recall"] is None
+PY
+want2 "recall" "${SMALL[@]}" --methods bf16 --recall 0
+want2 "recall" "${SMALL[@]}" --methods bf16 --recall 17
+ok "--recall 2: per-depth exact / tokens right in report.json; out-of-range counts exit 2"
 echo "test-verify-kl: $n checks passed"
