@@ -1,6 +1,6 @@
 // oscar-calibrate - model + corpus -> OSCAR rotation artifact.
 // Pipeline (lib/calibrate): corpus -> plan -> one layer-major pass (covariances
-// and held-out rows) -> fit -> clip search -> gate -> artifact. Exit 0 ok, 1 failure
+// and held-out rows) -> fit -> [OptR refinement] -> clip search -> gate -> artifact. Exit 0 ok, 1 failure
 // (including a failed gate with --strict), 2 usage error.
 #include <getopt.h>
 #include <jansson.h>
@@ -11,7 +11,7 @@
 #include "calibrate/actstore.h"
 #include "calibrate/base-model.h"
 #include "calibrate/calibrate.h"
-#include "calibrate/capture-device.h"
+#include "calibrate/random-source.h"
 #include "formats/oscar-artifact.h"
 #include "hub/hub.h"
 #include "util/cli.h"
@@ -27,6 +27,7 @@ struct opts {
     const char * datasets[MAX_DATASETS]; // --dataset ids (validated, no repeats)
     int32_t n_datasets;
     bool strict, json, gpu_fp32;        // gpu_fp32: --gpu-precision fp32
+    const char * capture_dtype;         // --capture-dtype as given, or NULL
 };
 
 static void usage(FILE * f) {
@@ -53,8 +54,18 @@ static void usage(FILE * f) {
             "      --scale-dtype float32|float16|bfloat16 (or f32|f16|bf16) [float32]\n"
             "      --sink N --recent N   BF16 tiers for the gate [64, 256: the paper's; oscar-verify's\n"
             "                            32, 128 are the SGLang fork's serving defaults]\n"
+            "      --target oscar|sglang|llamacpp  the engine the clips are chosen for [oscar: per layer];\n"
+            "                            sglang: one K and one V ratio for the model, sink/recent [32, 128];\n"
+            "                            llamacpp: one ratio for K and V searched with its Q2_0 cache, sink/recent\n"
+            "                            [0, 0], qwen3 models only. Refuses what the engine cannot load\n"
             "      --clip K,V            fixed clip ratios (reference 0.96,0.92)\n"
-            "      --clip-search GRID    start:stop:step or list [1.00:0.80:0.02] (default mode)\n"
+            "      --clip-search GRID    start:stop:step or list [1.00:0.80:0.02] (default mode)\n");
+    fprintf(f, // two strings: C11 compilers need not take one longer than 4095 bytes
+            "      --refine optr         after the fit, refine the rotations per KV head with OptR (output-aware,\n"
+            "                            through INT2; trained on the store's calibration rows, early-stopped on\n"
+            "                            the held-out rows; needs --from-activations) and store k_mean\n"
+            "      --optr-steps N        Adam steps per phase [80]   --optr-train-seq N  training sequences [0 = all]\n"
+            "      --no-optr-center      no key centering (no k_mean)\n"
             "  -t, --threads N           [all cores]\n"
             "      --checkpoint-every N  checkpoint (OUT.ckpt) at the first layer boundary after N\n"
             "                            token-layers (sequences x tokens x layers done) [0 = off]\n"
@@ -67,19 +78,18 @@ static void usage(FILE * f) {
             "                            (stored in the capture dtype, so a replay is exact)\n"
             "      --from-activations FILE  fit, clip search and gate from a store: no forward pass\n"
             "                            (--model still gives W_O and the provenance; it must match)\n"
-            "      --device cpu|cuda     where the capture, the clip search and the gate run [cpu]; cuda keeps\n"
-            "                            its sums on the device (two passes; no checkpoints or activation store)\n"
-            "      --gpu-precision bf16|fp32  with --device cuda: bf16 weights and GEMM inputs (fast), or\n"
-            "                            fp32 throughout (the CPU pass's numerics, 2x weight memory, slower) [bf16]\n"
-            "      --random-init NAME    random-weight model of a named shape (qwen3-8b, smollm2-135m) on\n"
-            "                            synthetic tokens, instead of --model/--corpus: for benchmarks only\n"
+            "      --device cpu|cuda     where the layer-major pass, the clip search and the gate run [cpu];\n"
+            "                            cuda keeps the hidden states, K/V and sums on the device\n"
+            "      --gpu-precision bf16|fp32  with --device cuda: bf16 weights and GEMM inputs, capture bf16\n"
+            "                            (fast), or fp32 throughout (the CPU pass's numerics, slower) [bf16]\n"
+            "      --random-init NAME    random-weight model of a named shape (qwen3-8b, llama3-70b, smollm2-135m)\n"
+            "                            on synthetic tokens, instead of --model/--corpus: for benchmarks only\n"
             "  -q, --quiet               errors only on stderr (no progress, gate table or timings)\n"
             "  -v, --verbose             stage timings\n"
             "      --json                the summary on stdout; stderr as with --quiet\n"
             "      --version             the version and the build's git commit\n");
 }
 
-// CUDA runs the two-pass device capture (capture-device.h); the CPU, the layer-major pass.
 static bool on_cuda(const struct opts * o) { return o->device && strcmp(o->device, "cuda") == 0; }
 
 // Upper bounds of the numeric options: far beyond any real run, low enough that
@@ -115,7 +125,7 @@ static bool hub_id_arg(const char * opt, const char * id) {
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_params * p) {
     enum { O_TOK = 256, O_HELD, O_SHORT, O_GRP, O_KOBJ, O_VOBJ, O_COMP, O_GS, O_SD, O_SINK, O_REC, O_CLIP, O_CS,
            O_CKPT, O_RES, O_STRICT, O_SEED, O_JSON, O_VER, O_JF, O_CDT, O_SAVE, O_FROM, O_DEV, O_RAND,
-           O_GPREC, O_BASE, O_DATA };
+           O_GPREC, O_BASE, O_DATA, O_TARGET, O_REFINE, O_OSTEPS, O_OSEQ, O_ONOCENTER };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"corpus", 1, 0, 'f'}, {"out", 1, 0, 'o'}, {"tokens", 1, 0, O_TOK},
         {"seq-len", 1, 0, 'c'}, {"batch", 1, 0, 'b'}, {"heldout", 1, 0, O_HELD}, {"allow-short", 0, 0, O_SHORT},
@@ -127,8 +137,11 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         {"jsonl-field", 1, 0, O_JF}, {"capture-dtype", 1, 0, O_CDT}, {"save-activations", 1, 0, O_SAVE},
         {"from-activations", 1, 0, O_FROM}, {"device", 1, 0, O_DEV}, {"random-init", 1, 0, O_RAND},
         {"gpu-precision", 1, 0, O_GPREC}, {"base-model", 1, 0, O_BASE}, {"dataset", 1, 0, O_DATA},
+        {"target", 1, 0, O_TARGET},
+        {"refine", 1, 0, O_REFINE}, {"optr-steps", 1, 0, O_OSTEPS}, {"optr-train-seq", 1, 0, O_OSEQ},
+        {"no-optr-center", 0, 0, O_ONOCENTER},
         {"version", 0, 0, O_VER}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    int c;
+    int c, window_set = 0; // bits: --sink, --recent given
     while ((c = getopt_long(argc, argv, "m:f:o:c:b:t:qvh", lo, NULL)) != -1) {
         switch (c) {
         case 'm': o->model = optarg; break;
@@ -162,8 +175,14 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
             if (oscar_meta_dtype_parse(optarg, &p->scale_dtype) != OSCAR_OK)
                 return fprintf(stderr, "oscar-calibrate: --scale-dtype: %s\n", oscar_last_error()), 2;
             break;
-        case O_SINK: NUM(osc_parse_i32("--sink", optarg, 0, MAX_SEQ, &p->sink)); break;
-        case O_REC: NUM(osc_parse_i32("--recent", optarg, 0, MAX_SEQ, &p->recent)); break;
+        case O_SINK: NUM(osc_parse_i32("--sink", optarg, 0, MAX_SEQ, &p->sink)); window_set |= 1; break;
+        case O_REC: NUM(osc_parse_i32("--recent", optarg, 0, MAX_SEQ, &p->recent)); window_set |= 2; break;
+        case O_TARGET: {
+            const struct oscar_target_profile * t;
+            NUM(osc_parse_target("--target", optarg, &t));
+            p->target = t->id;
+            break;
+        }
         case O_CLIP:
             NUM(parse_clip_pair(optarg, p));
             p->clip_search = false;
@@ -183,6 +202,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         case O_CDT:
             if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) return fprintf(stderr, "bad --capture-dtype\n"), 2;
             p->capture_bf16 = !strcmp(optarg, "bf16");
+            o->capture_dtype = optarg;
             break;
         case O_SAVE: o->save_act = optarg; break;
         case O_FROM: o->from_act = optarg; break;
@@ -207,11 +227,21 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
             for (int32_t i = 0; i < o->n_datasets; i++) seen = seen || !strcmp(o->datasets[i], optarg);
             if (!seen) o->datasets[o->n_datasets++] = optarg;
             break;
+        case O_REFINE:
+            if (strcmp(optarg, "optr")) return fprintf(stderr, "oscar-calibrate: --refine: '%s' (known: optr)\n", optarg), 2;
+            p->refine_optr = true;
+            break;
+        case O_OSTEPS: NUM(osc_parse_i32("--optr-steps", optarg, 1, 100000, &p->optr_steps)); break;
+        case O_OSEQ: NUM(osc_parse_i32("--optr-train-seq", optarg, 0, MAX_BATCH * 16, &p->optr_train_seq)); break;
+        case O_ONOCENTER: p->optr_center = false; break;
         case 'h': usage(stdout); exit(0);
         case O_VER: printf("oscar-calibrate %s (%s)\n", OSCAR_VERSION, oscar_build_commit()); exit(0);
         default: usage(stderr); return 2;
         }
     }
+    const struct oscar_target_profile * tp = oscar_target_get(p->target);
+    if (tp->has_window && !(window_set & 1)) p->sink = tp->sink;     // the engine's own defaults
+    if (tp->has_window && !(window_set & 2)) p->recent = tp->recent;
     if (o->random_init) {
         if (o->model || o->corpus || o->from_act) {
             fprintf(stderr, "--random-init replaces --model, --corpus and --from-activations\n");
@@ -222,10 +252,13 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
             return 2;
         }
     }
-    if (on_cuda(o) && (o->from_act || o->save_act || p->checkpoint_every > 0 || p->resume || p->capture_bf16)) {
-        fprintf(stderr, "--device cuda takes no --from/--save-activations, --checkpoint-every, --resume or "
-                        "--capture-dtype bf16 (yet)\n");
-        return 2;
+    if (on_cuda(o) && !o->gpu_fp32) { // its Gram GEMMs read bf16 q/k/v: every consumer sees them
+        if (o->capture_dtype && !p->capture_bf16) {
+            fprintf(stderr, "--device cuda in bf16 precision captures bf16 q/k/v; --capture-dtype fp32 needs "
+                            "--gpu-precision fp32\n");
+            return 2;
+        }
+        p->capture_bf16 = true;
     }
     if ((int64_t) p->batch * p->seq_len > MAX_SEQ) {
         fprintf(stderr, "oscar-calibrate: --batch x --seq-len = %lld tokens per forward call, more than %d\n",
@@ -241,12 +274,21 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         fprintf(stderr, "oscar-calibrate: --out is empty\n");
         return 2;
     }
+    if (oscar_calib_check_target(p, NULL) != OSCAR_OK) { // the architecture once the model is open
+        fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
+        return 2;
+    }
     if (!o->from_act && oscar_calib_check_tiers(p) != OSCAR_OK) { // the store's seq-len: from_store
         fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
         return 2;
     }
     if (o->from_act && (o->save_act || p->checkpoint_every > 0 || p->resume)) {
         fprintf(stderr, "--from-activations does not take --save-activations, --checkpoint-every or --resume\n");
+        return 2;
+    }
+    if (p->refine_optr && !o->from_act) {
+        fprintf(stderr, "oscar-calibrate: --refine optr trains on stored calibration rows: give --from-activations "
+                        "STORE (write one with --save-activations); the layer-major pass keeps only held-out rows\n");
         return 2;
     }
     if (o->save_act && p->resume) {
@@ -265,6 +307,17 @@ static void print_gate(const struct oscar_calib_gate * g, const struct oscar_cal
             g->pass ? "PASS" : "FAIL: OSCAR is not below Hadamard and naive INT2");
 }
 
+// OptR's held-out losses per layer (mean over KV heads) and the heads that kept their refined R.
+static void print_refine(const struct oscar_calib_refine * r) {
+    fprintf(stderr, "optr: held-out loss (mean over KV heads), %d steps per phase, %d training sequences%s\n"
+                    " layer    K base    K kept  heads    V base    V kept  heads\n", (int) r->steps, (int) r->n_train_seq,
+            r->center ? ", keys centred (k_mean)" : "");
+    for (int32_t l = 0; l < r->n_layer; l++)
+        fprintf(stderr, " %5d %9.4g %9.4g  %d/%d  %9.4g %9.4g  %d/%d\n", (int) l, r->k_base[l], r->k_best[l],
+                (int) r->k_kept[l], (int) r->n_head_kv, r->v_base[l], r->v_best[l], (int) r->v_kept[l],
+                (int) r->n_head_kv);
+}
+
 // Calibration tokens per second of capture (forward + sums; held-out rows not counted).
 static double capture_rate(const struct oscar_calib_plan * plan, const struct oscar_calib_timing * t) {
     const double s = t->forward + t->accumulate;
@@ -273,12 +326,14 @@ static double capture_rate(const struct oscar_calib_plan * plan, const struct os
 
 // Corpus (or synthetic tokens for --random-init) -> plan -> the layer-major
 // pass (statistics and held-out rows), writing the store if asked.
-static enum oscar_status from_forward(const struct opts * o, struct oscar_model * m, struct oscar_tokenizer * tok,
+static enum oscar_status from_forward(const struct opts * o, const struct oscar_calib_engine * e,
+                                      struct oscar_tokenizer * tok,
                                       struct oscar_calib_params * p, struct oscar_calib_corpus * corpus,
                                       struct oscar_calib_plan * plan, struct oscar_calib_heldout * held,
                                       struct oscar_stats ** st, struct oscar_calib_timing * t) {
     struct oscar_actstore * w = NULL;
     const int64_t need = p->n_tokens + (int64_t) p->n_heldout * p->seq_len;
+    const struct oscar_model * m = e->m;
     enum oscar_status rc = o->random_init ? oscar_calib_synthetic_corpus(need, m->config.n_vocab, p->seed, corpus)
                                           : oscar_calib_corpus_load(tok, o->corpus, o->jsonl_field, need, corpus);
     if (rc == OSCAR_OK) rc = oscar_calib_plan_make(corpus, p, plan);
@@ -298,7 +353,7 @@ static enum oscar_status from_forward(const struct opts * o, struct oscar_model 
         if ((rc = oscar_actstore_create(o->save_act, &in, &w)) != OSCAR_OK) return rc;
         p->act_out = w;
     }
-    if ((rc = oscar_calib_capture(m, plan, p, st, held, t)) == OSCAR_OK && w) {
+    if ((rc = oscar_calib_capture(e, plan, p, st, held, t)) == OSCAR_OK && w) {
         double t0 = osc_now();
         rc = oscar_actstore_commit(w);   // frees w
         t->store += osc_now() - t0;
@@ -308,24 +363,6 @@ static enum oscar_status from_forward(const struct opts * o, struct oscar_model 
     oscar_actstore_free(w);   // failure: removes the temporary file
     p->act_out = NULL;
     return rc;
-}
-
-// Corpus (or synthetic tokens) -> plan -> held-out rows -> both passes through
-// the CUDA forward backend (lib/calibrate/capture-device.h).
-static enum oscar_status from_device(const struct opts * o, const struct oscar_model * m,
-                                     const struct oscar_model_config * random, struct oscar_tokenizer * tok,
-                                     struct oscar_calib_params * p, struct oscar_calib_corpus * corpus,
-                                     struct oscar_calib_plan * plan, struct oscar_calib_heldout * held,
-                                     struct oscar_stats ** st, struct oscar_calib_timing * t) {
-    int64_t need = p->n_tokens + (int64_t) p->n_heldout * p->seq_len;
-    enum oscar_status rc = random ? oscar_calib_synthetic_corpus(need, random->n_vocab, p->seed, corpus)
-                                  : oscar_calib_corpus_load(tok, o->corpus, o->jsonl_field, need, corpus);
-    if (rc == OSCAR_OK) rc = oscar_calib_plan_make(corpus, p, plan);
-    if (rc != OSCAR_OK) return rc;
-    struct oscar_calib_device d = {.device = o->device, .model = m, .random = random, .seed = p->seed,
-                                   .fp32 = o->gpu_fp32};
-    if ((rc = oscar_calib_device_heldout(&d, plan, p, held, t)) != OSCAR_OK) return rc;
-    return oscar_calib_device_accumulate(&d, plan, p, st, t);
 }
 
 // Store -> plan, held-out rows, both passes' statistics (no forward pass).
@@ -364,8 +401,9 @@ static enum oscar_status print_json(const struct opts * o, const struct oscar_ca
                                     double rss_mb, const char * summary_json) {
     json_error_t err;
     json_t * summary = json_loads(summary_json, 0, &err);
-    json_t * timing = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "forward", t->forward,
-                                "accumulate", t->accumulate, "eigh", t->eigh, "clip", t->clip, "gate", t->gate,
+    json_t * timing = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "forward", t->forward,
+                                "accumulate", t->accumulate, "eigh", t->eigh, "refine", t->refine, "clip", t->clip,
+                                "gate", t->gate,
                                 "heldout", t->heldout, "load", t->load, "store", t->store, "total", t->total, "tokens_per_s", capture_rate(plan, t));
     json_t * j = summary && timing
                      ? json_pack("{s:s, s:s, s:I, s:i, s:f, s:f, s:f, s:o, s:o}", "out", o->out, "source",
@@ -385,17 +423,20 @@ static enum oscar_status print_json(const struct opts * o, const struct oscar_ca
     return bad ? osc_error(OSCAR_ERR_IO, "--json: writing stdout failed") : OSCAR_OK;
 }
 
-// The model and tokenizer of --model, or for --random-init on the CPU the
-// weights materialised on the host (the generator and seed of
-// oscar_fwd_init_random's cpu backend); CUDA makes its random weights on the
-// device (*m stays NULL). The CPU's layer-major pass reads each layer when it
-// gets there (oscar_model_open); CUDA uploads the whole model and the store
-// replay takes every layer's W_O, so both load it.
-static enum oscar_status open_model(const struct opts * o, const struct oscar_model_config * shape, uint64_t seed,
-                                    struct oscar_model ** m, struct oscar_tokenizer ** tok) {
-    const bool streamed = !on_cuda(o) && !o->from_act;
-    if (o->random_init) return on_cuda(o) ? OSCAR_OK : oscar_model_open_random(shape, seed, m);
-    enum oscar_status st = streamed ? oscar_model_open(o->model, m) : oscar_model_load(o->model, m);
+// The model and tokenizer of --model (opened without the LM head, which no
+// calibration step reads: the layer-major pass reads each layer when it gets
+// there; a store replay takes every layer's W_O, so it loads), or for --random-init on the CPU the weights materialised layer by
+// layer on the host (oscar_model_open_random); CUDA makes its random weights on
+// the device and the pass gets the shape alone.
+static enum oscar_status open_model(const struct opts * o, struct oscar_model * shape, uint64_t seed,
+                                    struct oscar_calib_engine * e, struct oscar_tokenizer ** tok) {
+    *e = (struct oscar_calib_engine){.device = o->device, .fp32 = o->gpu_fp32};
+    if (o->random_init && on_cuda(o)) {
+        e->m = shape, e->random_on_device = true;
+        return OSCAR_OK;
+    }
+    if (o->random_init) return oscar_model_open_random(&shape->config, seed, &e->m);
+    enum oscar_status st = o->from_act ? oscar_model_load(o->model, &e->m) : oscar_model_open_no_head(o->model, &e->m);
     return st != OSCAR_OK ? st : oscar_tokenizer_load(o->model, tok);
 }
 
@@ -407,9 +448,10 @@ int main(int argc, char ** argv) {
     char ckpt[4096];
     snprintf(ckpt, sizeof(ckpt), "%s.ckpt", o.out);
     if (p.checkpoint_every > 0 || p.resume) p.checkpoint_path = ckpt;
-    struct oscar_model * m = NULL; struct oscar_tokenizer * tok = NULL; struct oscar_stats * st = NULL;
+    struct oscar_calib_engine eng = {0}; struct oscar_tokenizer * tok = NULL; struct oscar_stats * st = NULL;
     struct oscar_calib_corpus corpus = {0}; struct oscar_calib_plan plan = {0}; struct oscar_calib_heldout held = {0};
     struct oscar_calib_fit fit = {0}; struct oscar_calib_clip clip = {0}; struct oscar_calib_gate gate = {0};
+    struct oscar_calib_refine refine = {0};
     struct oscar_calib_timing t = {0}; struct oscar_artifact * art = NULL; struct oscar_actstore * store = NULL;
     double t0 = osc_now();
     char * model_path = NULL;
@@ -447,11 +489,13 @@ int main(int argc, char ** argv) {
     }
     if (base.id[0]) osc_info("base model %s (from %s)", base.id, base.id_from);
     else osc_info("no Hub id known for the base model (the card will say so; --base-model OWNER/NAME sets one)");
-    if (open_model(&o, &shape.config, p.seed, &m, &tok) ||
-        (on_cuda(&o) ? from_device(&o, m, o.random_init ? &shape.config : NULL, tok, &p, &corpus, &plan, &held, &st, &t)
-         : o.from_act ? from_store(&o, m, tok, &p, &store, &corpus, &plan, &held, &st, &t)
-                      : from_forward(&o, m, tok, &p, &corpus, &plan, &held, &st, &t)) ||
-        oscar_calib_fit_rotations(st, &p, &fit, &t) || oscar_calib_clip_search(&held, &fit, &p, &clip, &t) ||
+    if (open_model(&o, &shape, p.seed, &eng, &tok) ||
+        oscar_calib_check_target(&p, oscar_arch_name(eng.m->config.arch)) ||
+        (o.from_act ? from_store(&o, eng.m, tok, &p, &store, &corpus, &plan, &held, &st, &t)
+                    : from_forward(&o, &eng, tok, &p, &corpus, &plan, &held, &st, &t)) ||
+        oscar_calib_fit_rotations(st, &p, &fit, &t) ||
+        (p.refine_optr && oscar_calib_refine_optr(store, &plan, &held, &p, &fit, &refine, &t)) ||
+        oscar_calib_clip_search(&held, &fit, &p, &clip, &t) ||
         oscar_calib_gate_run(&held, &fit, &clip, &p, &gate, &t)) {
         fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
         goto out;
@@ -465,11 +509,9 @@ int main(int argc, char ** argv) {
     if (!gate.pass) osc_warn("the gate FAILED (OSCAR mean %.4g vs Hadamard %.4g, naive %.4g); writing the artifact marked FAILED (--strict writes nothing)",
                              gate.mean_oscar, gate.mean_hadamard, gate.mean_naive);
     t.total = osc_now() - t0;
-    if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){o.random_init ? &shape : m, tok, &corpus, &plan,
+    if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){eng.m, tok, &corpus, &plan,
                                                                     &base, o.datasets, o.n_datasets}, &p, &fit,
                                    &clip, &gate, &t, &art) ||
-        // the CUDA pass in bf16 feeds its Gram GEMMs bf16 q/k/v (backend/forward-backend.h)
-        (on_cuda(&o) && !o.gpu_fp32 && oscar_artifact_set_meta(art, "oscar.capture_dtype", "bfloat16")) ||
         oscar_artifact_write(art, o.out)) {
         fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
         goto out;
@@ -480,10 +522,11 @@ int main(int argc, char ** argv) {
     }
     double rss = oscar_calib_peak_rss_mb();
     if (report) {
-        fprintf(stderr, "timing: forward %.2fs  accumulate %.2fs  eigh %.2fs  clip %.2fs  gate %.2fs  held-out %.2fs  "
-                "load %.2fs  store %.2fs  total %.2fs  (capture %.1f calibration tok/s)\nwrote %s (%s)\n", t.forward,
-                t.accumulate, t.eigh, t.clip, t.gate, t.heldout, t.load, t.store, t.total, capture_rate(&plan, &t), o.out,
-                oscar_artifact_get_meta(art, "oscar.calib_tag"));
+        if (p.refine_optr) print_refine(&refine);
+        fprintf(stderr, "timing: forward %.2fs  accumulate %.2fs  eigh %.2fs  refine %.2fs  clip %.2fs  gate %.2fs  "
+                "held-out %.2fs  load %.2fs  store %.2fs  total %.2fs  (capture %.1f calibration tok/s)\nwrote %s (%s)\n",
+                t.forward, t.accumulate, t.eigh, t.refine, t.clip, t.gate, t.heldout, t.load, t.store, t.total,
+                capture_rate(&plan, &t), o.out, oscar_artifact_get_meta(art, "oscar.calib_tag"));
         fprintf(stderr, "peak RSS %.1f MiB\n", rss);
         if (t.device_peak_bytes)
             fprintf(stderr, "peak device memory in use %.2f GiB\n", (double) t.device_peak_bytes / 1073741824.0);
@@ -494,10 +537,12 @@ int main(int argc, char ** argv) {
     }
     rc = 0;
 out:
+    oscar_calib_refine_free(&refine);
     oscar_artifact_free(art); oscar_calib_gate_free(&gate); oscar_calib_clip_free(&clip); oscar_calib_fit_free(&fit);
     oscar_stats_free(st);
     oscar_calib_heldout_free(&held); oscar_calib_plan_free(&plan); oscar_calib_corpus_free(&corpus);
-    oscar_tokenizer_free(tok); oscar_model_free(m); oscar_actstore_free(store);
+    oscar_tokenizer_free(tok); oscar_actstore_free(store);
+    if (!eng.random_on_device) oscar_model_free(eng.m); // else the shape on the stack
     oscar_hub_free(&hub); free(model_path);
     return rc;
 }

@@ -18,6 +18,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/cli.h"
 #include "util/log.h"
+#include "util/target.h"
 #include "verify/verify.h"
 
 struct opts {
@@ -94,8 +95,13 @@ static void usage(FILE * f) {
             "                           LLAMA_KV_HP_SINK/RECENT (fork default 0/0 = no HP buffer, its README\n"
             "                           512/2048), an F16 ring decoded token by token (--page, --prompt unused);\n"
             "                           head_dim a multiple of 128, or n_head_kv*head_dim < 128\n"
+            "      --target oscar|sglang|llamacpp  the engine to measure for [oscar]: its sink/recent defaults\n"
+            "                           (sglang 32, 128, in multiples of 8; llamacpp 0, 0) and, for llamacpp with\n"
+            "                           --rotations, the methods bf16,q2_0\n"
             "      --tokens N           perplexity tokens, whole windows [ctx]\n"
-            "      --metric-tokens N    tokens of the per-layer metrics / drift pass [512]\n"
+            "      --metric-tokens N    tokens of the per-layer metrics / drift pass [512]\n",
+            OSCAR_VERIFY_METHODS_ALL, OSCAR_VERIFY_METHODS_NO_ARTIFACT);
+    fprintf(f, // in two parts: one string literal may hold at most 4095 characters (C99 5.2.4.1)
             "      --recall N           verbatim-recall probe: a 5-digit passcode sentence at N depths (1..%d) of a\n"
             "                           ctx-token window of the corpus, then a question; greedy retrieval with each\n"
             "                           method's cache (exact match per depth; one forward per depth and method)\n"
@@ -117,7 +123,7 @@ static void usage(FILE * f) {
             "      --json               report JSON on stdout instead of the table\n"
             "  -q, --quiet              no table, errors only\n"
             "      --version            the version and the build's git commit\n",
-            OSCAR_VERIFY_METHODS_ALL, OSCAR_VERIFY_METHODS_NO_ARTIFACT, OSCAR_RECALL_MAX_PROBES);
+            OSCAR_RECALL_MAX_PROBES);
 }
 
 static int bad(const char * what) {
@@ -136,15 +142,17 @@ static int bad(const char * what) {
     } while (0)
 
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_params * p, bool * quiet) {
-    enum { O_JF = 256, O_SINK, O_REC, O_PAGE, O_PROMPT, O_GS, O_SD, O_METH, O_TOK, O_MT, O_JSON, O_CARD, O_DEV, O_GPREC, O_FORCE, O_VER, O_SCORE, O_RECALL };
+    enum { O_JF = 256, O_SINK, O_REC, O_PAGE, O_PROMPT, O_GS, O_SD, O_METH, O_TOK, O_MT, O_JSON, O_CARD, O_DEV, O_GPREC, O_FORCE, O_VER, O_TARGET, O_SCORE, O_RECALL };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"rotations", 1, 0, 'r'}, {"corpus", 1, 0, 'f'}, {"jsonl-field", 1, 0, O_JF},
         {"ctx", 1, 0, 'c'}, {"sink", 1, 0, O_SINK}, {"recent", 1, 0, O_REC}, {"page", 1, 0, O_PAGE}, {"prompt", 1, 0, O_PROMPT},
         {"group-size", 1, 0, O_GS}, {"scale-dtype", 1, 0, O_SD}, {"methods", 1, 0, O_METH},
         {"tokens", 1, 0, O_TOK}, {"metric-tokens", 1, 0, O_MT}, {"report", 1, 0, 'o'},
         {"update-card", 0, 0, O_CARD}, {"force", 0, 0, O_FORCE}, {"device", 1, 0, O_DEV}, {"gpu-precision", 1, 0, O_GPREC}, {"threads", 1, 0, 't'}, {"json", 0, 0, O_JSON}, {"quiet", 0, 0, 'q'},
-        {"score-from", 1, 0, O_SCORE}, {"recall", 1, 0, O_RECALL}, {"version", 0, 0, O_VER}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    int c;
+        {"version", 0, 0, O_VER}, {"help", 0, 0, 'h'}, {"target", 1, 0, O_TARGET}, {"score-from", 1, 0, O_SCORE},
+        {"recall", 1, 0, O_RECALL}, {0, 0, 0, 0}};
+    const struct oscar_target_profile * target = oscar_target_get(OSCAR_TARGET_OSCAR);
+    int c, window_set = 0; // bits: --sink, --recent given
     while ((c = getopt_long(argc, argv, "m:r:f:c:o:t:qh", lo, NULL)) != -1) {
         switch (c) {
         case 'm': o->model = optarg; break;
@@ -152,8 +160,9 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_pa
         case 'f': o->corpus = optarg; break;
         case O_JF: o->jsonl_field = optarg; break;
         case 'c': NUM(osc_parse_i32("--ctx", optarg, 2, MAX_SEQ, &p->ctx)); break;
-        case O_SINK: NUM(osc_parse_i32("--sink", optarg, 0, MAX_SEQ, &p->sink)); break;
-        case O_REC: NUM(osc_parse_i32("--recent", optarg, 0, MAX_SEQ, &p->recent)); break;
+        case O_SINK: NUM(osc_parse_i32("--sink", optarg, 0, MAX_SEQ, &p->sink)); window_set |= 1; break;
+        case O_REC: NUM(osc_parse_i32("--recent", optarg, 0, MAX_SEQ, &p->recent)); window_set |= 2; break;
+        case O_TARGET: NUM(osc_parse_target("--target", optarg, &target)); break;
         case O_PAGE: NUM(osc_parse_i32("--page", optarg, 1, MAX_SEQ, &p->page)); break;
         case O_PROMPT: NUM(osc_parse_i32("--prompt", optarg, 0, MAX_SEQ, &p->prompt)); break;
         case O_GS: NUM(osc_parse_i32("--group-size", optarg, 0, MAX_GROUP, &p->group_size)); break;
@@ -185,6 +194,15 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_pa
         }
     }
     if (optind != argc) return bad("unexpected argument");
+    if (target->has_window && !(window_set & 1)) p->sink = target->sink;     // the engine's defaults
+    if (target->has_window && !(window_set & 2)) p->recent = target->recent;
+    if (p->sink % target->window_align || p->recent % target->window_align) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "--target %s: --sink and --recent must be multiples of %d (the engine's INT2 page)",
+                 target->name, (int) target->window_align);
+        return bad(msg);
+    }
+    if (!p->methods && o->rotations && target->id == OSCAR_TARGET_LLAMACPP) p->methods = "bf16,q2_0";
     if (!o->model || !o->corpus) return bad("--model and --corpus are required");
     if ((p->prompt && p->prompt < p->sink) || p->prompt > p->ctx)
         return bad("--prompt must lie between --sink and --ctx");

@@ -6,7 +6,8 @@
 //   oscar-zoo list ID [--revision R] [--cache-dir C]
 //   oscar-zoo search BASE_MODEL [--author A] [--limit N] [--details] [--cache-dir C]
 //   oscar-zoo info ID [--revision R]
-//   oscar-zoo export ARTIFACT --format pt|gguf --out PATH [--base BASE.gguf] [--qk-order auto|hf|ggml] [--force]
+//   oscar-zoo export ARTIFACT [--target sglang|llamacpp|oscar] [--format pt|gguf] --out PATH [--base BASE.gguf]
+//                    [--qk-order auto|hf|ggml] [--force]
 //   oscar-zoo import SRC [V.pt] --out DIR [--model M] [--base-model ID] [--k-mean F] [--k-clip R] [--v-clip R]
 //   global options, before or after the command: -q/--quiet, --json, --token T, --offline, -h/--help, --version
 //
@@ -26,12 +27,15 @@
 #include "formats/oscar-artifact.h"
 #include "formats/oscar-export.h"
 #include "formats/oscar-import.h"
+#include "formats/oscar-serve.h"
 #include "calibrate/base-model.h"
 #include "model/model.h"
 #include "hub/hub.h"
 #include "oscar.h"
 #include "util/log.h"
 #include "util/cli.h"
+#include "util/fs.h"
+#include "util/target.h"
 #include "util/version.h"
 
 struct args {
@@ -39,7 +43,8 @@ struct args {
     const char *           target; // the command's argument: DIR, ID, ARTIFACT, BASE_MODEL or SRC
     const char *           target2; // import: the V file after the K file, or NULL
     const char *           repo, * path, * revision, * local_dir, * cache_dir, * message, * token;
-    const char *           format, * out, * base, * qk_order; // export
+    const char *           format, * out, * base, * qk_order, * target_name; // export
+    const struct oscar_target_profile * profile;              // export: --target, or the --format's engine
     const char *           author, * limit_text;              // search
     const char *           model, * base_model, * k_mean, * k_clip_text, * v_clip_text; // import
     float                  k_clip, v_clip;
@@ -60,7 +65,7 @@ struct command {
 
 enum { O_REPO = 256, O_PIR, O_REV, O_PRIV, O_MSG, O_PATH, O_LDIR, O_CDIR, O_NOCARD, O_FORMAT, O_OUT, O_BASE, O_QK,
        O_FORCE, O_AUTHOR, O_LIMIT, O_DETAILS, O_JSON, O_TOKEN, O_OFF, O_VERSION, O_MODEL, O_BASEMODEL, O_KMEAN,
-       O_KCLIP, O_VCLIP };
+       O_KCLIP, O_VCLIP, O_TARGET };
 
 static const struct option global_opts[] = {
     { "json", no_argument, 0, O_JSON },   { "quiet", no_argument, 0, 'q' },      { "token", required_argument, 0, O_TOKEN },
@@ -376,12 +381,29 @@ static const struct option export_opts[] = {
     { "format", required_argument, 0, O_FORMAT }, { "out", required_argument, 0, O_OUT },
     { "base", required_argument, 0, O_BASE },     { "qk-order", required_argument, 0, O_QK },
     { "force", no_argument, 0, O_FORCE },         { "cache-dir", required_argument, 0, O_CDIR },
-    { 0, 0, 0, 0 },
+    { "target", required_argument, 0, O_TARGET }, { 0, 0, 0, 0 },
 };
 
+// --target and --format fix each other: sglang reads the .pt pair, llamacpp the GGUF; the oscar
+// target (no engine) needs --format.
 static int export_check(struct args * a) {
-    if (!a->format || !a->out || (strcmp(a->format, "pt") && strcmp(a->format, "gguf"))) {
-        fputs("oscar-zoo export: --format pt|gguf and --out are required\n", stderr);
+    if (a->target_name && osc_parse_target("--target", a->target_name, &a->profile) != OSCAR_OK) {
+        fprintf(stderr, "oscar-zoo export: %s\n", oscar_last_error());
+        return -1;
+    }
+    if (a->format && strcmp(a->format, "pt") && strcmp(a->format, "gguf")) {
+        fputs("oscar-zoo export: --format wants pt or gguf\n", stderr);
+        return -1;
+    }
+    if (!a->format && a->profile) a->format = a->profile->format;
+    if (!a->format || !a->out) {
+        fputs("oscar-zoo export: --out and --format pt|gguf (or --target sglang|llamacpp) are required\n", stderr);
+        return -1;
+    }
+    if (!a->profile) a->profile = oscar_target_get(!strcmp(a->format, "pt") ? OSCAR_TARGET_SGLANG : OSCAR_TARGET_LLAMACPP);
+    if (a->profile->format && strcmp(a->profile->format, a->format)) {
+        fprintf(stderr, "oscar-zoo export: --target %s reads --format %s, not %s\n", a->profile->name,
+                a->profile->format, a->format);
         return -1;
     }
     if ((a->base || a->qk_order) && strcmp(a->format, "gguf")) {
@@ -395,36 +417,80 @@ static int export_check(struct args * a) {
     return 0;
 }
 
+// The directory serve.env goes into: the .pt directory, or the GGUF's (malloc'ed).
+static char * serve_env_path(const struct args * a) {
+    if (!strcmp(a->format, "pt")) return osc_path_join(a->out, "serve.env");
+    const char * slash = strrchr(a->out, '/');
+    if (!slash) return strdup("serve.env");
+    char * dir = strndup(a->out, (size_t) (slash - a->out) + 1);
+    char * p = dir ? osc_path_join(dir, "serve.env") : NULL;
+    free(dir);
+    return p;
+}
+
+// The recipe of the written files: printed (stdout), written to serve.env, and into *json as
+// "env", "model_line", "command", "notes" and "serve_env" (--json). The oscar target has none.
+static enum oscar_status serve(const struct oscar_artifact * art, const struct args * a,
+                               const struct oscar_serve_files * f, json_t * json) {
+    const struct oscar_target_profile * t = a->profile;
+    json_object_set_new(json, "target", json_string(t->name));
+    if (t->id == OSCAR_TARGET_OSCAR) {
+        if (!a->quiet && !a->json)
+            fprintf(stderr, "target oscar: no engine's limits checked and no serve recipe (use --target sglang or "
+                            "llamacpp for that)\n");
+        json_object_set_new(json, "serve_env", json_null());
+        return OSCAR_OK;
+    }
+    struct oscar_serve_recipe r;
+    char * text = NULL, * path = serve_env_path(a), header[1024];
+    enum oscar_status st = path ? oscar_serve_recipe(art, t, f, &r) : osc_error(OSCAR_ERR_NOMEM, "out of memory");
+    snprintf(header, sizeof header, "serve with %s (target %s): source this file, or run its lines\n"
+             "written by oscar-zoo export %s (%s)", t->engine, t->name, OSCAR_VERSION, oscar_build_commit());
+    if (st == OSCAR_OK) st = oscar_serve_text(&r, header, &text);
+    if (st == OSCAR_OK) st = osc_write_file_atomic(path, text, strlen(text));
+    if (st == OSCAR_OK && a->json) {
+        json_t * e = json_object(), * notes = json_array();
+        for (int32_t i = 0; i < r.n_env; i++) json_object_set_new(e, r.env[i].name, json_string(r.env[i].value));
+        for (int32_t i = 0; i < r.n_notes; i++) json_array_append_new(notes, json_string(r.notes[i]));
+        json_object_set_new(json, "env", e);
+        json_object_set_new(json, "notes", notes);
+        json_object_set_new(json, "command", json_string(r.command));
+        if (r.model_line[0]) json_object_set_new(json, "model_line", json_string(r.model_line));
+        json_object_set_new(json, "serve_env", json_string(path));
+    } else if (st == OSCAR_OK) {
+        fputs(text, stdout);
+        for (int32_t i = 0; i < r.n_notes && !a->quiet; i++) osc_warn("%s", r.notes[i]);
+        if (!a->quiet) fprintf(stderr, "wrote %s\n", path);
+    }
+    free(text);
+    free(path);
+    return st;
+}
+
 static enum oscar_status export_pt(const struct oscar_artifact * art, const struct args * a) {
     char *            kp = NULL, * vp = NULL;
-    enum oscar_status st = oscar_export_pt(art, a->out, &kp, &vp);
+    enum oscar_status st = oscar_serve_check(art, a->profile, NULL);
+    if (st == OSCAR_OK) st = oscar_export_pt(art, a->out, &kp, &vp);
     if (st != OSCAR_OK) {
         return st;
     }
-    char *       kabs = realpath(kp, NULL), * vabs = realpath(vp, NULL);
-    const char * kc   = oscar_artifact_get_meta(art, "oscar.k_clip_ratio");
-    const char * vc   = oscar_artifact_get_meta(art, "oscar.v_clip_ratio");
-    if (a->json) {
-        print_json(json_pack("{s:s, s:s, s:s, s:i, s:{s:s, s:s, s:s?, s:s?}}", "format", "pt", "k_rotation",
-                             kabs ? kabs : kp, "v_rotation", vabs ? vabs : vp, "format_version",
-                             art->per_head ? 2 : 1, "env", "SGLANG_OSCAR_K_ROTATION_PATH", kabs ? kabs : kp,
-                             "SGLANG_OSCAR_V_ROTATION_PATH", vabs ? vabs : vp, "SGLANG_OSCAR_K_CLIP_RATIO", kc,
-                             "SGLANG_OSCAR_V_CLIP_RATIO", vc));
-    } else {
-        if (!a->quiet) fprintf(stderr, "wrote %s\nwrote %s\n", kp, vp);
-        printf("SGLANG_OSCAR_K_ROTATION_PATH=%s SGLANG_OSCAR_V_ROTATION_PATH=%s SGLANG_OSCAR_K_CLIP_RATIO=%s "
-               "SGLANG_OSCAR_V_CLIP_RATIO=%s\n",
-               kabs ? kabs : kp, vabs ? vabs : vp, kc ? kc : "0.96", vc ? vc : "0.92");
-    }
+    char * kabs = realpath(kp, NULL), * vabs = realpath(vp, NULL);
+    json_t * j = json_pack("{s:s, s:s, s:s, s:i}", "format", "pt", "k_rotation", kabs ? kabs : kp, "v_rotation",
+                           vabs ? vabs : vp, "format_version", art->per_head ? 2 : 1);
+    if (!a->quiet && !a->json) fprintf(stderr, "wrote %s\nwrote %s\n", kp, vp);
+    struct oscar_serve_files f = { .k_pt = kabs ? kabs : kp, .v_pt = vabs ? vabs : vp };
+    st = j ? serve(art, a, &f, j) : osc_error(OSCAR_ERR_NOMEM, "out of memory");
+    if (st == OSCAR_OK && a->json) print_json(j);
+    else json_decref(j);
     free(kabs);
     free(vabs);
     free(kp);
     free(vp);
-    return OSCAR_OK;
+    return st;
 }
 
 static enum oscar_status export_gguf(const struct oscar_artifact * art, const struct args * a) {
-    struct oscar_export_gguf_opts o = { .base = a->base, .qk_order = OSCAR_EXPORT_QK_AUTO };
+    struct oscar_export_gguf_opts o = { .base = a->base, .qk_order = OSCAR_EXPORT_QK_AUTO, .target = a->profile };
     bool                          permuted = false;
     if (a->qk_order && !strcmp(a->qk_order, "hf")) o.qk_order = OSCAR_EXPORT_QK_HF;
     if (a->qk_order && !strcmp(a->qk_order, "ggml")) o.qk_order = OSCAR_EXPORT_QK_GGML;
@@ -432,17 +498,18 @@ static enum oscar_status export_gguf(const struct oscar_artifact * art, const st
     if (st != OSCAR_OK) {
         return st;
     }
-    const char * kc = oscar_artifact_get_meta(art, "oscar.k_clip_ratio");
-    if (a->json) {
-        print_json(json_pack("{s:s, s:s, s:s?, s:s}", "format", "gguf", "out", a->out, "base", a->base, "qk_order",
-                             permuted ? "ggml" : "hf"));
-    } else {
-        if (!a->quiet) fprintf(stderr, "wrote %s (%d layers, K rotation in %s order%s)\n", a->out, (int) art->n_layer,
+    if (!a->quiet && !a->json)
+        fprintf(stderr, "wrote %s (%d layers, K rotation in %s order%s)\n", a->out, (int) art->n_layer,
                 permuted ? "ggml" : "HF", a->base ? ", baked into the base model" : "");
-        printf("LLAMA_KV_NO_HADAMARD=1 LLAMA_KV_CLIP_RATIO=%s  (llama.cpp fork: --cache-type-k q2_0 --cache-type-v q2_0)\n",
-               kc ? kc : "0.96");
-    }
-    return OSCAR_OK;
+    char * abs = realpath(a->out, NULL);
+    json_t * j = json_pack("{s:s, s:s, s:s?, s:s}", "format", "gguf", "out", abs ? abs : a->out, "base", a->base,
+                           "qk_order", permuted ? "ggml" : "hf");
+    struct oscar_serve_files f = { .gguf = abs ? abs : a->out };
+    st = j ? serve(art, a, &f, j) : osc_error(OSCAR_ERR_NOMEM, "out of memory");
+    if (st == OSCAR_OK && a->json) print_json(j);
+    else json_decref(j);
+    free(abs);
+    return st;
 }
 
 static enum oscar_status export_run(struct oscar_hub * hub, const struct args * a) {
@@ -601,15 +668,24 @@ static const struct command commands[] = {
     { "info", "ID [options]", "repo summary: commit, visibility, file count",
       "  --revision R          branch, tag or commit (default main)\n",
       info_opts, NULL, info_run, 1 },
-    { "export", "ARTIFACT --format pt|gguf --out PATH [options]",
-      "convert an artifact (directory or Hub owner/name[@rev][:path]) for an engine",
-      "  --format pt --out DIR         k_rotation_<obj>.pt + v_rotation_<obj>.pt (SGLang OSCAR fork)\n"
-      "  --format gguf --out FILE      rotation tensors for the OSCAR llama.cpp fork\n"
+    { "export", "ARTIFACT --target sglang|llamacpp|oscar --out PATH [options]",
+      "convert an artifact (directory or Hub owner/name[@rev][:path]) for an engine, with its serve recipe",
+      "  --target sglang               the SGLang OSCAR fork: --format pt (the default target of pt)\n"
+      "  --target llamacpp             the OSCAR llama.cpp fork: --format gguf --base (the default of gguf)\n"
+      "  --target oscar                no engine's limits: per-KV-head .pt (format_version 2), standalone or\n"
+      "                                non-qwen3 GGUF; no serve recipe\n"
+      "  --format pt --out DIR         k_rotation_<obj>.pt + v_rotation_<obj>.pt (+ serve.env)\n"
+      "  --format gguf --out FILE      rotation tensors as blk.N.attn_{k,v}_rot.weight (+ serve.env beside it)\n"
       "  --base MODEL.gguf             (gguf) bake them into a copy of MODEL.gguf\n"
       "  --qk-order auto|hf|ggml       (gguf) K rotation order (auto: ggml for llama-arch targets)\n"
       "  --force                       export an artifact that fails its integrity checks (sha256\n"
       "                                in oscar.json, orthogonality), with a warning\n"
-      "  --cache-dir C                 the HF cache for a Hub ARTIFACT\n",
+      "  --cache-dir C                 the HF cache for a Hub ARTIFACT\n"
+      "An engine target refuses what the engine cannot load (per-KV-head rotations; for llamacpp a\n"
+      "non-qwen3 model or a standalone file; for sglang a sink/recent that is not a multiple of 8), saying\n"
+      "what would work. The recipe (export VAR=value lines and the launch command) goes to stdout, to\n"
+      "serve.env in the export's directory and to --json (env, command, notes, serve_env); notes say where\n"
+      "serving differs from what oscar measured (clips chosen for another target, another quantizer).\n",
       export_opts, export_check, export_run, 1 },
     { "import", "SRC [V.pt] --out DIR [options]",
       "reference OSCAR .pt rotations (a zoo folder, or the K and V files) -> an oscar artifact",
@@ -677,6 +753,7 @@ static void set_option(struct args * a, int c, char * arg) {
         case O_OUT: a->out = arg; break;
         case O_BASE: a->base = arg; break;
         case O_QK: a->qk_order = arg; break;
+        case O_TARGET: a->target_name = arg; break;
         case O_FORCE: a->force = 1; break;
         case O_AUTHOR: a->author = arg; break;
         case O_LIMIT: a->limit_text = arg; break;

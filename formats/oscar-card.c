@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "formats/oscar-artifact.h"
+#include "formats/oscar-serve.h"
 #include "hub/hub.h"
 
 static const char * meta(const struct oscar_artifact * a, const char * key) {
@@ -99,13 +100,40 @@ static void usage_section(FILE * m, const struct oscar_artifact * a, const char 
                "Face model directory).\n\n```sh\n", model);
     fprintf(m, "oscar-zoo pull <repo> --path <path>                 # into the shared HF cache\n"
                "# SGLang OSCAR fork: k_rotation_<obj>.pt + v_rotation_<obj>.pt\n"
-               "oscar-zoo export <repo>:<path> --format pt --out rot/\n"
+               "oscar-zoo export <repo>:<path> --target sglang --out rot/\n"
                "# llama.cpp OSCAR fork: the rotation tensors baked into a copy of the model's GGUF\n"
-               "oscar-zoo export <repo>:<path> --format gguf --base \"$M\" --out model-oscar.gguf\n"
+               "oscar-zoo export <repo>:<path> --target llamacpp --base \"$M\" --out model-oscar.gguf\n"
                "# measure them on your own text (checks that $M has sha256 %.12s...)\n"
                "oscar-verify --model \"$M\" --rotations <repo>:<path> --corpus <text-file> "
                "--methods bf16,hadamard,oscar\n```\n\n",
             meta(a, "oscar.base_model_sha256"));
+}
+
+// The serve recipe of each engine that can load the artifact (oscar-serve.h), with the file names
+// the usage block's export commands write; or why none can.
+static void serve_section(FILE * m, const struct oscar_artifact * a) {
+    static const enum oscar_target engines[] = {OSCAR_TARGET_SGLANG, OSCAR_TARGET_LLAMACPP};
+    const char * target = oscar_artifact_get_meta(a, "oscar.target");
+    char k_pt[300], v_pt[300];
+    snprintf(k_pt, sizeof k_pt, "rot/k_rotation_%s.pt", meta(a, "oscar.k_objective"));
+    snprintf(v_pt, sizeof v_pt, "rot/v_rotation_%s.pt", meta(a, "oscar.v_objective"));
+    struct oscar_serve_files f = {.k_pt = k_pt, .v_pt = v_pt, .gguf = "model-oscar.gguf"};
+    fprintf(m, "## Serving\n\nClips chosen for target `%s` (`oscar-calibrate --target`). After the exports above, "
+               "these lines serve the artifact (`oscar-zoo export` writes them, with absolute paths, to "
+               "`serve.env` beside its output):\n\n", target ? target : "oscar");
+    for (size_t i = 0; i < sizeof engines / sizeof engines[0]; i++) {
+        const struct oscar_target_profile * t = oscar_target_get(engines[i]);
+        struct oscar_serve_gguf g = {.base_arch = meta(a, "oscar.architecture")}; // the base is the model's GGUF
+        struct oscar_serve_recipe r;
+        char * text = NULL;
+        if (oscar_serve_check(a, t, t->id == OSCAR_TARGET_LLAMACPP ? &g : NULL) != OSCAR_OK) {
+            fprintf(m, "- %s: not servable: %s\n\n", t->engine, oscar_last_error());
+            continue;
+        }
+        if (oscar_serve_recipe(a, t, &f, &r) != OSCAR_OK || oscar_serve_text(&r, NULL, &text) != OSCAR_OK) continue;
+        fprintf(m, "%s (`--target %s`):\n\n```sh\n%s```\n\n", t->engine, t->name, text);
+        free(text);
+    }
 }
 
 static void files_section(FILE * m, const struct oscar_artifact * a) {
@@ -116,10 +144,10 @@ static void files_section(FILE * m, const struct oscar_artifact * a) {
     fprintf(m, "Files: `oscar.safetensors` (tensors `layers.{i}.{k,v}_rotation`, `{k,v}_eigenvalues`, "
                "`{k,v}_clip`; rows act as `x_rot = x·R`, Hugging Face head-dim order), `oscar.json` "
                "(metadata + verification summary).\n\n");
-    fprintf(m, "Engine settings: `SGLANG_OSCAR_K_CLIP_RATIO=%s SGLANG_OSCAR_V_CLIP_RATIO=%s`, group size %s, "
-               "scale dtype %s, sink %s, recent %s.\n\n",
-            meta(a, "oscar.k_clip_ratio"), meta(a, "oscar.v_clip_ratio"), meta(a, "oscar.group_size"),
-            meta(a, "oscar.scale_dtype"), meta(a, "oscar.sink"), meta(a, "oscar.recent"));
+    fprintf(m, "Engine settings: K clip %s, V clip %s (%s clips), group size %s, scale dtype %s, sink %s, "
+               "recent %s; the recipes under *Serving* set them.\n\n",
+            meta(a, "oscar.k_clip_ratio"), meta(a, "oscar.v_clip_ratio"), meta(a, "oscar.clip_granularity"),
+            meta(a, "oscar.group_size"), meta(a, "oscar.scale_dtype"), meta(a, "oscar.sink"), meta(a, "oscar.recent"));
 }
 
 static void strict_section(FILE * m, const char * gate) {
@@ -165,6 +193,7 @@ enum oscar_status oscar_artifact_card(const struct oscar_artifact * a, char ** t
     base_model_section(m, a, id, license);
     data_section(m, a, ds, n_ds);
     usage_section(m, a, id);
+    serve_section(m, a);
     files_section(m, a);
     if (a->card_markdown) fprintf(m, "%s\n", a->card_markdown);
     strict_section(m, gate);

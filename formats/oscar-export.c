@@ -13,6 +13,7 @@
 
 #include "formats/gguf-writer.h"
 #include "formats/gguf.h"
+#include "formats/oscar-serve.h"
 #include "formats/pt-writer.h"
 #include "util/fs.h"
 
@@ -150,7 +151,8 @@ enum oscar_status oscar_export_gguf(const struct oscar_artifact * a, const char 
     enum oscar_status        st;
     if (a->per_head)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "artifact has per-KV-head rotations; the llama.cpp fork takes one "
-                         "[D,D] rotation per layer (use --format pt, which writes format_version 2)");
+                         "[D,D] rotation per layer (no engine loads per-KV-head rotations today: calibrate with --rotation-grouping layer; "
+                         "--format pt --target oscar writes them as format_version 2)");
     if ((st = check_hf_order(a)) != OSCAR_OK) return st;
     if (o->base) {
         if ((st = osc_gguf_open(o->base, &g)) != OSCAR_OK) return osc_error_prefix(st, "--base");
@@ -160,6 +162,8 @@ enum oscar_status oscar_export_gguf(const struct oscar_artifact * a, const char 
     } else {
         snprintf(arch_buf, sizeof arch_buf, "%s", meta_or(a, "oscar.architecture", ""));
     }
+    struct oscar_serve_gguf sg = {.base_arch = o->base ? arch_buf : NULL};
+    if (o->target && (st = oscar_serve_check(a, o->target, &sg)) != OSCAR_OK) goto out;
     bool permute = o->qk_order == OSCAR_EXPORT_QK_GGML || (o->qk_order == OSCAR_EXPORT_QK_AUTO && !strcmp(arch_buf, "llama"));
     if (permute && a->head_dim % 2) {
         st = osc_error(OSCAR_ERR_INVALID, "cannot permute an odd head_dim %d", (int) a->head_dim);

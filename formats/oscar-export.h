@@ -38,13 +38,17 @@ enum oscar_export_qk_order {
     OSCAR_EXPORT_QK_GGML,     // always permute the K rotation
 };
 
+struct oscar_target_profile;
+
 struct oscar_export_gguf_opts {
     const char *               base;     // base model GGUF to bake into, or NULL for a standalone file
     enum oscar_export_qk_order qk_order;
+    const struct oscar_target_profile * target; // refuse what it cannot load (oscar-serve.h), or NULL
 };
 
 // Writes the GGUF export to out_path. *permuted (may be NULL) tells whether
-// the K rotation was moved to ggml order.
+// the K rotation was moved to ggml order. With o->target, oscar_serve_check runs
+// first on the base's architecture (nothing is written when it refuses).
 enum oscar_status oscar_export_gguf(const struct oscar_artifact * a, const char * out_path,
                                     const struct oscar_export_gguf_opts * o, bool * permuted);
 

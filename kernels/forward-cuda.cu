@@ -10,7 +10,9 @@
 // element and cuBLAS type f->wtype, and the act_* helpers pick the kernel overload.
 //
 // Memory: weights and a workspace sized once from max_tokens at init; run and
-// end_pass allocate nothing on the device. It refuses head_dim > 256 or odd and
+// end_pass allocate nothing on the device. The layer-major pass (p.layered; the
+// section at the end) keeps the embedding and two layer slots instead of every
+// layer, the hidden states of all rows of the pass, and one layer's kept K/V. It refuses head_dim > 256 or odd and
 // batches the CPU pass would refuse. An attention override
 // (oscar-verify's simulated quantized cache) runs on the host: q/k/v go to the
 // host, the callback's output comes back (a verification path, not a fast one).
@@ -61,6 +63,7 @@ struct cuda_fwd {
     int32_t max_tokens;
     cudaStream_t stream;
     cublasHandle_t blas;
+    uint64_t seed;        // of the random weights (init_random)
     void * allocs[MAX_ALLOCS];
     int32_t n_allocs;
     int64_t weight_bytes, work_bytes, used_max;
@@ -74,7 +77,9 @@ struct cuda_fwd {
     void * out_w;         // [V, C] (== embd when tied)
     float * out_norm;     // [C]
     float * inv_freq;     // [D/2]
-    struct dlayer * layers; // host array [L] of device pointers
+    struct dlayer * layers; // host array [L] of device pointers (layered: into the slots)
+    struct dlayer slots[2]; // layered: layer l runs from slot l % 2
+    float * stage;          // layered, bf16: fp32 staging of weight uploads [STAGE_FLOATS]
     // workspace
     int32_t * d_tok;      // [T]
     int32_t * d_pos;      // [T]
@@ -125,6 +130,12 @@ struct cuda_fwd {
     // profile (OSCAR_FWD_PROFILE=1)
     cudaEvent_t * ev;                   // [L, N_STAGES + 1] or NULL
     double stage_ms[N_STAGES];
+    // layer-major pass
+    float * rows;                       // [n_rows, C] hidden states of every row of the pass
+    float * keep_k, * keep_v;           // [n_keep, Hkv, D] this layer's calibration K/V (SST), or NULL
+    int64_t n_rows, n_keep;
+    int64_t layer_tok;                  // tokens of this layer's sums so far
+    bool sums_now;                      // the batch in flight feeds the sums
     // host hook staging
     float * hq, * hk, * hv, * hatt, * hx;
     float * h_wo;                       // pinned [C, Q] staging of copy_wo (allocated at first use)
@@ -214,10 +225,10 @@ static enum oscar_status alloc_weights(struct cuda_fwd * f) {
     if (!f->layers) return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
     OSCAR_CUDA_CHECK(dalloc_w(f, &f->embd, V * C, true));
     f->out_w = f->embd;
-    if (!c->tied_embeddings) OSCAR_CUDA_CHECK(dalloc_w(f, &f->out_w, V * C, true));
+    if (!c->tied_embeddings && !f->p.layered) OSCAR_CUDA_CHECK(dalloc_w(f, &f->out_w, V * C, true));
     OSCAR_CUDA_CHECK(dalloc(f, &f->out_norm, C, true));
     // one slab per kind of tensor keeps the allocation count independent of L
-    const size_t L = (size_t) c->n_layer;
+    const size_t L = f->p.layered ? 2 : (size_t) c->n_layer; // layered: the two slots
     float * norms;
     void * mats;
     const size_t n_norm = 2 * C + (c->qk_norm ? 2 * D : 0) + (c->qkv_bias ? NQKV : 0);
@@ -225,7 +236,7 @@ static enum oscar_status alloc_weights(struct cuda_fwd * f) {
     OSCAR_CUDA_CHECK(dalloc(f, &norms, L * n_norm, true));
     OSCAR_CUDA_CHECK(dalloc_w(f, &mats, L * n_mat, true));
     for (size_t l = 0; l < L; l++) {
-        struct dlayer * w = &f->layers[l];
+        struct dlayer * w = f->p.layered ? &f->slots[l] : &f->layers[l];
         float * p = norms + l * n_norm;
         w->attn_norm = p, p += C;
         w->ffn_norm = p, p += C;
@@ -240,20 +251,36 @@ static enum oscar_status alloc_weights(struct cuda_fwd * f) {
     return OSCAR_OK;
 }
 
+static enum oscar_status upload_layer(struct cuda_fwd * f, const struct dlayer * d, const struct oscar_layer_weights * w,
+                                      float * stage);
+
 static enum oscar_status upload_model(struct cuda_fwd * f, const struct oscar_model * mdl) {
     const struct oscar_model_config * c = &f->c;
-    const size_t C = (size_t) c->n_embd, D = (size_t) c->head_dim, Q = (size_t) c->n_head * D;
-    const size_t KV = (size_t) c->n_head_kv * D, F = (size_t) c->n_ff, V = (size_t) c->n_vocab;
+    const size_t C = (size_t) c->n_embd, V = (size_t) c->n_vocab;
     float * stage = NULL;
     enum oscar_status st = OSCAR_OK;
     if (!f->p.fp32) OSCAR_CUDA_CHECK(cudaMalloc((void **) &stage, STAGE_FLOATS * sizeof(float)));
 #define UP(call) do { st = (call); if (st != OSCAR_OK) goto out; } while (0)
     UP(upload_w(f, f->embd, mdl->tok_embd, V * C, stage));
-    if (!c->tied_embeddings) UP(upload_w(f, f->out_w, mdl->output, V * C, stage));
+    if (!c->tied_embeddings && !f->p.layered) UP(upload_w(f, f->out_w, mdl->output, V * C, stage));
     UP(upload_f32(f, f->out_norm, mdl->output_norm, C));
-    for (int32_t l = 0; l < c->n_layer; l++) {
-        const struct oscar_layer_weights * w = &mdl->layers[l];
-        const struct dlayer * d = &f->layers[l];
+    for (int32_t l = 0; l < c->n_layer && !f->p.layered; l++) UP(upload_layer(f, &f->layers[l], &mdl->layers[l], stage));
+#undef UP
+    OSCAR_CUDA_TRY(cudaStreamSynchronize(f->stream));
+out:
+    cudaFree(stage);
+    return st;
+}
+
+// One layer's host fp32 weights into d (bf16, or fp32 in the fp32 mode), through stage.
+static enum oscar_status upload_layer(struct cuda_fwd * f, const struct dlayer * d, const struct oscar_layer_weights * w,
+                                      float * stage) {
+    const struct oscar_model_config * c = &f->c;
+    const size_t C = (size_t) c->n_embd, D = (size_t) c->head_dim, Q = (size_t) c->n_head * D;
+    const size_t KV = (size_t) c->n_head_kv * D, F = (size_t) c->n_ff;
+    enum oscar_status st = OSCAR_OK;
+#define UP(call) do { st = (call); if (st != OSCAR_OK) return st; } while (0)
+    {
         UP(upload_f32(f, d->attn_norm, w->attn_norm, C));
         UP(upload_f32(f, d->ffn_norm, w->ffn_norm, C));
         if (c->qk_norm) {
@@ -274,9 +301,6 @@ static enum oscar_status upload_model(struct cuda_fwd * f, const struct oscar_mo
         UP(upload_w(f, d->wdown, w->w_down, C * F, stage));
     }
 #undef UP
-    OSCAR_CUDA_TRY(cudaStreamSynchronize(f->stream));
-out:
-    cudaFree(stage);
     return st;
 }
 
@@ -287,17 +311,31 @@ static cudaError_t random_w(struct cuda_fwd * f, void * dst, int64_t n, uint64_t
     return osc_fwd_random_bf16((osc_bf16 *) dst, n, seed, tensor, f->stream);
 }
 
+static enum oscar_status random_layer(struct cuda_fwd * f, const struct dlayer * d, int32_t l, uint64_t seed);
+
 // Tensor ids for the generator: 1 + 16 l + kind (0 for the embedding, 15 for the LM head).
 static enum oscar_status random_model(struct cuda_fwd * f, uint64_t seed) {
     const struct oscar_model_config * c = &f->c;
-    const int64_t C = c->n_embd, D = c->head_dim, Q = (int64_t) c->n_head * D, KV = (int64_t) c->n_head_kv * D;
-    const int64_t F = c->n_ff, V = c->n_vocab, NQKV = Q + 2 * KV;
+    const int64_t C = c->n_embd, V = c->n_vocab;
     cudaStream_t s = f->stream;
     OSCAR_CUDA_CHECK(random_w(f, f->embd, V * C, seed, 0));
-    if (!c->tied_embeddings) OSCAR_CUDA_CHECK(random_w(f, f->out_w, V * C, seed, 15));
+    if (!c->tied_embeddings && !f->p.layered) OSCAR_CUDA_CHECK(random_w(f, f->out_w, V * C, seed, 15));
     OSCAR_CUDA_CHECK(osc_fwd_random_f32(f->out_norm, C, seed, 14, true, s));
-    for (int32_t l = 0; l < c->n_layer; l++) {
-        const struct dlayer * d = &f->layers[l];
+    for (int32_t l = 0; l < c->n_layer && !f->p.layered; l++) {
+        enum oscar_status st = random_layer(f, &f->layers[l], l, seed);
+        if (st != OSCAR_OK) return st;
+    }
+    OSCAR_CUDA_CHECK(cudaStreamSynchronize(s));
+    return OSCAR_OK;
+}
+
+// Layer l's random weights into d (the tensor ids of random_model).
+static enum oscar_status random_layer(struct cuda_fwd * f, const struct dlayer * d, int32_t l, uint64_t seed) {
+    const struct oscar_model_config * c = &f->c;
+    const int64_t C = c->n_embd, D = c->head_dim, Q = (int64_t) c->n_head * D, KV = (int64_t) c->n_head_kv * D;
+    const int64_t F = c->n_ff, NQKV = Q + 2 * KV;
+    cudaStream_t s = f->stream;
+    {
         const uint64_t id = 1 + 16 * (uint64_t) l;
         OSCAR_CUDA_CHECK(osc_fwd_random_f32(d->attn_norm, C, seed, id + 0, true, s));
         OSCAR_CUDA_CHECK(osc_fwd_random_f32(d->ffn_norm, C, seed, id + 1, true, s));
@@ -311,7 +349,6 @@ static enum oscar_status random_model(struct cuda_fwd * f, uint64_t seed) {
         OSCAR_CUDA_CHECK(random_w(f, d->wgu, 2 * F * C, seed, id + 7));
         OSCAR_CUDA_CHECK(random_w(f, d->wdown, C * F, seed, id + 8));
     }
-    OSCAR_CUDA_CHECK(cudaStreamSynchronize(s));
     return OSCAR_OK;
 }
 
@@ -331,6 +368,7 @@ static void cuda_free(void * ctx) {
     free(f->layers), free(f->h_pos), free(f->h_blocks);
     cudaFreeHost(f->hq), cudaFreeHost(f->hk), cudaFreeHost(f->hv), cudaFreeHost(f->hatt), cudaFreeHost(f->hx);
     cudaFreeHost(f->h_wo);
+    cudaFree(f->stage);
     cudaGetLastError();
     free(f);
 }
@@ -453,7 +491,7 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f, const float * rope
     OSCAR_CUDA_CHECK(dalloc(f, &f->d_tok, T, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->d_pos, T, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->d_blocks, T, false));
-    OSCAR_CUDA_CHECK(dalloc(f, &f->x, T * C, false));
+    if (!f->p.layered) OSCAR_CUDA_CHECK(dalloc(f, &f->x, T * C, false)); // layered: x points into rows
     OSCAR_CUDA_CHECK(dalloc(f, &f->big, T * wide, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->q, T * Q, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->k, T * KV, false));
@@ -466,7 +504,7 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f, const float * rope
     OSCAR_CUDA_CHECK(dalloc_w(f, &f->xn, T * C, false));
     OSCAR_CUDA_CHECK(dalloc_w(f, &f->att, T * Q, false));
     OSCAR_CUDA_CHECK(dalloc_w(f, &f->h, T * F, false));
-    OSCAR_CUDA_CHECK(dalloc(f, &f->logit_buf, lr * (size_t) c->n_vocab, false));
+    if (!f->p.layered) OSCAR_CUDA_CHECK(dalloc(f, &f->logit_buf, lr * (size_t) c->n_vocab, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->blas_ws, BLAS_WS_BYTES, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->inv_freq, D / 2, false));
     if (f->p.stats) {
@@ -538,7 +576,12 @@ static enum oscar_status cuda_init(const struct oscar_model * m, const struct os
     OSCAR_CUBLAS_TRY(cublasSetStream(f->blas, f->stream));
     if (p->stats) {
         f->kinds = oscar_stats_get_params(p->stats).kinds;
-        f->pass = oscar_stats_phase(p->stats);
+        f->pass = p->layered ? 0 : oscar_stats_phase(p->stats); // layered: each layer ends on its own
+    }
+    if (p->layered && !p->fp32 && !p->capture_bf16) {
+        st = osc_error(OSCAR_ERR_INVALID, "forward-cuda: the bf16 layer-major pass captures bf16 (its Gram GEMMs "
+                       "read bf16 q/k/v): set capture_bf16, or fp32 for an fp32 capture");
+        goto out;
     }
     st = alloc_weights(f);
     if (st == OSCAR_OK) st = alloc_workspace(f, m ? m->rope_freqs : NULL);
@@ -558,6 +601,8 @@ static enum oscar_status cuda_init(const struct oscar_model * m, const struct os
             for (int32_t i = 0; i < n; i++) OSCAR_CUDA_TRY(cudaEventCreate(&f->ev[i]));
         }
     }
+    if (p->layered && !p->fp32 && m) OSCAR_CUDA_TRY(cudaMalloc((void **) &f->stage, STAGE_FLOATS * sizeof(float)));
+    f->seed = seed;
     st = m ? upload_model(f, m) : random_model(f, seed);
     if (st == OSCAR_OK && f->pass > 0) st = zero_pass_acc(f);
     if (st == OSCAR_OK && f->pass == 2) st = load_amat(f); // a resumed accumulator: pass 1 already ended
@@ -759,25 +804,32 @@ out:
     return st;
 }
 
-static enum oscar_status capture_layer(struct cuda_fwd * f, const struct oscar_batch * b, int32_t l, int32_t T) {
+// Pass 2 of layer l: SST of the T rows in f->k / f->v, weighted with the layer's A_h in f->amat.
+static enum oscar_status capture_sst(struct cuda_fwd * f, int32_t l, int32_t T) {
     const int32_t D = f->c.head_dim, H = f->c.n_head_kv;
     const int64_t DD = (int64_t) D * D, HDD = (int64_t) H * DD, lo = (int64_t) l * HDD;
     const int32_t ldkv = H * D;
     enum oscar_status st = OSCAR_OK;
-    if (f->pass == 1) {
+    float * y = f->big;                              // [H, T, D]
+    float * z = f->big + (size_t) H * T * D;         // [H, T, D]
+    OSCAR_CUBLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_N, D, T, D, f->amat + lo, D, DD, f->k, ldkv, D, 0.0f, y, D,
+                                      (long long) T * D, H));
+    OSCAR_CUDA_TRY(osc_fwd_sst_weights(f->wbuf, f->negbuf, z, y, f->k, f->v, T, H, D, f->stream));
+    if ((st = weighted_gram(f, z, f->s_acc + (size_t) l * H, T)) != OSCAR_OK) return st;
+    OSCAR_CUDA_TRY(osc_fwd_sst_reduce(f->acc_wsum + (size_t) l * H, f->acc_nneg + (size_t) l * H, f->wbuf,
+                                      f->negbuf, T, H, f->stream));
+out:
+    return st;
+}
+
+static enum oscar_status capture_layer(struct cuda_fwd * f, const struct oscar_batch * b, int32_t l, int32_t T) {
+    enum oscar_status st = OSCAR_OK;
+    if (f->pass == 1 || f->sums_now) {
         st = capture_pass1(f, l, T);
         if (st == OSCAR_OK && f->acc_vatt) st = capture_vatt(f, b, l, T);
     } else if (f->pass == 2) {
-        float * y = f->big;                              // [H, T, D]
-        float * z = f->big + (size_t) H * T * D;         // [H, T, D]
-        OSCAR_CUBLAS_TRY(gemm_f32_batched(f, CUBLAS_OP_N, D, T, D, f->amat + lo, D, DD, f->k, ldkv, D, 0.0f, y, D,
-                                  (long long) T * D, H));
-        OSCAR_CUDA_TRY(osc_fwd_sst_weights(f->wbuf, f->negbuf, z, y, f->k, f->v, T, H, D, f->stream));
-        if ((st = weighted_gram(f, z, f->s_acc + (size_t) l * H, T)) != OSCAR_OK) return st;
-        OSCAR_CUDA_TRY(osc_fwd_sst_reduce(f->acc_wsum + (size_t) l * H, f->acc_nneg + (size_t) l * H, f->wbuf,
-                                          f->negbuf, T, H, f->stream));
+        st = capture_sst(f, l, T);
     }
-out:
     return st;
 }
 
@@ -880,7 +932,7 @@ static enum oscar_status run_layer(struct cuda_fwd * f, const struct oscar_batch
     cudaStream_t s = f->stream;
     enum oscar_status st = OSCAR_OK;
     cudaEvent_t * ev = f->ev ? f->ev + (size_t) l * (N_STAGES + 1) : NULL;
-    const bool bf16_copies = !f->p.fp32 && (f->att_tc || (f->pass == 1 && f->n_slot > 0));
+    const bool bf16_copies = !f->p.fp32 && (f->att_tc || ((f->pass == 1 || f->sums_now) && f->n_slot > 0));
 #define STAGE(i) do { if (ev) OSCAR_CUDA_TRY(cudaEventRecord(ev[i], s)); } while (0)
     STAGE(0);
     OSCAR_CUDA_TRY(act_rmsnorm(f, f->xn, f->x, w->attn_norm, T));
@@ -905,6 +957,12 @@ static enum oscar_status run_layer(struct cuda_fwd * f, const struct oscar_batch
     OSCAR_CUDA_TRY(act_swiglu(f, T));
     OSCAR_CUBLAS_TRY(gemm_w(f, f->x, f->h, w->wdown, T, C, F, 1.0f));
     STAGE(5);
+    if (f->p.layered && f->p.capture_bf16) { // every consumer below sees the bf16 values
+        const int64_t nq = (int64_t) T * Q, nkv = (int64_t) T * KV;
+        OSCAR_CUDA_TRY(osc_fwd_round_bf16(f->q, nq, s));
+        OSCAR_CUDA_TRY(osc_fwd_round_bf16(f->k, nkv, s));
+        OSCAR_CUDA_TRY(osc_fwd_round_bf16(f->v, nkv, s));
+    }
     if (f->p.stats) st = capture_layer(f, b, l, T);
     if (st == OSCAR_OK) STAGE(6);
 #undef STAGE
@@ -934,6 +992,7 @@ out:
 
 static enum oscar_status cuda_run(void * ctx, const struct oscar_batch * b, float * logits) {
     struct cuda_fwd * f = (struct cuda_fwd *) ctx;
+    if (f->p.layered) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: whole passes on a layer-major pass");
     enum oscar_status st = check_batch(f, b);
     if (st != OSCAR_OK) return st;
     const int32_t T = b->seq_start[b->n_seq];
@@ -1017,6 +1076,7 @@ static enum oscar_status download(double ** dst, const double * src, size_t n) {
 static enum oscar_status cuda_end_pass(void * ctx) {
     struct cuda_fwd * f = (struct cuda_fwd *) ctx;
     if (!f->p.stats) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: end_pass without a stats accumulator");
+    if (f->p.layered) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: a layer-major pass ends layer by layer");
     if (f->pass != 1 && f->pass != 2) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: every pass has ended");
     const size_t lh = (size_t) f->c.n_layer * f->c.n_head_kv, mats = lh * f->c.head_dim * f->c.head_dim;
     double * ktk = NULL, * vtv = NULL, * qqt = NULL, * sst = NULL, * wsum = NULL, * vatt = NULL, * vwsum = NULL;
@@ -1088,8 +1148,153 @@ out:
     return st;
 }
 
+// ---- the layer-major pass (forward-backend.h) ----------------------------------------------
+
+static enum oscar_status cuda_rows_init(void * ctx, int64_t n_rows, int64_t n_keep) {
+    struct cuda_fwd * f = (struct cuda_fwd *) ctx;
+    if (!f->p.layered || f->rows) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: rows_init needs a new layer-major pass");
+    const size_t C = (size_t) f->c.n_embd, KV = (size_t) f->c.n_head_kv * f->c.head_dim;
+    cudaError_t e = dalloc(f, &f->rows, (size_t) n_rows * C, false);
+    if (e == cudaSuccess && f->acc_sst && n_keep > 0) e = dalloc(f, &f->keep_k, (size_t) n_keep * KV, false);
+    if (e == cudaSuccess && f->acc_sst && n_keep > 0) e = dalloc(f, &f->keep_v, (size_t) n_keep * KV, false);
+    if (e != cudaSuccess)
+        return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: no device memory for the hidden states of %lld rows (%s)",
+                         (long long) n_rows, cudaGetErrorString(e));
+    f->n_rows = n_rows, f->n_keep = n_keep;
+    note_used(f);
+    return OSCAR_OK;
+}
+
+// Layer l into slot l % 2: the host weights converted, or the random ones made there. The
+// stream orders it after every use of the slot by layer l - 2.
+static enum oscar_status cuda_layer_set(void * ctx, int32_t l, const struct oscar_layer_weights * w) {
+    struct cuda_fwd * f = (struct cuda_fwd *) ctx;
+    if (!f->p.layered) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: layer_set outside a layer-major pass");
+    if (l < 0 || l >= f->c.n_layer) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: layer %d out of range", l);
+    f->layers[l] = f->slots[l % 2];
+    enum oscar_status st = w ? upload_layer(f, &f->layers[l], w, f->stage) : random_layer(f, &f->layers[l], l, f->seed);
+    if (st == OSCAR_OK) OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream)); // w may be released now
+    return st;
+}
+
+static enum oscar_status cuda_layer_run(void * ctx, int32_t l, const struct oscar_batch * b, int64_t row0, bool sums) {
+    struct cuda_fwd * f = (struct cuda_fwd *) ctx;
+    if (!f->rows) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: layer_run before rows_init");
+    enum oscar_status st = check_batch(f, b);
+    if (st != OSCAR_OK) return st;
+    const int32_t T = b->seq_start[b->n_seq];
+    const size_t C = (size_t) f->c.n_embd, KV = (size_t) f->c.n_head_kv * f->c.head_dim;
+    sums = sums && f->p.stats;
+    if (row0 < 0 || row0 + T > f->n_rows || (sums && f->keep_k && row0 + T > f->n_keep))
+        return osc_error(OSCAR_ERR_INVALID, "forward-cuda: rows [%lld, %lld) outside the pass's %lld rows (%lld kept)",
+                         (long long) row0, (long long) (row0 + T), (long long) f->n_rows, (long long) f->n_keep);
+    const int32_t n_blocks = plan_batch(f, b);
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->d_tok, b->tokens, T * sizeof(int32_t), cudaMemcpyHostToDevice, f->stream));
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->d_pos, f->h_pos, T * sizeof(int32_t), cudaMemcpyHostToDevice, f->stream));
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->d_blocks, f->h_blocks, n_blocks * sizeof(struct osc_att_block),
+                                     cudaMemcpyHostToDevice, f->stream));
+    f->x = f->rows + (size_t) row0 * C; // the layer runs on its rows in place
+    if (l == 0) OSCAR_CUDA_CHECK(act_embed(f, T));
+    f->sums_now = sums;
+    st = run_layer(f, b, l, T, n_blocks);
+    f->sums_now = false;
+    if (st == OSCAR_OK && sums && f->keep_k) {
+        OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->keep_k + (size_t) row0 * KV, f->k, (size_t) T * KV * sizeof(float),
+                                         cudaMemcpyDeviceToDevice, f->stream));
+        OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->keep_v + (size_t) row0 * KV, f->v, (size_t) T * KV * sizeof(float),
+                                         cudaMemcpyDeviceToDevice, f->stream));
+    }
+    if (st == OSCAR_OK && sums) f->layer_tok += T;
+    // the caller times each batch (forward vs held-out); a few syncs per layer cost nothing
+    if (st == OSCAR_OK) OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));
+    note_used(f);
+    return st;
+}
+
+// n values of layer l's slice (offset l * per) of a device accumulator into host dst, or NULL.
+static cudaError_t layer_slice(double * dst, const double * acc, int32_t l, size_t per) {
+    if (!acc) return cudaSuccess;
+    return cudaMemcpy(dst, acc + (size_t) l * per, per * sizeof(double), cudaMemcpyDeviceToHost);
+}
+
+// Layer l's pass-1 sums into p.stats, and its pass ended (A_h finalised).
+static enum oscar_status end_layer_pass1(struct cuda_fwd * f, int32_t l, double * buf) {
+    const size_t H = (size_t) f->c.n_head_kv, HDD = H * f->c.head_dim * f->c.head_dim;
+    double * ktk = buf, * vtv = buf + HDD, * qqt = buf + 2 * HDD, * vatt = buf + 3 * HDD, * vw = buf + 4 * HDD;
+    OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));
+    OSCAR_CUDA_CHECK(layer_slice(ktk, f->acc_ktk, l, HDD));
+    OSCAR_CUDA_CHECK(layer_slice(vtv, f->acc_vtv, l, HDD));
+    OSCAR_CUDA_CHECK(layer_slice(qqt, f->acc_qqt, l, HDD));
+    OSCAR_CUDA_CHECK(layer_slice(vatt, f->acc_vatt, l, HDD));
+    OSCAR_CUDA_CHECK(layer_slice(vw, f->acc_vwsum, l, H));
+    struct oscar_stats_sums x;
+    memset(&x, 0, sizeof x);
+    x.pass = 1, x.n_tokens = f->layer_tok;
+    x.ktk = f->acc_ktk ? ktk : NULL, x.vtv = f->acc_vtv ? vtv : NULL, x.qqt = f->acc_qqt ? qqt : NULL;
+    x.vatt = f->acc_vatt ? vatt : NULL, x.vatt_wsum = f->acc_vatt ? vw : NULL;
+    enum oscar_status st = oscar_stats_add_layer_sums(f->p.stats, l, &x);
+    return st == OSCAR_OK ? oscar_stats_end_layer_pass(f->p.stats, l) : st;
+}
+
+// Layer l's pass 2: A_h from lib/stats, SST over the kept K/V in slices of max_tokens rows.
+static enum oscar_status end_layer_pass2(struct cuda_fwd * f, int32_t l, double * buf) {
+    const size_t D = (size_t) f->c.head_dim, DD = D * D, H = (size_t) f->c.n_head_kv, KV = H * D;
+    float * a = (float *) (buf + H * DD);            // [H, D, D] fp32 after the fp64 [D, D] scratch
+    enum oscar_status st = OSCAR_OK;
+    for (size_t h = 0; h < H && st == OSCAR_OK; h++) {
+        st = oscar_stats_sigma(f->p.stats, OSCAR_STATS_QQT, l, (int32_t) h, buf);
+        for (size_t i = 0; i < DD; i++) a[h * DD + i] = (float) buf[i];
+    }
+    if (st != OSCAR_OK) return st;
+    OSCAR_CUDA_CHECK(cudaMemcpy(f->amat + (size_t) l * H * DD, a, H * DD * sizeof(float), cudaMemcpyHostToDevice));
+    for (int64_t r0 = 0; r0 < f->n_keep && st == OSCAR_OK; r0 += f->max_tokens) {
+        const int32_t n = (int32_t) (f->n_keep - r0 < f->max_tokens ? f->n_keep - r0 : f->max_tokens);
+        OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->k, f->keep_k + (size_t) r0 * KV, (size_t) n * KV * sizeof(float),
+                                         cudaMemcpyDeviceToDevice, f->stream));
+        OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->v, f->keep_v + (size_t) r0 * KV, (size_t) n * KV * sizeof(float),
+                                         cudaMemcpyDeviceToDevice, f->stream));
+        st = capture_sst(f, l, n);
+    }
+    if (st != OSCAR_OK) return st;
+    int64_t nneg[OSC_FWD_MAX_HEAD_DIM];
+    OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));
+    OSCAR_CUDA_CHECK(layer_slice(buf, f->acc_sst, l, H * DD));
+    OSCAR_CUDA_CHECK(layer_slice(buf + H * DD, f->acc_wsum, l, H));
+    OSCAR_CUDA_CHECK(cudaMemcpy(nneg, f->acc_nneg + (size_t) l * H, H * sizeof(int64_t), cudaMemcpyDeviceToHost));
+    struct oscar_stats_sums x;
+    memset(&x, 0, sizeof x);
+    x.pass = 2, x.n_tokens = f->layer_tok, x.sst = buf, x.sst_wsum = buf + H * DD, x.sst_nneg = nneg;
+    st = oscar_stats_add_layer_sums(f->p.stats, l, &x);
+    return st == OSCAR_OK ? oscar_stats_end_layer_pass(f->p.stats, l) : st;
+}
+
+static enum oscar_status cuda_layer_end(void * ctx, int32_t l) {
+    struct cuda_fwd * f = (struct cuda_fwd *) ctx;
+    if (!f->p.stats) return OSCAR_OK;
+    if (l < 0 || l >= f->c.n_layer) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: layer %d out of range", l);
+    const size_t H = (size_t) f->c.n_head_kv, HDD = H * f->c.head_dim * f->c.head_dim;
+    double * buf = (double *) malloc((5 * HDD + H) * sizeof(double)); // pass 1's five arrays; pass 2 reuses it
+    if (!buf) return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
+    enum oscar_status st = end_layer_pass1(f, l, buf);
+    if (st == OSCAR_OK && oscar_stats_layer_phase(f->p.stats, l) == 2) st = end_layer_pass2(f, l, buf);
+    free(buf);
+    f->layer_tok = 0;
+    return st;
+}
+
+static enum oscar_status cuda_rows_copy(void * ctx, float * host, bool to_host) {
+    struct cuda_fwd * f = (struct cuda_fwd *) ctx;
+    if (!f->rows) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: rows_copy before rows_init");
+    const size_t bytes = (size_t) f->n_rows * (size_t) f->c.n_embd * sizeof(float);
+    OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));
+    OSCAR_CUDA_CHECK(cudaMemcpy(to_host ? (void *) host : (void *) f->rows, to_host ? (const void *) f->rows : host, bytes,
+                                to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice));
+    return OSCAR_OK;
+}
+
 static const struct osc_fwd_ops cuda_ops = {
     "cuda", cuda_init, cuda_run, cuda_end_pass, cuda_info, cuda_free, cuda_copy_wo,
+    cuda_rows_init, cuda_layer_set, cuda_layer_run, cuda_layer_end, cuda_rows_copy,
 };
 
 extern "C" enum oscar_status osc_fwd_ops_cuda(const struct osc_fwd_ops ** out) {

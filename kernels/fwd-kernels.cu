@@ -479,6 +479,19 @@ cudaError_t osc_fwd_bf16_to_f32(float * dst, const osc_bf16 * src, int64_t n, cu
     return cudaGetLastError();
 }
 
+__global__ void k_round_bf16(float * x, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x) {
+        osc_bf16 b;
+        put(&b, x[i]);
+        x[i] = to_f32(b);
+    }
+}
+
+cudaError_t osc_fwd_round_bf16(float * x, int64_t n, cudaStream_t s) {
+    k_round_bf16<<<grid_for(n, 256), 256, 0, s>>>(x, n);
+    return cudaGetLastError();
+}
+
 __device__ uint64_t splitmix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;

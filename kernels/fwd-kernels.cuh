@@ -104,5 +104,7 @@ cudaError_t osc_fwd_random_f32(float * dst, int64_t n, uint64_t seed, uint64_t t
                                cudaStream_t s);
 // dst [n] fp32 = float(src [n] bf16)
 cudaError_t osc_fwd_bf16_to_f32(float * dst, const osc_bf16 * src, int64_t n, cudaStream_t s);
+// x [n] fp32 = float(bf16(x)) in place, round to nearest even (a bf16 capture)
+cudaError_t osc_fwd_round_bf16(float * x, int64_t n, cudaStream_t s);
 
 #endif

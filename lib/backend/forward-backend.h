@@ -16,7 +16,7 @@
 // oscar_stats_end_pass directly. A host hook (params.hook) also works on cuda,
 // but every wanted layer's tensors are then copied to the host (tests only).
 //
-// Usage (calibration):
+// Usage (a whole pass per batch; tests and benchmarks of the capture sums):
 //   struct oscar_fwd_params p = oscar_fwd_default_params();
 //   p.device = "cuda"; p.max_tokens = 16384; p.stats = s;
 //   oscar_fwd_init(model, &p, &f);
@@ -47,6 +47,14 @@ struct oscar_fwd_params {
     // GEMMs on the fp32 q/k/v: the CPU pass's numerics up to summation order, twice the
     // weight memory and slower. cpu: ignored (always fp32). Default false (bf16).
     bool fp32;
+    // The layer-major pass (oscar_fwd_rows_init ... below): weights arrive one layer at a time
+    // (cuda: two device slots, no whole-model upload; the LM head is not kept) and
+    // oscar_fwd_run is refused.
+    bool layered;
+    // Layer-major pass: q/k/v rounded to bf16 before any consumer sees them (sums, hook), as
+    // the reference captures. cuda in bf16 precision always captures bf16 (its Gram GEMMs read
+    // bf16 copies), so there it must be set.
+    bool capture_bf16;
 };
 
 struct oscar_fwd_params oscar_fwd_default_params(void);
@@ -87,6 +95,7 @@ struct oscar_fwd_info {
     // gate/up GEMM, SwiGLU, down GEMM), 5 capture. All 0 otherwise.
     double  stage_ms[6];
     int32_t attention_tc;      // cuda: 1 if the tensor-core attention runs (0: fp32 kernel, always with fp32)
+    double  host_sums_s;       // cpu: seconds spent in lib/stats adding sums inside runs (not layer ends)
 };
 void oscar_fwd_info(const struct oscar_fwd * f, struct oscar_fwd_info * out);
 
@@ -96,5 +105,31 @@ void oscar_fwd_info(const struct oscar_fwd * f, struct oscar_fwd_info * out);
 enum oscar_status oscar_fwd_copy_wo(struct oscar_fwd * f, int32_t layer, float * out);
 
 void oscar_fwd_free(struct oscar_fwd * f);
+
+// ---- the layer-major pass (lib/calibrate/layer-pass.c) ----------------------------------------
+// Every sequence of the pass advances through layer l before any enters layer l + 1. The
+// hidden states of all n_rows rows stay where the backend keeps them (cuda: device memory),
+// and so do layer l's calibration K/V (rows < n_keep) until its SST sums are done. Usage:
+//   p.layered = true, p.stats = s;  oscar_fwd_init(m, &p, &f)  (m: config, embedding, rope_freqs)
+//   oscar_fwd_rows_init(f, n_rows, n_keep);
+//   for l: oscar_fwd_layer_set(f, l, &m->layers[l])   (NULL: the random weights of init_random)
+//          for each batch: oscar_fwd_layer_run(f, l, &batch, row0, row0 < n_keep)
+//          oscar_fwd_layer_end(f, l)
+// Sums (sums = true): layer l's pass-1 kinds of p.stats from that batch, and its K/V kept at
+// rows [row0, row0 + T) (which must lie below n_keep). The hook (p.hook, host arrays) sees every
+// batch it wants, after the capture dtype is applied.
+enum oscar_status oscar_fwd_rows_init(struct oscar_fwd * f, int64_t n_rows, int64_t n_keep);
+// Layer l's weights into the backend (cpu: checks that w is the resident layer the pass reads;
+// cuda: converted into slot l % 2, so w may be released afterwards). NULL: the random weights
+// of oscar_fwd_init_random, made for this layer.
+enum oscar_status oscar_fwd_layer_set(struct oscar_fwd * f, int32_t l, const struct oscar_layer_weights * w);
+// Layer l over rows [row0, row0 + T) as batch b (T = b's tokens; l == 0 embeds b->tokens).
+enum oscar_status oscar_fwd_layer_run(struct oscar_fwd * f, int32_t l, const struct oscar_batch * b, int64_t row0,
+                                      bool sums);
+// Ends layer l's pass 1 in p.stats (its A_h finalised); with SST on, feeds its pass 2 from the
+// kept K/V in slices of max_tokens rows (a fixed order, whatever the batches were) and ends it.
+enum oscar_status oscar_fwd_layer_end(struct oscar_fwd * f, int32_t l);
+// All hidden states to or from host memory host [n_rows, C] (checkpoints).
+enum oscar_status oscar_fwd_rows_copy(struct oscar_fwd * f, float * host, bool to_host);
 
 #endif

@@ -16,6 +16,12 @@ struct osc_fwd_ops {
     void (*info)(const void * ctx, struct oscar_fwd_info * out);
     void (*free)(void * ctx);
     enum oscar_status (*copy_wo)(void * ctx, int32_t layer, float * out); // [C, Hq D] fp32
+    // the layer-major pass (forward-backend.h)
+    enum oscar_status (*rows_init)(void * ctx, int64_t n_rows, int64_t n_keep);
+    enum oscar_status (*layer_set)(void * ctx, int32_t l, const struct oscar_layer_weights * w);
+    enum oscar_status (*layer_run)(void * ctx, int32_t l, const struct oscar_batch * b, int64_t row0, bool sums);
+    enum oscar_status (*layer_end)(void * ctx, int32_t l);
+    enum oscar_status (*rows_copy)(void * ctx, float * host, bool to_host);
 };
 
 enum oscar_status osc_fwd_ops_get(const char * device, const struct osc_fwd_ops ** out);

@@ -8,6 +8,7 @@
 #include "calibrate/base-model.h"
 #include "calibrate/calibrate.h"
 #include "formats/oscar-artifact.h"
+#include "rotation/optr.h"
 
 struct oscar_calib_params oscar_calib_default_params(void) {
     struct oscar_calib_params p;
@@ -27,6 +28,7 @@ struct oscar_calib_params oscar_calib_default_params(void) {
     p.clip_search = true;
     p.k_clip = 0.96;
     p.v_clip = 0.92;
+    p.optr_center = true;
     oscar_calib_parse_grid("1.00:0.80:0.02", &p);
     return p;
 }
@@ -36,6 +38,28 @@ enum oscar_status oscar_calib_check_tiers(const struct oscar_calib_params * p) {
     return osc_error(OSCAR_ERR_INVALID, "--seq-len %d <= --sink %d + --recent %d: every held-out row stays BF16, so "
                      "the clip search and the gate would compare nothing; use a longer --seq-len or a smaller "
                      "--sink/--recent", (int) p->seq_len, (int) p->sink, (int) p->recent);
+}
+
+enum oscar_status oscar_calib_check_target(const struct oscar_calib_params * p, const char * arch) {
+    const struct oscar_target_profile * t = oscar_target_get(p->target);
+    if (!t->per_head_rotations && p->grouping != OSCAR_GROUP_LAYER)
+        return osc_error(OSCAR_ERR_INVALID, "--target %s: %s loads one [D,D] rotation per layer, not one per KV "
+                         "head; use --rotation-grouping layer (or --target oscar)", t->name, t->engine);
+    if (arch && !oscar_target_arch_ok(t, arch))
+        return osc_error(OSCAR_ERR_INVALID, "--target %s: %s applies rotations only in %s graphs, and the model is "
+                         "%s; use --target sglang or oscar for it", t->name, t->engine, oscar_target_arch_list(t),
+                         arch);
+    if (p->sink % t->window_align || p->recent % t->window_align)
+        return osc_error(OSCAR_ERR_INVALID, "--target %s: %s needs --sink and --recent in multiples of %d (its "
+                         "page of INT2 tokens with a bfloat16 high-precision tier), not %d and %d", t->name,
+                         t->engine, (int) t->window_align, (int) p->sink, (int) p->recent);
+    if (t->clips == OSCAR_TARGET_CLIPS_ONE && !p->clip_search && p->k_clip != p->v_clip)
+        return osc_error(OSCAR_ERR_INVALID, "--target %s: %s takes one clip ratio for K and V; give --clip R,R "
+                         "(not %.2f,%.2f) or search it", t->name, t->engine, p->k_clip, p->v_clip);
+    if (strcmp(t->clip_quant, "oscar") && p->clip_search && p->eval_device && strcmp(p->eval_device, "cpu"))
+        return osc_error(OSCAR_ERR_INVALID, "--target %s: the clip search simulates %s, which only the CPU "
+                         "evaluator has; drop --device %s", t->name, t->cache, p->eval_device);
+    return OSCAR_OK;
 }
 
 uint32_t oscar_calib_stats_kinds(const struct oscar_calib_params * p) {
@@ -125,8 +149,10 @@ static enum oscar_status summary(const struct oscar_calib_params * p, int32_t gr
     }
     fprintf(M, "| **mean** | **%.4g** | **%.4g** | **%.4g** | %.2f | %.2f |\n", g->mean_naive, g->mean_hadamard,
             g->mean_oscar, c->k_global, c->v_global);
-    fprintf(J, "]}, \"clip\": {\"mode\": \"%s\", \"k_global\": %.4g, \"v_global\": %.4g, \"per_head\": %s, \"k\": [",
-            p->clip_search ? "searched" : "fixed", c->k_global, c->v_global, c->n_clip > 1 ? "true" : "false");
+    fprintf(J, "]}, \"clip\": {\"mode\": \"%s\", \"target\": \"%s\", \"k_global\": %.4g, \"v_global\": %.4g, "
+               "\"per_head\": %s, \"k\": [",
+            p->clip_search ? "searched" : "fixed", oscar_target_get(p->target)->name, c->k_global, c->v_global,
+            c->n_clip > 1 ? "true" : "false");
     size_t n = (size_t) c->n_layer * (size_t) c->n_clip;
     for (size_t i = 0; i < n; i++) fprintf(J, "%s%.2f", i ? ", " : "", (double) c->k[i]);
     fprintf(J, "], \"v\": [");
@@ -174,7 +200,7 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
     char buf[512];
     int32_t G = p->group_size > 0 ? p->group_size : mc->head_dim;
     enum oscar_status st = oscar_artifact_init(mc->n_layer, mc->n_head, mc->n_head_kv, mc->head_dim, f->n_rot > 1,
-                                               c->n_clip > 1, false, &a);
+                                               c->n_clip > 1, f->k_mean != NULL, &a);
     if (st != OSCAR_OK) return st;
     size_t nr = (size_t) mc->n_layer * (size_t) f->n_rot * (size_t) mc->head_dim;
     memcpy(a->k_rotation, f->k_rot, nr * (size_t) mc->head_dim * sizeof(float));
@@ -183,6 +209,8 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
     memcpy(a->v_eigenvalues, f->v_eig, nr * sizeof(float));
     memcpy(a->k_clip, c->k, (size_t) mc->n_layer * (size_t) c->n_clip * sizeof(float));
     memcpy(a->v_clip, c->v, (size_t) mc->n_layer * (size_t) c->n_clip * sizeof(float));
+    if (f->k_mean)
+        memcpy(a->k_mean, f->k_mean, (size_t) mc->n_layer * (size_t) mc->n_head_kv * (size_t) mc->head_dim * sizeof(float));
     const char * comp = oscar_composition_name(p->composition);
     SETF("oscar.k_objective", "%s_%s", kind_name(p->k_objective), comp);
     SETF("oscar.v_objective", "%s_%s", kind_name(p->v_objective), comp);
@@ -197,6 +225,11 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
     SETF("oscar.sink", "%d", (int) p->sink);
     SETF("oscar.recent", "%d", (int) p->recent);
     SETF("oscar.clip_mode", "%s", p->clip_search ? "searched" : "fixed");
+    SETF("oscar.target", "%s", oscar_target_get(p->target)->name); // the engine the clips were chosen for
+    SETF("oscar.clip_granularity", "%s", oscar_target_get(p->target)->clips == OSCAR_TARGET_CLIPS_LAYER
+                                             ? (c->n_clip > 1 ? "layer_head" : "layer")
+                                             : oscar_target_get(p->target)->clips == OSCAR_TARGET_CLIPS_KV ? "model_kv"
+                                                                                                       : "model");
     SETF("oscar.k_clip_ratio", "%.2f", c->k_global);
     SETF("oscar.v_clip_ratio", "%.2f", c->v_global);
     oscar_calib_tag(prov->plan, G, buf, sizeof(buf));
@@ -217,6 +250,13 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
     SETF("oscar.seed", "%llu", (unsigned long long) p->seed);
     SETF("oscar.tool", "oscar-calibrate %s (%s)", OSCAR_CALIBRATE_VERSION, oscar_build_commit());
     SETF("oscar.gate", "%s", g->pass ? "pass" : "fail");
+    if (p->refine_optr) {   // what refine.c did (the per-layer kept heads are in the log with -v)
+        struct oscar_optr_params op = oscar_optr_default_params(mc->head_dim, G);
+        SETF("oscar.refine", "optr steps=%d lr=%g lambda=%g eval_every=%d qwin=%d train_sequences=%d clip_k=%.2f "
+             "clip_v=%.2f center=%s", (int) (p->optr_steps > 0 ? p->optr_steps : op.steps), op.lr, op.lambda,
+             (int) op.eval_every, (int) op.qwin, (int) p->optr_train_seq, p->k_clip, p->v_clip,
+             f->k_mean ? "k_mean" : "none");
+    }
     st = summary(p, G, c, g, t, a);
 out:
     if (st != OSCAR_OK) oscar_artifact_free(a);

@@ -21,9 +21,12 @@ enum oscar_status osc_calib_transform(const char * preset, const struct oscar_ca
                                       int32_t n_layer, int32_t n_head_kv, int32_t head_dim,
                                       struct oscar_kv_transform * out) {
     struct oscar_tiering tr = osc_calib_tiering(p);
-    return oscar_kv_transform_preset(preset, n_layer, n_head_kv, head_dim, p->group_size, p->scale_dtype, &tr,
-                                     f && f->n_rot > 1, f ? f->k_rot : NULL, f ? f->v_rot : NULL,
-                                     c && c->n_clip > 1, c ? c->k : NULL, c ? c->v : NULL, out);
+    enum oscar_status st = oscar_kv_transform_preset(preset, n_layer, n_head_kv, head_dim, p->group_size,
+                                                     p->scale_dtype, &tr, f && f->n_rot > 1, f ? f->k_rot : NULL,
+                                                     f ? f->v_rot : NULL, c && c->n_clip > 1, c ? c->k : NULL,
+                                                     c ? c->v : NULL, out);
+    if (st == OSCAR_OK && f) out->k_mean = f->k_mean;   // OptR's key centering, as the artifact serves it
+    return st;
 }
 
 enum oscar_status osc_calib_eval_open(const struct oscar_calib_heldout * h, const struct oscar_calib_params * p,

@@ -7,7 +7,8 @@
 //                between layers (layer-ckpt.c); replay.c the same from an activation store
 //   calib-verify.c  the held-out rows / methods as lib/verify inputs (every error
 //                metric is lib/verify's: logit error, post-W_O relative error)
-//   clip.c       clip-ratio search per layer x {K, V} (x KV head)
+//   clip.c       clip-ratio search per layer x {K, V} (x KV head), or model-wide for an
+//                engine target (one K + one V ratio for sglang, one shared for llamacpp)
 //   gate.c       OSCAR vs Hadamard vs naive INT2 gate table
 //   artifact.c   assembling struct oscar_artifact (metadata, summary, model card)
 //   base-model.c the base model's Hub id and licence, for the card (base-model.h)
@@ -29,6 +30,7 @@
 #include "stats/stats.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "util/target.h"
 #include "util/version.h"
 
 struct oscar_actstore;
@@ -61,6 +63,12 @@ struct oscar_calib_params {
     bool     resume;
     bool     capture_bf16;     // round captured q/k/v to bf16 (as the reference captures) before use
     struct oscar_actstore * act_out; // pass-1 and held-out rows go here too (not owned; NULL = off)
+    enum oscar_target target;  // the engine profile the clip search honours (util/target.h) [oscar]
+    // --refine optr (refine.c): per-KV-head OptR refinement after the fit
+    bool     refine_optr;
+    bool     optr_center;      // also store k_mean (key centering) [true]
+    int32_t  optr_steps;       // Adam steps per phase (0 = OptR's 80)
+    int32_t  optr_train_seq;   // training sequences (the first ones; 0 = all)
 };
 
 struct oscar_calib_params oscar_calib_default_params(void);
@@ -70,6 +78,10 @@ struct oscar_calib_params oscar_calib_default_params(void);
 enum oscar_status oscar_calib_check_tiers(const struct oscar_calib_params * p);
 // The lib/stats kinds the K and V objectives need (OSCAR_STATS_* bits).
 uint32_t oscar_calib_stats_kinds(const struct oscar_calib_params * p);
+// What p->target cannot represent (per-head rotations, this architecture, sink/recent not on the
+// engine's alignment, a --device the target's clip quantizer has no kernel for): OSCAR_ERR_INVALID
+// saying why and what would work. arch: oscar_arch_name() of the model (NULL: not checked).
+enum oscar_status oscar_calib_check_target(const struct oscar_calib_params * p, const char * arch);
 // "1.00:0.80:0.02" (start:stop:step) or "1,0.96,0.9" -> grid. OSCAR_ERR_INVALID on bad text.
 enum oscar_status oscar_calib_parse_grid(const char * text, struct oscar_calib_params * p);
 
@@ -121,22 +133,33 @@ void oscar_calib_heldout_free(struct oscar_calib_heldout * h);
 // ---- timings ----------------------------------------------------------------------------
 struct oscar_calib_timing {
     double forward, accumulate, eigh, clip, gate, heldout, total;
+    double refine;            // --refine optr (store reads counted in store)
     double load;              // reading layer weights on demand (oscar_model_open), waits for prefetch included
     double store;             // activation store writes (--save-activations) or reads (--from-activations)
     int64_t device_peak_bytes; // --device cuda: largest device memory in use seen by the forward pass
 };
 
 // ---- capture ----------------------------------------------------------------------------
-// The calibration forward pass (layer-pass.c), layer-major: all calibration and
-// held-out sequences through layer 0, then layer 1, ...; per layer the pass-1
-// sums, then the SST sums with that layer's final A_h from the K/V it kept (no
-// second forward pass), and the held-out rows. Returns a finished accumulator
-// and fills *held. Equal to two whole passes bit for bit (same batches).
-// m opened (oscar_model_open: layers read as the pass reaches them, then
-// released) or loaded. Checkpoints (layer-ckpt.c) record the plan, the capture dtype, the model's
-// attention shape and the identities of the model, tokenizer and corpus
-// (plan->corpus); a resume refuses one that differs (OSCAR_ERR_INVALID naming it).
-enum oscar_status oscar_calib_capture(struct oscar_model * m, const struct oscar_calib_plan * plan,
+// Where the calibration forward pass runs and on which weights.
+struct oscar_calib_engine {
+    const char *         device;           // "cpu" (or NULL) or "cuda"
+    bool                 fp32;             // cuda: fp32 weights, activations and GEMMs (else bf16)
+    struct oscar_model * m;                // opened (layers read on demand), loaded, or with
+                                           // random_on_device the shape alone (config, name)
+    bool                 random_on_device; // cuda: oscar_fwd_init_random's weights from p->seed,
+                                           // made on the device layer by layer
+};
+// The calibration forward pass (layer-pass.c), layer-major on e's backend: all
+// calibration and held-out sequences through layer 0, then layer 1, ...; per
+// layer the pass-1 sums, then the SST sums with that layer's final A_h from the
+// K/V the backend kept (no second forward pass), and the held-out rows with a
+// copy of the layer's W_O as the backend ran it. Returns a finished accumulator
+// and fills *held. On the CPU equal to two whole passes bit for bit (same
+// batches). Checkpoints (layer-ckpt.c) record the plan, the capture dtype, the
+// backend, the model's attention shape and the identities of the model,
+// tokenizer and corpus (plan->corpus); a resume refuses one that differs
+// (OSCAR_ERR_INVALID naming it).
+enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const struct oscar_calib_plan * plan,
                                       const struct oscar_calib_params * p, struct oscar_stats ** stats,
                                       struct oscar_calib_heldout * held, struct oscar_calib_timing * t);
 // ---- from an activation store (replay.c; actstore.h) ------------------------------------
@@ -159,11 +182,31 @@ struct oscar_calib_fit {
     int32_t n_layer, n_rot, head_dim;   // n_rot = 1 or Hkv
     float * k_rot, * v_rot;             // [L, n_rot, D, D]
     float * k_eig, * v_eig;             // [L, n_rot, D]
+    float * k_mean;                     // [L, Hkv, D] key mean subtracted before rotation (OptR), or NULL
     double  orth_err_max;
 };
 enum oscar_status oscar_calib_fit_rotations(const struct oscar_stats * s, const struct oscar_calib_params * p,
                                             struct oscar_calib_fit * out, struct oscar_calib_timing * t);
 void oscar_calib_fit_free(struct oscar_calib_fit * f);
+
+// ---- OptR refinement (refine.c) ----------------------------------------------------------
+// Per layer: OptR (rotation/optr.h) on the store's calibration rows, early-stopped
+// on the held-out rows h; f becomes per KV head (n_rot = Hkv) and gets k_mean when
+// p->optr_center. store NULL: OSCAR_ERR_INVALID saying --from-activations is needed
+// (the layer-major pass keeps no calibration rows; it would need to keep the first
+// p->optr_train_seq sequences of each layer as it keeps the held-out ones).
+struct oscar_calib_refine {
+    int32_t n_layer, n_head_kv, steps, n_train_seq;
+    bool    center;
+    int32_t * k_kept, * v_kept;        // [L] heads that kept their refined R
+    double  * k_base, * k_best;        // [L] held-out K loss (mean over heads) at R_base / as kept
+    double  * v_base, * v_best;        // [L] the same for V
+};
+enum oscar_status oscar_calib_refine_optr(struct oscar_actstore * store, const struct oscar_calib_plan * plan,
+                                          const struct oscar_calib_heldout * h, const struct oscar_calib_params * p,
+                                          struct oscar_calib_fit * f, struct oscar_calib_refine * out,
+                                          struct oscar_calib_timing * t);
+void oscar_calib_refine_free(struct oscar_calib_refine * r);
 
 // ---- clip search (clip.c) ----------------------------------------------------------------
 struct oscar_calib_clip {
@@ -171,7 +214,8 @@ struct oscar_calib_clip {
     float * k, * v;                 // [L, n_clip] chosen ratios
     double * k_err, * v_err;        // [L, n_clip] objective at the chosen ratio
     double * k_err1, * v_err1;      // [L, n_clip] objective at ratio 1.0 (no clip)
-    double k_global, v_global;      // engine-wide values (median over layers)
+    double k_global, v_global;      // engine-wide values: the model-wide choice for a target that shares
+                                    // clips, else the median over layers
 };
 enum oscar_status oscar_calib_clip_search(const struct oscar_calib_heldout * h, const struct oscar_calib_fit * f,
                                           const struct oscar_calib_params * p, struct oscar_calib_clip * out,

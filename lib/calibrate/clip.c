@@ -11,6 +11,13 @@
 // Ties go to the larger ratio (the grid is visited in the given order, 1.0 first
 // by default, and a candidate must be strictly better). The errors come from
 // p->eval_device (verify/eval-device.h: lib/verify on the host, or the GPU).
+//
+// An engine target (util/target.h) that shares clips gets model-wide ratios:
+// sglang one K ratio minimising Σ_l K objective_l and one V ratio minimising
+// Σ_l V objective_l (each layer's relative objective, as above); llamacpp one
+// ratio minimising Σ_l (K objective_l + V objective_l), simulated with the
+// fork's Q2_0 quantizer. Every layer then records that ratio and its own
+// objective at it. The oscar target keeps the per-layer search unchanged.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +65,40 @@ static void errors_free(struct clip_errors * s) {
     free(s->ek); free(s->kref); free(s->ev);
 }
 
+// Model-wide search: every layer's relative K and V objective per candidate, rk / rv [L, G].
+struct shared_errors {
+    double * rk, * rv;
+};
+
+static double rel(double e, double ref) { return e / (ref > 0.0 ? ref : 1e-300); }
+
+// The candidate minimising Σ_l (wk·rk[l] + wv·rv[l]); ties go to the earlier (larger) ratio.
+static int32_t pick_shared(const struct shared_errors * se, int32_t L, int32_t G, double wk, double wv) {
+    int32_t best = 0;
+    double  best_sum = 0.0;
+    for (int32_t g = 0; g < G; g++) {
+        double sum = 0.0; // layers in order: deterministic
+        for (int32_t l = 0; l < L; l++)
+            sum += wk * se->rk[(size_t) l * (size_t) G + (size_t) g] + wv * se->rv[(size_t) l * (size_t) G + (size_t) g];
+        if (g == 0 || sum < best_sum) best = g, best_sum = sum;
+    }
+    return best;
+}
+
+// Fills c (n_clip 1) from the model-wide choice: K at candidate bk, V at bv, each layer's objective there.
+static void apply_shared(const struct oscar_calib_params * p, const struct shared_errors * se, int32_t L, int32_t bk,
+                         int32_t bv, struct oscar_calib_clip * c) {
+    int32_t G = p->n_grid;
+    for (int32_t l = 0; l < L; l++) {
+        size_t r = (size_t) l * (size_t) G;
+        c->k[l] = (float) p->grid[bk], c->v[l] = (float) p->grid[bv];
+        c->k_err[l] = se->rk[r + (size_t) bk], c->v_err[l] = se->rv[r + (size_t) bv];
+        c->k_err1[l] = se->rk[r], c->v_err1[l] = se->rv[r];
+    }
+    c->k_global = p->grid[bk];
+    c->v_global = p->grid[bv];
+}
+
 static bool errors_init(struct clip_errors * s, int32_t Hkv, int32_t G) {
     s->ek = calloc((size_t) G * (size_t) Hkv, sizeof(double));
     s->kref = calloc((size_t) Hkv, sizeof(double));
@@ -78,7 +119,10 @@ enum oscar_status oscar_calib_clip_search(const struct oscar_calib_heldout * h, 
     c->k_err = calloc(n, sizeof(double)); c->v_err = calloc(n, sizeof(double));
     c->k_err1 = calloc(n, sizeof(double)); c->v_err1 = calloc(n, sizeof(double));
     struct clip_errors s = {0};
+    struct shared_errors se = {0};
     struct oscar_eval_dev * ev = NULL;
+    const struct oscar_target_profile * prof = oscar_target_get(p->target);
+    const bool shared = prof->clips != OSCAR_TARGET_CLIPS_LAYER;
     enum oscar_status st = OSCAR_OK;
     if (!c->k || !c->v || !c->k_err || !c->v_err || !c->k_err1 || !c->v_err1) {
         st = osc_error(OSCAR_ERR_NOMEM, "clip search: out of memory");
@@ -93,8 +137,20 @@ enum oscar_status oscar_calib_clip_search(const struct oscar_calib_heldout * h, 
         c->v_global = p->v_clip;
         goto out;
     }
+    if (shared && NC > 1) {
+        st = osc_error(OSCAR_ERR_INVALID, "clip search: target %s shares clips over the model, but the rotations "
+                       "are per KV head (calibrate with --rotation-grouping layer)", prof->name);
+        goto out;
+    }
     struct oscar_kv_transform tf;
-    if ((st = osc_calib_transform("oscar", p, f, NULL, L, Hkv, h->head_dim, &tf)) != OSCAR_OK) goto out;
+    if ((st = osc_calib_transform(prof->clip_quant, p, f, NULL, L, Hkv, h->head_dim, &tf)) != OSCAR_OK) goto out;
+    tf.tiers = osc_calib_tiering(p); // the held-out tiering whatever the preset's (q2_0: its ring)
+    tf.tiers.block = 1;
+    if (shared && (!(se.rk = calloc((size_t) L * (size_t) G, sizeof(double))) ||
+                   !(se.rv = calloc((size_t) L * (size_t) G, sizeof(double))))) {
+        st = osc_error(OSCAR_ERR_NOMEM, "clip search: out of memory");
+        goto out;
+    }
     if (!errors_init(&s, Hkv, G)) {
         st = osc_error(OSCAR_ERR_NOMEM, "clip search: out of memory");
         goto out;
@@ -115,6 +171,11 @@ enum oscar_status oscar_calib_clip_search(const struct oscar_calib_heldout * h, 
                 for (int32_t hh = 0; hh < Hkv; hh++) sum += s.ek[(size_t) g * (size_t) Hkv + (size_t) hh];
                 s.ek[(size_t) g * (size_t) Hkv] = sum;
             }
+            for (int32_t g = 0; shared && g < G; g++) {
+                se.rk[(size_t) l * (size_t) G + (size_t) g] = rel(s.ek[(size_t) g * (size_t) Hkv], kr);
+                se.rv[(size_t) l * (size_t) G + (size_t) g] =
+                    rel(s.ev[(size_t) g * (size_t) (Hkv + 1) + (size_t) Hkv], s.vref);
+            }
             pick(p, s.ek, Hkv, 0, kr, &c->k[l], &c->k_err[l], &c->k_err1[l]);
             pick(p, s.ev, Hkv + 1, Hkv, s.vref, &c->v[l], &c->v_err[l], &c->v_err1[l]);
         } else {
@@ -130,11 +191,20 @@ enum oscar_status oscar_calib_clip_search(const struct oscar_calib_heldout * h, 
     }
     osc_progress_finish(&pr);
     osc_debug("after the clip search: peak RSS %.1f MiB", oscar_calib_peak_rss_mb());
-    if (st == OSCAR_OK) {
+    if (st == OSCAR_OK && prof->clips == OSCAR_TARGET_CLIPS_KV) {
+        apply_shared(p, &se, L, pick_shared(&se, L, G, 1.0, 0.0), pick_shared(&se, L, G, 0.0, 1.0), c);
+    } else if (st == OSCAR_OK && prof->clips == OSCAR_TARGET_CLIPS_ONE) {
+        int32_t b = pick_shared(&se, L, G, 1.0, 1.0);
+        apply_shared(p, &se, L, b, b, c);
+    } else if (st == OSCAR_OK) {
         c->k_global = median(c->k, n);
         c->v_global = median(c->v, n);
     }
+    if (st == OSCAR_OK && shared)
+        osc_info("clip search (target %s, %s): K %.2f V %.2f", prof->name, oscar_target_clips_name(prof->clips),
+                 c->k_global, c->v_global);
 out:
+    free(se.rk); free(se.rv);
     errors_free(&s);
     oscar_eval_dev_free(ev);
     if (st != OSCAR_OK) oscar_calib_clip_free(c);

@@ -12,6 +12,7 @@ void oscar_calib_fit_free(struct oscar_calib_fit * f) {
     free(f->v_rot);
     free(f->k_eig);
     free(f->v_eig);
+    free(f->k_mean);
     memset(f, 0, sizeof(*f));
 }
 

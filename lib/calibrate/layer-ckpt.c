@@ -2,10 +2,11 @@
 // between layers (--checkpoint-every, --resume).
 //
 // File (native little-endian, written atomically): struct ckpt_header
-// (version 3), then the lib/stats checkpoint bytes, the hidden states
+// (version 4), then the lib/stats checkpoint bytes, the hidden states
 // [n_rows, C] f32 entering layer next_layer, and the held-out rows q, k, v of
 // layers 0 .. next_layer-1. The header holds the plan (tokens, sequences,
-// seq_len, batch, stats kinds, capture dtype) and what the sums were made of:
+// seq_len, batch, stats kinds, capture dtype, the backend and its precision) and
+// what the sums were made of:
 // the model's attention shape, the model's sha256 (the one the artifact
 // records), the tokenizer hash and the corpus sha256. A resume refuses a
 // checkpoint that differs in any of them, naming it; every size is computed
@@ -20,7 +21,7 @@
 #include "util/fs.h"
 
 #define CKPT_MAGIC "OSCCALCK"
-#define CKPT_VERSION 3u
+#define CKPT_VERSION 4u
 
 struct ckpt_header {
     char     magic[8];
@@ -31,7 +32,8 @@ struct ckpt_header {
     int32_t  seq_len, batch;
     uint32_t kinds, capture_bf16;
     int32_t  n_layer, n_head, n_head_kv, head_dim, n_embd;
-    uint32_t pad;
+    uint32_t fp32;             // the backend's precision (cuda)
+    char     device[16];       // the backend that made the sums
     uint64_t tokenizer_hash;
     uint64_t stats_size;
     char     model_sha256[72]; // NUL-terminated hex (or empty)
@@ -50,7 +52,8 @@ static void fill_header(struct ckpt_header * hd, const struct osc_layer_ckpt * k
     hd->n_seq = plan->n_seq, hd->n_heldout = plan->n_heldout;
     hd->n_tokens = plan->n_tokens, hd->n_rows = k->n_rows, hd->n_held_rows = k->held->n_rows;
     hd->seq_len = k->p->seq_len, hd->batch = k->p->batch;
-    hd->kinds = k->kinds, hd->capture_bf16 = k->p->capture_bf16;
+    hd->kinds = k->kinds, hd->capture_bf16 = k->p->capture_bf16, hd->fp32 = k->fp32;
+    snprintf(hd->device, sizeof hd->device, "%s", k->device ? k->device : "cpu");
     hd->n_layer = c->n_layer, hd->n_head = c->n_head, hd->n_head_kv = c->n_head_kv;
     hd->head_dim = c->head_dim, hd->n_embd = c->n_embd;
     snprintf(hd->model_sha256, sizeof hd->model_sha256, "%s", k->m->source_sha256);
@@ -130,6 +133,10 @@ static enum oscar_status check_source(const char * path, const struct ckpt_heade
                          path, (long long) hd->n_tokens, (int) hd->seq_len, (int) hd->batch, (int) hd->n_heldout,
                          hd->kinds, hd->capture_bf16 ? "bf16" : "fp32", (long long) now->n_tokens, (int) now->seq_len,
                          (int) now->batch, (int) now->n_heldout, now->kinds, now->capture_bf16 ? "bf16" : "fp32");
+    if (strncmp(hd->device, now->device, sizeof hd->device) != 0 || hd->fp32 != now->fp32)
+        return osc_error(OSCAR_ERR_INVALID, "%s: checkpoint was made on --device %.16s%s; this run uses %.16s%s (the "
+                         "sums of one backend do not continue on another)", path, hd->device,
+                         hd->fp32 ? " (fp32)" : "", now->device, now->fp32 ? " (fp32)" : "");
     return OSCAR_OK;
 }
 

@@ -11,6 +11,8 @@ struct osc_layer_ckpt {
     const struct oscar_model * m;
     const struct oscar_calib_plan * plan;       // plan->corpus: the identities checked on resume
     const struct oscar_calib_params * p;
+    const char * device;                        // the backend that made the sums ("cpu", "cuda")
+    bool fp32;                                  // cuda: fp32 precision
     uint32_t kinds;                             // the accumulator's kinds
     float * x;                                  // [n_rows, C] hidden states entering next_layer
     int64_t n_rows;
@@ -22,7 +24,7 @@ enum oscar_status osc_layer_ckpt_save(const struct osc_layer_ckpt * k, const str
                                       int32_t next_layer);
 // Reads it back into k->x and k->held (sized by the caller from the model and
 // plan) and a new accumulator; refuses a checkpoint of another model, tokenizer,
-// corpus, plan or capture dtype (OSCAR_ERR_INVALID), a corrupt or truncated one
+// corpus, plan, capture dtype or backend (OSCAR_ERR_INVALID), a corrupt or truncated one
 // (OSCAR_ERR_FORMAT), another version (OSCAR_ERR_UNSUPPORTED).
 enum oscar_status osc_layer_ckpt_load(const struct osc_layer_ckpt * k, struct oscar_stats ** stats,
                                       int32_t * next_layer);

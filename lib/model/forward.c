@@ -76,8 +76,8 @@ static enum oscar_status check_model(const struct oscar_model * m) {
                          (double)c->rope_factor);
     if (!(c->rope_theta > 0.0f) || !(c->rms_eps >= 0.0f))
         return osc_error(OSCAR_ERR_INVALID, "%s: bad rope_theta or rms_eps", m->source);
-    if (!m->tok_embd || !m->output_norm || !m->output || !m->layers)
-        return osc_error(OSCAR_ERR_INVALID, "%s: missing embedding, output norm or output tensor", m->source);
+    if (!m->tok_embd || !m->output_norm || !m->layers)
+        return osc_error(OSCAR_ERR_INVALID, "%s: missing embedding or output norm", m->source);
     return OSCAR_OK;
 }
 
@@ -452,6 +452,8 @@ enum oscar_status oscar_forward_run(struct oscar_forward * f, const struct oscar
     }
     rmsnorm(f->xn, f->x, f->m->output_norm, T, C, c->rms_eps, f->n_threads);
     f->n_tokens = T;
+    if (logits && !f->m->output)
+        return osc_error(OSCAR_ERR_INVALID, "forward: %s was opened without its LM head: no logits", f->m->source);
     if (logits) linear(logits, f->xn, f->m->output, NULL, T, c->n_vocab, C, false, f->n_threads);
     for (int32_t t = 0; logits && t < T; t++)
         for (int32_t i = 0; i < c->n_vocab; i += 97) // cheap NaN/Inf screen (stride: not a full pass)

@@ -34,7 +34,9 @@ struct osc_weight_source {
 // src from here on (even on failure) and reads layers from it on demand
 // (oscar_model_layer_acquire). output absent -> tied to tok_embd (unless
 // config.tied_embeddings is false and `tie_if_missing` is false).
-enum oscar_status osc_model_attach(struct oscar_model * m, const struct osc_weight_source * src, bool tie_if_missing);
+// with_head false: the LM head (output) is checked but not read (m->output NULL unless tied).
+enum oscar_status osc_model_attach(struct oscar_model * m, const struct osc_weight_source * src, bool tie_if_missing,
+                                   bool with_head);
 
 // Checks a config for consistency (positive sizes, heads divide, products of
 // sizes without overflow and below 2^40 floats); names `what`.

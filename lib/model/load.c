@@ -217,7 +217,8 @@ static enum oscar_status check_tensors(struct oscar_model * m, const struct osc_
     return st;
 }
 
-enum oscar_status osc_model_attach(struct oscar_model * m, const struct osc_weight_source * src, bool tie_if_missing) {
+enum oscar_status osc_model_attach(struct oscar_model * m, const struct osc_weight_source * src, bool tie_if_missing,
+                                   bool with_head) {
     const struct oscar_model_config * c = &m->config;
     struct model_storage * ms = calloc(1, sizeof *ms);
     if (!ms) {
@@ -234,26 +235,27 @@ enum oscar_status osc_model_attach(struct oscar_model * m, const struct osc_weig
     // they are only allocated once tensors of exactly those shapes (whose data
     // the format reader has checked to lie inside the file) back all of them.
     if ((st = check_tensors(m, src, tie_if_missing, &with_output)) != OSCAR_OK) return st;
+    const bool read_output = with_output && with_head; // checked above either way
     struct dims d;
     const char * field;
     OSCAR_ASSERT(model_dims(c, &d, &field)); // osc_model_config_check has passed
     const int64_t C = c->n_embd, VC = (int64_t) c->n_vocab * C, NF = c->has_rope_freqs ? oscar_rope_dim(c) / 2 : 0;
     ms->layer_floats = d.layer;
-    ms->globals = malloc((size_t) (VC * (with_output ? 2 : 1) + C + NF) * sizeof(float));
+    ms->globals = malloc((size_t) (VC * (read_output ? 2 : 1) + C + NF) * sizeof(float));
     ms->layer_mem = calloc((size_t) c->n_layer, sizeof *ms->layer_mem);
     m->layers = calloc((size_t) c->n_layer, sizeof *m->layers);
     if (!ms->globals || !ms->layer_mem || !m->layers) {
         return osc_error(OSCAR_ERR_NOMEM, "%s: cannot allocate %lld MiB of embeddings", m->source,
-                         (long long) (VC * (with_output ? 2 : 1) * 4 >> 20));
+                         (long long) (VC * (read_output ? 2 : 1) * 4 >> 20));
     }
     float * cur = ms->globals;
     m->tok_embd = take(&cur, VC);
     m->output_norm = take(&cur, C);
-    m->output = with_output ? take(&cur, VC) : m->tok_embd;
+    m->output = read_output ? take(&cur, VC) : with_output ? NULL : m->tok_embd;
     if (NF) m->rope_freqs = take(&cur, NF);
     st = src->get(src->ctx, OSC_W_EMBD, -1, c->n_vocab, c->n_embd, m->tok_embd);
     if (st == OSCAR_OK) st = src->get(src->ctx, OSC_W_OUT_NORM, -1, c->n_embd, 0, m->output_norm);
-    if (st == OSCAR_OK && with_output) st = src->get(src->ctx, OSC_W_OUTPUT, -1, c->n_vocab, c->n_embd, m->output);
+    if (st == OSCAR_OK && read_output) st = src->get(src->ctx, OSC_W_OUTPUT, -1, c->n_vocab, c->n_embd, m->output);
     if (st == OSCAR_OK && NF) st = src->get(src->ctx, OSC_W_ROPE_FREQS, -1, NF, 0, m->rope_freqs);
     for (int64_t i = 0; st == OSCAR_OK && i < NF; i++) // divisors of the RoPE frequencies
         if (!(m->rope_freqs[i] > 0.0f) || !isfinite(m->rope_freqs[i]))
@@ -392,7 +394,7 @@ void oscar_model_free(struct oscar_model * m) {
     free(m);
 }
 
-enum oscar_status oscar_model_open(const char * path, struct oscar_model ** out) {
+static enum oscar_status open_model(const char * path, bool with_head, struct oscar_model ** out) {
     *out = NULL;
     struct stat sb;
     if (stat(path, &sb) != 0) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: no such file or directory", path);
@@ -404,13 +406,19 @@ enum oscar_status oscar_model_open(const char * path, struct oscar_model ** out)
     snprintf(m->source, sizeof m->source, "%s", path);
     struct osc_weight_source src;
     enum oscar_status st = S_ISDIR(sb.st_mode) ? osc_model_open_hf(path, m, &src) : osc_model_open_gguf(path, m, &src);
-    if (st == OSCAR_OK) st = osc_model_attach(m, &src, false);
+    if (st == OSCAR_OK) st = osc_model_attach(m, &src, false, with_head);
     if (st != OSCAR_OK) {
         oscar_model_free(m);
         return st;
     }
     *out = m;
     return OSCAR_OK;
+}
+
+enum oscar_status oscar_model_open(const char * path, struct oscar_model ** out) { return open_model(path, true, out); }
+
+enum oscar_status oscar_model_open_no_head(const char * path, struct oscar_model ** out) {
+    return open_model(path, false, out);
 }
 
 enum oscar_status oscar_model_load(const char * path, struct oscar_model ** out) {
@@ -494,7 +502,7 @@ enum oscar_status oscar_model_open_random(const struct oscar_model_config * cfg,
     }
     snprintf(m->source, sizeof m->source, "random(seed=%llu)", (unsigned long long) seed);
     struct osc_weight_source src = {random_get, random_close, r};
-    if ((st = osc_model_attach(m, &src, false)) != OSCAR_OK) {
+    if ((st = osc_model_attach(m, &src, false, true)) != OSCAR_OK) {
         oscar_model_free(m);
         return st;
     }

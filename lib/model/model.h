@@ -131,6 +131,10 @@ void oscar_rope_inv_freq(const struct oscar_model_config * c, const float * rope
 // open + acquire every layer + close the file: its release is a no-op.
 // oscar_model_open_random is oscar_model_init_random's model, read the same way.
 enum oscar_status oscar_model_open(const char * path, struct oscar_model ** out);
+// The same without the LM head of an untied model: its tensor is checked but not read, and
+// m->output is NULL (runs asking for logits are refused). For a calibration pass, which
+// computes no logits (the Qwen3-8B shape: 2.5 GB less fp32 host memory).
+enum oscar_status oscar_model_open_no_head(const char * path, struct oscar_model ** out);
 enum oscar_status oscar_model_open_random(const struct oscar_model_config * cfg, uint64_t seed,
                                           struct oscar_model ** out);
 enum oscar_status oscar_model_layer_acquire(struct oscar_model * m, int32_t layer);

@@ -34,5 +34,9 @@ struct oscar_stats_sums {
 // the attention-mass weights of attn-mass.c (w_t = Σ_j Σ_{i>=t} p_{j,i,t}²)
 // computed by the caller. Does not end the pass.
 enum oscar_status oscar_stats_add_sums(struct oscar_stats * s, const struct oscar_stats_sums * x);
+// The same for one layer (a layer-major pass): x's arrays hold that layer only ([Hkv, D, D],
+// [Hkv]), x->pass must equal oscar_stats_layer_phase(s, layer), and only that layer's
+// token count grows. Does not end the layer's pass (oscar_stats_end_layer_pass).
+enum oscar_status oscar_stats_add_layer_sums(struct oscar_stats * s, int32_t layer, const struct oscar_stats_sums * x);
 
 #endif

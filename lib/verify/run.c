@@ -112,6 +112,9 @@ static enum oscar_status setup_methods(struct vrun * r, const struct oscar_artif
                                        art ? art->v_rotation : NULL, art ? art->clip_per_head : false,
                                        art ? art->k_clip : NULL, art ? art->v_clip : NULL, &r->tfs[i]);
         if (st != OSCAR_OK) break;
+        // the artifact's key mean (OptR centering) goes with its rotations
+        if (art && method_table[method_index(names[i])].needs_art && !strncmp(names[i], "oscar", 5))
+            r->tfs[i].k_mean = art->k_mean;
         struct oscar_verify_method * mt = &r->ms[i];
         snprintf(mt->name, sizeof mt->name, "%s", names[i]);
         mt->bpe = oscar_kv_transform_bpe(&r->tfs[i], p->ctx);

@@ -1,7 +1,8 @@
-// bench-calibrate-device.c - end-to-end calibration through lib/calibrate/capture-device.c:
-// random-init model of a named shape, synthetic token stream, held-out rows, both passes
-// on --device, rotation fit, clip search and gate; prints the stage wall times. (The
-// artifact is not written: its provenance needs a model directory and tokenizer.)
+// bench-calibrate-device.c - end-to-end calibration through the layer-major engine
+// (oscar_calib_capture): random-init model of a named shape (made on the device with
+// --device cuda, layer by layer on the host with cpu), synthetic token stream, one pass
+// with the held-out rows, rotation fit, clip search and gate; prints the stage wall
+// times. (The artifact is not written: its provenance needs a model directory and tokenizer.)
 //
 //   bench-calibrate-device [--device cuda] [--random-init qwen3-8b] [--tokens 30720]
 //                          [--seq-len 2048] [--batch 15] [--heldout 2] [--seed 1]
@@ -9,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "calibrate/capture-device.h"
+#include "calibrate/random-source.h"
 #include "util/log.h"
 
 int main(int argc, char ** argv) {
@@ -39,6 +40,7 @@ int main(int argc, char ** argv) {
     struct oscar_calib_gate gate = {0};
     struct oscar_stats * st = NULL;
     struct oscar_calib_timing t = {0};
+    struct oscar_model * host = NULL;
     int rc = 1;
     const double t0 = osc_now();
     if (oscar_calib_random_config(shape, &cfg) ||
@@ -47,8 +49,17 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "bench-calibrate-device: %s\n", oscar_last_error());
         goto out;
     }
-    const struct oscar_calib_device d = {.device = device, .model = NULL, .random = &cfg, .seed = seed};
-    if (oscar_calib_device_heldout(&d, &plan, &p, &held, &t) || oscar_calib_device_accumulate(&d, &plan, &p, &st, &t) ||
+    struct oscar_model desc = {.config = cfg};
+    struct oscar_calib_engine e = {.device = device, .m = &desc, .random_on_device = strcmp(device, "cpu") != 0};
+    p.seed = seed;
+    p.eval_device = device;
+    p.capture_bf16 = e.random_on_device; // the CUDA pass in bf16 captures bf16
+    if (!e.random_on_device && oscar_model_open_random(&cfg, seed, &host) != OSCAR_OK) {
+        fprintf(stderr, "bench-calibrate-device: %s\n", oscar_last_error());
+        goto out;
+    }
+    if (host) e.m = host;
+    if (oscar_calib_capture(&e, &plan, &p, &st, &held, &t) ||
         oscar_calib_fit_rotations(st, &p, &fit, &t) || oscar_calib_clip_search(&held, &fit, &p, &clip, &t) ||
         oscar_calib_gate_run(&held, &fit, &clip, &p, &gate, &t)) {
         fprintf(stderr, "bench-calibrate-device: %s\n", oscar_last_error());
@@ -59,10 +70,13 @@ int main(int argc, char ** argv) {
     printf("\nEnd-to-end calibration (%s random init, synthetic tokens, %lld tokens = %d x %d, held-out %d seqs, "
            "device %s)\n\n", shape, (long long) plan.n_tokens, (int) plan.n_seq, (int) p.seq_len, (int) p.n_heldout,
            device);
-    printf("| stage | seconds |\n|---|---|\n| held-out rows (init + pass + W_O copy) | %.2f |\n"
-           "| pass 1 + pass 2 forward (excl. init) | %.2f |\n| end_pass (download + lib/stats) | %.2f |\n"
+    printf("| stage | seconds |\n|---|---|\n| held-out batches (forward + rows to the host) | %.2f |\n"
+           "| calibration batches (forward + pass-1 sums) | %.2f |\n| layer ends (SST, downloads, lib/stats) | %.2f |\n"
+           "| weights (read + upload, or made on the device) | %.2f |\n"
            "| eigh (rotation fit) | %.2f |\n| clip search | %.2f |\n| gate | %.2f |\n| total | %.2f |\n",
-           t.heldout, t.forward, t.accumulate, t.eigh, t.clip, t.gate, t.total);
+           t.heldout, t.forward, t.accumulate, t.load, t.eigh, t.clip, t.gate, t.total);
+    printf("| peak device memory | %.2f GiB |\n| peak host RSS | %.0f MiB |\n", (double) t.device_peak_bytes / 1073741824.0,
+           oscar_calib_peak_rss_mb());
     printf("| gate | %s (oscar %.4g, hadamard %.4g, naive %.4g) |\n", gate.pass ? "pass" : "FAIL", gate.mean_oscar,
            gate.mean_hadamard, gate.mean_naive);
     rc = 0;
@@ -70,5 +84,6 @@ out:
     oscar_calib_gate_free(&gate), oscar_calib_clip_free(&clip), oscar_calib_fit_free(&fit);
     oscar_stats_free(st), oscar_calib_heldout_free(&held), oscar_calib_plan_free(&plan);
     oscar_calib_corpus_free(&corpus);
+    oscar_model_free(host);
     return rc;
 }

@@ -86,7 +86,7 @@ if [ "$bench" -eq 1 ]; then
     [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu-forward-check: bench FAILED"; rc=1; }
 fi
 if [ "$bench" -eq 1 ]; then
-    echo "gpu-forward-check: end-to-end calibration (lib/calibrate/capture-device.c, random-init qwen3-8b)"
+    echo "gpu-forward-check: end-to-end calibration (the layer-major engine, random-init qwen3-8b)"
     timeout 180 ./build/bin/bench-calibrate-device --device cuda --random-init qwen3-8b --tokens $((seqs * len)) \
         --seq-len "$len" --batch "$seqs" --heldout 1 >"$logdir/e2e.md" 2>"$logdir/e2e.log"
     r=$?

@@ -44,7 +44,8 @@ verdict, other = ("**PASS**", "**FAILED**") if gate == "pass" else ("**FAILED**"
 assert verdict in text and other not in text, gate
 for s in ("## Calibration data", "`prideprejudice.txt`, sha256 `" + meta["oscar.calib_sha256"] + "`",
           meta["oscar.calib_tokens"] + " calibration tokens", "## Usage\n", "```sh\noscar-zoo pull <repo> --path <path>",
-          "--format pt --out rot/", "--format gguf --base", "With `--strict`, a failed gate exits 1 and writes nothing",
+          "--target sglang --out rot/", "--target llamacpp --base", "## Serving\n",
+          "export SGLANG_OSCAR_K_CLIP_RATIO=" + meta["oscar.k_clip_ratio"] + "\n", "With `--strict`, a failed gate exits 1 and writes nothing",
           "```bibtex\n@misc{", "eprint        = {2605.17757}", "primaryClass  = {cs.LG}"):
     assert s in text, s
 PY

@@ -5,8 +5,10 @@
 #      --capture-dtype bf16 is honoured (a different artifact, the same as without
 #      --device, oscar.capture_dtype bfloat16; before, --device cpu ignored it);
 #   2. --random-init smollm2-135m runs on synthetic tokens and records that in the artifact;
-#   3. --device cuda on a machine without a GPU fails cleanly (exit 1, a message), and
-#      conflicting options (what the CUDA two-pass path lacks) are usage errors (exit 2).
+#   3. --device cuda on a machine without a GPU fails cleanly (exit 1, a message), also with
+#      --resume, --save-activations and --checkpoint-every (the one engine takes them on every
+#      backend), and conflicting options are usage errors (exit 2): an fp32 capture from the
+#      bf16 GPU pass, which captures bf16.
 # Skips (77) without the model.
 set -euo pipefail
 B=${OSCAR_BUILD:-build}
@@ -50,10 +52,21 @@ else
     grep -Eq "no CUDA device|not compiled in" "$T/cuda.err" || { cat "$T/cuda.err"; exit 1; }
     [ ! -e "$T/cuda" ] || { echo "FAIL: wrote an artifact"; exit 1; }
     echo "ok: --device cuda without a GPU: $(tail -n 1 "$T/cuda.err")"
+    for opt in "--resume" "--checkpoint-every 64" "--save-activations $T/acts.h5" "--capture-dtype bf16"; do
+        set +e
+        # shellcheck disable=SC2086
+        "$CAL" -m "$M" -f "$F" "${common[@]}" -o "$T/cuda" --device cuda $opt 2>"$T/cuda.err"
+        rc=$?
+        set -e
+        [ "$rc" -eq 1 ] && grep -Eq "no CUDA device|not compiled in" "$T/cuda.err" \
+            || { echo "FAIL: --device cuda $opt exited $rc"; cat "$T/cuda.err"; exit 1; }
+    done
+    [ ! -e "$T/acts.h5" ] || { echo "FAIL: --save-activations left a store"; exit 1; }
+    echo "ok: --device cuda takes --resume, --checkpoint-every, --save-activations and --capture-dtype bf16"
 fi
 
-for bad in "--random-init qwen3-8b -m $M" "--device tpu -m $M -f $F" "--device cuda --resume -m $M -f $F" \
-           "--device cuda --capture-dtype bf16 -m $M -f $F" "--random-init nope"; do
+for bad in "--random-init qwen3-8b -m $M" "--device tpu -m $M -f $F" "--device cuda --capture-dtype fp32 -m $M -f $F" \
+           "--random-init nope"; do
     set +e
     # shellcheck disable=SC2086
     "$CAL" $bad -o "$T/bad" "${common[@]}" 2>/dev/null

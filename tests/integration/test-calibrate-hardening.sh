@@ -8,7 +8,7 @@
 #     gate compare nothing) is a usage error;
 #  3. replacing an artifact removes the stale .NAME.tmp.PID/ and .NAME.old.PID/ of dead
 #     writers (only names of that pattern, never those of a live process);
-#  4. --resume refuses a checkpoint made on another corpus (or capture dtype), naming what
+#  4. --resume refuses a checkpoint made on another corpus (or capture dtype, or backend), naming what
 #     differs; the matching resume completes and removes OUT.ckpt and a stale
 #     OUT.ckpt.tmp.PID;
 #  5. --json is valid JSON with a quote in the --out path, and -q / --json print nothing
@@ -70,8 +70,10 @@ want 1 "corpus" "$CAL" -m "$MODEL" "${ARGS[@]}" -f "$AUSTEN/persuasion.txt" -o "
 grep -q "persuasion.txt" "$T/err" && grep -q "prideprejudice.txt" "$T/err" && grep -q "c.ckpt" "$T/err" \
     || fail "corpus mismatch: the message names not both corpora and the checkpoint: $(cat "$T/err")"
 want 1 "capture" "$CAL" -m "$MODEL" "${ARGS[@]}" --capture-dtype bf16 -o "$T/c" --resume
+# a CPU checkpoint does not continue on CUDA (refused before any device is needed)
+want 1 "made on --device cpu" "$CAL" -m "$MODEL" "${ARGS[@]}" --device cuda --gpu-precision fp32 -o "$T/c" --resume
 [ ! -e "$T/c" ] && [ -f "$T/c.ckpt" ] || fail "a refused resume wrote the artifact or lost the checkpoint"
-ok "--resume refuses a checkpoint of another corpus or capture dtype, naming what differs"
+ok "--resume refuses a checkpoint of another corpus, capture dtype or backend, naming what differs"
 touch "$T/c.ckpt.tmp.$d"
 "$CAL" -m "$MODEL" "${ARGS[@]}" -o "$T/c" --resume 2> "$T/err" || fail "resume: $(cat "$T/err")"
 [ -s "$T/c/oscar.safetensors" ] || fail "resume wrote no artifact"

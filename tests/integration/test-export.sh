@@ -2,7 +2,8 @@
 # test-export.sh - oscar-zoo export (pt and gguf) on synthetic artifacts:
 #  - .pt pair: restricted unpickler (+ torch.load when torch is importable), bit-exact vs the artifact,
 #    format_version 1 (per layer) and 2 (per KV head);
-#  - GGUF standalone: llama arch -> K rows in ggml order (method.md §1.1), qwen3 -> HF order, --qk-order;
+#  - GGUF standalone (--target oscar: no engine loads it): llama arch -> K rows in ggml order (method.md §1.1),
+#    qwen3 -> HF order, --qk-order; engine targets are test-targets.sh's;
 #  - GGUF bake into the SmolLM2 GGUF (when present): base tensors byte-identical, oscar's reader opens it;
 #  - bad input: missing/corrupt artifact, unwritable --out, --base not a GGUF, per-head to GGUF:
 #    clear error, nothing (half-)written;
@@ -27,26 +28,31 @@ ok() { n=$((n + 1)); echo "ok $n - $*"; }
 
 # ---- pt ----
 $ZOO export "$T/art" --format pt --out "$T/pt" > "$T/env.txt" 2>/dev/null || fail "export pt"
-grep -q "^SGLANG_OSCAR_K_ROTATION_PATH=$T/pt/k_rotation_qqt_r_h_pbr.pt SGLANG_OSCAR_V_ROTATION_PATH=$T/pt/v_rotation_sst_r_h_pbr.pt SGLANG_OSCAR_K_CLIP_RATIO=0.96 SGLANG_OSCAR_V_CLIP_RATIO=0.92$" "$T/env.txt" \
-    || fail "env line: $(cat "$T/env.txt")"
-ok "export pt prints the engine env line"
+for l in "export SGLANG_OSCAR_K_ROTATION_PATH=$T/pt/k_rotation_qqt_r_h_pbr.pt" \
+         "export SGLANG_OSCAR_V_ROTATION_PATH=$T/pt/v_rotation_sst_r_h_pbr.pt" \
+         "export SGLANG_OSCAR_K_CLIP_RATIO=0.96" "export SGLANG_OSCAR_V_CLIP_RATIO=0.92"; do
+    grep -qxF "$l" "$T/env.txt" || fail "no line '$l' in: $(cat "$T/env.txt")"
+done
+cmp -s "$T/env.txt" "$T/pt/serve.env" || fail "stdout and serve.env differ"
+ok "export pt (target sglang by default) prints the engine's recipe and writes it to serve.env"
 "$VENV_PY" "$ORA/check_pt_export.py" "$T/art" "$T/pt" || fail "pt check (per layer)"
 ok "pt pair (format_version 1) loads with the restricted unpickler, bit-exact"
-$ZOO export "$T/arth" --format pt --out "$T/pth" >/dev/null 2>&1 || fail "export pt per head"
+$ZOO export "$T/arth" --format pt --target oscar --out "$T/pth" >/dev/null 2>&1 || fail "export pt per head"
 "$VENV_PY" "$ORA/check_pt_export.py" "$T/arth" "$T/pth" || fail "pt check (per head)"
-ok "per-head pt pair is format_version 2 with [Hkv,D,D]"
+[ ! -e "$T/pth/serve.env" ] || fail "target oscar wrote a serve recipe"
+ok "per-head pt pair is format_version 2 with [Hkv,D,D] (--target oscar; no serve.env)"
 cmp -s "$T/pt/k_rotation_qqt_r_h_pbr.pt" <($ZOO export "$T/art" --format pt --out "$T/pt2" >/dev/null 2>&1; cat "$T/pt2/k_rotation_qqt_r_h_pbr.pt") \
     || fail "pt export is not deterministic"
 ok "pt export is byte-deterministic"
 
 # ---- gguf standalone ----
-$ZOO export "$T/art" --format gguf --out "$T/rot.gguf" >/dev/null 2>&1 || fail "export gguf"
+$ZOO export "$T/art" --format gguf --target oscar --out "$T/rot.gguf" >/dev/null 2>&1 || fail "export gguf"
 "$VENV_PY" "$ORA/check_gguf_export.py" "$T/art" "$T/rot.gguf" ggml || fail "gguf check (llama -> ggml)"
 "$VENV_PY" "$ORA/check_gguf_export.py" "$T/art" "$T/rot.gguf" hf >/dev/null && fail "hf expectation accepted a permuted file"
 ok "standalone GGUF for a llama artifact: K rows permuted to ggml order, Mᵀ, metadata"
-$ZOO export "$T/artq" --format gguf --out "$T/rotq.gguf" >/dev/null 2>&1 || fail "export gguf qwen3"
+$ZOO export "$T/artq" --format gguf --target oscar --out "$T/rotq.gguf" >/dev/null 2>&1 || fail "export gguf qwen3"
 "$VENV_PY" "$ORA/check_gguf_export.py" "$T/artq" "$T/rotq.gguf" hf || fail "gguf check (qwen3 -> hf)"
-$ZOO export "$T/art" --format gguf --qk-order hf --out "$T/roth.gguf" >/dev/null 2>&1 || fail "export --qk-order hf"
+$ZOO export "$T/art" --format gguf --target oscar --qk-order hf --out "$T/roth.gguf" >/dev/null 2>&1 || fail "export --qk-order hf"
 "$VENV_PY" "$ORA/check_gguf_export.py" "$T/art" "$T/roth.gguf" hf || fail "gguf check (--qk-order hf)"
 ok "qwen3 artifact and --qk-order hf keep HF order"
 "$DUMP" "$T/rot.gguf" | grep -q "blk.3.attn_v_rot.weight" || fail "oscar's reader on the standalone file"
@@ -55,13 +61,13 @@ ok "oscar's GGUF reader opens the standalone file"
 # ---- gguf bake ----
 if [ -f "$SMOL" ]; then
     "$MK" "$T/art30" 30 9 3 64 0 5 llama 2>/dev/null || fail "make 30-layer artifact"
-    $ZOO export "$T/art30" --format gguf --base "$SMOL" --out "$T/baked.gguf" >/dev/null 2>&1 || fail "bake"
+    $ZOO export "$T/art30" --format gguf --target oscar --base "$SMOL" --out "$T/baked.gguf" >/dev/null 2>&1 || fail "bake"
     "$VENV_PY" "$ORA/check_gguf_export.py" "$T/art30" "$T/baked.gguf" ggml "$SMOL" || fail "baked check"
     "$DUMP" "$T/baked.gguf" | grep -q "blk.29.attn_k_rot.weight" || fail "oscar's reader on the baked file"
     ok "bake into SmolLM2: base tensors byte-identical, rotation tensors appended, oscar reader opens it"
-    $ZOO export "$T/art30" --format gguf --base "$T/baked.gguf" --out "$T/twice.gguf" 2>"$T/err" >/dev/null && fail "baked twice"
+    $ZOO export "$T/art30" --format gguf --target oscar --base "$T/baked.gguf" --out "$T/twice.gguf" 2>"$T/err" >/dev/null && fail "baked twice"
     grep -q "already has" "$T/err" && [ ! -e "$T/twice.gguf" ] || fail "bake twice error: $(cat "$T/err")"
-    $ZOO export "$T/art" --format gguf --base "$SMOL" --out "$T/mismatch.gguf" 2>"$T/err" >/dev/null && fail "shape mismatch"
+    $ZOO export "$T/art" --format gguf --target oscar --base "$SMOL" --out "$T/mismatch.gguf" 2>"$T/err" >/dev/null && fail "shape mismatch"
     grep -q "30 layers of head_dim 64" "$T/err" && [ ! -e "$T/mismatch.gguf" ] || fail "mismatch error: $(cat "$T/err")"
     ok "bake refuses an already-baked base and a shape mismatch, writes nothing"
 else
@@ -80,10 +86,10 @@ expect_fail() { # expect_fail PATTERN NOT_CREATED cmd...
 expect_fail "not a Hub repo id" "$T/o1" $ZOO export "$T/nope" --format pt --out "$T/o1"
 cp -r "$T/art" "$T/corrupt" && head -c 100 "$T/art/oscar.safetensors" > "$T/corrupt/oscar.safetensors"
 expect_fail "oscar.safetensors" "$T/o2" $ZOO export "$T/corrupt" --format pt --out "$T/o2"
-expect_fail "oscar.safetensors" "$T/o3.gguf" $ZOO export "$T/corrupt" --format gguf --out "$T/o3.gguf"
+expect_fail "oscar.safetensors" "$T/o3.gguf" $ZOO export "$T/corrupt" --format gguf --target oscar --out "$T/o3.gguf"
 mkdir -p "$T/ro" && chmod 555 "$T/ro"
 if [ ! -w "$T/ro" ]; then
-    expect_fail "$T/ro" "$T/ro/x.gguf" $ZOO export "$T/art" --format gguf --out "$T/ro/x.gguf"
+    expect_fail "$T/ro" "$T/ro/x.gguf" $ZOO export "$T/art" --format gguf --target oscar --out "$T/ro/x.gguf"
     expect_fail "$T/ro" "$T/ro/k_rotation_qqt_r_h_pbr.pt" $ZOO export "$T/art" --format pt --out "$T/ro"
 else
     echo "# running as a user that ignores permissions: unwritable --out not checked"
@@ -91,8 +97,8 @@ fi
 printf 'not a gguf at all' > "$T/notgguf.gguf"
 # a path below a regular file cannot be created, even by root
 expect_fail "notgguf.gguf" "$T/notgguf.gguf/pt/k_rotation_qqt_r_h_pbr.pt" $ZOO export "$T/art" --format pt --out "$T/notgguf.gguf/pt"
-expect_fail "notgguf.gguf" "$T/notgguf.gguf/x.gguf" $ZOO export "$T/art" --format gguf --out "$T/notgguf.gguf/x.gguf"
-expect_fail "base" "$T/o4.gguf" $ZOO export "$T/art" --format gguf --base "$T/notgguf.gguf" --out "$T/o4.gguf"
+expect_fail "notgguf.gguf" "$T/notgguf.gguf/x.gguf" $ZOO export "$T/art" --format gguf --target oscar --out "$T/notgguf.gguf/x.gguf"
+expect_fail "base" "$T/o4.gguf" $ZOO export "$T/art" --format gguf --target oscar --base "$T/notgguf.gguf" --out "$T/o4.gguf"
 expect_fail "per-KV-head" "$T/o5.gguf" $ZOO export "$T/arth" --format gguf --out "$T/o5.gguf"
 $ZOO export "$T/art" --format pt 2>/dev/null; [ $? = 2 ] || fail "export without --out: want 2"
 $ZOO export "$T/art" --format onnx --out x 2>/dev/null; [ $? = 2 ] || fail "bad --format: want 2"
@@ -111,10 +117,10 @@ open(sys.argv[1], "wb").write(b)
 PY
 for fmt in pt gguf; do
     out="$T/flipped-$fmt"; [ $fmt = gguf ] && out="$T/flipped.gguf"
-    $ZOO export "$T/flipped" --format $fmt --out "$out" >/dev/null 2>"$T/err"; rc=$?
+    $ZOO export "$T/flipped" --format $fmt --target oscar --out "$out" >/dev/null 2>"$T/err"; rc=$?
     [ $rc = 1 ] && grep -q "flipped/oscar.safetensors: sha256 .*modified or corrupted" "$T/err" && [ ! -e "$out" ] \
         || fail "export $fmt of a tampered artifact: exit $rc, $(cat "$T/err")"
-    $ZOO export "$T/flipped" --format $fmt --out "$out" --force >/dev/null 2>"$T/err" || fail "--force $fmt: $(cat "$T/err")"
+    $ZOO export "$T/flipped" --format $fmt --target oscar --out "$out" --force >/dev/null 2>"$T/err" || fail "--force $fmt: $(cat "$T/err")"
     grep -q "warning: .*modified or corrupted.*forced" "$T/err" && [ -e "$out" ] || fail "--force $fmt: $(cat "$T/err")"
 done
 cp -r "$T/art" "$T/nojson" && rm "$T/nojson/oscar.json"
@@ -129,7 +135,7 @@ start_emulator
 $ZOO push "$T/art" --repo me/rot --path-in-repo m/t --quiet >/dev/null || fail "push artifact"
 $ZOO export me/rot:m/t --format pt --out "$T/hubpt" --quiet >/dev/null 2>"$T/err" || fail "export from hub: $(cat "$T/err")"
 "$VENV_PY" "$ORA/check_pt_export.py" "$T/art" "$T/hubpt" >/dev/null || fail "hub export content"
-HF_HUB_OFFLINE=1 $ZOO export me/rot@main:m/t --format gguf --out "$T/hub.gguf" >/dev/null 2>"$T/err" || fail "offline export from cache: $(cat "$T/err")"
+HF_HUB_OFFLINE=1 $ZOO export me/rot@main:m/t --format gguf --target oscar --out "$T/hub.gguf" >/dev/null 2>"$T/err" || fail "offline export from cache: $(cat "$T/err")"
 HF_HUB_OFFLINE=1 $ZOO export me/other:m/t --format pt --out "$T/o6" 2>"$T/err" >/dev/null && fail "offline unknown repo"
 grep -q "not in the cache" "$T/err" || fail "offline miss error: $(cat "$T/err")"
 ok "export ARTIFACT as a Hub id (online, then offline from the cache)"

@@ -29,9 +29,9 @@ meta() { "$VENV_PY" -c 'import json,sys; print(json.load(open(sys.argv[1]+"/osca
 "$MK" "$T/art" 4 6 2 16 0 11 llama 2>/dev/null || fail "make artifact"
 "$MK" "$T/arth" 3 8 2 16 1 12 llama 2>/dev/null || fail "make per-head artifact"
 for a in art arth; do
-    $ZOO export "$T/$a" --format pt --out "$T/$a-pt" -q >/dev/null || fail "export $a"
+    $ZOO export "$T/$a" --format pt --target oscar --out "$T/$a-pt" -q >/dev/null || fail "export $a"
     $ZOO import "$T/$a-pt" --out "$T/$a-imp" -q >/dev/null || fail "import $a"
-    $ZOO export "$T/$a-imp" --format pt --out "$T/$a-pt2" -q >/dev/null || fail "re-export $a"
+    $ZOO export "$T/$a-imp" --format pt --target oscar --out "$T/$a-pt2" -q >/dev/null || fail "re-export $a"
     for f in "$T/$a-pt"/*.pt; do cmp -s "$f" "$T/$a-pt2/$(basename "$f")" || fail "$a: $(basename "$f") differs after import"; done
 done
 [ "$(meta "$T/arth-imp" oscar.source_grouping)" = kv_head ] || fail "per-head import grouping"

@@ -84,6 +84,9 @@ int main(int argc, char ** argv) {
     };
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
         if (oscar_artifact_set_meta(a, kv[i][0], kv[i][1]) != OSCAR_OK) goto fail;
+    char group[16]; // an INT2 group must divide head_dim (engines refuse others): 64, or D when smaller
+    snprintf(group, sizeof group, "%d", D < 64 ? D : 64);
+    if (oscar_artifact_set_meta(a, "oscar.group_size", group) != OSCAR_OK) goto fail;
     if (oscar_artifact_set_meta(a, "oscar.architecture", argc > 8 ? argv[8] : "llama") != OSCAR_OK) goto fail;
     if (argc > 9 && oscar_artifact_set_meta(a, "oscar.base_model_sha256", argv[9]) != OSCAR_OK) goto fail;
     if (oscar_artifact_write(a, argv[1]) != OSCAR_OK) goto fail;

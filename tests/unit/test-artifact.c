@@ -394,6 +394,9 @@ static void test_card(void ** state) {
     ok(oscar_artifact_set_meta(a, "oscar.base_model_license", "apache-2.0"));
     ok(oscar_artifact_set_meta(a, "oscar.calib_datasets", "me/austen,bad id,other/brown"));
     ok(oscar_artifact_set_meta(a, "oscar.gate", "fail"));
+    ok(oscar_artifact_set_meta(a, "oscar.sink", "32")); // windows and group SGLang can serve
+    ok(oscar_artifact_set_meta(a, "oscar.recent", "128"));
+    ok(oscar_artifact_set_meta(a, "oscar.group_size", "8"));
     ok(oscar_artifact_set_summary(a, "{}", "## Gate: table\n\n**FAILED**: not below both.\n"));
     char * c = card_of(a, "card-id");
     has(c, "license: apache-2.0\nlibrary_name: oscar\n", true);
@@ -410,8 +413,15 @@ static void test_card(void ** state) {
     has(c, "With `--strict`, a failed gate exits 1 and writes nothing", true);
     has(c, "passed", false);
     has(c, "```sh\noscar-zoo pull <repo> --path <path>", true);
-    has(c, "oscar-zoo export <repo>:<path> --format pt --out rot/\n", true);
-    has(c, "--format gguf --base \"$M\"", true);
+    has(c, "oscar-zoo export <repo>:<path> --target sglang --out rot/\n", true);
+    has(c, "--target llamacpp --base \"$M\"", true);
+    // Serving: the SGLang recipe with the usage block's file names and the Hub id as MODEL's default
+    has(c, "## Serving\n", true);
+    has(c, "export SGLANG_ENABLE_MIXED_KV_WINDOWS=1\n", true);
+    has(c, "export SGLANG_OSCAR_K_ROTATION_PATH=rot/k_rotation_", true);
+    has(c, "export MODEL=\"${MODEL:-HuggingFaceTB/SmolLM2-135M-Instruct}\"\n", true);
+    has(c, "--kv-cache-dtype int2 --kv-cache-quant-group-size 8\n", true);
+    has(c, "- the OSCAR llama.cpp fork: not servable: target llamacpp: the artifact is for a 1 model", true);
     has(c, "the model calibrated on, HuggingFaceTB/SmolLM2-135M-Instruct", true);
     has(c, "```bibtex\n@misc{zhou2026oscar,\n  title         = {{OSCAR}: Offline Spectral Covariance-Aware "
            "Rotation for 2-bit {KV} Cache Quantization},", true);

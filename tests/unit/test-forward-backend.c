@@ -3,7 +3,9 @@
 // lib/stats), "cuda" fails cleanly (UNSUPPORTED, a message naming CUDA) when no
 // device or no CUDA build is there, unknown devices are refused, and
 // oscar_stats_add_sums (the door through which device sums enter lib/stats)
-// reproduces what oscar_stats_add accumulates. The GPU itself is tested by
+// reproduces what oscar_stats_add accumulates, also layer by layer; the CPU's
+// layer-major pass (oscar_fwd_rows_init ...) gives the whole passes' sums bit
+// for bit and refuses misuse. The GPU itself is tested by
 // tests/gpu/gpu-forward-check.sh.
 #include <setjmp.h>
 #include <stdarg.h>
@@ -143,6 +145,57 @@ static void test_cpu_capture_identical(void ** state) {
     oscar_model_free(m);
 }
 
+// The layer-major pass on the CPU backend: the same sums as two whole passes, bit for bit.
+static void test_cpu_layered_equals_whole(void ** state) {
+    (void) state;
+    struct oscar_model * m = load_tiny();
+    const struct oscar_model_config * c = &m->config;
+    int32_t tok[T_TOK];
+    make_tokens(tok, c->n_vocab);
+    const struct oscar_batch b = {2, seq_start, tok, NULL};
+    struct oscar_stats * s_whole = new_stats(c), * s_layer = new_stats(c);
+    struct oscar_fwd_params p = oscar_fwd_default_params();
+    p.n_threads = 1, p.max_tokens = 64, p.stats = s_whole;
+    struct oscar_fwd * f = NULL;
+    assert_int_equal(oscar_fwd_init(m, &p, &f), OSCAR_OK);
+    assert_int_equal(oscar_fwd_rows_init(f, T_TOK, T_TOK), OSCAR_ERR_INVALID); // not a layer-major pass
+    for (int pass = 0; pass < 2; pass++) {
+        assert_int_equal(oscar_fwd_run(f, &b, NULL), OSCAR_OK);
+        assert_int_equal(oscar_fwd_end_pass(f), OSCAR_OK);
+    }
+    oscar_fwd_free(f);
+    p.stats = s_layer, p.layered = true, p.max_tokens = 16; // SST in slices of 16 kept rows
+    assert_int_equal(oscar_fwd_init(m, &p, &f), OSCAR_OK);
+    assert_int_equal(oscar_fwd_layer_run(f, 0, &b, 0, true), OSCAR_ERR_INVALID); // before rows_init
+    p.max_tokens = 64;
+    oscar_fwd_free(f);
+    assert_int_equal(oscar_fwd_init(m, &p, &f), OSCAR_OK);
+    assert_int_equal(oscar_fwd_run(f, &b, NULL), OSCAR_ERR_INVALID);             // whole passes refused
+    assert_int_equal(oscar_fwd_rows_init(f, T_TOK, T_TOK + 1), OSCAR_ERR_INVALID); // more kept than rows
+    assert_int_equal(oscar_fwd_rows_init(f, T_TOK, T_TOK), OSCAR_OK);
+    assert_int_equal(oscar_fwd_layer_set(f, 0, &m->layers[1]), OSCAR_ERR_INVALID); // not layer 0's weights
+    assert_int_equal(oscar_fwd_layer_run(f, 0, &b, 1, true), OSCAR_ERR_INVALID);   // rows past the end
+    for (int32_t l = 0; l < c->n_layer; l++) {
+        assert_int_equal(oscar_fwd_layer_set(f, l, &m->layers[l]), OSCAR_OK);
+        assert_int_equal(oscar_fwd_layer_run(f, l, &b, 0, true), OSCAR_OK);
+        assert_int_equal(oscar_fwd_layer_end(f, l), OSCAR_OK);
+    }
+    assert_int_equal(oscar_stats_phase(s_layer), 3);
+    oscar_fwd_free(f);
+    const size_t DD = (size_t) c->head_dim * (size_t) c->head_dim;
+    double * x = malloc(DD * sizeof(double)), * y = malloc(DD * sizeof(double));
+    const enum oscar_stats_kind kinds[4] = {OSCAR_STATS_KTK, OSCAR_STATS_VTV, OSCAR_STATS_QQT, OSCAR_STATS_SST};
+    for (int32_t l = 0; l < c->n_layer; l++)
+        for (int i = 0; i < 4; i++) {
+            assert_int_equal(oscar_stats_sigma(s_whole, kinds[i], l, -1, x), OSCAR_OK);
+            assert_int_equal(oscar_stats_sigma(s_layer, kinds[i], l, -1, y), OSCAR_OK);
+            assert_memory_equal(x, y, DD * sizeof(double));
+        }
+    free(x), free(y);
+    oscar_stats_free(s_whole), oscar_stats_free(s_layer);
+    oscar_model_free(m);
+}
+
 static void test_cuda_unavailable_or_ok(void ** state) {
     (void) state;
     struct oscar_model * m = load_tiny();
@@ -264,6 +317,32 @@ static void test_add_sums(void ** state) {
     assert_int_equal(oscar_stats_add_sums(b, &y), OSCAR_OK);
     assert_int_equal(oscar_stats_end_pass(a), OSCAR_OK);
     assert_int_equal(oscar_stats_end_pass(b), OSCAR_OK);
+    // the same sums one layer at a time (the CUDA layer-major pass): bit for bit what b holds
+    struct oscar_stats * by_layer = NULL, * unused = NULL;
+    stats_pair(L, HQ, HKV, D, OSCAR_STATS_KTK | OSCAR_STATS_VTV | OSCAR_STATS_QQT | OSCAR_STATS_SST, &by_layer, &unused);
+    const size_t HDD = (size_t) HKV * D * D;
+    for (int32_t l = 0; l < L; l++) {
+        struct oscar_stats_sums xl = {.pass = 1, .n_tokens = N, .ktk = ktk + l * HDD, .vtv = vtv + l * HDD,
+                                      .qqt = qqt + l * HDD};
+        struct oscar_stats_sums yl = {.pass = 2, .n_tokens = N, .sst = sst + l * HDD, .sst_wsum = wsum + l * HKV,
+                                      .sst_nneg = nneg + l * HKV};
+        assert_int_equal(oscar_stats_add_layer_sums(by_layer, L, &xl), OSCAR_ERR_INVALID);  // no such layer
+        assert_int_equal(oscar_stats_add_layer_sums(by_layer, l, &yl), OSCAR_ERR_INVALID);  // layer still in pass 1
+        assert_int_equal(oscar_stats_add_layer_sums(by_layer, l, &xl), OSCAR_OK);
+        assert_int_equal(oscar_stats_end_layer_pass(by_layer, l), OSCAR_OK);
+        assert_int_equal(oscar_stats_add_layer_sums(by_layer, l, &yl), OSCAR_OK);
+        assert_int_equal(oscar_stats_end_layer_pass(by_layer, l), OSCAR_OK);
+    }
+    for (int32_t l = 0; l < L; l++) {
+        const enum oscar_stats_kind all[4] = {OSCAR_STATS_KTK, OSCAR_STATS_VTV, OSCAR_STATS_QQT, OSCAR_STATS_SST};
+        double sbb[D * D], se[D * D];
+        for (int i = 0; i < 4; i++) {
+            assert_int_equal(oscar_stats_sigma(b, all[i], l, -1, sbb), OSCAR_OK);
+            assert_int_equal(oscar_stats_sigma(by_layer, all[i], l, -1, se), OSCAR_OK);
+            assert_memory_equal(sbb, se, sizeof sbb);
+        }
+    }
+    oscar_stats_free(by_layer), oscar_stats_free(unused);
     double sa[D * D], sb[D * D];
     const enum oscar_stats_kind kinds[4] = {OSCAR_STATS_KTK, OSCAR_STATS_VTV, OSCAR_STATS_QQT, OSCAR_STATS_SST};
     for (int32_t l = 0; l < L; l++) {
@@ -350,6 +429,7 @@ int main(void) {
         cmocka_unit_test(test_cpu_capture_identical),
         cmocka_unit_test(test_cuda_unavailable_or_ok),
         cmocka_unit_test(test_add_sums),
+        cmocka_unit_test(test_cpu_layered_equals_whole),
         cmocka_unit_test(test_add_sums_vatt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -439,8 +439,19 @@ static void test_bad_batches(void ** state) {
     assert_int_equal(oscar_forward_run(f, &b3, NULL), OSCAR_ERR_INVALID);
     oscar_forward_free(f);
     struct oscar_model broken = *fx.model;
-    broken.output = NULL;
+    broken.output = NULL; // no LM head (oscar_model_open_no_head): runs without logits only
     struct oscar_forward_params p = oscar_forward_default_params();
+    assert_int_equal(oscar_forward_init(&broken, &p, &f), OSCAR_OK);
+    float * lg = malloc(sizeof(float) * 3 * (size_t) broken.config.n_vocab);
+    int32_t ss1[2] = {0, 3};
+    struct oscar_batch b1 = {1, ss1, tok, NULL};
+    assert_int_equal(oscar_forward_run(f, &b1, NULL), OSCAR_OK);
+    assert_int_equal(oscar_forward_run(f, &b1, lg), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "LM head"));
+    free(lg);
+    oscar_forward_free(f);
+    f = NULL;
+    broken.tok_embd = NULL;
     assert_int_equal(oscar_forward_init(&broken, &p, &f), OSCAR_ERR_INVALID);
     assert_null(f);
     fixture_free(&fx);

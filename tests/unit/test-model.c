@@ -384,6 +384,26 @@ static void test_layers_on_demand(void ** state) {
     struct oscar_model * m = NULL;
     assert_int_equal(oscar_model_open("/nonexistent/model.gguf", &m), OSCAR_ERR_NOT_FOUND);
     assert_null(m);
+    // without the LM head (an untied model): same embedding and layers, no output read, no logits
+    struct oscar_model * full = NULL, * nohead = NULL;
+    assert_int_equal(oscar_model_load("tests/fixtures/models/tiny-qwen2", &full), OSCAR_OK);
+    assert_int_equal(oscar_model_open_no_head("tests/fixtures/models/tiny-qwen2", &nohead), OSCAR_OK);
+    assert_false(full->config.tied_embeddings);
+    assert_non_null(full->output);
+    assert_null(nohead->output);
+    assert_same(full->tok_embd, nohead->tok_embd, (size_t) full->config.n_vocab * full->config.n_embd, "embedding");
+    for (int32_t l = 0; l < nohead->config.n_layer; l++) assert_int_equal(oscar_model_layer_acquire(nohead, l), OSCAR_OK);
+    struct oscar_forward_params fp = oscar_forward_default_params();
+    struct oscar_forward * f = NULL;
+    const int32_t tok[3] = {1, 2, 3}, starts[2] = {0, 3};
+    const struct oscar_batch bt = {1, starts, tok, NULL};
+    float * logits = malloc(3 * sizeof(float) * (size_t) nohead->config.n_vocab);
+    assert_int_equal(oscar_forward_init(nohead, &fp, &f), OSCAR_OK);
+    assert_int_equal(oscar_forward_run(f, &bt, NULL), OSCAR_OK);
+    assert_int_equal(oscar_forward_run(f, &bt, logits), OSCAR_ERR_INVALID);
+    oscar_forward_free(f);
+    free(logits);
+    oscar_model_free(full), oscar_model_free(nohead);
 }
 
 // A llama-shaped config body (64 hidden, 4 heads of 16, `layers` layers) with extra fields.

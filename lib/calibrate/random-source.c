@@ -1,0 +1,50 @@
+// random-source.c - what --random-init calibrates on: named model shapes and a
+// synthetic token stream (benchmarks: no weights file, tokenizer or corpus).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calibrate/random-source.h"
+#include "util/log.h"
+#include "util/sha256.h"
+
+enum oscar_status oscar_calib_random_config(const char * name, struct oscar_model_config * c) {
+    memset(c, 0, sizeof *c);
+    if (name && !strcmp(name, "qwen3-8b")) {
+        c->arch = OSCAR_ARCH_QWEN3, c->n_layer = 36, c->n_embd = 4096, c->n_head = 32, c->n_head_kv = 8;
+        c->head_dim = 128, c->n_ff = 12288, c->n_vocab = 151936, c->n_ctx_train = 40960;
+        c->rope_theta = 1000000.0f, c->rms_eps = 1e-6f, c->qk_norm = true;
+    } else if (name && !strcmp(name, "llama3-70b")) { // larger than one device in bf16 (141 GB)
+        c->arch = OSCAR_ARCH_LLAMA, c->n_layer = 80, c->n_embd = 8192, c->n_head = 64, c->n_head_kv = 8;
+        c->head_dim = 128, c->n_ff = 28672, c->n_vocab = 128256, c->n_ctx_train = 131072;
+        c->rope_theta = 500000.0f, c->rms_eps = 1e-5f;
+    } else if (name && !strcmp(name, "smollm2-135m")) {
+        c->arch = OSCAR_ARCH_LLAMA, c->n_layer = 30, c->n_embd = 576, c->n_head = 9, c->n_head_kv = 3;
+        c->head_dim = 64, c->n_ff = 1536, c->n_vocab = 49152, c->n_ctx_train = 8192;
+        c->rope_theta = 100000.0f, c->rms_eps = 1e-5f, c->tied_embeddings = true;
+    } else {
+        return osc_error(OSCAR_ERR_INVALID, "random-init: unknown shape '%s' (qwen3-8b, llama3-70b, smollm2-135m)",
+                         name ? name : "(null)");
+    }
+    snprintf(c->name, sizeof c->name, "%s shape (random init)", name);
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_calib_synthetic_corpus(int64_t n, int32_t n_vocab, uint64_t seed,
+                                               struct oscar_calib_corpus * out) {
+    memset(out, 0, sizeof *out);
+    if (n <= 0 || n_vocab <= 0) return osc_error(OSCAR_ERR_INVALID, "synthetic corpus: %lld tokens, vocab %d",
+                                                 (long long) n, (int) n_vocab);
+    out->tokens = malloc((size_t) n * sizeof(int32_t));
+    if (!out->tokens) return osc_error(OSCAR_ERR_NOMEM, "synthetic corpus: out of memory (%lld tokens)", (long long) n);
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        out->tokens[i] = (int32_t) (x % (uint64_t) n_vocab);
+    }
+    out->n = n;
+    out->n_docs = 1;
+    osc_sha256_hex(out->tokens, (size_t) n * sizeof(int32_t), out->sha256);
+    snprintf(out->name, sizeof out->name, "synthetic:%llu", (unsigned long long) seed);
+    return OSCAR_OK;
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# test-calibrate-optr.sh - oscar-calibrate --refine optr (lib/calibrate/refine.c):
+#  1. refused without --from-activations (exit 2, says why), and an unknown --refine;
+#  2. from a store: per-KV-head rotations [3,64,64] and layers.{i}.k_mean in the artifact,
+#     oscar.refine metadata, the OptR table and timing on stderr; --no-optr-center: no k_mean;
+#  3. -t 1 and -t 2 write byte-identical artifacts (fixed-order sums).
+set -u
+. "$(dirname "$0")/common.sh"
+need_smollm2
+CAL=$B/bin/oscar-calibrate
+ARGS=(-m "$MODEL" --sink 8 --recent 16 --clip 0.96,0.92 -q)
+
+# 1. refusals
+"$CAL" "${ARGS[@]}" -f "$CORPUS" --tokens 256 -c 64 --refine optr -o "$T/x" 2> "$T/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "from-activations" "$T/err" && [ ! -e "$T/x" ] || fail "--refine optr without a store: rc=$rc $(cat "$T/err")"
+"$CAL" "${ARGS[@]}" -f "$CORPUS" --refine bogus -o "$T/x" 2> "$T/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "known: optr" "$T/err" || fail "--refine bogus: rc=$rc"
+
+# 2. from a store
+"$CAL" "${ARGS[@]}" -f "$CORPUS" --tokens 256 -c 64 --heldout 1 --save-activations "$T/act.h5" -o "$T/base" \
+    || fail "store run failed"
+"$CAL" -m "$MODEL" --sink 8 --recent 16 --clip 0.96,0.92 --from-activations "$T/act.h5" --refine optr \
+    --optr-steps 3 -t 2 -o "$T/a" 2> "$T/a.err" || fail "--refine optr failed: $(tail -3 "$T/a.err")"
+grep -q "^optr: held-out loss" "$T/a.err" || fail "no OptR table on stderr"
+grep -q "refine [0-9]" "$T/a.err" || fail "no refine time in the timing line"
+hdr() { head -c 65536 "$1/oscar.safetensors" | tr -d '\0' | tr ',' '\n'; }
+hdr "$T/a" | grep -q '"layers.29.k_mean"' || fail "no layers.29.k_mean in the artifact"
+rot=$(head -c 65536 "$T/a/oscar.safetensors" | tr -d '\0' | grep -ao '"layers.0.k_rotation":{[^}]*}')
+echo "$rot" | grep -q '"shape":\[3,64,64\]' || fail "k_rotation is not per KV head: $rot"
+hdr "$T/a" | grep -q 'oscar.refine":"optr steps=3' || fail "no oscar.refine metadata"
+"$CAL" -m "$MODEL" --sink 8 --recent 16 --clip 0.96,0.92 --from-activations "$T/act.h5" --refine optr \
+    --optr-steps 3 --no-optr-center -q -o "$T/n" || fail "--no-optr-center failed"
+hdr "$T/n" | grep -q 'k_mean' && fail "--no-optr-center wrote a k_mean"
+
+# 3. thread count
+"$CAL" -m "$MODEL" --sink 8 --recent 16 --clip 0.96,0.92 --from-activations "$T/act.h5" --refine optr \
+    --optr-steps 3 -t 1 -q -o "$T/b" || fail "-t 1 failed"
+cmp -s "$T/a/oscar.safetensors" "$T/b/oscar.safetensors" || fail "-t 1 and -t 2 artifacts differ"
+echo "ok"
