@@ -24,7 +24,50 @@
 struct opts {
     const char * model, * rotations, * corpus, * jsonl_field, * report_dir;
     bool json, update_card, force;
+    int32_t recall;                     // --recall N: probes at N depths (0: none)
 };
+
+// ---- the verbatim-recall probe's texts (lib/verify/recall.h lays them out) ----
+#define RECALL_NEEDLE   " The secret passcode is %05u. Remember it. "
+#define RECALL_QUESTION "\n\nWhat is the secret passcode? The secret passcode is"
+#define RECALL_ANSWER   " %05u"
+
+struct recall_texts {
+    struct oscar_recall_probe probes[OSCAR_RECALL_MAX_PROBES];
+    int32_t * ids[2 * OSCAR_RECALL_MAX_PROBES + 1];   // needles, answers, question (owned)
+    struct oscar_verify_recall rc;
+};
+
+static enum oscar_status encode(struct oscar_tokenizer * tok, const char * text, int32_t ** ids, int32_t * n) {
+    size_t nn = 0;
+    enum oscar_status st = oscar_tokenizer_encode(tok, text, strlen(text), false, ids, &nn);
+    *n = (int32_t) nn;
+    return st;
+}
+
+// n probes at depths 0, 1/(n-1), .., 1 (n = 1: the middle), each with its own 5-digit passcode.
+static enum oscar_status recall_make(struct oscar_tokenizer * tok, int32_t n, struct recall_texts * rt) {
+    memset(rt, 0, sizeof *rt);
+    char text[256];
+    enum oscar_status st = encode(tok, RECALL_QUESTION, &rt->ids[2 * n], &rt->rc.n_question);
+    for (int32_t k = 0; k < n && st == OSCAR_OK; k++) {
+        struct oscar_recall_probe * p = &rt->probes[k];
+        unsigned code = 10000u + (unsigned) (((uint64_t) k * 7919u + 3571u) * 2654435761u % 90000u);
+        p->depth = n == 1 ? 0.5 : (double) k / (double) (n - 1);
+        snprintf(text, sizeof text, RECALL_NEEDLE, code);
+        st = encode(tok, text, &rt->ids[2 * k], &p->n_needle);
+        snprintf(text, sizeof text, RECALL_ANSWER, code);
+        if (st == OSCAR_OK) st = encode(tok, text, &rt->ids[2 * k + 1], &p->n_answer);
+        p->needle = rt->ids[2 * k], p->answer = rt->ids[2 * k + 1];
+    }
+    rt->rc = (struct oscar_verify_recall){.probes = rt->probes, .n_probes = n, .question = rt->ids[2 * n],
+                                          .n_question = rt->rc.n_question};
+    return st;
+}
+
+static void recall_free(struct recall_texts * rt) {
+    for (size_t i = 0; i < sizeof rt->ids / sizeof rt->ids[0]; i++) free(rt->ids[i]);
+}
 
 static void usage(FILE * f) {
     fprintf(f,
@@ -56,7 +99,15 @@ static void usage(FILE * f) {
             "                           (sglang 32, 128, in multiples of 8; llamacpp 0, 0) and, for llamacpp with\n"
             "                           --rotations, the methods bf16,q2_0\n"
             "      --tokens N           perplexity tokens, whole windows [ctx]\n"
-            "      --metric-tokens N    tokens of the per-layer metrics / drift pass [512]\n"
+            "      --metric-tokens N    tokens of the per-layer metrics / drift pass [512]\n",
+            OSCAR_VERIFY_METHODS_ALL, OSCAR_VERIFY_METHODS_NO_ARTIFACT);
+    fprintf(f, // in two parts: one string literal may hold at most 4095 characters (C99 5.2.4.1)
+            "      --recall N           verbatim-recall probe: a 5-digit passcode sentence at N depths (1..%d) of a\n"
+            "                           ctx-token window of the corpus, then a question; greedy retrieval with each\n"
+            "                           method's cache (exact match per depth; one forward per depth and method)\n"
+            "      --score-from N       score only targets N..ctx-1 of each window (perplexity, next-token KL),\n"
+            "                           e.g. past the BF16 sink + recent; 0 <= N < ctx [0: all, 1..ctx-1];\n"
+            "                           llama-perplexity's default scoring is --score-from ctx/2+1\n"
             "  -o, --report DIR         write report.json, layers.svg, summary.md\n"
             "      --update-card        put summary.md into the artifact's README.md (local artifact only)\n"
             "      --force              use an artifact that fails its integrity checks (sha256 in oscar.json,\n"
@@ -72,7 +123,7 @@ static void usage(FILE * f) {
             "      --json               report JSON on stdout instead of the table\n"
             "  -q, --quiet              no table, errors only\n"
             "      --version            the version and the build's git commit\n",
-            OSCAR_VERIFY_METHODS_ALL, OSCAR_VERIFY_METHODS_NO_ARTIFACT);
+            OSCAR_RECALL_MAX_PROBES);
 }
 
 static int bad(const char * what) {
@@ -91,14 +142,15 @@ static int bad(const char * what) {
     } while (0)
 
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_params * p, bool * quiet) {
-    enum { O_JF = 256, O_SINK, O_REC, O_PAGE, O_PROMPT, O_GS, O_SD, O_METH, O_TOK, O_MT, O_JSON, O_CARD, O_DEV, O_GPREC, O_FORCE, O_VER, O_TARGET };
+    enum { O_JF = 256, O_SINK, O_REC, O_PAGE, O_PROMPT, O_GS, O_SD, O_METH, O_TOK, O_MT, O_JSON, O_CARD, O_DEV, O_GPREC, O_FORCE, O_VER, O_TARGET, O_SCORE, O_RECALL };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"rotations", 1, 0, 'r'}, {"corpus", 1, 0, 'f'}, {"jsonl-field", 1, 0, O_JF},
         {"ctx", 1, 0, 'c'}, {"sink", 1, 0, O_SINK}, {"recent", 1, 0, O_REC}, {"page", 1, 0, O_PAGE}, {"prompt", 1, 0, O_PROMPT},
         {"group-size", 1, 0, O_GS}, {"scale-dtype", 1, 0, O_SD}, {"methods", 1, 0, O_METH},
         {"tokens", 1, 0, O_TOK}, {"metric-tokens", 1, 0, O_MT}, {"report", 1, 0, 'o'},
         {"update-card", 0, 0, O_CARD}, {"force", 0, 0, O_FORCE}, {"device", 1, 0, O_DEV}, {"gpu-precision", 1, 0, O_GPREC}, {"threads", 1, 0, 't'}, {"json", 0, 0, O_JSON}, {"quiet", 0, 0, 'q'},
-        {"version", 0, 0, O_VER}, {"help", 0, 0, 'h'}, {"target", 1, 0, O_TARGET}, {0, 0, 0, 0}};
+        {"version", 0, 0, O_VER}, {"help", 0, 0, 'h'}, {"target", 1, 0, O_TARGET}, {"score-from", 1, 0, O_SCORE},
+        {"recall", 1, 0, O_RECALL}, {0, 0, 0, 0}};
     const struct oscar_target_profile * target = oscar_target_get(OSCAR_TARGET_OSCAR);
     int c, window_set = 0; // bits: --sink, --recent given
     while ((c = getopt_long(argc, argv, "m:r:f:c:o:t:qh", lo, NULL)) != -1) {
@@ -120,6 +172,8 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_pa
         case O_METH: p->methods = optarg; break;
         case O_TOK: NUM(osc_parse_i64("--tokens", optarg, 0, MAX_TOKENS, &p->tokens)); break;
         case O_MT: NUM(osc_parse_i32("--metric-tokens", optarg, 2, MAX_SEQ, &p->metric_tokens)); break;
+        case O_SCORE: NUM(osc_parse_i32("--score-from", optarg, 0, MAX_SEQ, &p->score_from)); break;
+        case O_RECALL: NUM(osc_parse_i32("--recall", optarg, 1, OSCAR_RECALL_MAX_PROBES, &o->recall)); break;
         case 'o': o->report_dir = optarg; break;
         case O_CARD: o->update_card = true; break;
         case O_FORCE: o->force = true; break;
@@ -152,6 +206,12 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_verify_pa
     if (!o->model || !o->corpus) return bad("--model and --corpus are required");
     if ((p->prompt && p->prompt < p->sink) || p->prompt > p->ctx)
         return bad("--prompt must lie between --sink and --ctx");
+    if (p->score_from >= p->ctx) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "--score-from %d must be < --ctx %d (each window scores its targets N..ctx-1)",
+                 p->score_from, p->ctx);
+        return bad(msg);
+    }
     struct stat sb;
     if (o->update_card && (!o->rotations || stat(o->rotations, &sb) != 0 || !S_ISDIR(sb.st_mode)))
         return bad("--update-card needs --rotations naming a local artifact directory");
@@ -186,6 +246,7 @@ int main(int argc, char ** argv) {
     struct oscar_tokens ids = {0};
     struct oscar_corpus_stats cs = {0};
     struct oscar_verify_report rep = {0};
+    struct recall_texts rt = {0};
     char * model_path = NULL, * rot_path = NULL, * text = NULL;
     const char * stage = "--report", * arg = o.report_dir;
     rc = 1;
@@ -211,6 +272,11 @@ int main(int argc, char ** argv) {
     int64_t need = p.tokens ? p.tokens : p.ctx;
     co.max_tokens = (size_t) (need > p.metric_tokens ? need : p.metric_tokens);
     if (oscar_corpus_tokenize(tok, o.corpus, &co, &ids, &cs) || oscar_verify_check_tokens(&p, ids.n)) goto out;
+    stage = "--recall", arg = NULL;
+    if (o.recall) {
+        if (recall_make(tok, o.recall, &rt)) goto out;
+        p.recall = &rt.rc;
+    }
     stage = "verify", arg = NULL;
     if (oscar_verify_run(m, art, ids.ids, ids.n, &p, &rep)) goto out;
     snprintf(rep.model, sizeof rep.model, "%s", o.model);
@@ -239,6 +305,7 @@ int main(int argc, char ** argv) {
 out:
     if (rc) fprintf(stderr, "oscar-verify: %s%s%s: %s\n", stage, arg ? " " : "", arg ? arg : "", oscar_last_error());
     oscar_verify_report_free(&rep);
+    recall_free(&rt);
     oscar_tokens_free(&ids);
     oscar_artifact_free(art);
     oscar_tokenizer_free(tok);

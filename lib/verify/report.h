@@ -7,7 +7,9 @@
 #include <stdint.h>
 
 #include "quant/quant.h"
+#include "verify/recall.h"
 #include "verify/metrics.h"
+#include "verify/token-stats.h"
 
 #define OSCAR_VERIFY_REPORT_VERSION 1
 
@@ -23,6 +25,8 @@ struct oscar_verify_method {
     struct oscar_layer_metrics * layers;    // [n_layer] (held-out slice)
     double * drift;                         // [n_layer] hidden-state relative MSE after each layer
     struct oscar_quant_stats k_stats, v_stats;
+    struct oscar_token_stats tok;           // perplexity spread; next-token KL/top-1/Δp vs bf16 (has_ref)
+    int32_t recall_right[OSCAR_RECALL_MAX_PROBES]; // answer tokens right before the first miss, per probe
 };
 
 struct oscar_verify_report {
@@ -30,6 +34,10 @@ struct oscar_verify_report {
     char corpus_sha256[65];                 // of the corpus bytes read (lib/tokenizer/corpus.h), or ""
     int32_t n_layer, ctx, sink, recent, n_flush, group_size, n_windows, metric_tokens;
     int32_t prompt;                         // prefill chunk per window (>= sink)
+    int32_t score_from;                     // first scored target of each window (0 = 1: all)
+    int32_t n_recall;                       // recall probes run (0: none)
+    int32_t recall_pos[OSCAR_RECALL_MAX_PROBES], recall_len[OSCAR_RECALL_MAX_PROBES]; // needle position,
+    double  recall_depth[OSCAR_RECALL_MAX_PROBES];                                   // answer tokens, depth
     char scale_dtype[16];
     int64_t n_tokens;                       // corpus tokens available
     double wall_seconds;

@@ -17,11 +17,12 @@
 #include "util/mem.h"
 #include "verify/kv-sim-device.h"
 #include "verify/plot.h"
+#include "verify/token-stats.h"
 
 struct oscar_verify_params oscar_verify_default_params(void) {
     return (struct oscar_verify_params){.methods = NULL, .ctx = 2048, .sink = 32, .recent = 128, .page = 8,
                                         .group_size = 0, .scale_dtype = OSCAR_META_F32, .tokens = 0,
-                                        .metric_tokens = 512, .n_threads = 0};
+                                        .metric_tokens = 512, .n_threads = 0, .score_from = 0};
 }
 
 // ---- methods --------------------------------------------------------------------------
@@ -75,6 +76,16 @@ struct vrun {
     float * resid_ref;                 // [L, MT, C] reference residual stream after each layer
     float * resid_cur;                 // [L, MT, C] the same under one method
     float * logits;                    // [LOGIT_BLOCK, V]
+    // next-token statistics against bf16 (token-stats.h): the bf16 method runs first and
+    // keeps what later methods compare against; nr scored rows per window from row0
+    int32_t i_ref;                     // the bf16 method, -1 if not run (no KL)
+    int32_t row0, nr;                  // logits rows row0 .. row0+nr-1 (targets row0+1 ..) of a window
+    float * ref_hidden;                // cpu: [n_win, nr, C] bf16's final hidden states (logits recomputed)
+    float * ref_logits;                // device: [n_win, nr, V] bf16's logits
+    float * ref_block;                 // cpu: [LOGIT_BLOCK, V] bf16's logits of the current block
+    struct osc_token_ref * refs;       // [n_win, nr] bf16's lse / nll / argmax per scored row
+    double t_score;                    // seconds of the current method in LM head + scoring (logged)
+    int32_t recall_pos[OSCAR_RECALL_MAX_PROBES]; // where each recall probe put its needle
 };
 enum { LOGIT_BLOCK = 64 };
 _Static_assert(OSCAR_VERIFY_MAX_METHODS <= OSCAR_METRICS_MAX_CACHES, "one metrics call takes every method");
@@ -211,43 +222,61 @@ static enum oscar_status metrics_pass(struct vrun * r, const int32_t * ids) {
 }
 
 // ---- (2) perplexity --------------------------------------------------------------------------
-// Σ_i -log softmax(logits[i])[next[i]] over n rows of [n, V] logits (fp64): the rows over nt
-// threads, their terms summed in row order (the same bits for any thread count).
-static double rows_nll(const float * logits, int32_t n, int32_t V, const int32_t * next, int32_t nt) {
-    double term[LOGIT_BLOCK], nll = 0;
+// Scores n rows of logits [n, V] against targets next[0..n): returns Σ_i -log softmax(logits[i])[next[i]]
+// (fp64), the rows over nt threads LOGIT_BLOCK at a time and their terms summed in row order (the
+// same bits for any thread count), and appends every row to acc. With bf16's rows b [n, V] and their
+// cache ref[0..n) each row is compared against them (KL, top-1, Δp); fill_ref: this is the bf16
+// pass, which first caches its own rows in ref (then b, bf16's logits as later methods will see
+// them, must give KL 0).
+static double rows_score(const float * logits, int32_t n, int32_t V, const int32_t * next, int32_t nt,
+                         const float * b, struct osc_token_ref * ref, bool fill_ref, struct osc_token_acc * acc) {
+    struct osc_token_row row[LOGIT_BLOCK];
+    double nll = 0;
     for (int32_t r0 = 0; r0 < n; r0 += LOGIT_BLOCK) {
         int32_t nb = n - r0 < LOGIT_BLOCK ? n - r0 : LOGIT_BLOCK;
 #pragma omp parallel for schedule(static) num_threads(nt > 0 ? nt : omp_get_max_threads())
         for (int32_t i = 0; i < nb; i++) {
             const float * lg = logits + (size_t) (r0 + i) * V;
-            double mx = -INFINITY, z = 0;
-            for (int32_t j = 0; j < V; j++) mx = (double) lg[j] > mx ? (double) lg[j] : mx;   // fmax's result
-            for (int32_t j = 0; j < V; j++) z += exp((double) lg[j] - mx);
-            term[i] = mx + log(z) - (double) lg[next[r0 + i]];
+            if (fill_ref) osc_token_ref_row(lg, V, next[r0 + i], &ref[r0 + i]);
+            osc_token_score_row(lg, V, next[r0 + i], b ? b + (size_t) (r0 + i) * V : NULL, b ? &ref[r0 + i] : NULL,
+                                &row[i]);
         }
-        for (int32_t i = 0; i < nb; i++) nll += term[i];
+        for (int32_t i = 0; i < nb; i++) nll += row[i].nll;
+        osc_token_acc_add(acc, row, nb);
     }
     return nll;
 }
 
-// NLL of targets 1..T-1 from the final hidden states [T, C], LOGIT_BLOCK rows at a time.
-static double window_nll(const struct oscar_model * m, const float * hidden, const int32_t * tok, int32_t T,
-                         int32_t nt, float * logits) {
-    int32_t C = m->config.n_embd, V = m->config.n_vocab;
-    double nll = 0;
-    for (int32_t r0 = 0; r0 < T - 1; r0 += LOGIT_BLOCK) {
+// NLL of the scored targets (row0+1 .. T-1) of window w of method i from its final hidden states
+// [T, C], LOGIT_BLOCK rows at a time. The bf16 pass keeps its hidden rows; every method (bf16
+// too) recomputes bf16's logits of the block from them, by the same GEMM, for the comparison.
+static double window_nll(struct vrun * r, int32_t i, const float * hidden, const int32_t * tok, int64_t w,
+                         struct osc_token_acc * acc) {
+    const struct oscar_model * m = r->m;
+    int32_t C = m->config.n_embd, V = m->config.n_vocab, T = r->p->ctx, nt = r->p->n_threads;
+    bool is_ref = i == r->i_ref, cmp = r->i_ref >= 0 && r->ref_hidden;
+    double nll = 0, t0 = osc_now();
+    for (int32_t r0 = r->row0; r0 < T - 1; r0 += LOGIT_BLOCK) {
         int32_t nb = T - 1 - r0 < LOGIT_BLOCK ? T - 1 - r0 : LOGIT_BLOCK;
+        size_t k = (size_t) w * (size_t) r->nr + (size_t) (r0 - r->row0);   // scored row of the run
         osc_sgemm(0, CblasNoTrans, CblasTrans, nb, V, C, 1.0f, hidden + (size_t) r0 * C, C, m->output,
-                    C, 0.0f, logits, V);
-        nll += rows_nll(logits, nb, V, tok + r0 + 1, nt);
+                    C, 0.0f, r->logits, V);
+        if (is_ref && cmp) memcpy(r->ref_hidden + k * C, hidden + (size_t) r0 * C, sizeof(float) * (size_t) nb * C);
+        if (cmp)
+            osc_sgemm(0, CblasNoTrans, CblasTrans, nb, V, C, 1.0f, r->ref_hidden + k * C, C, m->output, C, 0.0f,
+                      r->ref_block, V);
+        nll += rows_score(r->logits, nb, V, tok + r0 + 1, nt, cmp ? r->ref_block : NULL, cmp ? r->refs + k : NULL,
+                          is_ref && cmp, acc);
     }
+    r->t_score += osc_now() - t0;
     return nll;
 }
 
 // The windows of method i through the forward backend on p->device (bf16 weights and
 // activations on cuda unless p->gpu_fp32), the method's simulated cache as its attention override.
-static enum oscar_status ppl_windows_device(struct vrun * r, int32_t i, const struct oscar_attention_override * ov,
-                                           const int32_t * ids, int64_t n_win, struct osc_progress * pg) {
+static enum oscar_status ppl_windows_device(struct vrun * r, int32_t i, int32_t k_ord,
+                                           const struct oscar_attention_override * ov, const int32_t * ids,
+                                           int64_t n_win, struct osc_token_acc * acc, struct osc_progress * pg) {
     int32_t T = r->p->ctx, V = r->m->config.n_vocab;
     struct oscar_verify_method * mt = &r->ms[i];
     struct oscar_fwd_params fp = oscar_fwd_default_params();
@@ -262,16 +291,24 @@ static enum oscar_status ppl_windows_device(struct vrun * r, int32_t i, const st
         int32_t ss[2] = {0, T};
         struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = ids + w * T, .pos = NULL};
         if ((st = oscar_fwd_run(f, &b, logits)) != OSCAR_OK) break;
-        mt->nll_sum += rows_nll(logits, T - 1, V, ids + w * T + 1, r->p->n_threads);
-        mt->n_scored += T - 1;
-        osc_progress_update(pg, ((int64_t) i * n_win + w + 1) * T);
+        // bf16's logits of the scored rows are kept whole (the device pass hands out no hidden states)
+        bool is_ref = i == r->i_ref, cmp = r->i_ref >= 0 && r->ref_logits;
+        size_t k = (size_t) w * (size_t) r->nr;
+        const float * own = logits + (size_t) r->row0 * V;
+        double t0 = osc_now();
+        if (is_ref && cmp) memcpy(r->ref_logits + k * V, own, sizeof(float) * (size_t) r->nr * V);
+        mt->nll_sum += rows_score(own, r->nr, V, ids + w * T + r->row0 + 1, r->p->n_threads,
+                                  cmp ? r->ref_logits + k * V : NULL, cmp ? r->refs + k : NULL, is_ref && cmp, acc);
+        r->t_score += osc_now() - t0;
+        mt->n_scored += r->nr;
+        osc_progress_update(pg, ((int64_t) k_ord * n_win + w + 1) * T);
     }
     oscar_fwd_free(f);
     free(logits);
     return st;
 }
 
-static enum oscar_status ppl_method(struct vrun * r, int32_t i, const int32_t * ids, int64_t n_win,
+static enum oscar_status ppl_method(struct vrun * r, int32_t i, int32_t k_ord, const int32_t * ids, int64_t n_win,
                                     struct osc_progress * pg) {
     int32_t T = r->p->ctx;
     struct oscar_verify_method * mt = &r->ms[i];
@@ -283,7 +320,11 @@ static enum oscar_status ppl_method(struct vrun * r, int32_t i, const int32_t * 
     struct oscar_forward * f = NULL;
     double t0 = osc_now();
     bool dev = on_device(r);
-    enum oscar_status st = dev ? ppl_windows_device(r, i, &ov, ids, n_win, pg) : oscar_forward_init(r->m, &fp, &f);
+    r->t_score = 0;
+    struct osc_token_acc acc;
+    enum oscar_status st = osc_token_acc_init(&acc, n_win * r->nr, r->i_ref >= 0 && (r->ref_hidden || r->ref_logits));
+    if (st == OSCAR_OK)
+        st = dev ? ppl_windows_device(r, i, k_ord, &ov, ids, n_win, &acc, pg) : oscar_forward_init(r->m, &fp, &f);
     for (int64_t w = 0; w < n_win && st == OSCAR_OK && !dev; w++) {
         int32_t ss[2] = {0, T}, th = 0;
         struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = ids + w * T, .pos = NULL};
@@ -291,15 +332,111 @@ static enum oscar_status ppl_method(struct vrun * r, int32_t i, const int32_t * 
         const float * hid = st == OSCAR_OK ? oscar_forward_hidden(f, &th) : NULL;
         if (st == OSCAR_OK && (!hid || th != T)) st = osc_error(OSCAR_ERR_NUMERIC, "method %s: no hidden state", mt->name);
         if (st != OSCAR_OK) break;
-        mt->nll_sum += window_nll(r->m, hid, ids + w * T, T, r->p->n_threads, r->logits);
-        mt->n_scored += T - 1;
-        osc_progress_update(pg, ((int64_t) i * n_win + w + 1) * T);
+        mt->nll_sum += window_nll(r, i, hid, ids + w * T, w, &acc);
+        mt->n_scored += r->nr;
+        osc_progress_update(pg, ((int64_t) k_ord * n_win + w + 1) * T);
     }
     mt->seconds = osc_now() - t0;
     mt->ppl = mt->n_scored ? exp(mt->nll_sum / (double) mt->n_scored) : 0;
+    osc_info("verify: %s: %.1f s, of which %.1f s LM head and scoring%s", mt->name, mt->seconds, r->t_score,
+             acc.has_ref ? " (with the next-token comparison against bf16)" : "");
+    if (st == OSCAR_OK) {
+        // the report's perplexity is the one above (its sum, its bits); the spread comes from the rows
+        osc_token_acc_finish(&acc, &mt->tok);
+        mt->tok.ppl = mt->ppl, mt->tok.ppl_stderr = mt->ppl * mt->tok.nll_stderr;
+        if (mt->tok.has_ref) mt->tok.dppl = mt->ppl - r->ms[r->i_ref].ppl;
+    }
+    osc_token_acc_free(&acc);
     if (r->sims[i] && !r->dsims[i]) oscar_kv_sim_stats(r->sims[i], &mt->k_stats, &mt->v_stats);
     oscar_forward_free(f);
     return st;
+}
+
+// ---- (3) verbatim recall (recall.h) ----------------------------------------------------------
+// Every probe of method i: one forward of the laid-out window through the method's cache, then
+// the argmax of each answer row (CPU: the LM head on the final hidden states of those rows;
+// device: the pass's logits).
+static enum oscar_status recall_method(struct vrun * r, int32_t i, int32_t k_ord, const int32_t * ids,
+                                       struct osc_progress * pg) {
+    const struct oscar_verify_recall * rc = r->p->recall;
+    const struct oscar_model * m = r->m;
+    const int32_t T = r->p->ctx, V = m->config.n_vocab, C = m->config.n_embd;
+    struct oscar_verify_method * mt = &r->ms[i];
+    struct oscar_attention_override ov = method_override(r, i);
+    bool dev = on_device(r);
+    int32_t * seq = malloc(sizeof(int32_t) * (size_t) T);
+    float * logits = dev ? osc_alloc_large((size_t) T * (size_t) V * sizeof(float)) : r->logits;
+    struct oscar_forward * f = NULL;
+    struct oscar_fwd * fd = NULL;
+    enum oscar_status st = seq && logits ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "recall: buffers of %d tokens", T);
+    if (st == OSCAR_OK && dev) {
+        struct oscar_fwd_params fp = oscar_fwd_default_params();
+        fp.device = r->p->device, fp.n_threads = r->p->n_threads, fp.max_tokens = T, fp.fp32 = r->p->gpu_fp32;
+        fp.attention = ov.attend ? &ov : NULL;
+        st = oscar_fwd_init(m, &fp, &fd);
+    } else if (st == OSCAR_OK) {
+        struct oscar_forward_params fp = oscar_forward_default_params();
+        fp.n_threads = r->p->n_threads, fp.max_tokens = T, fp.attention = ov.attend ? &ov : NULL;
+        st = oscar_forward_init(m, &fp, &f);
+    }
+    for (int32_t k = 0; k < rc->n_probes && st == OSCAR_OK; k++) {
+        const struct oscar_recall_probe * pr = &rc->probes[k];
+        int32_t at, ss[2] = {0, T}, th = 0;
+        r->recall_pos[k] = osc_recall_build(rc, k, ids, T, seq, &at);
+        struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = seq, .pos = NULL};
+        const float * rows = NULL;
+        if (dev && (st = oscar_fwd_run(fd, &b, logits)) == OSCAR_OK) rows = logits + (size_t) (at - 1) * V;
+        if (!dev && (st = oscar_forward_run(f, &b, NULL)) == OSCAR_OK) {
+            const float * hid = oscar_forward_hidden(f, &th);
+            if (!hid || th != T) {
+                st = osc_error(OSCAR_ERR_NUMERIC, "recall: method %s: no hidden state", mt->name);
+                break;
+            }
+            osc_sgemm(0, CblasNoTrans, CblasTrans, pr->n_answer, V, C, 1.0f, hid + (size_t) (at - 1) * C, C,
+                      m->output, C, 0.0f, logits, V);
+            rows = logits;
+        }
+        if (st == OSCAR_OK) mt->recall_right[k] = osc_recall_prefix(rows, V, pr->answer, pr->n_answer);
+        osc_progress_update(pg, (int64_t) k_ord * rc->n_probes + k + 1);
+    }
+    oscar_forward_free(f);
+    oscar_fwd_free(fd);
+    if (dev) free(logits);
+    free(seq);
+    return st;
+}
+
+// What the bf16 pass keeps for the comparison: on the CPU its final hidden states of the scored
+// rows (n_win·nr·C floats; the logits are recomputed by the same GEMM), on a device its logits
+// (n_win·nr·V floats: the device pass returns no hidden states). Without bf16, or when the device
+// copy does not fit in memory, there is no KL (warned); the perplexity is unaffected.
+#define REF_LOGITS_MAX (16.0 * (1 << 30))   // bytes; beyond this a host may overcommit and die later
+static enum oscar_status ref_setup(struct vrun * r, int64_t n_win) {
+    const int32_t C = r->m->config.n_embd, V = r->m->config.n_vocab;
+    r->row0 = r->p->score_from > 1 ? r->p->score_from - 1 : 0;
+    r->nr = r->p->ctx - 1 - r->row0;
+    for (int32_t i = 0; i < r->nm; i++)
+        if (!strcmp(r->ms[i].name, "bf16")) r->i_ref = i;
+    if (r->i_ref < 0) {
+        osc_warn("verify: bf16 is not in --methods: no next-token KL / top-1 / Δp against it");
+        return OSCAR_OK;
+    }
+    size_t rows = (size_t) n_win * (size_t) r->nr;
+    r->refs = malloc(rows * sizeof *r->refs);
+    if (!r->refs) return osc_error(OSCAR_ERR_NOMEM, "verify: next-token reference of %zu rows", rows);
+    if (!on_device(r)) {
+        r->ref_hidden = osc_alloc_large(rows * (size_t) C * sizeof(float));
+        r->ref_block = malloc(sizeof(float) * LOGIT_BLOCK * (size_t) V);
+        if (!r->ref_hidden || !r->ref_block)
+            return osc_error(OSCAR_ERR_NOMEM, "verify: bf16 hidden states of %zu rows for the next-token KL", rows);
+        return OSCAR_OK;
+    }
+    const double bytes = (double) rows * V * sizeof(float);
+    r->ref_logits = bytes <= REF_LOGITS_MAX ? osc_alloc_large((size_t) bytes) : NULL;
+    if (!r->ref_logits)
+        osc_warn("verify: bf16's logits of %zu rows (%.1f GiB, limit 16) do not fit in memory: no next-token KL on "
+                 "%s (use fewer --tokens or a larger --score-from)", rows, bytes / (1 << 30), r->p->device);
+    return OSCAR_OK;
 }
 
 // ---- driver ------------------------------------------------------------------------------------
@@ -320,10 +457,12 @@ static enum oscar_status check_params(const struct oscar_model * m, const struct
                                       size_t n_ids, const struct oscar_verify_params * p) {
     const struct oscar_model_config * c = &m->config;
     if (p->ctx < 2 || p->sink < 0 || p->recent < 0 || p->page < 1 || p->metric_tokens < 2 || p->tokens < 0 ||
-        p->group_size < 0 || p->prompt < 0 || (p->prompt && p->prompt < p->sink) || p->prompt > p->ctx)
+        p->group_size < 0 || p->prompt < 0 || (p->prompt && p->prompt < p->sink) || p->prompt > p->ctx ||
+        p->score_from < 0 || p->score_from >= p->ctx)
         return osc_error(OSCAR_ERR_INVALID, "verify: ctx %d sink %d recent %d page %d prompt %d metric_tokens %d "
-                         "tokens %lld group_size %d out of range", p->ctx, p->sink, p->recent, p->page, p->prompt,
-                         p->metric_tokens, (long long) p->tokens, p->group_size);
+                         "tokens %lld group_size %d score_from %d out of range (score_from must be < ctx)", p->ctx,
+                         p->sink, p->recent, p->page, p->prompt, p->metric_tokens, (long long) p->tokens,
+                         p->group_size, p->score_from);
     if ((size_t) p->ctx > n_ids)
         return osc_error(OSCAR_ERR_INVALID, "verify: the corpus has %zu tokens, need at least one window of %d",
                          n_ids, p->ctx);
@@ -333,6 +472,14 @@ static enum oscar_status check_params(const struct oscar_model * m, const struct
         return osc_error(OSCAR_ERR_UNSUPPORTED, "verify: %s has sliding-window attention (sliding_window = %d) and "
                          "ctx / metric_tokens reach %d tokens: the KV-cache simulation and the metrics assume full "
                          "causal attention; use ctx and metric_tokens <= %d", m->source, W, longest, W);
+    if (p->recall) {
+        enum oscar_status st = osc_recall_check(p->recall, p->ctx, n_ids);
+        if (st != OSCAR_OK) return st;
+        for (int32_t k = 0; k < p->recall->n_probes; k++)
+            if (p->recall->probes[k].n_answer > LOGIT_BLOCK)
+                return osc_error(OSCAR_ERR_INVALID, "recall: probe %d: answer of %d tokens (at most %d)", k,
+                                 p->recall->probes[k].n_answer, LOGIT_BLOCK);
+    }
     if (art) return oscar_artifact_check_shape(art, c->n_layer, c->n_head, c->n_head_kv, c->head_dim, c->name);
     return OSCAR_OK;
 }
@@ -342,7 +489,7 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
                                    struct oscar_verify_report * rep) {
     double t0 = osc_now();
     memset(rep, 0, sizeof *rep);
-    struct vrun r = {.m = m, .p = p, .L = m->config.n_layer, .C = m->config.n_embd};
+    struct vrun r = {.m = m, .p = p, .L = m->config.n_layer, .C = m->config.n_embd, .i_ref = -1};
     enum oscar_status st = check_params(m, art, n_ids, p);
     if (st != OSCAR_OK) return st;
     int32_t T = p->ctx;
@@ -361,17 +508,35 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
         r.logits = malloc(sizeof(float) * LOGIT_BLOCK * (size_t) m->config.n_vocab);
         if (!r.resid_ref || !r.resid_cur || !r.logits) st = osc_error(OSCAR_ERR_NOMEM, "verify: buffers");
     }
+    if (st == OSCAR_OK) st = ref_setup(&r, n_win);
     if (st == OSCAR_OK) st = metrics_pass(&r, ids);
     if (st == OSCAR_OK) {
+        // bf16 first: every other method's rows are compared with what it leaves behind. Each
+        // method's numbers depend only on its own pass, so the order changes no existing number.
+        int32_t order[OSCAR_VERIFY_MAX_METHODS], k = 0;
+        if (r.i_ref >= 0) order[k++] = r.i_ref;
+        for (int32_t i = 0; i < r.nm; i++)
+            if (i != r.i_ref) order[k++] = i;
         struct osc_progress pg;
         osc_progress_init(&pg, "perplexity", "tokens", n_win * T * r.nm);
-        for (int32_t i = 0; i < r.nm && st == OSCAR_OK; i++) st = ppl_method(&r, i, ids, n_win, &pg);
+        for (k = 0; k < r.nm && st == OSCAR_OK; k++) st = ppl_method(&r, order[k], k, ids, n_win, &pg);
         osc_progress_finish(&pg);
+        // after the perplexity: the quantizer statistics above stay those of the windows alone
+        if (st == OSCAR_OK && p->recall) {
+            osc_progress_init(&pg, "recall", "probes", (int64_t) r.nm * p->recall->n_probes);
+            for (k = 0; k < r.nm && st == OSCAR_OK; k++) st = recall_method(&r, order[k], k, ids, &pg);
+            osc_progress_finish(&pg);
+        }
     }
     *rep = (struct oscar_verify_report){
         .n_layer = r.L, .ctx = T, .sink = p->sink, .recent = p->recent, .n_flush = p->page,
         .group_size = p->group_size ? p->group_size : m->config.head_dim, .n_windows = (int32_t) n_win,
-        .metric_tokens = r.MT, .prompt = p->prompt ? p->prompt : p->sink, .n_tokens = (int64_t) n_ids, .n_methods = r.nm, .methods = r.ms};
+        .metric_tokens = r.MT, .prompt = p->prompt ? p->prompt : p->sink, .n_tokens = (int64_t) n_ids, .n_methods = r.nm, .methods = r.ms,
+        .score_from = p->score_from, .n_recall = p->recall ? p->recall->n_probes : 0};
+    for (int32_t k = 0; k < rep->n_recall; k++) {
+        rep->recall_pos[k] = r.recall_pos[k], rep->recall_depth[k] = p->recall->probes[k].depth;
+        rep->recall_len[k] = p->recall->probes[k].n_answer;
+    }
     snprintf(rep->model_name, sizeof rep->model_name, "%s", m->config.name);
     snprintf(rep->scale_dtype, sizeof rep->scale_dtype, "%s",
              p->scale_dtype == OSCAR_META_F16 ? "float16" : p->scale_dtype == OSCAR_META_BF16 ? "bfloat16" : "float32");
@@ -382,6 +547,10 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
     free(r.resid_ref);
     free(r.resid_cur);
     free(r.logits);
+    free(r.ref_hidden);
+    free(r.ref_logits);
+    free(r.ref_block);
+    free(r.refs);
     rep->wall_seconds = osc_now() - t0;
     if (st != OSCAR_OK) oscar_verify_report_free(rep);
     return st;
@@ -428,21 +597,63 @@ enum oscar_status oscar_verify_write_dir(const struct oscar_verify_report * rep,
     return osc_dir_stage_commit(&sd);
 }
 
+// The next-token block: each method's output distribution against bf16's on the scored positions.
+static void print_token_table(const struct oscar_verify_report * rep, FILE * f) {
+    int32_t n_ref = 0;
+    for (int32_t i = 0; i < rep->n_methods; i++) n_ref += rep->methods[i].tok.has_ref;
+    if (!n_ref) {
+        fprintf(f, "next-token KL: not computed (bf16 is not among the methods)\n");
+        return;
+    }
+    fprintf(f, "\nnext token vs bf16, %lld positions per method (targets %d..%d of each window):\n",
+            (long long) rep->methods[0].n_scored, rep->score_from > 1 ? rep->score_from : 1, rep->ctx - 1);
+    fprintf(f, "%-12s %21s %10s %10s %10s %10s %10s %16s %16s %18s\n", "method", "KL mean +/- se", "median", "p90",
+            "p95", "p99", "max", "same top1 %", "RMS dp %", "dppl +/- se");
+    for (int32_t i = 0; i < rep->n_methods; i++) {
+        const struct oscar_token_stats * t = &rep->methods[i].tok;
+        if (!t->has_ref) continue;
+        fprintf(f, "%-12s %10.3e+/-%8.1e %10.3e %10.3e %10.3e %10.3e %10.3e %7.3f+/-%6.3f %7.3f+/-%6.3f %+9.4f+/-%7.4f\n",
+                rep->methods[i].name, t->kl_mean, t->kl_stderr, t->kl_median, t->kl_p90, t->kl_p95, t->kl_p99,
+                t->kl_max, 100 * t->same_top1, 100 * t->same_top1_stderr, 100 * t->dp_rms, 100 * t->dp_rms_stderr,
+                t->dppl, t->dppl_stderr);
+    }
+}
+
+// One line per method: exact retrieval (1/0) per probe depth.
+static void print_recall(const struct oscar_verify_report * rep, FILE * f) {
+    if (!rep->n_recall) return;
+    fprintf(f, "\nverbatim recall (%d-token passcode, greedy, exact = 1) at depth:", rep->recall_len[0]);
+    for (int32_t k = 0; k < rep->n_recall; k++) fprintf(f, " %.2f", rep->recall_depth[k]);
+    fprintf(f, "\n");
+    for (int32_t i = 0; i < rep->n_methods; i++) {
+        int32_t n = 0;
+        fprintf(f, "%-12s", rep->methods[i].name);
+        for (int32_t k = 0; k < rep->n_recall; k++) {
+            bool e = rep->methods[i].recall_right[k] == rep->recall_len[k];
+            n += e;
+            fprintf(f, " %4d", e);
+        }
+        fprintf(f, "   %d/%d\n", n, rep->n_recall);
+    }
+}
+
 void oscar_verify_print_table(const struct oscar_verify_report * rep, FILE * f) {
     double base = rep->n_methods ? rep->methods[0].ppl : 0, t_bf16 = 0;
     for (int32_t i = 0; i < rep->n_methods; i++)
         if (!strcmp(rep->methods[i].name, "bf16")) base = rep->methods[i].ppl, t_bf16 = rep->methods[i].seconds;
-    fprintf(f, "%-12s %6s %9s %9s %10s %10s %10s %10s %10s %8s %6s\n", "method", "BPE", "ppl", "dppl", "K relMSE",
-            "V relMSE", "KL", "postWO", "drift", "sec", "cost");
+    fprintf(f, "%-12s %6s %9s %8s %9s %10s %10s %10s %10s %10s %8s %6s\n", "method", "BPE", "ppl", "+/-", "dppl",
+            "K relMSE", "V relMSE", "KL", "postWO", "drift", "sec", "cost");
     for (int32_t i = 0; i < rep->n_methods; i++) {
         const struct oscar_verify_method * m = &rep->methods[i];
         struct oscar_layer_metrics a = {0};
         for (int32_t l = 0; l < rep->n_layer; l++) oscar_layer_metrics_add(&a, &m->layers[l]);
-        fprintf(f, "%-12s %6.3f %9.4f %+9.4f %10.3e %10.3e %10.3e %10.3e %10.3e %8.1f %5.2fx\n", m->name, m->bpe,
-                m->ppl, m->ppl - base, a.k_rel_mse, a.v_rel_mse, a.kl, a.out_rel,
+        fprintf(f, "%-12s %6.3f %9.4f %8.4f %+9.4f %10.3e %10.3e %10.3e %10.3e %10.3e %8.1f %5.2fx\n", m->name,
+                m->bpe, m->ppl, m->tok.ppl_stderr, m->ppl - base, a.k_rel_mse, a.v_rel_mse, a.kl, a.out_rel,
                 rep->n_layer ? m->drift[rep->n_layer - 1] : 0.0, m->seconds, t_bf16 > 0 ? m->seconds / t_bf16 : 0.0);
     }
     fprintf(f, "%d window(s) x %d tokens of %s; sink %d recent %d page %d prompt %d group %d %s; metrics on %d "
             "tokens; wall %.1f s\n", rep->n_windows, rep->ctx, rep->corpus, rep->sink, rep->recent, rep->n_flush,
             rep->prompt, rep->group_size, rep->scale_dtype, rep->metric_tokens, rep->wall_seconds);
+    print_token_table(rep, f);
+    print_recall(rep, f);
 }

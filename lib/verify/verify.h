@@ -9,7 +9,10 @@
 //       of ctx tokens (targets 1..ctx-1 of each, the HF stride = ctx
 //       convention); quantized methods run through oscar_kv_sim, i.e. a BF16
 //       sink + recent and an INT2 (or INT4 / KIVI) middle written by prefill
-//       and by decode demotion in pages of `page` tokens.
+//       and by decode demotion in pages of `page` tokens; targets from
+//       score_from on. With bf16 among the methods (it runs first), every
+//       method's next-token distribution on those positions is compared with
+//       bf16's (KL, top-1, Δp: token-stats.h), from the same logits.
 // It reads nothing from disk and writes nothing: the caller loads the model,
 // artifact and tokens, and writes the report (report.h).
 #ifndef OSCAR_VERIFY_VERIFY_H
@@ -22,6 +25,7 @@
 
 #include "formats/oscar-artifact.h"
 #include "model/model.h"
+#include "verify/recall.h"
 #include "verify/report.h"
 
 #define OSCAR_VERIFY_MAX_METHODS 16
@@ -69,6 +73,13 @@ struct oscar_verify_params {
                                           // pass's forward too (its metrics are computed on the host
                                           // from the layers the pass copies back).
     bool gpu_fp32;                        // device forward pass in fp32 (oscar_fwd_params.fp32)
+    int32_t score_from;                   // perplexity / next-token statistics score the targets j >=
+                                          // score_from of each window (j >= 1 always); 0 <= score_from < ctx
+                                          // [0: targets 1..ctx-1]. llama-perplexity's default (it scores
+                                          // from logit ctx/2) is score_from = ctx/2 + 1.
+    const struct oscar_verify_recall * recall; // NULL, or the verbatim-recall probes (recall.h): each
+                                          // a window of ctx tokens of the corpus as filler, one
+                                          // forward per probe and method; answers of <= 64 tokens
 };
 
 struct oscar_verify_params oscar_verify_default_params(void);

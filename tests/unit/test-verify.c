@@ -495,6 +495,176 @@ static void test_run_random_model(void ** state) {
     oscar_model_free(m);
 }
 
+// Next-token statistics of the driver (token-stats.h has the math and its own tests):
+//  - bf16 against what it keeps for the others (its hidden states, logits recomputed by the same
+//    GEMM) gives KL exactly 0, top-1 100 %, Δp 0: the reference the other methods see is bf16's own;
+//  - the method order does not change any number (bf16 runs first either way);
+//  - --score-from N scores targets N..ctx-1 only: the bf16 NLL equals a long-double sum over
+//    those targets of logits from oscar_forward_run (fp32 logits, 2 x 28 fp64 terms: 1e-9 relative
+//    covers the summation order and the long-double reference);
+//  - without bf16 there is no KL, only the perplexity spread; a score_from >= ctx is refused.
+static void test_run_next_token(void ** state) {
+    (void) state;
+    struct oscar_model_config cfg = {.arch = OSCAR_ARCH_LLAMA, .n_layer = 2, .n_embd = 128, .n_head = 4,
+                                     .n_head_kv = 2, .head_dim = 32, .n_ff = 96, .n_vocab = 128, .n_ctx_train = 256,
+                                     .rope_theta = 10000.0f, .rms_eps = 1e-5f};
+    struct oscar_model * m;
+    assert_int_equal(oscar_model_init_random(&cfg, SEED, &m), OSCAR_OK);
+    enum { NT = 300 };
+    int32_t toks[NT];
+    for (int i = 0; i < NT; i++) toks[i] = (int32_t) (urand() * 128) % 128;
+    struct oscar_verify_params p = oscar_verify_default_params();
+    p.methods = "naive,bf16,kivi";
+    p.ctx = 128, p.tokens = 256, p.sink = 4, p.recent = 16, p.metric_tokens = 64, p.n_threads = 1;
+    struct oscar_verify_report a, b;
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &a), OSCAR_OK);
+    const struct oscar_token_stats * bt = &a.methods[1].tok, * nt = &a.methods[0].tok;
+    printf("naive vs bf16: KL %.4e +- %.1e (median %.3e p99 %.3e max %.3e), top-1 %.2f %%, RMS dp %.3f %%, "
+           "ppl %.3f +- %.3f\n", nt->kl_mean, nt->kl_stderr, nt->kl_median, nt->kl_p99, nt->kl_max,
+           100 * nt->same_top1, 100 * nt->dp_rms, a.methods[0].ppl, nt->ppl_stderr);
+    assert_true(bt->has_ref && bt->n == 254);
+    assert_true(bt->kl_mean == 0 && bt->kl_max == 0 && bt->same_top1 == 1 && bt->dp_rms == 0 && bt->dppl == 0);
+    assert_true(bt->ppl_stderr > 0 && bt->ppl == a.methods[1].ppl);
+    assert_true(fabs(bt->nll_mean - a.methods[1].nll_sum / 254) < 1e-12 * bt->nll_mean);
+    for (int i = 0; i < 3; i += 2) {
+        const struct oscar_token_stats * t = &a.methods[i].tok;
+        assert_true(t->has_ref && t->n == 254 && t->kl_mean > 0 && t->kl_max >= t->kl_p99);
+        assert_true(t->kl_p99 >= t->kl_p95 && t->kl_p95 >= t->kl_p90 && t->kl_p90 >= t->kl_median);
+        assert_true(t->same_top1 < 1 && t->dp_rms > 0 && t->kl_stderr > 0);
+        assert_true(fabs(t->dppl - (a.methods[i].ppl - a.methods[1].ppl)) < 1e-12 * a.methods[i].ppl);
+    }
+    p.methods = "bf16,kivi,naive";
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &b), OSCAR_OK);
+    assert_true(b.methods[0].nll_sum == a.methods[1].nll_sum && b.methods[1].nll_sum == a.methods[2].nll_sum);
+    assert_memory_equal(&b.methods[2].tok, &a.methods[0].tok, sizeof a.methods[0].tok);
+    assert_memory_equal(&b.methods[1].tok, &a.methods[2].tok, sizeof a.methods[2].tok);
+    oscar_verify_report_free(&b);
+    // --score-from 100: targets 100..127 of both windows
+    p.score_from = 100;
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &b), OSCAR_OK);
+    assert_int_equal(b.score_from, 100);
+    assert_int_equal(b.methods[0].n_scored, 2 * 28);
+    assert_int_equal(b.methods[1].tok.n, 2 * 28);
+    struct oscar_forward_params fp = oscar_forward_default_params();
+    fp.n_threads = 1, fp.max_tokens = 128;
+    struct oscar_forward * f;
+    assert_int_equal(oscar_forward_init(m, &fp, &f), OSCAR_OK);
+    float * lg = malloc(sizeof(float) * 128 * 128);
+    long double ref = 0;
+    for (int w = 0; w < 2; w++) {
+        int32_t ss[2] = {0, 128};
+        struct oscar_batch bt2 = {.n_seq = 1, .seq_start = ss, .tokens = toks + w * 128, .pos = NULL};
+        assert_int_equal(oscar_forward_run(f, &bt2, lg), OSCAR_OK);
+        for (int j = 100; j < 128; j++) {
+            const float * row = lg + (size_t) (j - 1) * 128;
+            long double mx = row[0], z = 0;
+            for (int v = 1; v < 128; v++) mx = row[v] > mx ? row[v] : mx;
+            for (int v = 0; v < 128; v++) z += expl(row[v] - mx);
+            ref += mx + logl(z) - row[toks[w * 128 + j]];
+        }
+    }
+    printf("score-from 100: bf16 nll %.10f, direct %.10Lf\n", b.methods[0].nll_sum, ref);
+    assert_true(fabsl(b.methods[0].nll_sum - ref) < 1e-9L * ref);
+    oscar_forward_free(f);
+    free(lg);
+    // the scored positions are a subset: the same methods, fewer and later rows, other numbers
+    assert_true(b.methods[2].nll_sum != a.methods[2].nll_sum && b.methods[2].tok.has_ref);
+    oscar_verify_report_free(&b);
+    // score_from 1 is the default (target 0 has no context), ctx - 1 the last that scores anything
+    p.score_from = 1;
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &b), OSCAR_OK);
+    assert_true(b.methods[0].nll_sum == a.methods[1].nll_sum);
+    oscar_verify_report_free(&b);
+    p.score_from = 127;
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &b), OSCAR_OK);
+    assert_int_equal(b.methods[0].n_scored, 2);
+    oscar_verify_report_free(&b);
+    p.score_from = 128;
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &b), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "score_from must be < ctx"));
+    p.score_from = -1;
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &b), OSCAR_ERR_INVALID);
+    // no bf16: no comparison, the perplexity and its spread as before
+    p.score_from = 0, p.methods = "naive";
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &b), OSCAR_OK);
+    assert_true(!b.methods[0].tok.has_ref && b.methods[0].tok.ppl_stderr > 0);
+    assert_true(b.methods[0].nll_sum == a.methods[0].nll_sum);
+    oscar_verify_report_free(&b);
+    oscar_verify_report_free(&a);
+    oscar_model_free(m);
+}
+
+// The recall probe through the driver (recall.h). Each probe's answer is made bf16's own greedy
+// continuation first (3 forwards of oscar_forward_run on the laid-out window), so bf16 must get
+// all 3 tokens right through the driver; any other count means the driver scored other rows or
+// another layout. With --recall the perplexity, the next-token statistics and the quantizer counts
+// are unchanged (the probes run after them); a window too short for the probe is refused.
+static void test_run_recall(void ** state) {
+    (void) state;
+    struct oscar_model_config cfg = {.arch = OSCAR_ARCH_LLAMA, .n_layer = 2, .n_embd = 128, .n_head = 4,
+                                     .n_head_kv = 2, .head_dim = 32, .n_ff = 96, .n_vocab = 128, .n_ctx_train = 256,
+                                     .rope_theta = 10000.0f, .rms_eps = 1e-5f};
+    struct oscar_model * m;
+    assert_int_equal(oscar_model_init_random(&cfg, SEED, &m), OSCAR_OK);
+    enum { NT = 300 };
+    int32_t toks[NT];
+    for (int i = 0; i < NT; i++) toks[i] = (int32_t) (urand() * 128) % 128;
+    const int32_t needle[4] = {5, 6, 7, 8}, question[3] = {9, 10, 11};
+    int32_t answers[3][3] = {{0}};
+    struct oscar_recall_probe pr[3];
+    for (int k = 0; k < 3; k++) pr[k] = (struct oscar_recall_probe){needle, 4, answers[k], 3, 0.5 * k};
+    struct oscar_verify_recall rc = {.probes = pr, .n_probes = 3, .question = question, .n_question = 3};
+    struct oscar_forward_params fp = oscar_forward_default_params();
+    fp.n_threads = 1, fp.max_tokens = 128;
+    struct oscar_forward * f;
+    assert_int_equal(oscar_forward_init(m, &fp, &f), OSCAR_OK);
+    float * lg = malloc(sizeof(float) * 128 * 128);
+    int32_t seq[128], at, pos[3];
+    for (int k = 0; k < 3; k++)
+        for (int a = 0; a < 3; a++) {   // answer token a = bf16's argmax after the tokens before it
+            pos[k] = osc_recall_build(&rc, k, toks, 128, seq, &at);
+            int32_t ss[2] = {0, 128};
+            struct oscar_batch bt = {.n_seq = 1, .seq_start = ss, .tokens = seq, .pos = NULL};
+            assert_int_equal(oscar_forward_run(f, &bt, lg), OSCAR_OK);
+            const float * row = lg + (size_t) (at - 1 + a) * 128;
+            int32_t top = 0;
+            for (int v = 1; v < 128; v++) top = row[v] > row[top] ? v : top;
+            answers[k][a] = top;
+        }
+    oscar_forward_free(f);
+    free(lg);
+    struct oscar_verify_params p = oscar_verify_default_params();
+    p.methods = "bf16,naive";
+    p.ctx = 128, p.tokens = 256, p.sink = 4, p.recent = 16, p.metric_tokens = 64, p.n_threads = 1;
+    struct oscar_verify_report a, b;
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &a), OSCAR_OK);
+    p.recall = &rc;
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &b), OSCAR_OK);
+    assert_int_equal(b.n_recall, 3);
+    for (int k = 0; k < 3; k++) {
+        printf("recall probe %d (needle at %d, answer %d %d %d): bf16 %d, naive %d tokens right\n", k, pos[k],
+               answers[k][0], answers[k][1], answers[k][2], b.methods[0].recall_right[k], b.methods[1].recall_right[k]);
+        assert_int_equal(b.recall_pos[k], pos[k]);
+        assert_int_equal(b.recall_len[k], 3);
+        assert_int_equal(b.methods[0].recall_right[k], 3);
+        assert_true(b.methods[1].recall_right[k] >= 0 && b.methods[1].recall_right[k] <= 3);
+    }
+    for (int i = 0; i < 2; i++) {
+        assert_true(a.methods[i].nll_sum == b.methods[i].nll_sum);
+        assert_memory_equal(&a.methods[i].tok, &b.methods[i].tok, sizeof a.methods[i].tok);
+        assert_memory_equal(&a.methods[i].k_stats, &b.methods[i].k_stats, sizeof a.methods[i].k_stats);
+    }
+    oscar_verify_report_free(&a);
+    oscar_verify_report_free(&b);
+    p.ctx = 12, p.tokens = 12, p.metric_tokens = 8;   // 4 + 3 + 3 = 10 tokens of probe: 2 of filler
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &b), OSCAR_OK);
+    oscar_verify_report_free(&b);
+    p.ctx = 10, p.tokens = 10;                          // no filler left
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &b), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "recall: probe 0"));
+    oscar_model_free(m);
+}
+
 // ---- report files --------------------------------------------------------------------------
 static void fake_report(struct oscar_verify_report * r, struct oscar_verify_method * ms, struct oscar_layer_metrics * lm,
                         double * drift) {
@@ -511,6 +681,9 @@ static void fake_report(struct oscar_verify_report * r, struct oscar_verify_meth
         snprintf(ms[i].kv_sim, sizeof ms[i].kv_sim, "%s", i ? "cuda" : "");
         ms[i].bpe = i ? 2.5 : 16, ms[i].ppl = 10 + i, ms[i].n_scored = 126, ms[i].layers = lm + 3 * i;
         ms[i].drift = drift + 3 * i;
+        ms[i].tok = (struct oscar_token_stats){.n = 126, .ppl = 10 + i, .ppl_stderr = 0.5 + i, .nll_stderr = 0.05,
+                                               .has_ref = true, .kl_mean = 0.01 * i, .kl_p99 = 0.1 * i,
+                                               .same_top1 = 1 - 0.25 * i, .dppl = i};
         for (int l = 0; l < 3; l++) {
             struct oscar_layer_metrics * x = &lm[3 * i + l];
             memset(x, 0, sizeof *x);
@@ -542,14 +715,17 @@ static void test_report_json_schema(void ** state) {
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) assert_non_null(json_object_get(j, top[i]));
     assert_int_equal(json_integer_value(json_object_get(j, "version")), OSCAR_VERIFY_REPORT_VERSION);
     static const char * const cfgk[] = {"ctx", "sink", "recent", "page_size", "prompt", "group_size", "scale_dtype", "windows",
-                                        "metric_tokens", "tiering"};
+                                        "metric_tokens", "tiering", "score_from"};
     json_t * cfgj = json_object_get(j, "config");
     for (size_t i = 0; i < sizeof cfgk / sizeof cfgk[0]; i++) assert_non_null(json_object_get(cfgj, cfgk[i]));
     assert_int_equal(json_integer_value(json_object_get(cfgj, "recent")), 8);
     json_t * jm = json_object_get(j, "methods");
     assert_int_equal(json_array_size(jm), 2);
     static const char * const mk[] = {"name", "bpe", "ppl", "nll_sum", "n_scored", "seconds", "kv_sim", "mean",
-                                      "layers", "k_quant", "v_quant"};
+                                      "layers", "k_quant", "v_quant", "ppl_stderr", "nll_stderr", "next_token"};
+    static const char * const tk[] = {"reference", "n", "kl_mean", "kl_stderr", "kl_median", "kl_p90", "kl_p95",
+                                      "kl_p99", "kl_max", "same_top1", "same_top1_stderr", "dp_rms", "dp_rms_stderr",
+                                      "ln_ppl_ratio", "ln_ppl_ratio_stderr", "dppl", "dppl_stderr"};
     static const char * const lk[] = {"k_rel_mse", "v_rel_mse", "logit_err", "kl", "out_rel", "hidden_drift",
                                       "n_rows", "n_rows_int2", "n_pairs", "n_pairs_int2"};
     for (size_t i = 0; i < 2; i++) {
@@ -561,10 +737,22 @@ static void test_report_json_schema(void ** state) {
             for (size_t k = 0; k < sizeof lk / sizeof lk[0]; k++)
                 assert_non_null(json_object_get(json_array_get(layers, l), lk[k]));
         assert_string_equal(json_string_value(json_object_get(m, "kv_sim")), i ? "cuda" : "none");
+        json_t * nt = json_object_get(m, "next_token");
+        for (size_t k = 0; k < sizeof tk / sizeof tk[0]; k++) assert_non_null(json_object_get(nt, tk[k]));
+        assert_true(fabs(json_real_value(json_object_get(nt, "same_top1")) - (1 - 0.25 * (double) i)) < 1e-12);
+        assert_true(fabs(json_real_value(json_object_get(m, "ppl_stderr")) - (0.5 + (double) i)) < 1e-12);
         // values round-trip: layer 2 K relMSE = i * 3 / 10, drift = i * 3e-3; mean drift = last layer
         assert_true(fabs(json_real_value(json_object_get(json_array_get(layers, 2), "k_rel_mse")) - 0.3 * (double) i) < 1e-12);
         assert_true(fabs(json_real_value(json_object_get(json_object_get(m, "mean"), "hidden_drift")) - 3e-3 * (double) i) < 1e-12);
     }
+    json_decref(j);
+    // without bf16 in the run: "next_token" is null
+    ms[1].tok.has_ref = false;
+    char * txt = NULL;
+    assert_int_equal(oscar_verify_json_text(&r, &txt), OSCAR_OK);
+    j = json_loads(txt, 0, &je);
+    free(txt);
+    assert_true(json_is_null(json_object_get(json_array_get(json_object_get(j, "methods"), 1), "next_token")));
     json_decref(j);
     // SVG (tests/unit/test-plot.c checks it in detail): one series per method in each of the 4 panels
     char * svg = NULL;
@@ -609,7 +797,8 @@ static void test_update_card_idempotent(void ** state) {
     char * md = NULL, * a = NULL, * b = NULL, * c = NULL;
     size_t na, nb, nc;
     assert_int_equal(oscar_verify_markdown(&r, &md), OSCAR_OK);
-    assert_non_null(strstr(md, "| oscar | 2.500 | 11.0000 | +1.0000 |"));
+    assert_non_null(strstr(md, "| oscar | 2.500 | 11.0000 ± 1.5000 | +1.0000 |"));
+    assert_non_null(strstr(md, "| 1.000e-02 / 1.000e-01 | 75.00 % |\n"));
     assert_int_equal(oscar_verify_update_card(path, md), OSCAR_OK);
     assert_int_equal(osc_read_file(path, 1 << 20, &a, &na), OSCAR_OK);
     assert_int_equal(oscar_verify_update_card(path, md), OSCAR_OK);
@@ -626,8 +815,8 @@ static void test_update_card_idempotent(void ** state) {
     assert_int_equal(oscar_verify_update_card(path, md), OSCAR_OK);
     assert_int_equal(osc_read_file(path, 1 << 20, &c, &nc), OSCAR_OK);
     assert_int_equal(count(c, "<!-- oscar-verify:begin -->"), 1);
-    assert_non_null(strstr(c, "| oscar | 2.500 | 12.0000 |"));
-    assert_null(strstr(c, "| oscar | 2.500 | 11.0000 |"));
+    assert_non_null(strstr(c, "| oscar | 2.500 | 12.0000 ± 1.5000 |"));
+    assert_null(strstr(c, "| oscar | 2.500 | 11.0000 ± 1.5000 |"));
     assert_int_equal(nc, nb);
     free(md), free(a), free(b), free(c);
     unlink(path);
@@ -638,7 +827,8 @@ int main(void) {
         cmocka_unit_test(test_identity_zero), cmocka_unit_test(test_scaling),   cmocka_unit_test(test_constant_shift),
         cmocka_unit_test(test_tier_rule),     cmocka_unit_test(test_sim_vs_cache), cmocka_unit_test(test_ppl_all_bf16),
         cmocka_unit_test(test_bpe),           cmocka_unit_test(test_parse_methods),
-        cmocka_unit_test(test_run_random_model), cmocka_unit_test(test_report_json_schema),
+        cmocka_unit_test(test_run_random_model), cmocka_unit_test(test_run_next_token), cmocka_unit_test(test_run_recall),
+        cmocka_unit_test(test_report_json_schema),
         cmocka_unit_test(test_update_card_idempotent), cmocka_unit_test(test_rotate_rows_bits),
         cmocka_unit_test(test_transform_layer_rows), cmocka_unit_test(test_metrics_methods_shared),
     };
