@@ -38,7 +38,7 @@ echo "gpu-check: make CUDA=1 -j$jobs"
 make CUDA=1 WERROR=1 -j"$jobs" >"$logdir/build.log" 2>&1 || { tail -40 "$logdir/build.log"; echo "gpu-check: BUILD FAILED"; exit 1; }
 libs="$(pkg-config --libs hdf5 openblas lapacke libpcre2-8 jansson libutf8proc libcurl libzstd zlib libcrypto 2>/dev/null) -lm -lpthread"
 cuda_home=$(dirname "$(dirname "$(command -v nvcc)")")
-for t in test-kernels test-verify-sim test-eval-device; do
+for t in test-kernels test-verify-sim test-eval-device test-verify-kl-device; do
     cc -std=c11 -D_GNU_SOURCE -O2 -g -I. -Ilib -Wall -Wextra -Werror -fopenmp tests/gpu/$t.c build/liboscar.a \
         -o build/$t $libs -L"$cuda_home/lib64" -lcudart -lcublas -lstdc++ >>"$logdir/build.log" 2>&1 \
         || { tail -20 "$logdir/build.log"; echo "gpu-check: $t build failed"; exit 1; }
@@ -79,6 +79,8 @@ memcheck "$logdir/memcheck-eval.log" ./build/test-eval-device --small "${seed_ar
     || result "memcheck test-eval-device --small (see $logdir/memcheck-eval.log)" FAIL
 echo "gpu-check: test-verify-sim (kv sim through the CUDA kernels vs the CPU sim)"
 check test-verify-sim
+echo "gpu-check: test-verify-kl-device (next-token KL against bf16 through the device paths)"
+check test-verify-kl-device
 
 echo "gpu-check: compute-sanitizer memcheck (small cases: D 64, 128, 256; GQA 3, 4, 16)"
 memcheck "$logdir/memcheck.log" ./build/test-kernels --small "${seed_args[@]}" \
