@@ -604,7 +604,9 @@ static enum oscar_status cuda_init(const struct oscar_model * m, const struct os
     if (p->layered && !p->fp32 && m) OSCAR_CUDA_TRY(cudaMalloc((void **) &f->stage, STAGE_FLOATS * sizeof(float)));
     f->seed = seed;
     st = m ? upload_model(f, m) : random_model(f, seed);
-    if (st == OSCAR_OK && f->pass > 0) st = zero_pass_acc(f);
+    // cudaMalloc does not clear: every accumulator starts at zero (layered: each layer's slice
+    // is summed once, so this is its only reset)
+    if (st == OSCAR_OK && (f->pass > 0 || (p->layered && p->stats))) st = zero_pass_acc(f);
     if (st == OSCAR_OK && f->pass == 2) st = load_amat(f); // a resumed accumulator: pass 1 already ended
     note_used(f);
 out:
