@@ -51,9 +51,9 @@ pid=$!
 for _ in $(seq 600); do [ -f "$work/killed.ckpt" ] && break; sleep 0.05; done
 sleep 0.3; kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
 [ -f "$work/killed.ckpt" ] || fail "no checkpoint was written before the kill"
-[ ! -e "$work/killed/oscar.safetensors" ] || echo "note: the run finished before the kill"
+[ ! -e "$work/killed/oscar.safetensors" ] || fail "the run finished before the kill: nothing was resumed"
 timeout 300 $CAL "${ck[@]}" --checkpoint-every 20000 --resume -o "$work/killed" -v 2>"$logdir/resume.err" || fail "--resume"
-grep -E "resuming" "$logdir/resume.err"
+grep -E "resuming" "$logdir/resume.err" || fail "--resume did not resume from the checkpoint"
 cmp "$work/whole/oscar.safetensors" "$work/killed/oscar.safetensors" && echo "ok: kill -9 + --resume is byte-identical" \
     || fail "the resumed artifact differs"
 

@@ -164,12 +164,9 @@ static void test_cpu_layered_equals_whole(void ** state) {
         assert_int_equal(oscar_fwd_end_pass(f), OSCAR_OK);
     }
     oscar_fwd_free(f);
-    p.stats = s_layer, p.layered = true, p.max_tokens = 16; // SST in slices of 16 kept rows
+    p.stats = s_layer, p.layered = true;
     assert_int_equal(oscar_fwd_init(m, &p, &f), OSCAR_OK);
     assert_int_equal(oscar_fwd_layer_run(f, 0, &b, 0, true), OSCAR_ERR_INVALID); // before rows_init
-    p.max_tokens = 64;
-    oscar_fwd_free(f);
-    assert_int_equal(oscar_fwd_init(m, &p, &f), OSCAR_OK);
     assert_int_equal(oscar_fwd_run(f, &b, NULL), OSCAR_ERR_INVALID);             // whole passes refused
     assert_int_equal(oscar_fwd_rows_init(f, T_TOK, T_TOK + 1), OSCAR_ERR_INVALID); // more kept than rows
     assert_int_equal(oscar_fwd_rows_init(f, T_TOK, T_TOK), OSCAR_OK);
