@@ -126,9 +126,9 @@ static __device__ __forceinline__ float code_trunc3(float t) {
 
 // Clip, quantize and dequantize one row in place (lib/quant int2.c quantize_row + dequant_row).
 template <int VPL> static __device__ void quant_dequant(const struct osc_eval_transform & a, Row<VPL> & x, int idx,
-                                                       int lane) {
+                                                       bool bisect, int lane) {
     if (!a.sym && idx >= 0) {
-        const float tau = a.bisect ? clip_tau_bisect<VPL>(x, idx) : clip_tau_sort<VPL>(x, idx);
+        const float tau = bisect ? clip_tau_bisect<VPL>(x, idx) : clip_tau_sort<VPL>(x, idx);
 #pragma unroll
         for (int k = 0; k < VPL; k++) x.v[k] = x.v[k] < -tau ? -tau : x.v[k] > tau ? tau : x.v[k];
     }
@@ -182,14 +182,21 @@ template <int VPL> __global__ void __launch_bounds__(TF_WARPS * 32) transform_ke
 #pragma unroll
             for (int k = 0; k < VPL; k++) y.v[k] = bf16_round(y.v[k]);
         }
-        if (!a.int2_row[r / a.n_head_kv]) {
+        const int mode = a.int2_row[r / a.n_head_kv];
+        if (!mode || a.out_hp) {
             const Row<VPL> hp = rotate<VPL>(a, y, a.Rt + rm, lane);
-            for (int c = 0; c < a.n_cand; c++) store<VPL>(a, c, r, hp, x, lane);
-            continue;
+            if (a.out_hp) {
+#pragma unroll
+                for (int k = 0; k < VPL; k++) a.out_hp[r * D + lane + 32 * k] = hp.v[k];
+            }
+            if (!mode) {
+                for (int c = 0; c < a.n_cand; c++) store<VPL>(a, c, r, hp, x, lane);
+                continue;
+            }
         }
         for (int c = 0; c < a.n_cand; c++) {
             Row<VPL> q = y;
-            quant_dequant<VPL>(a, q, a.clip_idx[c * a.n_head_kv + h], lane);
+            quant_dequant<VPL>(a, q, a.clip_idx[c * a.n_head_kv + h], a.bisect || mode == 2, lane);
             store<VPL>(a, c, r, rotate<VPL>(a, q, a.Rt + rm, lane), x, lane);
         }
     }

@@ -23,7 +23,7 @@ struct osc_eval_transform {
     float had_scale;            // (float) (1 / sqrt(D)), as oscar_fwht_f32
     const float * R, * Rt;      // device [n_rot, D, D] and the transposes (MATRIX)
     const float * x;            // device [n_rows / Hkv, Hkv, D]
-    const uint8_t * int2_row;   // device [n_rows / Hkv]
+    const uint8_t * int2_row;   // device [n_rows / Hkv]: 0 HP, else INT2 (2: clip by bisection whatever bisect says)
     const int32_t * clip_idx;   // device [n_cand, Hkv]: oscar_clip_index, -1 = no clip
     int32_t n_cand;
     int32_t sym, bisect, hp_bf16;
@@ -31,6 +31,7 @@ struct osc_eval_transform {
     int32_t group_size;
     int32_t diff;               // 1: out = value - x
     float * out;                // device [n_cand][n_rows, D] at stride out_stride floats
+    float * out_hp;             // device [n_rows, D] or NULL: every row's HP value as well (diff ignored)
     int64_t out_stride, n_rows;
 };
 

@@ -27,6 +27,7 @@ extern "C" {
 #include "kernels/cublas-check.cuh"
 #include "kernels/cuda-common.cuh"
 #include "kernels/fwd-kernels.cuh"
+#include "kernels/fwd-kvsim.cuh"
 
 #include <math.h>
 #include <stdio.h>
@@ -136,6 +137,8 @@ struct cuda_fwd {
     int64_t n_rows, n_keep;
     int64_t layer_tok;                  // tokens of this layer's sums so far
     bool sums_now;                      // the batch in flight feeds the sums
+    // simulated quantized cache (oscar_fwd_set_attention), or NULL
+    struct osc_kvsim * kvsim;
     // host hook staging
     float * hq, * hk, * hv, * hatt, * hx;
     float * h_wo;                       // pinned [C, Q] staging of copy_wo (allocated at first use)
@@ -366,6 +369,7 @@ static void cuda_free(void * ctx) {
             if (f->ev[i]) cudaEventDestroy(f->ev[i]);
     free(f->ev), free(f->h_ab), free(f->h_c);
     free(f->layers), free(f->h_pos), free(f->h_blocks);
+    osc_kvsim_free(f->kvsim);
     cudaFreeHost(f->hq), cudaFreeHost(f->hk), cudaFreeHost(f->hv), cudaFreeHost(f->hatt), cudaFreeHost(f->hx);
     cudaFreeHost(f->h_wo);
     cudaFree(f->stage);
@@ -481,6 +485,23 @@ out:
 }
 
 // rope_freqs: the model's GGUF frequency divisors, or NULL.
+// Pinned host copies of q/k/v (and the attention, the residual) for the host hook and a host
+// attention override, so the per-layer copies run at full link speed; what is missing only.
+static enum oscar_status alloc_host_staging(struct cuda_fwd * f) {
+    const size_t T = (size_t) f->max_tokens, Q = (size_t) f->c.n_head * f->c.head_dim;
+    const size_t KV = (size_t) f->c.n_head_kv * f->c.head_dim, C = (size_t) f->c.n_embd;
+    const bool hook_all = f->p.hook && !f->p.hook->qkv_only;
+    if (!f->p.hook && !f->p.attention) return OSCAR_OK;
+    if ((!f->hq && cudaMallocHost((void **) &f->hq, T * Q * sizeof(float)) != cudaSuccess) ||
+        (!f->hk && cudaMallocHost((void **) &f->hk, T * KV * sizeof(float)) != cudaSuccess) ||
+        (!f->hv && cudaMallocHost((void **) &f->hv, T * KV * sizeof(float)) != cudaSuccess) ||
+        ((hook_all || f->p.attention) && !f->hatt &&
+         cudaMallocHost((void **) &f->hatt, T * Q * sizeof(float)) != cudaSuccess) ||
+        (hook_all && !f->hx && cudaMallocHost((void **) &f->hx, T * C * sizeof(float)) != cudaSuccess))
+        return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of pinned host memory for hook staging");
+    return OSCAR_OK;
+}
+
 static enum oscar_status alloc_workspace(struct cuda_fwd * f, const float * rope_freqs) {
     const struct oscar_model_config * c = &f->c;
     const size_t T = (size_t) f->max_tokens, C = (size_t) c->n_embd, D = (size_t) c->head_dim;
@@ -533,15 +554,8 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f, const float * rope
     }
     f->h_pos = (int32_t *) malloc(T * sizeof(int32_t));
     f->h_blocks = (struct osc_att_block *) malloc(T * sizeof(struct osc_att_block));
-    if (f->p.hook || f->p.attention) {   // pinned, so the per-layer copies run at full link speed
-        const bool hook_all = f->p.hook && !f->p.hook->qkv_only;
-        if (cudaMallocHost((void **) &f->hq, T * Q * sizeof(float)) != cudaSuccess ||
-            cudaMallocHost((void **) &f->hk, T * KV * sizeof(float)) != cudaSuccess ||
-            cudaMallocHost((void **) &f->hv, T * KV * sizeof(float)) != cudaSuccess ||
-            ((hook_all || f->p.attention) && cudaMallocHost((void **) &f->hatt, T * Q * sizeof(float)) != cudaSuccess) ||
-            (hook_all && cudaMallocHost((void **) &f->hx, T * C * sizeof(float)) != cudaSuccess))
-            return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of pinned host memory for hook staging");
-    }
+    const enum oscar_status staged = alloc_host_staging(f);
+    if (staged != OSCAR_OK) return staged;
     if (!f->h_pos || !f->h_blocks) return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
     // the CPU pass's frequencies (RoPE scaling, GGUF rope_freqs divisors)
     float inv[OSC_FWD_MAX_HEAD_DIM / 2];
@@ -944,7 +958,11 @@ static enum oscar_status run_layer(struct cuda_fwd * f, const struct oscar_batch
                                         bf16_copies ? f->vb : NULL, f->big, w->bqkv, w->q_norm, w->k_norm, f->d_pos,
                                         f->inv_freq, T, c->n_head, c->n_head_kv, D, c->rms_eps, s));
     STAGE(2);
-    if (f->p.attention) {
+    if (f->kvsim) {
+        if ((st = osc_kvsim_attend(f->kvsim, l, f->q, f->k, f->v, T, f->d_blocks, n_blocks, f->att, f->p.fp32, s)) !=
+            OSCAR_OK)
+            goto out;
+    } else if (f->p.attention) {
         if ((st = host_attention(f, b, l, T)) != OSCAR_OK) goto out;
     } else if (f->att_tc)
         OSCAR_CUDA_TRY(osc_fwd_attention_tc((osc_bf16 *) f->att, f->qb, f->kb, f->vb, f->d_blocks, n_blocks,
@@ -1003,6 +1021,7 @@ static enum oscar_status cuda_run(void * ctx, const struct oscar_batch * b, floa
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->d_pos, f->h_pos, T * sizeof(int32_t), cudaMemcpyHostToDevice, f->stream));
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(f->d_blocks, f->h_blocks, n_blocks * sizeof(struct osc_att_block),
                                      cudaMemcpyHostToDevice, f->stream));
+    if (f->kvsim && (st = osc_kvsim_plan(f->kvsim, b, f->stream)) != OSCAR_OK) return st;
     OSCAR_CUDA_CHECK(act_embed(f, T));
     for (int32_t l = 0; l < f->c.n_layer && st == OSCAR_OK; l++) st = run_layer(f, b, l, T, n_blocks);
     if (st == OSCAR_OK && logits) st = lm_head(f, T, logits);
@@ -1125,6 +1144,20 @@ static void cuda_info(const void * ctx, struct oscar_fwd_info * out) {
     out->device_used_bytes = f->used_max;
     for (int i = 0; i < N_STAGES; i++) out->stage_ms[i] = f->stage_ms[i];
     out->attention_tc = f->att_tc ? 1 : 0;
+}
+
+static enum oscar_status cuda_set_attention(void * ctx, const struct oscar_fwd_kvsim * kvsim,
+                                            const struct oscar_attention_override * ov) {
+    struct cuda_fwd * f = (struct cuda_fwd *) ctx;
+    if (f->p.layered) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: set_attention on a layer-major pass");
+    if (ov && !ov->attend) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: attention override without a callback");
+    OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));   // no run reads the old one
+    osc_kvsim_free(f->kvsim);
+    f->kvsim = NULL, f->p.attention = ov;
+    enum oscar_status st = alloc_host_staging(f);
+    if (st == OSCAR_OK && kvsim) st = osc_kvsim_open(kvsim, &f->c, f->max_tokens, f->stream, &f->kvsim);
+    if (st == OSCAR_OK) note_used(f);
+    return st;
 }
 
 static enum oscar_status cuda_copy_wo(void * ctx, int32_t layer, float * out) {
@@ -1295,7 +1328,7 @@ static enum oscar_status cuda_rows_copy(void * ctx, float * host, bool to_host) 
 }
 
 static const struct osc_fwd_ops cuda_ops = {
-    "cuda", cuda_init, cuda_run, cuda_end_pass, cuda_info, cuda_free, cuda_copy_wo,
+    "cuda", cuda_init, cuda_run, cuda_end_pass, cuda_info, cuda_free, cuda_copy_wo, cuda_set_attention,
     cuda_rows_init, cuda_layer_set, cuda_layer_run, cuda_layer_end, cuda_rows_copy,
 };
 

@@ -183,10 +183,28 @@ template <int DP> static size_t att_smem_bytes() {
     return sizeof(float) * (2 * OSC_ATT_BQ * (DP + 1) + ATT_BK * DP + OSC_ATT_BQ * (ATT_BK + 1));
 }
 
-template <int DP, typename O>
+// Does any of the block's query rows read a key of tile [j0, j0 + BK) from this source (tiered:
+// int2 = the INT2 rows, else the HP rows)? Row qi reads keys [s0, qi], the INT2 ones in [lo, hi).
+static __device__ bool tile_needed(const struct osc_att_block & blk, const struct osc_att_tiers & t, int32_t j0,
+                                   bool int2) {
+    bool need = false;
+    const int32_t qi = blk.q0 + (int32_t) threadIdx.x;
+    if ((int32_t) threadIdx.x < OSC_ATT_BQ && qi < blk.q1) {
+        const int32_t e = min(j0 + ATT_BK, qi + 1);
+        const int32_t n_int2 = max(0, min(e, t.hi[qi]) - max(j0, t.lo[qi]));
+        need = int2 ? n_int2 > 0 : e - j0 > n_int2;
+    }
+    return __syncthreads_or(need) != 0;
+}
+
+// TIERED: every key tile is read from the HP rows (k, v) and again from the INT2 rows (t.k, t.v)
+// where some row needs it, each pass masked to the keys that row reads from that source; the
+// online softmax takes the two passes as one key set.
+template <int DP, bool TIERED, typename O>
 __global__ void __launch_bounds__(ATT_THREADS) k_attention(O * out, const float * q, const float * k,
                                                            const float * v, const struct osc_att_block * blocks,
-                                                           int32_t Hq, int32_t Hkv, int32_t D, float scale) {
+                                                           struct osc_att_tiers tiers, int32_t Hq, int32_t Hkv,
+                                                           int32_t D, float scale) {
     extern __shared__ float sm[];
     float * sQ = sm;                               // [BQ][DP+1]
     float * sK = sQ + OSC_ATT_BQ * (DP + 1);       // [BK][DP+1]
@@ -208,14 +226,21 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(O * out, const float 
 #pragma unroll
         for (int c = 0; c < NC; c++) o[i][c] = 0.0f;
     }
-    for (int32_t j0 = blk.s0; j0 < blk.q1; j0 += ATT_BK) {
-        __syncthreads(); // the previous tile's K, V, P are no longer read
+    for (int32_t it = 0; it < (TIERED ? 2 : 1) * ((blk.q1 - blk.s0 + ATT_BK - 1) / ATT_BK); it++) {
+        const int32_t j0 = blk.s0 + (TIERED ? it >> 1 : it) * ATT_BK;
+        const bool int2 = TIERED && (it & 1);
+        if (TIERED) {
+            if (!tile_needed(blk, tiers, j0, int2)) continue; // (a barrier, as below)
+        } else {
+            __syncthreads(); // the previous tile's K, V, P are no longer read
+        }
+        const float * ks = int2 ? tiers.k : k, * vs = int2 ? tiers.v : v;
         for (int32_t e = tid; e < ATT_BK * DP; e += ATT_THREADS) {
             const int32_t r = e / DP, d = e % DP, j = j0 + r;
             const bool ok = j < blk.q1 && d < D;
             const size_t off = ((size_t) j * Hkv + kh) * D + d;
-            sK[r * (DP + 1) + d] = ok ? k[off] : 0.0f;
-            sV[r * DP + d] = ok ? v[off] : 0.0f;
+            sK[r * (DP + 1) + d] = ok ? ks[off] : 0.0f;
+            sV[r * DP + d] = ok ? vs[off] : 0.0f;
         }
         __syncthreads();
         float s[4][4];
@@ -237,11 +262,13 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(O * out, const float 
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int32_t qi = blk.q0 + tr * 4 + i;
+            const int32_t lo = TIERED && qi < blk.q1 ? tiers.lo[qi] : 0, hi = TIERED && qi < blk.q1 ? tiers.hi[qi] : 0;
             float mt = -INFINITY;
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const int32_t kj = j0 + tc + 16 * j;
-                s[i][j] = (kj <= qi && qi < blk.q1) ? s[i][j] * scale : -INFINITY;
+                const bool src_ok = !TIERED || ((kj >= lo && kj < hi) == int2);
+                s[i][j] = (kj <= qi && qi < blk.q1 && src_ok) ? s[i][j] * scale : -INFINITY;
                 mt = fmaxf(mt, s[i][j]);
             }
             for (int off = 8; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
@@ -286,40 +313,53 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(O * out, const float 
     }
 }
 
-template <int DP, typename O>
+template <int DP, bool TIERED, typename O>
 static cudaError_t launch_attention(O * out, const float * q, const float * k, const float * v,
-                                    const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
-                                    int32_t D, cudaStream_t s) {
+                                    const struct osc_att_block * blocks, int32_t n_blocks,
+                                    const struct osc_att_tiers & t, int32_t Hq, int32_t Hkv, int32_t D, cudaStream_t s) {
     const size_t smem = att_smem_bytes<DP>();
     cudaError_t e =
-        cudaFuncSetAttribute(k_attention<DP, O>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+        cudaFuncSetAttribute(k_attention<DP, TIERED, O>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
     if (e != cudaSuccess) return e;
     dim3 grid((unsigned) n_blocks, (unsigned) Hq);
-    k_attention<DP, O><<<grid, ATT_THREADS, smem, s>>>(out, q, k, v, blocks, Hq, Hkv, D, 1.0f / sqrtf((float) D));
+    k_attention<DP, TIERED, O><<<grid, ATT_THREADS, smem, s>>>(out, q, k, v, blocks, t, Hq, Hkv, D,
+                                                               1.0f / sqrtf((float) D));
     return cudaGetLastError();
 }
 
-template <typename O>
+template <bool TIERED, typename O>
 static cudaError_t attention_any(O * out, const float * q, const float * k, const float * v,
-                                 const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
-                                 int32_t D, cudaStream_t s) {
+                                 const struct osc_att_block * blocks, int32_t n_blocks, const struct osc_att_tiers & t,
+                                 int32_t Hq, int32_t Hkv, int32_t D, cudaStream_t s) {
     if (n_blocks <= 0) return cudaSuccess;
-    if (D <= 64) return launch_attention<64>(out, q, k, v, blocks, n_blocks, Hq, Hkv, D, s);
-    if (D <= 128) return launch_attention<128>(out, q, k, v, blocks, n_blocks, Hq, Hkv, D, s);
-    if (D <= 256) return launch_attention<256>(out, q, k, v, blocks, n_blocks, Hq, Hkv, D, s);
+    if (D <= 64) return launch_attention<64, TIERED>(out, q, k, v, blocks, n_blocks, t, Hq, Hkv, D, s);
+    if (D <= 128) return launch_attention<128, TIERED>(out, q, k, v, blocks, n_blocks, t, Hq, Hkv, D, s);
+    if (D <= 256) return launch_attention<256, TIERED>(out, q, k, v, blocks, n_blocks, t, Hq, Hkv, D, s);
     return cudaErrorInvalidValue;
 }
 
 cudaError_t osc_fwd_attention(osc_bf16 * out, const float * q, const float * k, const float * v,
                               const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
                               int32_t D, cudaStream_t s) {
-    return attention_any(out, q, k, v, blocks, n_blocks, Hq, Hkv, D, s);
+    return attention_any<false>(out, q, k, v, blocks, n_blocks, osc_att_tiers{}, Hq, Hkv, D, s);
 }
 
 cudaError_t osc_fwd_attention(float * out, const float * q, const float * k, const float * v,
                               const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
                               int32_t D, cudaStream_t s) {
-    return attention_any(out, q, k, v, blocks, n_blocks, Hq, Hkv, D, s);
+    return attention_any<false>(out, q, k, v, blocks, n_blocks, osc_att_tiers{}, Hq, Hkv, D, s);
+}
+
+cudaError_t osc_fwd_attention_tiered(osc_bf16 * out, const float * q, const float * k_hp, const float * v_hp,
+                                     const struct osc_att_tiers * t, const struct osc_att_block * blocks,
+                                     int32_t n_blocks, int32_t Hq, int32_t Hkv, int32_t D, cudaStream_t s) {
+    return attention_any<true>(out, q, k_hp, v_hp, blocks, n_blocks, *t, Hq, Hkv, D, s);
+}
+
+cudaError_t osc_fwd_attention_tiered(float * out, const float * q, const float * k_hp, const float * v_hp,
+                                     const struct osc_att_tiers * t, const struct osc_att_block * blocks,
+                                     int32_t n_blocks, int32_t Hq, int32_t Hkv, int32_t D, cudaStream_t s) {
+    return attention_any<true>(out, q, k_hp, v_hp, blocks, n_blocks, *t, Hq, Hkv, D, s);
 }
 
 // ---- capture -------------------------------------------------------------------------

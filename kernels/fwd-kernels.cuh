@@ -58,6 +58,20 @@ cudaError_t osc_fwd_attention(float * out, const float * q, const float * k, con
                               const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
                               int32_t D, cudaStream_t s);
 
+// The two-tier cache of a simulated quantized KV cache (forward-backend.h, struct
+// oscar_fwd_kvsim): query row t reads key row p of the INT2 rows k, v [T, Hkv, D] iff
+// lo[t] <= p < hi[t] (batch rows), else of the HP rows passed as k_hp, v_hp.
+struct osc_att_tiers {
+    const float * k, * v;
+    const int32_t * lo, * hi;   // [T]
+};
+cudaError_t osc_fwd_attention_tiered(osc_bf16 * out, const float * q, const float * k_hp, const float * v_hp,
+                                     const struct osc_att_tiers * t, const struct osc_att_block * blocks,
+                                     int32_t n_blocks, int32_t Hq, int32_t Hkv, int32_t D, cudaStream_t s);
+cudaError_t osc_fwd_attention_tiered(float * out, const float * q, const float * k_hp, const float * v_hp,
+                                     const struct osc_att_tiers * t, const struct osc_att_block * blocks,
+                                     int32_t n_blocks, int32_t Hq, int32_t Hkv, int32_t D, cudaStream_t s);
+
 // Tensor-core variant (kernels/fwd-attention-tc.cu): bf16 q/k/v, P rounded to bf16 for
 // P.V, fp32 accumulation and softmax. Only where osc_fwd_attention_tc_ok(D).
 bool osc_fwd_attention_tc_ok(int32_t D);

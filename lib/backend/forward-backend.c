@@ -74,6 +74,12 @@ enum oscar_status oscar_fwd_rows_copy(struct oscar_fwd * f, float * host, bool t
     return f->ops->rows_copy(f->ctx, host, to_host);
 }
 
+enum oscar_status oscar_fwd_set_attention(struct oscar_fwd * f, const struct oscar_fwd_kvsim * kvsim,
+                                          const struct oscar_attention_override * ov) {
+    if (kvsim && ov) return osc_error(OSCAR_ERR_INVALID, "forward: a device simulation and a host override at once");
+    return f->ops->set_attention(f->ctx, kvsim, ov);
+}
+
 enum oscar_status oscar_fwd_end_pass(struct oscar_fwd * f) { return f->ops->end_pass(f->ctx); }
 
 enum oscar_status oscar_fwd_copy_wo(struct oscar_fwd * f, int32_t layer, float * out) {

@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "model/model.h"
 #include "stats/stats.h"
 #include "util/error.h"
@@ -59,6 +60,31 @@ struct oscar_fwd_params {
 
 struct oscar_fwd_params oscar_fwd_default_params(void);
 
+// A simulated quantized KV cache evaluated where the pass runs (cuda), with the arithmetic of
+// lib/verify's one-pass simulation (verify/metrics.h, oscar_kv_sim): per layer every K/V row
+// gets its HP value y·Rᵀ, y = bf16(x·R) (hp_bf16), and, if some query of its sequence reads it
+// as INT2, its INT2 value Q(y)·Rᵀ (lib/verify kv-transform.c's bits: fp64 rotation sums, the
+// lib/quant clip rules and ASYM/SYM quantizer); query t of a sequence of len tokens reads key p's
+// INT2 value iff lo <= p < hi from int2_range(t, len), else its HP value (fp32 attention). Row p
+// is quantized with int2.clip_algo if from_prefill(p, len), else with demote_clip_algo. The
+// INT2 rows are the largest set, that of the last query (the tier rules only grow it).
+struct oscar_fwd_kvsim_side {
+    enum oscar_eval_rot rot;
+    const float * rot_mat;      // MATRIX: host [L, n_rot, D, D] (read by oscar_fwd_set_attention)
+    int32_t n_rot;              // 1 (per layer) or Hkv (per KV head)
+    const double * clip;        // host [L, n_clip] clip ratios (<= 0: none)
+    int32_t n_clip;             // 1 or Hkv
+};
+struct oscar_fwd_kvsim {
+    struct oscar_int2_params int2;          // ASYM or SYM, group size, meta dtype, prefill clip algo
+    enum oscar_clip_algo demote_clip_algo;
+    bool hp_bf16;
+    struct oscar_fwd_kvsim_side k, v;
+    void (*int2_range)(const void * user, int64_t t, int64_t len, int64_t * lo, int64_t * hi);
+    bool (*from_prefill)(const void * user, int64_t p, int64_t len);
+    const void * user;                      // of the two callbacks, alive while the pass uses them
+};
+
 struct oscar_fwd;
 
 // Builds the pass for model m on params->device. cuda: converts the fp32
@@ -80,6 +106,13 @@ enum oscar_status oscar_fwd_init_random(const struct oscar_model_config * cfg, u
 
 // Runs one batch. logits [T, V] on the host, or NULL (LM head skipped).
 enum oscar_status oscar_fwd_run(struct oscar_fwd * f, const struct oscar_batch * batch, float * logits);
+
+// The attention of later runs (whole passes only): kvsim (copied; its matrices uploaded now),
+// or the host override ov, or neither (the exact attention). One pass serves every method of
+// an evaluation on one resident model. cpu: kvsim is refused (lib/verify's override is the CPU
+// simulation), ov replaces params.attention.
+enum oscar_status oscar_fwd_set_attention(struct oscar_fwd * f, const struct oscar_fwd_kvsim * kvsim,
+                                          const struct oscar_attention_override * ov);
 
 // Ends the current capture pass of params.stats (see above). Fails if no stats.
 enum oscar_status oscar_fwd_end_pass(struct oscar_fwd * f);

@@ -16,6 +16,8 @@ struct osc_fwd_ops {
     void (*info)(const void * ctx, struct oscar_fwd_info * out);
     void (*free)(void * ctx);
     enum oscar_status (*copy_wo)(void * ctx, int32_t layer, float * out); // [C, Hq D] fp32
+    enum oscar_status (*set_attention)(void * ctx, const struct oscar_fwd_kvsim * kvsim,
+                                       const struct oscar_attention_override * ov);
     // the layer-major pass (forward-backend.h)
     enum oscar_status (*rows_init)(void * ctx, int64_t n_rows, int64_t n_keep);
     enum oscar_status (*layer_set)(void * ctx, int32_t l, const struct oscar_layer_weights * w);

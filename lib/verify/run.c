@@ -16,6 +16,7 @@
 #include "util/log.h"
 #include "util/mem.h"
 #include "verify/kv-sim-device.h"
+#include "verify/kv-sim-forward.h"
 #include "verify/plot.h"
 #include "verify/token-stats.h"
 
@@ -72,6 +73,10 @@ struct vrun {
     struct oscar_kv_transform tfs[OSCAR_VERIFY_MAX_METHODS];
     struct oscar_kv_sim * sims[OSCAR_VERIFY_MAX_METHODS];
     struct oscar_kv_sim_dev * dsims[OSCAR_VERIFY_MAX_METHODS]; // with p->device: the backend's simulation
+    // with p->device: the cache simulated inside the device forward (perplexity), when it covers the method
+    struct oscar_kv_fwd_sim fsims[OSCAR_VERIFY_MAX_METHODS];
+    bool has_fsim[OSCAR_VERIFY_MAX_METHODS];
+    struct oscar_fwd * dev_f;          // the device forward every method's perplexity runs on (one upload)
     struct oscar_verify_method * ms;   // [nm] (owned by the report)
     float * resid_ref;                 // [L, MT, C] reference residual stream after each layer
     float * resid_cur;                 // [L, MT, C] the same under one method
@@ -125,9 +130,15 @@ static enum oscar_status setup_methods(struct vrun * r, const struct oscar_artif
             st = oscar_kv_sim_init(&r->tfs[i], c, maxT, p->n_threads, &r->sims[i]);
         if (st == OSCAR_OK && r->sims[i]) snprintf(mt->kv_sim, sizeof mt->kv_sim, "cpu");
         if (st == OSCAR_OK && r->sims[i] && be) {
-            // What the device's kernels do not cover (other quantizers, head_dim) keeps the
-            // CPU simulation as its attention; the forward passes stay on the device.
-            st = oscar_kv_sim_dev_init(p->device, &r->tfs[i], c, maxT, &r->dsims[i]);
+            // Inside the device forward where it covers the method, else through the backend's
+            // decode kernel; what neither covers (other quantizers, head_dim) keeps the CPU
+            // simulation as its attention. The forward passes stay on the device.
+            st = oscar_kv_fwd_sim_init(&r->tfs[i], &r->fsims[i]);
+            r->has_fsim[i] = st == OSCAR_OK;
+            if (st == OSCAR_ERR_UNSUPPORTED) osc_debug("verify: method %s: %s", names[i], oscar_last_error());
+            if (st == OSCAR_OK || st == OSCAR_ERR_UNSUPPORTED)
+                st = oscar_kv_sim_dev_init(p->device, &r->tfs[i], c, maxT, &r->dsims[i]);
+            if (st == OSCAR_ERR_UNSUPPORTED && r->has_fsim[i]) st = OSCAR_OK;   // the forward's own covers it
             if (st == OSCAR_ERR_UNSUPPORTED) {
                 osc_warn("verify: method %s: %s; its quantized cache is simulated on the CPU", names[i],
                          oscar_last_error());
@@ -281,12 +292,15 @@ static enum oscar_status ppl_windows_device(struct vrun * r, int32_t i, int32_t 
     struct oscar_verify_method * mt = &r->ms[i];
     struct oscar_fwd_params fp = oscar_fwd_default_params();
     fp.device = r->p->device, fp.n_threads = r->p->n_threads, fp.max_tokens = T;
-    fp.attention = ov->attend ? ov : NULL;
     fp.fp32 = r->p->gpu_fp32;
     float * logits = osc_alloc_large((size_t) T * (size_t) V * sizeof(float));
-    struct oscar_fwd * f = NULL;
-    enum oscar_status st = logits ? oscar_fwd_init(r->m, &fp, &f)
+    enum oscar_status st = logits ? OSCAR_OK
                                   : osc_error(OSCAR_ERR_NOMEM, "method %s: logits of a %d-token window", mt->name, T);
+    if (st == OSCAR_OK && !r->dev_f) st = oscar_fwd_init(r->m, &fp, &r->dev_f);   // the model goes up once
+    struct oscar_fwd * f = r->dev_f;
+    if (st == OSCAR_OK)
+        st = oscar_fwd_set_attention(f, r->has_fsim[i] ? &r->fsims[i].desc : NULL,
+                                     !r->has_fsim[i] && ov->attend ? ov : NULL);
     for (int64_t w = 0; w < n_win && st == OSCAR_OK; w++) {
         int32_t ss[2] = {0, T};
         struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = ids + w * T, .pos = NULL};
@@ -303,7 +317,6 @@ static enum oscar_status ppl_windows_device(struct vrun * r, int32_t i, int32_t 
         mt->n_scored += r->nr;
         osc_progress_update(pg, ((int64_t) k_ord * n_win + w + 1) * T);
     }
-    oscar_fwd_free(f);
     free(logits);
     return st;
 }
@@ -543,7 +556,9 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
     for (int32_t i = 0; i < OSCAR_VERIFY_MAX_METHODS; i++) {
         oscar_kv_sim_free(r.sims[i]);
         oscar_kv_sim_dev_free(r.dsims[i]);
+        oscar_kv_fwd_sim_free(&r.fsims[i]);
     }
+    oscar_fwd_free(r.dev_f);
     free(r.resid_ref);
     free(r.resid_cur);
     free(r.logits);

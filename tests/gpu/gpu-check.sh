@@ -38,7 +38,7 @@ echo "gpu-check: make CUDA=1 -j$jobs"
 make CUDA=1 WERROR=1 -j"$jobs" >"$logdir/build.log" 2>&1 || { tail -40 "$logdir/build.log"; echo "gpu-check: BUILD FAILED"; exit 1; }
 libs="$(pkg-config --libs hdf5 openblas lapacke libpcre2-8 jansson libutf8proc libcurl libzstd zlib libcrypto 2>/dev/null) -lm -lpthread"
 cuda_home=$(dirname "$(dirname "$(command -v nvcc)")")
-for t in test-kernels test-verify-sim test-eval-device test-verify-kl-device; do
+for t in test-kernels test-verify-sim test-eval-device test-verify-kl-device test-fwd-kvsim bench-verify-device; do
     cc -std=c11 -D_GNU_SOURCE -O2 -g -I. -Ilib -Wall -Wextra -Werror -fopenmp tests/gpu/$t.c build/liboscar.a \
         -o build/$t $libs -L"$cuda_home/lib64" -lcudart -lcublas -lstdc++ >>"$logdir/build.log" 2>&1 \
         || { tail -20 "$logdir/build.log"; echo "gpu-check: $t build failed"; exit 1; }
@@ -81,6 +81,11 @@ echo "gpu-check: test-verify-sim (kv sim through the CUDA kernels vs the CPU sim
 check test-verify-sim
 echo "gpu-check: test-verify-kl-device (next-token KL against bf16 through the device paths)"
 check test-verify-kl-device
+echo "gpu-check: test-fwd-kvsim (the cache simulated inside the CUDA forward vs the CPU sim)"
+check test-fwd-kvsim
+memcheck "$logdir/memcheck-kvsim.log" ./build/test-fwd-kvsim --small "${seed_args[@]}" \
+    && result "memcheck test-fwd-kvsim --small" PASS \
+    || result "memcheck test-fwd-kvsim --small (see $logdir/memcheck-kvsim.log)" FAIL
 
 echo "gpu-check: compute-sanitizer memcheck (small cases: D 64, 128, 256; GQA 3, 4, 16)"
 memcheck "$logdir/memcheck.log" ./build/test-kernels --small "${seed_args[@]}" \
@@ -95,6 +100,10 @@ if [ "$bench" -eq 1 ]; then
     else   # the bench still runs, its SDPA columns n/a
         result "bench-sdpa (see $logdir/sdpa.log; SDPA columns will read n/a)" FAIL
     fi
+    echo "gpu-check: bench-verify-device (quantized-cache perplexity throughput, Qwen3-8B shape)"
+    ./build/bench-verify-device 2>&1 | tee "$logdir/bench-verify.md"
+    [ "${PIPESTATUS[0]}" -eq 0 ] && result "bench-verify-device (table: $logdir/bench-verify.md)" PASS \
+        || result "bench-verify-device" FAIL
     echo "gpu-check: bench-decode"
     # OSCAR_COMMIT names the source when set; otherwise HEAD, marked when a copied
     # working tree differs from it.

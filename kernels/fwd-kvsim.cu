@@ -1,0 +1,193 @@
+// fwd-kvsim.cu - the CUDA forward's simulated quantized KV cache (contract in
+// fwd-kvsim.cuh and forward-backend.h).
+#include "kernels/fwd-kvsim.cuh"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda-common.cuh"
+#include "kernels/eval-transform.cuh"
+
+extern "C" {
+#include "quant/quant.h"
+}
+
+struct osc_kvsim {
+    struct oscar_fwd_kvsim d;         // params and callbacks (the host arrays are not kept)
+    int32_t L, Hq, Hkv, D, max_tokens;
+    int32_t n_rot[2];                 // K, V
+    float * rot[2];                   // device [L, n_rot, D, D] R, then [L, n_rot, D, D] Rᵀ (MATRIX)
+    int32_t * clip_idx;               // device [2][L, Hkv] (-1: no clip)
+    float * k_hp, * v_hp, * k_q, * v_q; // device [max_tokens, Hkv, D]
+    uint8_t * mode;                   // device [max_tokens]: 0 HP only, 1 INT2 by sort, 2 INT2 by bisection
+    int32_t * lo, * hi;               // device [max_tokens]
+    uint8_t * h_mode;                 // host staging
+    int32_t * h_lo, * h_hi;
+};
+
+void osc_kvsim_free(struct osc_kvsim * k) {
+    if (!k) return;
+    cudaFree(k->rot[0]), cudaFree(k->rot[1]), cudaFree(k->clip_idx);
+    cudaFree(k->k_hp), cudaFree(k->mode), cudaFree(k->lo);
+    free(k->h_mode), free(k->h_lo);
+    cudaGetLastError();
+    free(k);
+}
+
+// oscar_clip_tau's rule for a clip algorithm at head_dim D.
+static bool bisects(enum oscar_clip_algo a, int32_t D) {
+    return a == OSCAR_CLIP_BISECT || (a == OSCAR_CLIP_FLUSH && D >= 64);
+}
+
+static enum oscar_status check_side(const struct oscar_fwd_kvsim_side * s, const char * which, int32_t Hkv) {
+    if (s->rot == OSCAR_EVAL_ROT_MATRIX && (!s->rot_mat || (s->n_rot != 1 && s->n_rot != Hkv)))
+        return osc_error(OSCAR_ERR_INVALID, "forward-cuda: %s rotation: %d matrices per layer (1 or %d)", which,
+                         s->n_rot, Hkv);
+    if (!s->clip || (s->n_clip != 1 && s->n_clip != Hkv))
+        return osc_error(OSCAR_ERR_INVALID, "forward-cuda: %s clips: %d per layer (1 or %d)", which, s->n_clip, Hkv);
+    return OSCAR_OK;
+}
+
+// R then Rᵀ of every layer for one side.
+static enum oscar_status upload_rot(struct osc_kvsim * k, int side, const struct oscar_fwd_kvsim_side * s) {
+    if (s->rot != OSCAR_EVAL_ROT_MATRIX) return OSCAR_OK;
+    const size_t DD = (size_t) k->D * k->D, n = (size_t) k->L * s->n_rot;
+    float * h = (float *) malloc(2 * n * DD * sizeof(float));
+    if (!h) return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: rotations of the simulated cache");
+    for (size_t m = 0; m < n; m++)
+        for (int32_t i = 0; i < k->D; i++)
+            for (int32_t j = 0; j < k->D; j++) {
+                const float x = s->rot_mat[m * DD + (size_t) i * k->D + j];
+                h[m * DD + (size_t) i * k->D + j] = x;
+                h[(n + m) * DD + (size_t) j * k->D + i] = x;
+            }
+    k->n_rot[side] = s->n_rot;
+    cudaError_t e = cudaMalloc((void **) &k->rot[side], 2 * n * DD * sizeof(float));
+    if (e == cudaSuccess) e = cudaMemcpy(k->rot[side], h, 2 * n * DD * sizeof(float), cudaMemcpyHostToDevice);
+    free(h);
+    OSCAR_CUDA_CHECK(e);
+    return OSCAR_OK;
+}
+
+enum oscar_status osc_kvsim_open(const struct oscar_fwd_kvsim * d, const struct oscar_model_config * c,
+                                 int32_t max_tokens, cudaStream_t s, struct osc_kvsim ** out) {
+    (void) s;
+    *out = NULL;
+    const int32_t D = c->head_dim, Hkv = c->n_head_kv, L = c->n_layer;
+    const int32_t G = d->int2.group_size > 0 ? d->int2.group_size : D;
+    if (D != 32 && D != 64 && D != 128 && D != 256)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: simulated cache at head_dim %d (32, 64, 128, 256)", D);
+    if ((d->int2.scheme != OSCAR_INT2_ASYM && d->int2.scheme != OSCAR_INT2_SYM) || d->int2.bf16_dequant ||
+        G <= 0 || D % G != 0)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: simulated cache needs INT2 ASYM or SYM, groups dividing "
+                         "head_dim, no bf16 dequantization");
+    if (!d->int2_range || !d->from_prefill)
+        return osc_error(OSCAR_ERR_INVALID, "forward-cuda: simulated cache without a tier rule");
+    enum oscar_status st = check_side(&d->k, "K", Hkv);
+    if (st == OSCAR_OK) st = check_side(&d->v, "V", Hkv);
+    if (st != OSCAR_OK) return st;
+    struct osc_kvsim * k = (struct osc_kvsim *) calloc(1, sizeof *k);
+    if (!k) return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: simulated cache");
+    k->d = *d, k->L = L, k->Hq = c->n_head, k->Hkv = Hkv, k->D = D, k->max_tokens = max_tokens;
+    k->d.k.rot_mat = k->d.v.rot_mat = NULL, k->d.k.clip = k->d.v.clip = NULL;
+    int32_t * hc = (int32_t *) malloc(2 * (size_t) L * Hkv * sizeof(int32_t));
+    k->h_mode = (uint8_t *) malloc((size_t) max_tokens);
+    k->h_lo = (int32_t *) malloc(2 * (size_t) max_tokens * sizeof(int32_t));
+    if (!hc || !k->h_mode || !k->h_lo) st = osc_error(OSCAR_ERR_NOMEM, "forward-cuda: simulated cache");
+    if (st == OSCAR_OK) st = upload_rot(k, 0, &d->k);
+    if (st == OSCAR_OK) st = upload_rot(k, 1, &d->v);
+    if (st == OSCAR_OK) {
+        k->h_hi = k->h_lo + max_tokens;
+        for (int side = 0; side < 2; side++) {
+            const struct oscar_fwd_kvsim_side * sd = side ? &d->v : &d->k;
+            for (int32_t l = 0; l < L; l++)
+                for (int32_t h = 0; h < Hkv; h++) {
+                    const double r = sd->clip[(size_t) l * sd->n_clip + (sd->n_clip > 1 ? h : 0)];
+                    hc[((size_t) side * L + l) * Hkv + h] = d->int2.scheme == OSCAR_INT2_SYM ? -1 : oscar_clip_index(r, D);
+                }
+        }
+        const size_t rows = (size_t) max_tokens * Hkv * D;
+        cudaError_t e = cudaMalloc((void **) &k->clip_idx, 2 * (size_t) L * Hkv * sizeof(int32_t));
+        if (e == cudaSuccess)
+            e = cudaMemcpy(k->clip_idx, hc, 2 * (size_t) L * Hkv * sizeof(int32_t), cudaMemcpyHostToDevice);
+        if (e == cudaSuccess) e = cudaMalloc((void **) &k->k_hp, 4 * rows * sizeof(float));
+        if (e == cudaSuccess) e = cudaMalloc((void **) &k->mode, (size_t) max_tokens);
+        if (e == cudaSuccess) e = cudaMalloc((void **) &k->lo, 2 * (size_t) max_tokens * sizeof(int32_t));
+        if (e != cudaSuccess) st = osc_cuda_error(e, "simulated cache buffers", __func__, __FILE__, __LINE__);
+        else k->v_hp = k->k_hp + rows, k->k_q = k->k_hp + 2 * rows, k->v_q = k->k_hp + 3 * rows, k->hi = k->lo + max_tokens;
+    }
+    free(hc);
+    if (st != OSCAR_OK) {
+        osc_kvsim_free(k);
+        return st;
+    }
+    *out = k;
+    return OSCAR_OK;
+}
+
+enum oscar_status osc_kvsim_plan(struct osc_kvsim * k, const struct oscar_batch * b, cudaStream_t s) {
+    const int32_t T = b->seq_start[b->n_seq];
+    if (T > k->max_tokens) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: %d tokens > %d", T, k->max_tokens);
+    const uint8_t pre = bisects(k->d.int2.clip_algo, k->D) ? 2 : 1, dem = bisects(k->d.demote_clip_algo, k->D) ? 2 : 1;
+    for (int32_t q = 0; q < b->n_seq; q++) {
+        const int32_t s0 = b->seq_start[q], len = b->seq_start[q + 1] - s0;
+        if (b->pos)
+            for (int32_t t = 0; t < len; t++)
+                if (b->pos[s0 + t] != t)
+                    return osc_error(OSCAR_ERR_INVALID, "forward-cuda: the simulated cache needs sequences from "
+                                     "position 0 (row %d is at %d)", s0 + t, b->pos[s0 + t]);
+        int64_t lo = 0, hi = 0;
+        for (int32_t t = 0; t < len; t++) {
+            k->d.int2_range(k->d.user, t, len, &lo, &hi);
+            if (hi > t + 1) hi = t + 1;
+            if (lo > hi) lo = hi;
+            k->h_lo[s0 + t] = s0 + (int32_t) lo, k->h_hi[s0 + t] = s0 + (int32_t) hi;
+        }
+        // the INT2 rows: the last query's set, the largest (lo, hi of t = len - 1 above)
+        for (int32_t p = 0; p < len; p++)
+            k->h_mode[s0 + p] = p < lo || p >= hi ? 0 : k->d.from_prefill(k->d.user, p, len) ? pre : dem;
+    }
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(k->mode, k->h_mode, (size_t) T, cudaMemcpyHostToDevice, s));
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(k->lo, k->h_lo, (size_t) T * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(k->hi, k->h_hi, (size_t) T * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    // the host staging is reused by the next plan: wait for these copies
+    OSCAR_CUDA_CHECK(cudaStreamSynchronize(s));
+    return OSCAR_OK;
+}
+
+static enum oscar_status transform(struct osc_kvsim * k, int side, int32_t l, const float * x, int32_t T,
+                                   float * hp, float * q, cudaStream_t s) {
+    const struct oscar_fwd_kvsim_side * sd = side ? &k->d.v : &k->d.k;
+    const size_t DD = (size_t) k->D * k->D, n = (size_t) k->L * (k->n_rot[side] > 0 ? k->n_rot[side] : 1);
+    struct osc_eval_transform a;
+    memset(&a, 0, sizeof a);
+    a.head_dim = k->D, a.n_head_kv = k->Hkv, a.n_rot = k->n_rot[side] > 0 ? k->n_rot[side] : 1, a.rot = sd->rot;
+    a.had_scale = (float) (1.0 / sqrt((double) k->D));
+    if (sd->rot == OSCAR_EVAL_ROT_MATRIX) {
+        a.R = k->rot[side] + (size_t) l * a.n_rot * DD;
+        a.Rt = k->rot[side] + (n + (size_t) l * a.n_rot) * DD;
+    }
+    a.x = x, a.int2_row = k->mode, a.clip_idx = k->clip_idx + ((size_t) side * k->L + l) * k->Hkv, a.n_cand = 1;
+    a.sym = k->d.int2.scheme == OSCAR_INT2_SYM, a.bisect = 0;   // per row: mode 2 bisects
+    a.hp_bf16 = k->d.hp_bf16, a.meta_dtype = (int32_t) k->d.int2.meta_dtype;
+    a.group_size = k->d.int2.group_size > 0 ? k->d.int2.group_size : k->D;
+    a.out = q, a.out_hp = hp, a.out_stride = (int64_t) T * k->Hkv * k->D, a.n_rows = (int64_t) T * k->Hkv;
+    return osc_cuda_eval_transform(&a, s);
+}
+
+enum oscar_status osc_kvsim_attend(struct osc_kvsim * k, int32_t l, const float * q, const float * kx,
+                                   const float * vx, int32_t T, const struct osc_att_block * blocks,
+                                   int32_t n_blocks, void * out, bool out_f32, cudaStream_t s) {
+    enum oscar_status st = transform(k, 0, l, kx, T, k->k_hp, k->k_q, s);
+    if (st == OSCAR_OK) st = transform(k, 1, l, vx, T, k->v_hp, k->v_q, s);
+    if (st != OSCAR_OK) return st;
+    const struct osc_att_tiers t = {k->k_q, k->v_q, k->lo, k->hi};
+    if (out_f32)
+        OSCAR_CUDA_CHECK(osc_fwd_attention_tiered((float *) out, q, k->k_hp, k->v_hp, &t, blocks, n_blocks, k->Hq,
+                                                  k->Hkv, k->D, s));
+    else
+        OSCAR_CUDA_CHECK(osc_fwd_attention_tiered((osc_bf16 *) out, q, k->k_hp, k->v_hp, &t, blocks, n_blocks, k->Hq,
+                                                  k->Hkv, k->D, s));
+    return OSCAR_OK;
+}

@@ -1,0 +1,55 @@
+// kv-sim-forward.c - struct oscar_kv_transform -> struct oscar_fwd_kvsim (contract in
+// kv-sim-forward.h).
+#include "verify/kv-sim-forward.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void tier_range(const void * user, int64_t t, int64_t len, int64_t * lo, int64_t * hi) {
+    oscar_tier_int2_range(user, t, len, lo, hi);
+}
+
+static bool tier_from_prefill(const void * user, int64_t p, int64_t len) {
+    return oscar_tier_from_prefill(user, p, len);
+}
+
+static enum oscar_eval_rot eval_rot(enum oscar_kv_rot r) {
+    return r == OSCAR_ROT_MATRIX ? OSCAR_EVAL_ROT_MATRIX : r == OSCAR_ROT_HADAMARD ? OSCAR_EVAL_ROT_HADAMARD
+                                                                                : OSCAR_EVAL_ROT_IDENTITY;
+}
+
+// Side K or V: its rotations and its clips, [L, Nc] into clip (the transform's per-layer ratios
+// or its one ratio).
+static struct oscar_fwd_kvsim_side side_of(const struct oscar_kv_transform * tf, bool is_k, double * clip) {
+    const int32_t nc = tf->clip_per_head ? tf->n_head_kv : 1;
+    const float * arr = is_k ? tf->k_clip_layer : tf->v_clip_layer;
+    for (int64_t i = 0; i < (int64_t) tf->n_layer * nc; i++) clip[i] = arr ? (double) arr[i] : is_k ? tf->k_clip : tf->v_clip;
+    return (struct oscar_fwd_kvsim_side){
+        .rot = eval_rot(tf->rot), .rot_mat = is_k ? tf->k_rotation : tf->v_rotation,
+        .n_rot = tf->rot_per_head ? tf->n_head_kv : 1, .clip = clip, .n_clip = nc};
+}
+
+enum oscar_status oscar_kv_fwd_sim_init(const struct oscar_kv_transform * tf, struct oscar_kv_fwd_sim * out) {
+    memset(out, 0, sizeof *out);
+    enum oscar_status st = oscar_kv_transform_check(tf);
+    if (st != OSCAR_OK) return st;
+    if (tf->quant != OSCAR_KVQ_INT2 || (tf->int2.scheme != OSCAR_INT2_ASYM && tf->int2.scheme != OSCAR_INT2_SYM) ||
+        tf->int2.bf16_dequant || tf->k_mean || tf->tiers.block > 1)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "device cache simulation: method '%s' is not INT2 ASYM/SYM with "
+                         "per-token quantizers and no key mean", tf->name);
+    const int32_t nc = tf->clip_per_head ? tf->n_head_kv : 1;
+    out->clip = malloc(2 * sizeof(double) * (size_t) tf->n_layer * (size_t) nc);
+    if (!out->clip) return osc_error(OSCAR_ERR_NOMEM, "device cache simulation: clips");
+    struct oscar_fwd_kvsim * d = &out->desc;
+    d->int2 = tf->int2, d->demote_clip_algo = tf->demote_clip_algo, d->hp_bf16 = tf->hp_bf16;
+    d->k = side_of(tf, true, out->clip);
+    d->v = side_of(tf, false, out->clip + (size_t) tf->n_layer * nc);
+    d->int2_range = tier_range, d->from_prefill = tier_from_prefill, d->user = &tf->tiers;
+    return OSCAR_OK;
+}
+
+void oscar_kv_fwd_sim_free(struct oscar_kv_fwd_sim * s) {
+    if (!s) return;
+    free(s->clip);
+    memset(s, 0, sizeof *s);
+}

@@ -1,0 +1,148 @@
+// bench-verify-device.c - quantized-cache perplexity throughput on the GPU: the windows
+// of each method through one resident CUDA forward (random-init weights made on the
+// device, bf16), its cache simulated inside the pass (oscar_fwd_set_attention with a
+// struct oscar_fwd_kvsim), against the exact (bf16) pass in the same process. Also the
+// path it replaces: lib/verify's CPU simulation as a host override (q/k/v copied to the
+// host per layer), one window at the first context only.
+//
+//   bench-verify-device [--shape qwen3-8b] [--ctx 2048,32768] [--windows N] [--no-host]
+//
+// Per method and context: scored tokens/s (T - 1 per window) of the forward alone
+// (logits NULL) and with the [T, V] fp32 logits copied to the host, and each as a ratio
+// to the exact pass. Methods: naive (SYM INT2), hadamard (ASYM INT2), oscar (ASYM INT2
+// with per-layer orthogonal matrices, clips 0.96 / 0.92); decode tiering sink 32,
+// recent 128, page 64 (oscar-verify's defaults).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/forward-backend.h"
+#include "calibrate/random-source.h"
+#include "util/log.h"
+#include "verify/kv-sim-forward.h"
+#include "verify/metrics.h"
+
+// Orthogonal matrices: a normalized Hadamard with permuted, sign-flipped columns.
+static void rotations(float * R, int64_t n, int32_t D) {
+    uint64_t x = 88172645463325252ull;
+    int32_t * perm = malloc(sizeof(int32_t) * (size_t) D);
+    for (int64_t m = 0; m < n; m++) {
+        for (int32_t i = 0; i < D; i++) perm[i] = i;
+        for (int32_t i = D - 1; i > 0; i--) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            int32_t j = (int32_t) (x % (uint64_t) (i + 1)), t = perm[i];
+            perm[i] = perm[j], perm[j] = t;
+        }
+        for (int32_t j = 0; j < D; j++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            const float sg = (x & 1) ? -1.0f : 1.0f;
+            for (int32_t i = 0; i < D; i++)
+                R[(m * D + i) * D + j] =
+                    sg * ((__builtin_popcount((unsigned) (i & perm[j])) & 1) ? -1.0f : 1.0f) / sqrtf((float) D);
+        }
+    }
+    free(perm);
+}
+
+// Seconds for n_win windows of T tokens through f (logits: host buffer or NULL).
+static double time_windows(struct oscar_fwd * f, const int32_t * tok, int32_t T, int32_t n_win, float * logits,
+                           enum oscar_status * st) {
+    int32_t ss[2] = {0, T};
+    const double t0 = osc_now();
+    for (int32_t w = 0; w < n_win && *st == OSCAR_OK; w++) {
+        struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = tok + (size_t) w * T, .pos = NULL};
+        *st = oscar_fwd_run(f, &b, logits);
+    }
+    return osc_now() - t0;
+}
+
+int main(int argc, char ** argv) {
+    const char * shape = "qwen3-8b", * ctx_list = "2048,32768";
+    int32_t n_win = 4;
+    bool host = true;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = argv[++i];
+        else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) ctx_list = argv[++i];
+        else if (!strcmp(argv[i], "--windows") && i + 1 < argc) n_win = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-host")) host = false;
+        else { fprintf(stderr, "usage: %s [--shape S] [--ctx A,B] [--windows N] [--no-host]\n", argv[0]); return 2; }
+    }
+    struct oscar_model_config c;
+    enum oscar_status st = oscar_calib_random_config(shape, &c);
+    if (st != OSCAR_OK) { fprintf(stderr, "%s\n", oscar_last_error()); return 1; }
+    int32_t ctxs[4], n_ctx = 0, T_max = 0;
+    for (const char * p = ctx_list; *p && n_ctx < 4; p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p)) {
+        ctxs[n_ctx] = atoi(p);
+        if (ctxs[n_ctx] > T_max) T_max = ctxs[n_ctx];
+        n_ctx++;
+    }
+    const int32_t L = c.n_layer, Hkv = c.n_head_kv, D = c.head_dim, V = c.n_vocab;
+    struct oscar_tiering tr = {.mode = OSCAR_TIERS_DECODE, .n_sink = 32, .n_recent = 128, .n_flush = 64,
+                               .prompt_len = 32, .block = 1};
+    float * rot = malloc(sizeof(float) * (size_t) L * D * D);
+    rotations(rot, L, D);
+    const char * names[3] = {"naive", "hadamard", "oscar"};
+    struct oscar_kv_transform tf[3];
+    struct oscar_kv_fwd_sim fs[3];
+    memset(fs, 0, sizeof fs);
+    for (int i = 0; i < 3 && st == OSCAR_OK; i++) {
+        st = oscar_kv_transform_preset(names[i], L, Hkv, D, 0, OSCAR_META_F32, &tr, false, rot, rot, false, NULL,
+                                       NULL, &tf[i]);
+        if (st == OSCAR_OK) st = oscar_kv_fwd_sim_init(&tf[i], &fs[i]);
+    }
+    struct oscar_fwd_params fp = oscar_fwd_default_params();
+    fp.device = "cuda", fp.max_tokens = T_max;
+    struct oscar_fwd * f = NULL;
+    if (st == OSCAR_OK) st = oscar_fwd_init_random(&c, 1, &fp, &f);
+    if (st != OSCAR_OK) {
+        printf("bench-verify-device: %s\n", oscar_last_error());
+        return st == OSCAR_ERR_UNSUPPORTED ? 77 : 1;
+    }
+    struct oscar_fwd_info info;
+    oscar_fwd_info(f, &info);
+    int64_t n_tok = (int64_t) T_max * n_win;
+    int32_t * tok = malloc(sizeof(int32_t) * (size_t) n_tok);
+    uint64_t x = 12345;
+    for (int64_t i = 0; i < n_tok; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, tok[i] = (int32_t) (x % (uint64_t) V);
+    float * logits = malloc(sizeof(float) * (size_t) T_max * V);
+    printf("## bench-verify-device: %s shape (L %d, %d/%d heads of %d, V %d), %s, bf16 pass, decode tiers 32/128/64\n\n",
+           shape, L, c.n_head, Hkv, D, V, info.device);
+    printf("| ctx | method | windows | forward tok/s | vs exact | + logits to host tok/s | vs exact |\n");
+    printf("|---:|---|---:|---:|---:|---:|---:|\n");
+    for (int k = 0; k < n_ctx && st == OSCAR_OK; k++) {
+        const int32_t T = ctxs[k], nw = T >= 16384 ? 1 : n_win;   // long windows: one each
+        double base_f = 0, base_l = 0;
+        for (int i = -1; i < 3 && st == OSCAR_OK; i++) {
+            st = oscar_fwd_set_attention(f, i < 0 ? NULL : &fs[i].desc, NULL);
+            if (k == 0) time_windows(f, tok, T, 1, NULL, &st);   // warm-up (kernels, workspace)
+            const double tf_ = time_windows(f, tok, T, nw, NULL, &st);
+            const double tl = time_windows(f, tok, T, nw, logits, &st);
+            const double rf = (double) nw * (T - 1) / tf_, rl = (double) nw * (T - 1) / tl;
+            if (i < 0) base_f = rf, base_l = rl;
+            printf("| %d | %s | %d | %.0f | %.2fx | %.0f | %.2fx |\n", T, i < 0 ? "exact (bf16)" : names[i], nw, rf,
+                   rf / base_f, rl, rl / base_l);
+            fflush(stdout);
+        }
+        if (host && k == 0 && st == OSCAR_OK) {   // the host path this replaces: one window
+            for (int i = 1; i < 3 && st == OSCAR_OK; i++) {
+                struct oscar_kv_sim * cpu = NULL;
+                st = oscar_kv_sim_init(&tf[i], &c, T, 0, &cpu);
+                struct oscar_attention_override ov = {0};
+                if (st == OSCAR_OK) ov = oscar_kv_sim_override(cpu), st = oscar_fwd_set_attention(f, NULL, &ov);
+                const double th = time_windows(f, tok, T, 1, logits, &st);
+                printf("| %d | %s, host CPU sim (old path) | 1 | | | %.0f | %.2fx |\n", T, names[i], (T - 1) / th,
+                       (T - 1) / th / base_l);
+                oscar_fwd_set_attention(f, NULL, NULL);
+                oscar_kv_sim_free(cpu);
+            }
+        }
+    }
+    oscar_fwd_info(f, &info);
+    printf("\ndevice memory used (peak): %.2f GiB\n", (double) info.device_used_bytes / (1 << 30));
+    if (st != OSCAR_OK) printf("bench-verify-device: %s\n", oscar_last_error());
+    oscar_fwd_free(f);
+    for (int i = 0; i < 3; i++) oscar_kv_fwd_sim_free(&fs[i]);
+    free(rot), free(tok), free(logits);
+    return st == OSCAR_OK ? 0 : 1;
+}
