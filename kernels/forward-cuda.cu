@@ -28,6 +28,7 @@ extern "C" {
 #include "kernels/cuda-common.cuh"
 #include "kernels/fwd-kernels.cuh"
 #include "kernels/fwd-kvsim.cuh"
+#include "kernels/fwd-score.cuh"
 
 #include <math.h>
 #include <stdio.h>
@@ -139,6 +140,12 @@ struct cuda_fwd {
     bool sums_now;                      // the batch in flight feeds the sums
     // simulated quantized cache (oscar_fwd_set_attention), or NULL
     struct osc_kvsim * kvsim;
+    // device scoring (oscar_fwd_ref_init / run_scored)
+    void * ref_store;                   // [ref_rows, C] reference rows (esize), or NULL
+    int64_t ref_rows;
+    float * ref_buf;                    // [LOGIT_ROWS, V] reference logits of a chunk
+    int32_t * d_next;                   // [LOGIT_ROWS]
+    struct oscar_fwd_score * d_scores;  // [LOGIT_ROWS]
     // host hook staging
     float * hq, * hk, * hv, * hatt, * hx;
     float * h_wo;                       // pinned [C, Q] staging of copy_wo (allocated at first use)
@@ -1160,6 +1167,67 @@ static enum oscar_status cuda_set_attention(void * ctx, const struct oscar_fwd_k
     return st;
 }
 
+static enum oscar_status cuda_ref_init(void * ctx, int64_t n_rows) {
+    struct cuda_fwd * f = (struct cuda_fwd *) ctx;
+    if (f->p.layered) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: scoring on a layer-major pass");
+    if (f->ref_store) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: the reference store exists already");
+    const size_t lr = (size_t) LOGIT_ROWS, V = (size_t) f->c.n_vocab;
+    cudaError_t e = dalloc_w(f, &f->ref_store, (size_t) n_rows * (size_t) f->c.n_embd, false);
+    if (e == cudaSuccess) e = dalloc(f, &f->ref_buf, lr * V, false);
+    if (e == cudaSuccess && !f->d_next) e = dalloc(f, &f->d_next, lr, false);
+    if (e == cudaSuccess && !f->d_scores) e = dalloc(f, &f->d_scores, lr, false);
+    if (e != cudaSuccess)
+        return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: reference store of %lld rows (%.2f GiB) and its logits: %s",
+                         (long long) n_rows, (double) n_rows * f->c.n_embd * f->esize / (1 << 30),
+                         cudaGetErrorString(e));
+    f->ref_rows = n_rows;
+    note_used(f);
+    return OSCAR_OK;
+}
+
+static enum oscar_status cuda_run_scored(void * ctx, const struct oscar_batch * b, int32_t row0, int32_t n,
+                                         const int32_t * next, int64_t ref_row, bool save_ref,
+                                         struct oscar_fwd_score * out) {
+    struct cuda_fwd * f = (struct cuda_fwd *) ctx;
+    const int32_t C = f->c.n_embd, V = f->c.n_vocab, T = b->seq_start[b->n_seq];
+    if ((ref_row >= 0 || save_ref) && (!f->ref_store || ref_row + n > f->ref_rows))
+        return osc_error(OSCAR_ERR_INVALID, "forward-cuda: reference rows [%lld, %lld) outside the store of %lld",
+                         (long long) ref_row, (long long) (ref_row + n), (long long) f->ref_rows);
+    for (int32_t i = 0; i < n; i++)
+        if (next[i] < 0 || next[i] >= V)
+            return osc_error(OSCAR_ERR_INVALID, "forward-cuda: target %d of row %d outside the vocabulary (%d)", next[i],
+                             row0 + i, V);
+    if (!f->d_next) {
+        OSCAR_CUDA_CHECK(dalloc(f, &f->d_next, (size_t) LOGIT_ROWS, false));
+        OSCAR_CUDA_CHECK(dalloc(f, &f->d_scores, (size_t) LOGIT_ROWS, false));
+    }
+    enum oscar_status st = cuda_run(ctx, b, NULL);
+    if (st != OSCAR_OK) return st;
+    OSCAR_CUDA_CHECK(act_rmsnorm(f, f->xn, f->x, f->out_norm, T));
+    if (save_ref)
+        OSCAR_CUDA_CHECK(cudaMemcpyAsync(at(f, f->ref_store, (size_t) ref_row * C), at(f, f->xn, (size_t) row0 * C),
+                                         (size_t) n * C * f->esize, cudaMemcpyDeviceToDevice, f->stream));
+    for (int32_t r0 = 0; r0 < n; r0 += LOGIT_ROWS) {
+        const int32_t m = n - r0 < LOGIT_ROWS ? n - r0 : LOGIT_ROWS;
+        OSCAR_CUBLAS_TRY(gemm_w(f, f->logit_buf, at(f, f->xn, (size_t) (row0 + r0) * C), f->out_w, m, V, C, 0.0f));
+        if (ref_row >= 0)
+            OSCAR_CUBLAS_TRY(gemm_w(f, f->ref_buf, at(f, f->ref_store, (size_t) (ref_row + r0) * C), f->out_w, m, V, C,
+                                    0.0f));
+        OSCAR_CUDA_TRY(cudaMemcpyAsync(f->d_next, next + r0, (size_t) m * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                       f->stream));
+        OSCAR_CUDA_TRY(osc_fwd_score_rows(f->logit_buf, ref_row >= 0 ? f->ref_buf : NULL, f->d_next, m, V,
+                                          f->d_scores, f->stream));
+        OSCAR_CUDA_TRY(cudaMemcpyAsync(out + r0, f->d_scores, (size_t) m * sizeof *out, cudaMemcpyDeviceToHost,
+                                       f->stream));
+        OSCAR_CUDA_TRY(cudaStreamSynchronize(f->stream)); // the buffers are reused by the next chunk
+    }
+    for (int32_t i = 0; i < n; i++)
+        if (!out[i].finite)
+            return osc_error(OSCAR_ERR_NUMERIC, "forward-cuda: non-finite logit at token %d", row0 + i);
+out:
+    return st;
+}
+
 static enum oscar_status cuda_copy_wo(void * ctx, int32_t layer, float * out) {
     struct cuda_fwd * f = (struct cuda_fwd *) ctx;
     if (layer < 0 || layer >= f->c.n_layer)
@@ -1329,6 +1397,7 @@ static enum oscar_status cuda_rows_copy(void * ctx, float * host, bool to_host) 
 
 static const struct osc_fwd_ops cuda_ops = {
     "cuda", cuda_init, cuda_run, cuda_end_pass, cuda_info, cuda_free, cuda_copy_wo, cuda_set_attention,
+    cuda_ref_init, cuda_run_scored,
     cuda_rows_init, cuda_layer_set, cuda_layer_run, cuda_layer_end, cuda_rows_copy,
 };
 

@@ -80,6 +80,27 @@ enum oscar_status oscar_fwd_set_attention(struct oscar_fwd * f, const struct osc
     return f->ops->set_attention(f->ctx, kvsim, ov);
 }
 
+enum oscar_status oscar_fwd_ref_init(struct oscar_fwd * f, int64_t n_rows) {
+    if (!f->ops->ref_init)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward (%s): no device scoring (lib/verify scores on the host)",
+                         f->ops->name);
+    if (n_rows < 0) return osc_error(OSCAR_ERR_INVALID, "forward: %lld reference rows", (long long) n_rows);
+    return f->ops->ref_init(f->ctx, n_rows);
+}
+
+enum oscar_status oscar_fwd_run_scored(struct oscar_fwd * f, const struct oscar_batch * b, int32_t row0, int32_t n,
+                                       const int32_t * next, int64_t ref_row, bool save_ref,
+                                       struct oscar_fwd_score * out) {
+    if (!f->ops->run_scored)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward (%s): no device scoring (lib/verify scores on the host)",
+                         f->ops->name);
+    const int32_t T = b->n_seq > 0 ? b->seq_start[b->n_seq] : 0;
+    if (row0 < 0 || n < 0 || row0 + n > T || (save_ref && ref_row < 0))
+        return osc_error(OSCAR_ERR_INVALID, "forward: scored rows [%d, %d) of a %d-token batch (reference row %lld)",
+                         row0, row0 + n, T, (long long) ref_row);
+    return f->ops->run_scored(f->ctx, b, row0, n, next, ref_row, save_ref, out);
+}
+
 enum oscar_status oscar_fwd_end_pass(struct oscar_fwd * f) { return f->ops->end_pass(f->ctx); }
 
 enum oscar_status oscar_fwd_copy_wo(struct oscar_fwd * f, int32_t layer, float * out) {

@@ -114,6 +114,27 @@ enum oscar_status oscar_fwd_run(struct oscar_fwd * f, const struct oscar_batch *
 enum oscar_status oscar_fwd_set_attention(struct oscar_fwd * f, const struct oscar_fwd_kvsim * kvsim,
                                           const struct oscar_attention_override * ov);
 
+// ---- scoring on the device (oscar-verify's perplexity and next-token statistics) ---------------
+// One scored row: the terms of lib/verify/token-stats.h (nll = lse(l) - l[y]; with a reference
+// row b: nll_ref, kl = KL(softmax(b) || softmax(l)), dp = exp(-nll) - exp(-nll_ref), same_top),
+// fp64, computed where the logits are (cuda: kernels/fwd-score.cuh).
+struct oscar_fwd_score {
+    double nll, nll_ref, kl, dp;
+    int32_t same_top;
+    int32_t finite;             // 1 if every logit of the row (and of its reference) is finite
+};
+// A store of n_rows reference rows (the final normed hidden states of a reference pass, in the
+// pass's precision) on the device. cuda only (cpu: OSCAR_ERR_UNSUPPORTED).
+enum oscar_status oscar_fwd_ref_init(struct oscar_fwd * f, int64_t n_rows);
+// Runs batch b (as oscar_fwd_run, no logits to the host) and scores its rows [row0, row0 + n):
+// row row0 + i predicts next[i]. save_ref: these rows go into the reference store at
+// [ref_row, ref_row + n) first; ref_row >= 0: each row is compared with the reference row at
+// ref_row + i (its logits recomputed by the same GEMM, so a reference scored against itself has
+// kl exactly 0). out [n] on the host. A non-finite logit fails the run (OSCAR_ERR_NUMERIC).
+enum oscar_status oscar_fwd_run_scored(struct oscar_fwd * f, const struct oscar_batch * b, int32_t row0, int32_t n,
+                                       const int32_t * next, int64_t ref_row, bool save_ref,
+                                       struct oscar_fwd_score * out);
+
 // Ends the current capture pass of params.stats (see above). Fails if no stats.
 enum oscar_status oscar_fwd_end_pass(struct oscar_fwd * f);
 

@@ -18,6 +18,10 @@ struct osc_fwd_ops {
     enum oscar_status (*copy_wo)(void * ctx, int32_t layer, float * out); // [C, Hq D] fp32
     enum oscar_status (*set_attention)(void * ctx, const struct oscar_fwd_kvsim * kvsim,
                                        const struct oscar_attention_override * ov);
+    enum oscar_status (*ref_init)(void * ctx, int64_t n_rows);   // NULL: not on this backend
+    enum oscar_status (*run_scored)(void * ctx, const struct oscar_batch * b, int32_t row0, int32_t n,
+                                    const int32_t * next, int64_t ref_row, bool save_ref,
+                                    struct oscar_fwd_score * out);
     // the layer-major pass (forward-backend.h)
     enum oscar_status (*rows_init)(void * ctx, int64_t n_rows, int64_t n_keep);
     enum oscar_status (*layer_set)(void * ctx, int32_t l, const struct oscar_layer_weights * w);

@@ -86,7 +86,6 @@ struct vrun {
     int32_t i_ref;                     // the bf16 method, -1 if not run (no KL)
     int32_t row0, nr;                  // logits rows row0 .. row0+nr-1 (targets row0+1 ..) of a window
     float * ref_hidden;                // cpu: [n_win, nr, C] bf16's final hidden states (logits recomputed)
-    float * ref_logits;                // device: [n_win, nr, V] bf16's logits
     float * ref_block;                 // cpu: [LOGIT_BLOCK, V] bf16's logits of the current block
     struct osc_token_ref * refs;       // [n_win, nr] bf16's lse / nll / argmax per scored row
     double t_score;                    // seconds of the current method in LM head + scoring (logged)
@@ -284,19 +283,25 @@ static double window_nll(struct vrun * r, int32_t i, const float * hidden, const
 }
 
 // The windows of method i through the forward backend on p->device (bf16 weights and
-// activations on cuda unless p->gpu_fp32), the method's simulated cache as its attention override.
+// activations on cuda unless p->gpu_fp32), the method's simulated cache inside the pass or as its
+// host override. One resident pass serves every method; the logits never leave the device: each
+// row is scored there (oscar_fwd_run_scored), bf16's final hidden rows kept there as the reference.
 static enum oscar_status ppl_windows_device(struct vrun * r, int32_t i, int32_t k_ord,
                                            const struct oscar_attention_override * ov, const int32_t * ids,
                                            int64_t n_win, struct osc_token_acc * acc, struct osc_progress * pg) {
-    int32_t T = r->p->ctx, V = r->m->config.n_vocab;
+    int32_t T = r->p->ctx;
     struct oscar_verify_method * mt = &r->ms[i];
+    const bool is_ref = i == r->i_ref, cmp = r->i_ref >= 0;
     struct oscar_fwd_params fp = oscar_fwd_default_params();
     fp.device = r->p->device, fp.n_threads = r->p->n_threads, fp.max_tokens = T;
     fp.fp32 = r->p->gpu_fp32;
-    float * logits = osc_alloc_large((size_t) T * (size_t) V * sizeof(float));
-    enum oscar_status st = logits ? OSCAR_OK
-                                  : osc_error(OSCAR_ERR_NOMEM, "method %s: logits of a %d-token window", mt->name, T);
-    if (st == OSCAR_OK && !r->dev_f) st = oscar_fwd_init(r->m, &fp, &r->dev_f);   // the model goes up once
+    struct oscar_fwd_score * sc = malloc(sizeof *sc * (size_t) r->nr);
+    struct osc_token_row * rows = malloc(sizeof *rows * (size_t) r->nr);
+    enum oscar_status st = sc && rows ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "method %s: scores", mt->name);
+    if (st == OSCAR_OK && !r->dev_f) {   // the model goes up once; bf16's rows stay beside it
+        st = oscar_fwd_init(r->m, &fp, &r->dev_f);
+        if (st == OSCAR_OK && cmp) st = oscar_fwd_ref_init(r->dev_f, n_win * r->nr);
+    }
     struct oscar_fwd * f = r->dev_f;
     if (st == OSCAR_OK)
         st = oscar_fwd_set_attention(f, r->has_fsim[i] ? &r->fsims[i].desc : NULL,
@@ -304,20 +309,20 @@ static enum oscar_status ppl_windows_device(struct vrun * r, int32_t i, int32_t 
     for (int64_t w = 0; w < n_win && st == OSCAR_OK; w++) {
         int32_t ss[2] = {0, T};
         struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = ids + w * T, .pos = NULL};
-        if ((st = oscar_fwd_run(f, &b, logits)) != OSCAR_OK) break;
-        // bf16's logits of the scored rows are kept whole (the device pass hands out no hidden states)
-        bool is_ref = i == r->i_ref, cmp = r->i_ref >= 0 && r->ref_logits;
-        size_t k = (size_t) w * (size_t) r->nr;
-        const float * own = logits + (size_t) r->row0 * V;
-        double t0 = osc_now();
-        if (is_ref && cmp) memcpy(r->ref_logits + k * V, own, sizeof(float) * (size_t) r->nr * V);
-        mt->nll_sum += rows_score(own, r->nr, V, ids + w * T + r->row0 + 1, r->p->n_threads,
-                                  cmp ? r->ref_logits + k * V : NULL, cmp ? r->refs + k : NULL, is_ref && cmp, acc);
-        r->t_score += osc_now() - t0;
+        const int64_t k = w * r->nr;
+        st = oscar_fwd_run_scored(f, &b, r->row0, r->nr, ids + w * T + r->row0 + 1, cmp ? k : -1, is_ref, sc);
+        if (st != OSCAR_OK) break;
+        for (int32_t j = 0; j < r->nr; j++) {   // summed in row order, as the CPU path
+            rows[j] = (struct osc_token_row){.nll = sc[j].nll, .nll_ref = sc[j].nll_ref, .kl = sc[j].kl,
+                                             .dp = sc[j].dp, .same_top = sc[j].same_top};
+            mt->nll_sum += sc[j].nll;
+        }
+        osc_token_acc_add(acc, rows, r->nr);
         mt->n_scored += r->nr;
         osc_progress_update(pg, ((int64_t) k_ord * n_win + w + 1) * T);
     }
-    free(logits);
+    free(sc);
+    free(rows);
     return st;
 }
 
@@ -335,7 +340,7 @@ static enum oscar_status ppl_method(struct vrun * r, int32_t i, int32_t k_ord, c
     bool dev = on_device(r);
     r->t_score = 0;
     struct osc_token_acc acc;
-    enum oscar_status st = osc_token_acc_init(&acc, n_win * r->nr, r->i_ref >= 0 && (r->ref_hidden || r->ref_logits));
+    enum oscar_status st = osc_token_acc_init(&acc, n_win * r->nr, r->i_ref >= 0 && (r->ref_hidden || dev));
     if (st == OSCAR_OK)
         st = dev ? ppl_windows_device(r, i, k_ord, &ov, ids, n_win, &acc, pg) : oscar_forward_init(r->m, &fp, &f);
     for (int64_t w = 0; w < n_win && st == OSCAR_OK && !dev; w++) {
@@ -351,8 +356,12 @@ static enum oscar_status ppl_method(struct vrun * r, int32_t i, int32_t k_ord, c
     }
     mt->seconds = osc_now() - t0;
     mt->ppl = mt->n_scored ? exp(mt->nll_sum / (double) mt->n_scored) : 0;
-    osc_info("verify: %s: %.1f s, of which %.1f s LM head and scoring%s", mt->name, mt->seconds, r->t_score,
-             acc.has_ref ? " (with the next-token comparison against bf16)" : "");
+    if (dev)
+        osc_info("verify: %s: %.1f s on %s, LM head and scoring there%s", mt->name, mt->seconds, r->p->device,
+                 acc.has_ref ? " (with the next-token comparison against bf16)" : "");
+    else
+        osc_info("verify: %s: %.1f s, of which %.1f s LM head and scoring%s", mt->name, mt->seconds, r->t_score,
+                 acc.has_ref ? " (with the next-token comparison against bf16)" : "");
     if (st == OSCAR_OK) {
         // the report's perplexity is the one above (its sum, its bits); the spread comes from the rows
         osc_token_acc_finish(&acc, &mt->tok);
@@ -419,11 +428,9 @@ static enum oscar_status recall_method(struct vrun * r, int32_t i, int32_t k_ord
     return st;
 }
 
-// What the bf16 pass keeps for the comparison: on the CPU its final hidden states of the scored
-// rows (n_win·nr·C floats; the logits are recomputed by the same GEMM), on a device its logits
-// (n_win·nr·V floats: the device pass returns no hidden states). Without bf16, or when the device
-// copy does not fit in memory, there is no KL (warned); the perplexity is unaffected.
-#define REF_LOGITS_MAX (16.0 * (1 << 30))   // bytes; beyond this a host may overcommit and die later
+// What the bf16 pass keeps for the comparison: its final hidden states of the scored rows
+// (n_win·nr·C values; the logits are recomputed by the same GEMM), on the CPU here, on a device in
+// the pass's reference store (oscar_fwd_ref_init). Without bf16 there is no KL (warned).
 static enum oscar_status ref_setup(struct vrun * r, int64_t n_win) {
     const int32_t C = r->m->config.n_embd, V = r->m->config.n_vocab;
     r->row0 = r->p->score_from > 1 ? r->p->score_from - 1 : 0;
@@ -434,21 +441,13 @@ static enum oscar_status ref_setup(struct vrun * r, int64_t n_win) {
         osc_warn("verify: bf16 is not in --methods: no next-token KL / top-1 / Δp against it");
         return OSCAR_OK;
     }
+    if (on_device(r)) return OSCAR_OK;   // the device keeps bf16's rows itself (ppl_windows_device)
     size_t rows = (size_t) n_win * (size_t) r->nr;
     r->refs = malloc(rows * sizeof *r->refs);
-    if (!r->refs) return osc_error(OSCAR_ERR_NOMEM, "verify: next-token reference of %zu rows", rows);
-    if (!on_device(r)) {
-        r->ref_hidden = osc_alloc_large(rows * (size_t) C * sizeof(float));
-        r->ref_block = malloc(sizeof(float) * LOGIT_BLOCK * (size_t) V);
-        if (!r->ref_hidden || !r->ref_block)
-            return osc_error(OSCAR_ERR_NOMEM, "verify: bf16 hidden states of %zu rows for the next-token KL", rows);
-        return OSCAR_OK;
-    }
-    const double bytes = (double) rows * V * sizeof(float);
-    r->ref_logits = bytes <= REF_LOGITS_MAX ? osc_alloc_large((size_t) bytes) : NULL;
-    if (!r->ref_logits)
-        osc_warn("verify: bf16's logits of %zu rows (%.1f GiB, limit 16) do not fit in memory: no next-token KL on "
-                 "%s (use fewer --tokens or a larger --score-from)", rows, bytes / (1 << 30), r->p->device);
+    r->ref_hidden = osc_alloc_large(rows * (size_t) C * sizeof(float));
+    r->ref_block = malloc(sizeof(float) * LOGIT_BLOCK * (size_t) V);
+    if (!r->refs || !r->ref_hidden || !r->ref_block)
+        return osc_error(OSCAR_ERR_NOMEM, "verify: bf16 hidden states of %zu rows for the next-token KL", rows);
     return OSCAR_OK;
 }
 
@@ -563,7 +562,6 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
     free(r.resid_cur);
     free(r.logits);
     free(r.ref_hidden);
-    free(r.ref_logits);
     free(r.ref_block);
     free(r.refs);
     rep->wall_seconds = osc_now() - t0;

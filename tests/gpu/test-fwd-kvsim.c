@@ -17,6 +17,10 @@
 //     one batch. Control: the same against the exact attention must be >= 100x the bound.
 // (2) One resident pass serves every method: switching kvsim -> host override -> exact
 //     -> kvsim gives each method the logits it gives on a fresh pass, bit for bit.
+// (4) Device scoring (oscar_fwd_run_scored) against lib/verify's token-stats on the logits of the
+//     same pass (oscar_fwd_run: the same LM-head GEMM shapes, so the same logits): nll, kl, dp
+//     within 1e-9 relative (fp64 sums in another order), same_top equal, the reference against
+//     itself kl exactly 0 and top-1 1; fp32 and bf16 passes.
 // (3) Perplexity of a 4-layer model, fp32 and bf16 passes: |ln ppl(kvsim) - ln ppl(host
 //     sim)| <= 1e-3 (later layers' q/k/v move by the attention's rounding, which may flip
 //     an INT2 code; a consistency bound, not an exactness one).
@@ -29,6 +33,7 @@
 #include "model/model.h"
 #include "verify/kv-sim-forward.h"
 #include "verify/metrics.h"
+#include "verify/token-stats.h"
 
 static int fails;
 
@@ -257,6 +262,61 @@ static void ppl_case(bool fp32, uint64_t seed) {
     free(tok), free(lg);
 }
 
+static bool close9(double a, double b) { return fabs(a - b) <= 1e-9 * (1.0 + fabs(b)); }
+
+static void score_case(bool fp32, uint64_t seed) {
+    struct oscar_model_config c = {.arch = OSCAR_ARCH_LLAMA, .n_layer = 2, .n_embd = 256, .n_head = 8,
+                                   .n_head_kv = 2, .head_dim = 128, .n_ff = 512, .n_vocab = 1000,
+                                   .n_ctx_train = 4096, .rope_theta = 1e4f, .rms_eps = 1e-5f};
+    snprintf(c.name, sizeof c.name, "random-llama-score");
+    const int32_t T = 700;   // two LM-head chunks
+    struct oscar_tiering tr = {.mode = OSCAR_TIERS_DECODE, .n_sink = 16, .n_recent = 64, .n_flush = 8,
+                               .prompt_len = 16, .block = 1};
+    struct oscar_model * m = NULL;
+    struct method me;
+    memset(&me, 0, sizeof me);
+    int32_t * tok = malloc(sizeof(int32_t) * (T + 1)), ss[2] = {0, T};
+    tokens(tok, T + 1, c.n_vocab, seed);
+    float * lr = malloc(sizeof(float) * (size_t) T * c.n_vocab), * lm = malloc(sizeof(float) * (size_t) T * c.n_vocab);
+    struct oscar_fwd_score * sr = malloc(sizeof *sr * T), * sm = malloc(sizeof *sm * T);
+    enum oscar_status st = oscar_model_init_random(&c, seed, &m);
+    for (int32_t l = 0; st == OSCAR_OK && l < c.n_layer; l++)
+        for (size_t i = 0; i < (size_t) c.n_head * c.head_dim * c.n_embd; i++) m->layers[l].wq[i] *= 6.0f;
+    if (st == OSCAR_OK) st = method_init(&me, "hadamard", &c, &tr, T, NULL, NULL);
+    struct oscar_fwd_params fp = oscar_fwd_default_params();
+    fp.device = "cuda", fp.max_tokens = T, fp.fp32 = fp32;
+    struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = tok, .pos = NULL};
+    struct oscar_fwd * f = NULL;
+    if (st == OSCAR_OK) st = oscar_fwd_init(m, &fp, &f);
+    if (st == OSCAR_OK) st = oscar_fwd_ref_init(f, T);
+    if (st == OSCAR_OK) st = oscar_fwd_run_scored(f, &b, 0, T, tok + 1, 0, true, sr);
+    if (st == OSCAR_OK) st = oscar_fwd_run(f, &b, lr);
+    if (st == OSCAR_OK) st = oscar_fwd_set_attention(f, &me.fs.desc, NULL);
+    if (st == OSCAR_OK) st = oscar_fwd_run_scored(f, &b, 0, T, tok + 1, 0, false, sm);
+    if (st == OSCAR_OK) st = oscar_fwd_run(f, &b, lm);
+    int32_t bad = 0, same_ref = 0;
+    double kl_sum = 0;
+    for (int32_t t = 0; t < T && st == OSCAR_OK; t++) {
+        struct osc_token_ref ref;
+        struct osc_token_row row, self;
+        osc_token_ref_row(lr + (size_t) t * c.n_vocab, c.n_vocab, tok[t + 1], &ref);
+        osc_token_score_row(lm + (size_t) t * c.n_vocab, c.n_vocab, tok[t + 1], lr + (size_t) t * c.n_vocab, &ref, &row);
+        osc_token_score_row(lr + (size_t) t * c.n_vocab, c.n_vocab, tok[t + 1], lr + (size_t) t * c.n_vocab, &ref, &self);
+        bad += !close9(sm[t].nll, row.nll) || !close9(sm[t].nll_ref, row.nll_ref) || !close9(sm[t].kl, row.kl) ||
+               !close9(sm[t].dp, row.dp) || sm[t].same_top != row.same_top || !close9(sr[t].nll, self.nll);
+        same_ref += sr[t].kl == 0.0 && sr[t].same_top == 1 && sr[t].dp == 0.0;
+        kl_sum += sm[t].kl;
+    }
+    char fmt[512];
+    snprintf(fmt, sizeof fmt, "KVSIM_SCORE(%s pass, hadamard vs exact, %d rows): rows off by > 1e-9: %%.0f; mean kl "
+             "%%.3e (reference vs itself: kl 0, top-1 1, dp 0 in every row)", fp32 ? "fp32" : "bf16", T);
+    check(st == OSCAR_OK && bad == 0 && same_ref == T && kl_sum > 0, fmt, (double) bad, kl_sum / T);
+    oscar_fwd_free(f);
+    method_free(&me);
+    oscar_model_free(m);
+    free(tok), free(lr), free(lm), free(sr), free(sm);
+}
+
 int main(int argc, char ** argv) {
     uint64_t seed = 11;
     bool small = false;
@@ -282,6 +342,8 @@ int main(int argc, char ** argv) {
         layer0_case(4, 2, 256, seed + 2);
         ppl_case(true, seed + 3);
         ppl_case(false, seed + 4);
+        score_case(true, seed + 5);
+        score_case(false, seed + 6);
     }
     printf("test-fwd-kvsim: %s\n", fails ? "FAIL" : "PASS");
     return fails ? 1 : 0;
