@@ -966,9 +966,9 @@ static enum oscar_status run_layer(struct cuda_fwd * f, const struct oscar_batch
                                         f->inv_freq, T, c->n_head, c->n_head_kv, D, c->rms_eps, s));
     STAGE(2);
     if (f->kvsim) {
-        if ((st = osc_kvsim_attend(f->kvsim, l, f->q, f->k, f->v, T, f->d_blocks, n_blocks, f->att, f->p.fp32, s)) !=
-            OSCAR_OK)
-            goto out;
+        st = osc_kvsim_attend(f->kvsim, l, f->q, f->att_tc ? f->qb : NULL, f->k, f->v, T, f->d_blocks, n_blocks,
+                              f->att, f->p.fp32, s);
+        if (st != OSCAR_OK) goto out;
     } else if (f->p.attention) {
         if ((st = host_attention(f, b, l, T)) != OSCAR_OK) goto out;
     } else if (f->att_tc)

@@ -44,10 +44,28 @@ static __device__ __forceinline__ uint32_t load_q2(const osc_bf16 * q, int32_t r
     return *reinterpret_cast<const uint32_t *>(q + ((size_t) r * Hq + h) * D + d);
 }
 
-template <int DP>
+// Does any query row of the block read a key of tile [j0, j0 + BK) from this source (int2: the
+// rows in [lo, hi) of the row, else the others)? A barrier, like the tile loop's __syncthreads.
+static __device__ bool tc_tile_needed(const struct osc_att_block & blk, const struct osc_att_tiers_bf16 & t,
+                                      int32_t j0, bool int2) {
+    bool need = false;
+    const int32_t qi = blk.q0 + (int32_t) threadIdx.x;
+    if ((int32_t) threadIdx.x < OSC_ATT_BQ && qi < blk.q1) {
+        const int32_t e = min(j0 + TC_BK, qi + 1);
+        const int32_t n_int2 = max(0, min(e, t.hi[qi]) - max(j0, t.lo[qi]));
+        need = int2 ? n_int2 > 0 : e - j0 > n_int2;
+    }
+    return __syncthreads_or(need) != 0;
+}
+
+// TIERED: each key tile is read from the HP rows (k, v) and again from the INT2 rows (t.k, t.v)
+// where some row needs it, each pass masked to the keys the row reads from that source (the
+// online softmax takes the two passes as one key set).
+template <int DP, bool TIERED>
 __global__ void __launch_bounds__(TC_THREADS, 3) k_attention_tc(osc_bf16 * out, const osc_bf16 * q, const osc_bf16 * k,
                                                              const osc_bf16 * v, const struct osc_att_block * blocks,
-                                                             int32_t Hq, int32_t Hkv, int32_t D, float scale) {
+                                                             struct osc_att_tiers_bf16 t, int32_t Hq, int32_t Hkv,
+                                                             int32_t D, float scale) {
     constexpr int LDS = DP + 8, KS = DP / 16, NT = TC_BK / 8, ND = DP / 8, C8 = DP / 8;
     __shared__ __align__(16) osc_bf16 sK[TC_BK * LDS]; // [key][d]
     __shared__ __align__(16) osc_bf16 sV[TC_BK * LDS]; // [key][d]
@@ -70,15 +88,24 @@ __global__ void __launch_bounds__(TC_THREADS, 3) k_attention_tc(osc_bf16 * out, 
     for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; // l: this thread's partial row sums
 
-    for (int32_t j0 = blk.s0; j0 < blk.q1; j0 += TC_BK) {
-        __syncthreads(); // the previous tile is no longer read
+    const int32_t lo0 = TIERED && r0 < blk.q1 ? t.lo[r0] : 0, hi0 = TIERED && r0 < blk.q1 ? t.hi[r0] : 0;
+    const int32_t lo1 = TIERED && r1 < blk.q1 ? t.lo[r1] : 0, hi1 = TIERED && r1 < blk.q1 ? t.hi[r1] : 0;
+    for (int32_t it = 0; it < (TIERED ? 2 : 1) * ((blk.q1 - blk.s0 + TC_BK - 1) / TC_BK); it++) {
+        const int32_t j0 = blk.s0 + (TIERED ? it >> 1 : it) * TC_BK;
+        const bool int2 = TIERED && (it & 1);
+        if (TIERED) {
+            if (!tc_tile_needed(blk, t, j0, int2)) continue;
+        } else {
+            __syncthreads(); // the previous tile is no longer read
+        }
+        const osc_bf16 * ks = int2 ? t.k : k, * vs = int2 ? t.v : v;
         for (int32_t e = threadIdx.x; e < TC_BK * C8; e += TC_THREADS) {
             const int32_t r = e / C8, c = (e % C8) * 8, j = j0 + r;
             uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
             if (j < blk.q1 && c < D) {
                 const size_t off = ((size_t) j * Hkv + kh) * D + c;
-                kv = *reinterpret_cast<const uint4 *>(k + off);
-                vv = *reinterpret_cast<const uint4 *>(v + off);
+                kv = *reinterpret_cast<const uint4 *>(ks + off);
+                vv = *reinterpret_cast<const uint4 *>(vs + off);
             }
             *reinterpret_cast<uint4 *>(sK + r * LDS + c) = kv;
             *reinterpret_cast<uint4 *>(sV + r * LDS + c) = vv;
@@ -99,14 +126,16 @@ __global__ void __launch_bounds__(TC_THREADS, 3) k_attention_tc(osc_bf16 * out, 
             }
         }
         // scale, causal mask (only the diagonal tile has masked keys), row maxima
-        const bool diag = j0 + TC_BK - 1 > wq0;
+        const bool diag = TIERED || j0 + TC_BK - 1 > wq0;
         float mt0 = -INFINITY, mt1 = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int32_t kj = j0 + 8 * nt + 2 * tq + (e & 1), qi = e < 2 ? r0 : r1;
-                s[nt][e] = (!diag || kj <= qi) ? s[nt][e] * scale : -INFINITY;
+                const int32_t lo = e < 2 ? lo0 : lo1, hi = e < 2 ? hi0 : hi1;
+                const bool src_ok = !TIERED || ((kj >= lo && kj < hi) == int2);
+                s[nt][e] = (!diag || (kj <= qi && src_ok)) ? s[nt][e] * scale : -INFINITY;
             }
             mt0 = fmaxf(mt0, fmaxf(s[nt][0], s[nt][1]));
             mt1 = fmaxf(mt1, fmaxf(s[nt][2], s[nt][3]));
@@ -174,7 +203,21 @@ cudaError_t osc_fwd_attention_tc(osc_bf16 * out, const osc_bf16 * q, const osc_b
     if (!osc_fwd_attention_tc_ok(D)) return cudaErrorInvalidValue;
     const dim3 grid((unsigned) n_blocks, (unsigned) Hq);
     const float scale = 1.0f / sqrtf((float) D);
-    if (D <= 64) k_attention_tc<64><<<grid, TC_THREADS, 0, s>>>(out, q, k, v, blocks, Hq, Hkv, D, scale);
-    else k_attention_tc<128><<<grid, TC_THREADS, 0, s>>>(out, q, k, v, blocks, Hq, Hkv, D, scale);
+    const struct osc_att_tiers_bf16 none = {};
+    if (D <= 64) k_attention_tc<64, false><<<grid, TC_THREADS, 0, s>>>(out, q, k, v, blocks, none, Hq, Hkv, D, scale);
+    else k_attention_tc<128, false><<<grid, TC_THREADS, 0, s>>>(out, q, k, v, blocks, none, Hq, Hkv, D, scale);
+    return cudaGetLastError();
+}
+
+cudaError_t osc_fwd_attention_tc_tiered(osc_bf16 * out, const osc_bf16 * q, const osc_bf16 * k_hp,
+                                        const osc_bf16 * v_hp, const struct osc_att_tiers_bf16 * t,
+                                        const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
+                                        int32_t D, cudaStream_t s) {
+    if (n_blocks <= 0) return cudaSuccess;
+    if (!osc_fwd_attention_tc_ok(D)) return cudaErrorInvalidValue;
+    const dim3 grid((unsigned) n_blocks, (unsigned) Hq);
+    const float scale = 1.0f / sqrtf((float) D);
+    if (D <= 64) k_attention_tc<64, true><<<grid, TC_THREADS, 0, s>>>(out, q, k_hp, v_hp, blocks, *t, Hq, Hkv, D, scale);
+    else k_attention_tc<128, true><<<grid, TC_THREADS, 0, s>>>(out, q, k_hp, v_hp, blocks, *t, Hq, Hkv, D, scale);
     return cudaGetLastError();
 }

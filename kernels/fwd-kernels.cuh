@@ -78,6 +78,15 @@ bool osc_fwd_attention_tc_ok(int32_t D);
 cudaError_t osc_fwd_attention_tc(osc_bf16 * out, const osc_bf16 * q, const osc_bf16 * k, const osc_bf16 * v,
                                  const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
                                  int32_t D, cudaStream_t s);
+// The two-tier cache on the tensor cores (bf16 rows; struct osc_att_tiers with bf16 rows).
+struct osc_att_tiers_bf16 {
+    const osc_bf16 * k, * v;
+    const int32_t * lo, * hi;   // [T]
+};
+cudaError_t osc_fwd_attention_tc_tiered(osc_bf16 * out, const osc_bf16 * q, const osc_bf16 * k_hp,
+                                        const osc_bf16 * v_hp, const struct osc_att_tiers_bf16 * t,
+                                        const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
+                                        int32_t D, cudaStream_t s);
 
 // Pass-1 capture reduction: part [n_part, n_slot, DD] fp32 holds per-chunk Gram matrices;
 // acc[o] [DD] fp64 += Σ_p Σ_{i < per[o]} part[p, first[o] + i] for each output o < n_out,

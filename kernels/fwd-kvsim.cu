@@ -20,6 +20,7 @@ struct osc_kvsim {
     float * rot[2];                   // device [L, n_rot, D, D] R, then [L, n_rot, D, D] Rᵀ (MATRIX)
     int32_t * clip_idx;               // device [2][L, Hkv] (-1: no clip)
     float * k_hp, * v_hp, * k_q, * v_q; // device [max_tokens, Hkv, D]
+    osc_bf16 * rows_bf16;             // device [4][max_tokens, Hkv, D]: the same, for the tensor cores (lazy)
     uint8_t * mode;                   // device [max_tokens]: 0 HP only, 1 INT2 by sort, 2 INT2 by bisection
     int32_t * lo, * hi;               // device [max_tokens]
     uint8_t * h_mode;                 // host staging
@@ -29,7 +30,7 @@ struct osc_kvsim {
 void osc_kvsim_free(struct osc_kvsim * k) {
     if (!k) return;
     cudaFree(k->rot[0]), cudaFree(k->rot[1]), cudaFree(k->clip_idx);
-    cudaFree(k->k_hp), cudaFree(k->mode), cudaFree(k->lo);
+    cudaFree(k->k_hp), cudaFree(k->rows_bf16), cudaFree(k->mode), cudaFree(k->lo);
     free(k->h_mode), free(k->h_lo);
     cudaGetLastError();
     free(k);
@@ -176,12 +177,25 @@ static enum oscar_status transform(struct osc_kvsim * k, int side, int32_t l, co
     return osc_cuda_eval_transform(&a, s);
 }
 
-enum oscar_status osc_kvsim_attend(struct osc_kvsim * k, int32_t l, const float * q, const float * kx,
-                                   const float * vx, int32_t T, const struct osc_att_block * blocks,
+enum oscar_status osc_kvsim_attend(struct osc_kvsim * k, int32_t l, const float * q, const osc_bf16 * qb,
+                                   const float * kx, const float * vx, int32_t T, const struct osc_att_block * blocks,
                                    int32_t n_blocks, void * out, bool out_f32, cudaStream_t s) {
     enum oscar_status st = transform(k, 0, l, kx, T, k->k_hp, k->k_q, s);
     if (st == OSCAR_OK) st = transform(k, 1, l, vx, T, k->v_hp, k->v_q, s);
     if (st != OSCAR_OK) return st;
+    if (qb && !out_f32 && osc_fwd_attention_tc_ok(k->D)) {   // the bf16 pass: tensor cores, as its exact attention
+        const size_t rows = (size_t) k->max_tokens * k->Hkv * k->D, n = (size_t) T * k->Hkv * k->D;
+        if (!k->rows_bf16) OSCAR_CUDA_CHECK(cudaMalloc((void **) &k->rows_bf16, 4 * rows * sizeof(osc_bf16)));
+        osc_bf16 * kh = k->rows_bf16, * vh = kh + rows, * kq = kh + 2 * rows, * vq = kh + 3 * rows;
+        OSCAR_CUDA_CHECK(osc_fwd_to_bf16(kh, k->k_hp, (int64_t) n, s));
+        OSCAR_CUDA_CHECK(osc_fwd_to_bf16(vh, k->v_hp, (int64_t) n, s));
+        OSCAR_CUDA_CHECK(osc_fwd_to_bf16(kq, k->k_q, (int64_t) n, s));
+        OSCAR_CUDA_CHECK(osc_fwd_to_bf16(vq, k->v_q, (int64_t) n, s));
+        const struct osc_att_tiers_bf16 tb = {kq, vq, k->lo, k->hi};
+        OSCAR_CUDA_CHECK(osc_fwd_attention_tc_tiered((osc_bf16 *) out, qb, kh, vh, &tb, blocks, n_blocks, k->Hq,
+                                                     k->Hkv, k->D, s));
+        return OSCAR_OK;
+    }
     const struct osc_att_tiers t = {k->k_q, k->v_q, k->lo, k->hi};
     if (out_f32)
         OSCAR_CUDA_CHECK(osc_fwd_attention_tiered((float *) out, q, k->k_hp, k->v_hp, &t, blocks, n_blocks, k->Hq,
