@@ -37,6 +37,9 @@ enum oscar_status oscar_kv_fwd_sim_init(const struct oscar_kv_transform * tf, st
         tf->int2.bf16_dequant || tf->k_mean || tf->tiers.block > 1)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "device cache simulation: method '%s' is not INT2 ASYM/SYM with "
                          "per-token quantizers and no key mean", tf->name);
+    const int32_t D = tf->head_dim;
+    if (D != 32 && D != 64 && D != 128 && D != 256)   // the device row transform's sizes (eval-transform.cuh)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "device cache simulation: head_dim %d (32, 64, 128, 256)", D);
     const int32_t nc = tf->clip_per_head ? tf->n_head_kv : 1;
     out->clip = malloc(2 * sizeof(double) * (size_t) tf->n_layer * (size_t) nc);
     if (!out->clip) return osc_error(OSCAR_ERR_NOMEM, "device cache simulation: clips");

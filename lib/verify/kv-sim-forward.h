@@ -2,7 +2,7 @@
 // runs it on the device (backend/forward-backend.h, struct oscar_fwd_kvsim):
 // the same transform and tier rule as metrics.h's oscar_kv_sim, with q/k/v never
 // leaving the device. Covers INT2 ASYM / SYM (naive, hadamard, oscar, oscar-fixed)
-// with per-token quantizers and no key mean; anything else is refused
+// with per-token quantizers and no key mean, head_dim 32/64/128/256; anything else is refused
 // (OSCAR_ERR_UNSUPPORTED, with the reason) and keeps a host simulation.
 #ifndef OSCAR_VERIFY_KV_SIM_FORWARD_H
 #define OSCAR_VERIFY_KV_SIM_FORWARD_H
