@@ -27,7 +27,7 @@ for ctx in 2048 32768; do
     tokens=$((ctx == 2048 ? 4096 : 32768)); methods=bf16,naive,hadamard,oscar
     echo "== oscar-verify --device cuda --ctx $ctx --tokens $tokens --methods $methods"
     /usr/bin/time -v timeout 500 build/bin/oscar-verify --device cuda -m "$work/q8b-hf" --rotations "$work/art" \
-        -f "$corpus" --ctx $ctx --tokens $tokens --metric-tokens 512 --methods $methods -o "$work/v$ctx" -v \
+        -f "$corpus" --ctx $ctx --tokens $tokens --metric-tokens 512 --methods $methods -o "$work/v$ctx" \
         >"$logdir/verify-$ctx.out" 2>"$logdir/verify-$ctx.err" || fail "verify ctx $ctx"
     show "$logdir/verify-$ctx.err"
     cp "$work/v$ctx/report.json" "$logdir/report-$ctx.json" 2>/dev/null
