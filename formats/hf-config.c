@@ -19,7 +19,8 @@
 // qwen2_moe / qwen3_moe: num_experts (or num_local_experts), num_experts_per_tok, moe_intermediate_size,
 // shared_expert_intermediate_size (qwen2_moe), norm_topk_prob (default false),
 // decoder_sparse_step and mlp_only_layers (the dense layers), qwen2_moe's qkv_bias
-// (default true) and qwen3_moe's q/k norms.
+// (default true) and qwen3_moe's q/k norms. mixtral: num_local_experts, num_experts_per_tok,
+// experts of intermediate_size, top-k always renormalised, sliding_window as phi3 (default none).
 #include "formats/hf-config.h"
 
 #include <jansson.h>
@@ -42,6 +43,7 @@ static const struct {
     {"phi3", "Phi3ForCausalLM", OSCAR_ARCH_PHI3, 4096},
     {"qwen2_moe", "Qwen2MoeForCausalLM", OSCAR_ARCH_QWEN2_MOE, 32768},
     {"qwen3_moe", "Qwen3MoeForCausalLM", OSCAR_ARCH_QWEN3_MOE, 32768},
+    {"mixtral", "MixtralForCausalLM", OSCAR_ARCH_MIXTRAL, 32768},
 };
 
 // Integer field: absent/null -> def (def < 0: required); must be in [1, INT32_MAX].
@@ -85,7 +87,7 @@ static enum oscar_status check_type(const char * name, json_t * root, int * ti) 
     }
     if (*ti < 0) {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: model_type \"%.64s\" is not supported (llama, mistral, qwen2, "
-                         "qwen3, phi3, qwen2_moe, qwen3_moe are)", name, mt);
+                         "qwen3, phi3, qwen2_moe, qwen3_moe, mixtral are)", name, mt);
     }
     json_t * archs = json_object_get(root, "architectures");
     if (archs && !json_is_null(archs)) {
@@ -241,7 +243,7 @@ static enum oscar_status parse_window(const char * name, json_t * root, struct o
     enum oscar_status s = OSCAR_OK;
     if (c->arch == OSCAR_ARCH_LLAMA && strcmp(json_string_value(json_object_get(root, "model_type")), "mistral") == 0) {
         s = window_size(name, root, 4096, &c->sliding_window);
-    } else if (c->arch == OSCAR_ARCH_PHI3) {
+    } else if (c->arch == OSCAR_ARCH_PHI3 || c->arch == OSCAR_ARCH_MIXTRAL) {
         s = window_size(name, root, 0, &c->sliding_window);
     } else if ((c->arch == OSCAR_ARCH_QWEN2_MOE || c->arch == OSCAR_ARCH_QWEN3_MOE) &&
                get_flag(root, "use_sliding_window")) {
@@ -264,6 +266,16 @@ static enum oscar_status parse_window(const char * name, json_t * root, struct o
 // top-k (both families have no other scoring).
 static enum oscar_status parse_moe(const char * name, json_t * root, struct oscar_model_config * c) {
     const bool q2 = c->arch == OSCAR_ARCH_QWEN2_MOE;
+    if (c->arch == OSCAR_ARCH_MIXTRAL) { // transformers' Mixtral: experts of intermediate_size, always renormalised
+        enum oscar_status s = get_int(name, root, "num_local_experts", 8, &c->n_expert);
+        if (s == OSCAR_OK) s = get_int(name, root, "num_experts_per_tok", 2, &c->n_expert_used);
+        if (s == OSCAR_OK && c->n_expert_used > c->n_expert) {
+            return osc_error(OSCAR_ERR_FORMAT, "%s: num_experts_per_tok %d exceeds num_local_experts %d", name,
+                             c->n_expert_used, c->n_expert);
+        }
+        c->n_ff_expert = c->n_ff, c->expert_norm_topk = true, c->moe_step = 1;
+        return s;
+    }
     // transformers 5 writes num_experts as num_local_experts (its attribute map); the hub's files say num_experts
     const char * ek = json_object_get(root, "num_experts") ? "num_experts" : "num_local_experts";
     enum oscar_status s = get_int(name, root, ek, q2 ? 60 : 128, &c->n_expert);
@@ -343,7 +355,8 @@ static enum oscar_status parse_root(const char * name, json_t * root, struct osc
         json_t * qb = json_object_get(root, "qkv_bias");
         c->qkv_bias = !qb || json_is_null(qb) || json_is_true(qb);
     }
-    if (c->arch == OSCAR_ARCH_QWEN2_MOE || c->arch == OSCAR_ARCH_QWEN3_MOE) s = parse_moe(name, root, c);
+    if (c->arch == OSCAR_ARCH_QWEN2_MOE || c->arch == OSCAR_ARCH_QWEN3_MOE || c->arch == OSCAR_ARCH_MIXTRAL)
+        s = parse_moe(name, root, c);
     if (s != OSCAR_OK) return s;
     const char * nm = json_string_value(json_object_get(root, "_name_or_path"));
     snprintf(c->name, sizeof c->name, "%s", nm ? nm : "");

@@ -90,7 +90,7 @@ static enum oscar_status gguf_get(void * ctx, enum osc_wkind kind, int32_t layer
     osc_mapped_drop(t->data, t->nbytes); // read once: its pages need not stay resident
     if (st != OSCAR_OK) return osc_error_prefix(st, "%s: tensor '%s'", path, name);
     bool qk = kind == OSC_W_Q || kind == OSC_W_K || kind == OSC_W_BQ || kind == OSC_W_BK;
-    if (qk && s->c->arch == OSCAR_ARCH_LLAMA) {
+    if (qk && (s->c->arch == OSCAR_ARCH_LLAMA || s->c->arch == OSCAR_ARCH_MIXTRAL)) {
         // allocated on first use, after the check pass has seen the q/k tensors it is sized by
         if (!s->tmp) s->tmp = malloc((size_t) s->c->head_dim * (size_t) s->c->n_embd * sizeof(float));
         if (!s->tmp) return osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", path);
@@ -162,14 +162,16 @@ static enum oscar_status read_moe(struct osc_gguf * g, const char * arch, struct
     const char * path = osc_gguf_path(g);
     enum oscar_status st = get_i32(g, arch, "expert_count", true, &c->n_expert);
     if (st == OSCAR_OK) st = get_i32(g, arch, "expert_used_count", true, &c->n_expert_used);
-    if (st == OSCAR_OK) st = get_i32(g, arch, "expert_feed_forward_length", true, &c->n_ff_expert);
+    c->n_ff_expert = c->n_ff; // Mixtral GGUFs: the experts are feed_forward_length wide
+    if (st == OSCAR_OK)
+        st = get_i32(g, arch, "expert_feed_forward_length", c->arch != OSCAR_ARCH_MIXTRAL, &c->n_ff_expert);
     if (st == OSCAR_OK && c->arch == OSCAR_ARCH_QWEN2_MOE)
         st = get_i32(g, arch, "expert_shared_feed_forward_length", true, &c->n_ff_shared);
     if (st != OSCAR_OK) return st;
     c->moe_step = 1;
     char key[128];
     snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
-    bool norm = c->arch == OSCAR_ARCH_QWEN3_MOE;
+    bool norm = c->arch == OSCAR_ARCH_QWEN3_MOE || c->arch == OSCAR_ARCH_MIXTRAL;
     st = osc_gguf_get_bool(g, key, &norm);
     if (st != OSCAR_OK && st != OSCAR_ERR_NOT_FOUND) return st;
     c->expert_norm_topk = norm;
@@ -197,8 +199,11 @@ static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_con
     char arch[32];
     snprintf(arch, sizeof arch, "%.*s", (int) (alen < 31 ? alen : 31), a);
     if (strlen(arch) != alen) alen = 0; // embedded NUL or too long: never matches
-    if (alen && strcmp(arch, "llama") == 0) c->arch = OSCAR_ARCH_LLAMA;
-    else if (alen && strcmp(arch, "qwen2") == 0) c->arch = OSCAR_ARCH_QWEN2;
+    uint32_t n_exp = 0;
+    if (alen && strcmp(arch, "llama") == 0) { // llama.cpp stores Mixtral as llama with llama.expert_count
+        c->arch = osc_gguf_get_u32(g, "llama.expert_count", &n_exp) == OSCAR_OK && n_exp > 0 ? OSCAR_ARCH_MIXTRAL
+                                                                                           : OSCAR_ARCH_LLAMA;
+    } else if (alen && strcmp(arch, "qwen2") == 0) c->arch = OSCAR_ARCH_QWEN2;
     else if (alen && strcmp(arch, "qwen3") == 0) c->arch = OSCAR_ARCH_QWEN3;
     else if (alen && strcmp(arch, "qwen2moe") == 0) c->arch = OSCAR_ARCH_QWEN2_MOE;
     else if (alen && strcmp(arch, "qwen3moe") == 0) c->arch = OSCAR_ARCH_QWEN3_MOE;
@@ -232,7 +237,7 @@ static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_con
     c->tied_embeddings = osc_gguf_find_tensor(g, "output.weight") == NULL;
     c->qkv_bias = c->arch == OSCAR_ARCH_QWEN2 || c->arch == OSCAR_ARCH_QWEN2_MOE;
     c->qk_norm = c->arch == OSCAR_ARCH_QWEN3 || c->arch == OSCAR_ARCH_QWEN3_MOE;
-    if ((c->arch == OSCAR_ARCH_QWEN2_MOE || c->arch == OSCAR_ARCH_QWEN3_MOE) &&
+    if ((c->arch == OSCAR_ARCH_QWEN2_MOE || c->arch == OSCAR_ARCH_QWEN3_MOE || c->arch == OSCAR_ARCH_MIXTRAL) &&
         (st = read_moe(g, arch, c)) != OSCAR_OK)
         return st;
     const char * nm;
@@ -246,7 +251,7 @@ static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_con
 // No blk.N.* tensor beyond block_count (missing ones fail in osc_model_attach).
 static enum oscar_status check_layers(const struct osc_gguf * g, const struct oscar_model_config * c) {
     char field[64]; // the arch names are the GGUF key prefixes
-    snprintf(field, sizeof field, "%s.block_count", oscar_arch_name(c->arch));
+    snprintf(field, sizeof field, "%s.block_count", c->arch == OSCAR_ARCH_MIXTRAL ? "llama" : oscar_arch_name(c->arch));
     enum oscar_status st = OSCAR_OK;
     for (int64_t i = 0; st == OSCAR_OK && i < osc_gguf_n_tensors(g); i++) {
         st = osc_model_check_layer(osc_gguf_path(g), osc_gguf_tensor(g, i)->name, "blk.", c->n_layer, field);

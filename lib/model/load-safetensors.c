@@ -91,12 +91,15 @@ static enum oscar_status read_rows(const struct st_src * s, const char * name, i
 // The routed experts: one tensor per expert (mlp.experts.J.{gate,up,down}_proj), stacked in expert order.
 static enum oscar_status read_experts(const struct st_src * s, enum osc_wkind kind, int32_t layer, int64_t rows,
                                       int64_t cols, float * dst) {
-    const char * proj = kind == OSC_W_EXP_GATE ? "gate_proj" : kind == OSC_W_EXP_UP ? "up_proj" : "down_proj";
+    const bool mx = s->c->arch == OSCAR_ARCH_MIXTRAL; // block_sparse_moe.experts.J.w1 (gate), w3 (up), w2 (down)
+    const char * proj = kind == OSC_W_EXP_GATE ? (mx ? "w1" : "gate_proj") : kind == OSC_W_EXP_UP ? (mx ? "w3" : "up_proj")
+                                                                                                 : (mx ? "w2" : "down_proj");
     const int64_t E = s->c->n_expert, per = rows / E;
     enum oscar_status st = OSCAR_OK;
     for (int64_t j = 0; st == OSCAR_OK && j < E; j++) {
         char name[160];
-        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%lld.%s.weight", layer, (long long) j, proj);
+        snprintf(name, sizeof name, "model.layers.%d.%s.experts.%lld.%s.weight", layer, mx ? "block_sparse_moe" : "mlp",
+                 (long long) j, proj);
         st = read_rows(s, name, per, 0, per, cols, dst ? dst + j * per * cols : NULL);
     }
     return st;
@@ -106,6 +109,10 @@ static enum oscar_status st_get(void * ctx, enum osc_wkind kind, int32_t layer, 
                                 float * dst) {
     struct st_src * s = ctx;
     char name[128];
+    if (kind == OSC_W_ROUTER && s->c->arch == OSCAR_ARCH_MIXTRAL) {
+        snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.gate.weight", layer);
+        return read_rows(s, name, rows, 0, rows, cols, dst);
+    }
     if (kind == OSC_W_EXP_GATE || kind == OSC_W_EXP_UP || kind == OSC_W_EXP_DOWN)
         return read_experts(s, kind, layer, rows, cols, dst);
     int64_t total = rows, first = 0; // the rows [first, first + rows) of a tensor of `total` rows

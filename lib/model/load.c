@@ -47,6 +47,7 @@ const char * oscar_arch_name(enum oscar_arch arch) {
     case OSCAR_ARCH_PHI3: return "phi3";
     case OSCAR_ARCH_QWEN2_MOE: return "qwen2moe";
     case OSCAR_ARCH_QWEN3_MOE: return "qwen3moe";
+    case OSCAR_ARCH_MIXTRAL: return "mixtral";
     }
     return "unknown";
 }
@@ -124,7 +125,8 @@ static int64_t layer_floats(const struct oscar_model_config * c, int32_t l) {
 
 // The mixture-of-experts fields: consistent when present, all zero otherwise.
 static enum oscar_status check_moe(const struct oscar_model_config * c, const char * what) {
-    const bool moe_arch = c->arch == OSCAR_ARCH_QWEN2_MOE || c->arch == OSCAR_ARCH_QWEN3_MOE;
+    const bool moe_arch = c->arch == OSCAR_ARCH_QWEN2_MOE || c->arch == OSCAR_ARCH_QWEN3_MOE ||
+                          c->arch == OSCAR_ARCH_MIXTRAL;
     if (!moe_arch) {
         if (c->n_expert != 0 || c->n_expert_used != 0 || c->n_ff_expert != 0 || c->n_ff_shared != 0)
             return osc_error(OSCAR_ERR_FORMAT, "%s: experts given for the dense architecture %s", what,
@@ -143,7 +145,8 @@ static enum oscar_status check_moe(const struct oscar_model_config * c, const ch
 
 enum oscar_status osc_model_config_check(const struct oscar_model_config * c, const char * what) {
     if (c->arch != OSCAR_ARCH_LLAMA && c->arch != OSCAR_ARCH_QWEN2 && c->arch != OSCAR_ARCH_QWEN3 &&
-        c->arch != OSCAR_ARCH_PHI3 && c->arch != OSCAR_ARCH_QWEN2_MOE && c->arch != OSCAR_ARCH_QWEN3_MOE) {
+        c->arch != OSCAR_ARCH_PHI3 && c->arch != OSCAR_ARCH_QWEN2_MOE && c->arch != OSCAR_ARCH_QWEN3_MOE &&
+        c->arch != OSCAR_ARCH_MIXTRAL) {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: unknown architecture %d", what, (int) c->arch);
     }
     if (c->n_layer <= 0 || c->n_embd <= 0 || c->n_head <= 0 || c->n_head_kv <= 0 || c->head_dim <= 0 ||

@@ -23,6 +23,7 @@ enum oscar_arch {
     OSCAR_ARCH_PHI3  = 3, // Llama's layer; fused qkv_proj / gate_up_proj split at load
     OSCAR_ARCH_QWEN2_MOE = 4, // Qwen2's attention, routed experts + a sigmoid-gated shared expert
     OSCAR_ARCH_QWEN3_MOE = 5, // Qwen3's attention, routed experts
+    OSCAR_ARCH_MIXTRAL   = 6, // Llama's (Mistral's) attention, routed experts w1/w3/w2, top-k renormalised
 };
 
 // Mixture-of-experts MLP (n_expert > 0). In a sparse layer each token's MLP is
@@ -31,7 +32,7 @@ enum oscar_arch {
 // w = the top-k of softmax(router x) over all experts, divided by their sum iff
 // expert_norm_topk. A layer is sparse iff (l + 1) % moe_step == 0 and l is not one of
 // dense_layers (transformers' decoder_sparse_step / mlp_only_layers); the others are
-// dense MLPs of n_ff.
+// dense MLPs of n_ff. Mixtral's experts are its intermediate_size wide (n_ff_expert = n_ff).
 #define OSCAR_MAX_DENSE_LAYERS 64
 
 // How RoPE's inverse frequencies are derived from rope_theta (0 = unscaled).

@@ -8,6 +8,8 @@
 #     /opt/oracle/bin/python tests/oracle/make_model_fixtures.py --smollm   # SmolLM2-135M only
 #     /opt/oracle/bin/python tests/oracle/make_model_fixtures.py --tiny --only tiny-llama3 tiny-mistral tiny-phi3
 #
+# The MoE fixtures: /opt/oracle/bin/python tests/oracle/make_model_fixtures.py --tiny --only tiny-qwen3-moe \
+#     tiny-qwen2-moe tiny-mixtral   (torch 2.15.0 from PyPI run on the CPU, transformers 5.24.0, gguf 0.19.0)
 # with torch 2.15 (CPU), transformers 5.24, gguf-py (whatever /opt/oracle has), numpy; the script prints
 # the versions it used and records them in every index.json.
 #
@@ -18,8 +20,14 @@
 #       tiny-llama3 (rope_type llama3, factor 8, low/high_freq_factor 1/4, original_max_position_embeddings 32:
 #       with head_dim 16 and theta 10000 one frequency is kept, one smoothed and six divided by 8),
 #       tiny-mistral (sliding_window 16 < the 24/33/40-token sequences, so every sequence is windowed),
-#       tiny-phi3 (fused qkv_proj / gate_up_proj, partial_rotary_factor 0.5, sliding_window 20).
-#   tests/fixtures/models/tiny-llama3.gguf, tiny-mistral.gguf: the same weights as llama.cpp's converter
+#       tiny-phi3 (fused qkv_proj / gate_up_proj, partial_rotary_factor 0.5, sliding_window 20),
+#       and mixtures of experts at hidden 64, stored as float16 (weights rounded to fp16 before transformers
+#       runs them in fp32), sequences of 32/17/24 tokens: tiny-qwen3-moe (8 experts, top-2, norm_topk_prob),
+#       tiny-qwen2-moe (4 experts, top-2, shared expert 32, q/k/v bias), tiny-mixtral (4 experts of
+#       intermediate_size 16, top-2, sliding_window 16).
+#   tests/fixtures/models/tiny-llama3.gguf, tiny-mistral.gguf, tiny-qwen3-moe.gguf, tiny-qwen2-moe.gguf,
+#   tiny-mixtral.gguf (MoE: experts stacked in ffn_{gate,up,down}_exps, <arch>.expert_* keys; Mixtral as
+#   arch llama with llama.expert_count): the same weights as llama.cpp's converter
 #       writes them (q/k rows permuted per head, ggml names; llama3: rope_freqs.weight = per-frequency
 #       divisors 1 / ((1 - s) / factor + s), factor or 1; mistral: llama.attention.sliding_window), checked
 #       by test-forward against the same forward fixtures.
@@ -46,7 +54,7 @@ import numpy as np
 import torch
 import transformers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig, Phi3Config,
-                          Qwen2Config, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig)
+                          MixtralConfig, Qwen2Config, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIX = os.path.join(ROOT, "tests", "fixtures")
@@ -90,8 +98,9 @@ import transformers.models.mistral.modeling_mistral as m_mistral  # noqa: E402
 import transformers.models.phi3.modeling_phi3 as m_phi3  # noqa: E402
 import transformers.models.qwen2_moe.modeling_qwen2_moe as m_qwen2_moe  # noqa: E402
 import transformers.models.qwen3_moe.modeling_qwen3_moe as m_qwen3_moe  # noqa: E402
+import transformers.models.mixtral.modeling_mixtral as m_mixtral  # noqa: E402
 
-for _m in (m_llama, m_qwen2, m_qwen3, m_mistral, m_phi3, m_qwen2_moe, m_qwen3_moe):
+for _m in (m_llama, m_qwen2, m_qwen3, m_mistral, m_phi3, m_qwen2_moe, m_qwen3_moe, m_mixtral):
     wrap_attention(_m)
 
 
@@ -193,11 +202,17 @@ TINY = {
                                             num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
                                             shared_expert_intermediate_size=32, norm_topk_prob=False,
                                             decoder_sparse_step=1, mlp_only_layers=[]), 8),
+    # Mixtral: experts of intermediate_size, top-2 renormalised, sliding_window 16 (shorter than every sequence)
+    "tiny-mixtral": (MixtralConfig, dict(hidden_size=64, intermediate_size=16, num_hidden_layers=3,
+                                         num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                         vocab_size=128, max_position_embeddings=256, rms_norm_eps=1e-5,
+                                         rope_theta=1000000.0, sliding_window=16, tie_word_embeddings=False,
+                                         num_local_experts=4, num_experts_per_tok=2), 9),
 }
 # Stored as float16 (the weights are rounded to fp16 before transformers runs them in fp32, so the
 # fixtures are exact for the stored weights): half the bytes.
-HALF = ("tiny-qwen3-moe", "tiny-qwen2-moe")
-SEQ_LENS = {"tiny-qwen3-moe": [32, 17, 24], "tiny-qwen2-moe": [32, 17, 24]}
+HALF = ("tiny-qwen3-moe", "tiny-qwen2-moe", "tiny-mixtral")
+SEQ_LENS = {"tiny-qwen3-moe": [32, 17, 24], "tiny-qwen2-moe": [32, 17, 24], "tiny-mixtral": [32, 17, 24]}
 
 
 # ---- GGUF variants, converted as llama.cpp's convert_hf_to_gguf.py does for LlamaForCausalLM -----------
@@ -236,7 +251,9 @@ def write_gguf(model, name):
     sd = {k: v.astype(np.float32) for k, v in
           load_file(os.path.join(FIX, "models", name, "model.safetensors")).items()}
     path = os.path.join(FIX, "models", f"{name}.gguf")
-    arch = {"llama": "llama", "mistral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe"}[cfg.model_type]
+    arch = {"llama": "llama", "mistral": "llama", "mixtral": "llama", "qwen2_moe": "qwen2moe",
+            "qwen3_moe": "qwen3moe"}[cfg.model_type]
+    moe = cfg.model_type in ("mixtral", "qwen2_moe", "qwen3_moe")
     w = gguf.GGUFWriter(path, arch)
     w.add_name(name)
     w.add_block_count(cfg.num_hidden_layers)
@@ -251,10 +268,11 @@ def write_gguf(model, name):
     w.add_rope_dimension_count(head_dim)
     w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    if arch != "llama":  # llama.cpp's MoE keys (convert_hf_to_gguf.py's Qwen2MoeModel / Qwen3MoeModel)
-        w.add_expert_count(cfg.num_experts)
+    if moe:  # llama.cpp's MoE keys (convert_hf_to_gguf.py; Mixtral's experts are feed_forward_length wide)
+        w.add_expert_count(cfg.num_local_experts if arch == "llama" else cfg.num_experts)
         w.add_expert_used_count(cfg.num_experts_per_tok)
-        w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+        if arch != "llama":
+            w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
         if arch == "qwen2moe":
             w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
     if getattr(cfg, "sliding_window", None) and arch == "llama":
@@ -272,7 +290,8 @@ def write_gguf(model, name):
              "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
              "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
              "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
-             "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight"}
+             "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
+             "block_sparse_moe.gate.weight": "ffn_gate_inp.weight"}
 
     def put(gname, t):
         t = np.ascontiguousarray(t)
@@ -296,9 +315,12 @@ def write_gguf(model, name):
             elif k == "mlp.shared_expert_gate.weight":
                 t = t.reshape(-1)  # llama.cpp: a vector of n_embd
             put(f"blk.{i}.{g}", t)
-        if arch != "llama":  # the experts stacked: [E, rows, cols] (ggml ne = [cols, rows, E])
-            for proj, g in (("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")):
-                stack = np.stack([sd[f"model.layers.{i}.mlp.experts.{e}.{proj}.weight"] for e in range(cfg.num_experts)])
+        if moe:  # the experts stacked: [E, rows, cols] (ggml ne = [cols, rows, E])
+            mx = arch == "llama"
+            pre, n_exp = ("block_sparse_moe", cfg.num_local_experts) if mx else ("mlp", cfg.num_experts)
+            for proj, g in ((("w1" if mx else "gate_proj"), "ffn_gate_exps"), (("w3" if mx else "up_proj"), "ffn_up_exps"),
+                            (("w2" if mx else "down_proj"), "ffn_down_exps")):
+                stack = np.stack([sd[f"model.layers.{i}.{pre}.experts.{e}.{proj}.weight"] for e in range(n_exp)])
                 put(f"blk.{i}.{g}.weight", stack)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -307,7 +329,7 @@ def write_gguf(model, name):
     print(f"{name}: wrote {path}", file=sys.stderr)
 
 
-GGUF_VARIANTS = ("tiny-llama3", "tiny-mistral", "tiny-qwen3-moe", "tiny-qwen2-moe")
+GGUF_VARIANTS = ("tiny-llama3", "tiny-mistral", "tiny-qwen3-moe", "tiny-qwen2-moe", "tiny-mixtral")
 
 
 def make_tiny(name):

@@ -279,6 +279,25 @@ static void test_oracle_qwen2_moe(void ** state) {
     fixture_free(&fx);
 }
 
+// Mixtral: Llama attention with sliding_window 16, block_sparse_moe with 4 experts (w1/w3/w2) of
+// intermediate_size, top-2 always renormalised; its GGUF is llama + llama.expert_count, q/k permuted.
+static void test_oracle_mixtral(void ** state) {
+    (void)state;
+    check_oracle("tiny-mixtral");
+    check_oracle_model("tiny-mixtral", "tests/fixtures/models/tiny-mixtral.gguf");
+    struct fixture fx;
+    fixture_load_model(&fx, "tiny-mixtral", "tests/fixtures/models/tiny-mixtral.gguf");
+    struct oscar_model_config c = fx.model->config;
+    assert_int_equal(c.arch, OSCAR_ARCH_MIXTRAL);
+    assert_true(c.n_expert == 4 && c.n_expert_used == 2 && c.n_ff_expert == 16 && c.expert_norm_topk);
+    assert_int_equal(c.sliding_window, 16);
+    c.expert_norm_topk = false;
+    double e = oracle_err_with(&fx, &c);
+    printf("tiny-mixtral without renormalising the top-k: logits rel-L2 %.3e\n", e);
+    assert_true(e > 10 * ORACLE_TOL);
+    fixture_free(&fx);
+}
+
 static void test_hook_layers_and_shapes(void ** state) {
     (void)state;
     struct fixture fx;
@@ -597,6 +616,7 @@ int main(void) {
         cmocka_unit_test(test_oracle_phi3),
         cmocka_unit_test(test_oracle_qwen3_moe),
         cmocka_unit_test(test_oracle_qwen2_moe),
+        cmocka_unit_test(test_oracle_mixtral),
         cmocka_unit_test(test_hook_layers_and_shapes),
         cmocka_unit_test(test_hook_and_override_identical),
         cmocka_unit_test(test_batched_equals_single),
