@@ -668,6 +668,36 @@ static char * gguf_with_u32(const char * name, const char * key, uint32_t v) {
 
 #define LLAMA3_GGUF "tests/fixtures/models/tiny-llama3.gguf"
 
+// MoE GGUFs refused naming the key or tensor: more experts per token than experts, a stacked expert
+// tensor missing (renamed in a copy of the fixture), and a Mixtral-style llama GGUF loads as mixtral.
+static void test_gguf_moe_errors(void ** state) {
+    (void) state;
+    const char * q3 = "tests/fixtures/models/tiny-qwen3-moe.gguf";
+    struct oscar_model * m = NULL;
+    char * p = gguf_from_with_u32(q3, "used.gguf", "qwen3moe.expert_used_count", 9);
+    assert_int_equal(oscar_model_open(p, &m), OSCAR_ERR_FORMAT);
+    assert_non_null(strstr(oscar_last_error(), "qwen3moe.expert_used_count 9"));
+    free(p);
+    char * data = NULL;
+    size_t n = 0;
+    assert_int_equal(osc_read_file(q3, 1 << 20, &data, &n), OSCAR_OK);
+    char * t = memmem(data, n, "blk.2.ffn_up_exps.weight", 24);
+    assert_non_null(t);
+    t[16] = 'X'; // blk.2.ffn_up_expX.weight
+    p = osc_path_join(tmpdir, "noexps.gguf");
+    assert_int_equal(osc_write_file_atomic(p, data, n), OSCAR_OK);
+    free(data);
+    assert_int_equal(oscar_model_open(p, &m), OSCAR_ERR_NOT_FOUND);
+    assert_non_null(strstr(oscar_last_error(), "blk.2.ffn_up_exps.weight"));
+    assert_null(m);
+    free(p);
+    assert_int_equal(oscar_model_open("tests/fixtures/models/tiny-mixtral.gguf", &m), OSCAR_OK);
+    assert_int_equal(m->config.arch, OSCAR_ARCH_MIXTRAL);
+    assert_int_equal(m->config.n_ff_expert, m->config.n_ff);
+    oscar_model_free(m);
+}
+
+
 static void expect_load_error(const char * path, enum oscar_status want, const char * msg1, const char * msg2);
 
 // A copy of the tiny-llama3 GGUF with a string key and/or a float key added, without rope_freqs.weight
@@ -884,6 +914,7 @@ int main(void) {
         cmocka_unit_test(test_validate_before_alloc),
         cmocka_unit_test(test_config_overflow),
         cmocka_unit_test(test_hf_config_moe),
+        cmocka_unit_test(test_gguf_moe_errors),
         cmocka_unit_test(test_moe_streamed_threads),
         cmocka_unit_test(test_fifo_model),
     };
