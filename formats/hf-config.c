@@ -13,7 +13,14 @@
 // "sliding_window" in every layer (mistral's default is 4096 when the key is
 // absent, phi3's none); qwen2/qwen3 only with use_sliding_window, in the
 // layers layer_types marks "sliding_attention" (default: layers >=
-// max_window_layers, 28); llama ignores the key (LlamaAttention has no window).
+// max_window_layers, 28); llama ignores the key (LlamaAttention has no window);
+// qwen2_moe / qwen3_moe with use_sliding_window are refused.
+//
+// qwen2_moe / qwen3_moe: num_experts (or num_local_experts), num_experts_per_tok, moe_intermediate_size,
+// shared_expert_intermediate_size (qwen2_moe), norm_topk_prob (default false),
+// decoder_sparse_step and mlp_only_layers (the dense layers), qwen2_moe's qkv_bias
+// (default true) and qwen3_moe's q/k norms. mixtral: num_local_experts, num_experts_per_tok,
+// experts of intermediate_size, top-k always renormalised, sliding_window as phi3 (default none).
 #include "formats/hf-config.h"
 
 #include <jansson.h>
@@ -34,6 +41,9 @@ static const struct {
     {"qwen2", "Qwen2ForCausalLM", OSCAR_ARCH_QWEN2, 32768},
     {"qwen3", "Qwen3ForCausalLM", OSCAR_ARCH_QWEN3, 32768},
     {"phi3", "Phi3ForCausalLM", OSCAR_ARCH_PHI3, 4096},
+    {"qwen2_moe", "Qwen2MoeForCausalLM", OSCAR_ARCH_QWEN2_MOE, 32768},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", OSCAR_ARCH_QWEN3_MOE, 32768},
+    {"mixtral", "MixtralForCausalLM", OSCAR_ARCH_MIXTRAL, 32768},
 };
 
 // Integer field: absent/null -> def (def < 0: required); must be in [1, INT32_MAX].
@@ -77,7 +87,7 @@ static enum oscar_status check_type(const char * name, json_t * root, int * ti) 
     }
     if (*ti < 0) {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: model_type \"%.64s\" is not supported (llama, mistral, qwen2, "
-                         "qwen3, phi3 are)", name, mt);
+                         "qwen3, phi3, qwen2_moe, qwen3_moe, mixtral are)", name, mt);
     }
     json_t * archs = json_object_get(root, "architectures");
     if (archs && !json_is_null(archs)) {
@@ -99,7 +109,7 @@ static enum oscar_status check_features(const char * name, json_t * root, enum o
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: hidden_act \"%.32s\" is not supported (silu is)", name,
                          json_is_string(act) ? json_string_value(act) : "?");
     }
-    if (arch != OSCAR_ARCH_QWEN2 && get_flag(root, "attention_bias")) {
+    if (arch != OSCAR_ARCH_QWEN2 && arch != OSCAR_ARCH_QWEN2_MOE && get_flag(root, "attention_bias")) {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: attention_bias = true is not supported", name);
     }
     if (get_flag(root, "mlp_bias")) return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: mlp_bias = true is not supported", name);
@@ -233,8 +243,12 @@ static enum oscar_status parse_window(const char * name, json_t * root, struct o
     enum oscar_status s = OSCAR_OK;
     if (c->arch == OSCAR_ARCH_LLAMA && strcmp(json_string_value(json_object_get(root, "model_type")), "mistral") == 0) {
         s = window_size(name, root, 4096, &c->sliding_window);
-    } else if (c->arch == OSCAR_ARCH_PHI3) {
+    } else if (c->arch == OSCAR_ARCH_PHI3 || c->arch == OSCAR_ARCH_MIXTRAL) {
         s = window_size(name, root, 0, &c->sliding_window);
+    } else if ((c->arch == OSCAR_ARCH_QWEN2_MOE || c->arch == OSCAR_ARCH_QWEN3_MOE) &&
+               get_flag(root, "use_sliding_window")) {
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: use_sliding_window = true is not supported for %s", name,
+                         json_string_value(json_object_get(root, "model_type")));
     } else if (c->arch == OSCAR_ARCH_QWEN2 || c->arch == OSCAR_ARCH_QWEN3) {
         int32_t w = 0, first = 0;
         if (get_flag(root, "use_sliding_window")) s = window_size(name, root, 4096, &w);
@@ -246,6 +260,60 @@ static enum oscar_status parse_window(const char * name, json_t * root, struct o
         if (s == OSCAR_OK && first < c->n_layer) c->sliding_window = w, c->swa_first_layer = first;
     }
     return s;
+}
+
+// The experts of qwen2_moe / qwen3_moe, with transformers' defaults; the router is softmax
+// top-k (both families have no other scoring).
+static enum oscar_status parse_moe(const char * name, json_t * root, struct oscar_model_config * c) {
+    const bool q2 = c->arch == OSCAR_ARCH_QWEN2_MOE;
+    if (c->arch == OSCAR_ARCH_MIXTRAL) { // transformers' Mixtral: experts of intermediate_size, always renormalised
+        enum oscar_status s = get_int(name, root, "num_local_experts", 8, &c->n_expert);
+        if (s == OSCAR_OK) s = get_int(name, root, "num_experts_per_tok", 2, &c->n_expert_used);
+        if (s == OSCAR_OK && c->n_expert_used > c->n_expert) {
+            return osc_error(OSCAR_ERR_FORMAT, "%s: num_experts_per_tok %d exceeds num_local_experts %d", name,
+                             c->n_expert_used, c->n_expert);
+        }
+        c->n_ff_expert = c->n_ff, c->expert_norm_topk = true, c->moe_step = 1;
+        return s;
+    }
+    // transformers 5 writes num_experts as num_local_experts (its attribute map); the hub's files say num_experts
+    const char * ek = json_object_get(root, "num_experts") ? "num_experts" : "num_local_experts";
+    enum oscar_status s = get_int(name, root, ek, q2 ? 60 : 128, &c->n_expert);
+    int32_t other = c->n_expert;
+    if (s == OSCAR_OK && json_object_get(root, "num_experts")) s = get_int(name, root, "num_local_experts", c->n_expert, &other);
+    if (s == OSCAR_OK && other != c->n_expert) {
+        return osc_error(OSCAR_ERR_FORMAT, "%s: num_experts %d and num_local_experts %d disagree", name, c->n_expert,
+                         other);
+    }
+    if (s == OSCAR_OK) s = get_int(name, root, "num_experts_per_tok", q2 ? 4 : 8, &c->n_expert_used);
+    if (s == OSCAR_OK) s = get_int(name, root, "moe_intermediate_size", q2 ? 1408 : 768, &c->n_ff_expert);
+    if (s == OSCAR_OK && q2) s = get_int(name, root, "shared_expert_intermediate_size", 5632, &c->n_ff_shared);
+    if (s == OSCAR_OK) s = get_int(name, root, "decoder_sparse_step", 1, &c->moe_step);
+    if (s != OSCAR_OK) return s;
+    if (c->n_expert_used > c->n_expert) {
+        return osc_error(OSCAR_ERR_FORMAT, "%s: num_experts_per_tok %d exceeds num_experts %d", name,
+                         c->n_expert_used, c->n_expert);
+    }
+    json_t * nt = json_object_get(root, "norm_topk_prob");
+    if (nt && !json_is_null(nt) && !json_is_boolean(nt))
+        return osc_error(OSCAR_ERR_FORMAT, "%s: \"norm_topk_prob\" must be true or false", name);
+    c->expert_norm_topk = json_is_true(nt);
+    json_t * ml = json_object_get(root, "mlp_only_layers");
+    if (ml && !json_is_null(ml)) {
+        if (!json_is_array(ml) || json_array_size(ml) > OSCAR_MAX_DENSE_LAYERS) {
+            return osc_error(OSCAR_ERR_FORMAT, "%s: \"mlp_only_layers\" must be a list of at most %d layer indices",
+                             name, OSCAR_MAX_DENSE_LAYERS);
+        }
+        for (size_t i = 0; i < json_array_size(ml); i++) {
+            json_t * v = json_array_get(ml, i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= c->n_layer) {
+                return osc_error(OSCAR_ERR_FORMAT, "%s: mlp_only_layers[%zu] is not a layer index below "
+                                 "num_hidden_layers %d", name, i, c->n_layer);
+            }
+            c->dense_layers[c->n_dense_layers++] = (int32_t) json_integer_value(v);
+        }
+    }
+    return OSCAR_OK;
 }
 
 static enum oscar_status parse_root(const char * name, json_t * root, struct oscar_model_config * c) {
@@ -282,7 +350,14 @@ static enum oscar_status parse_root(const char * name, json_t * root, struct osc
     c->rms_eps = (float) eps;
     c->tied_embeddings = get_flag(root, "tie_word_embeddings");
     c->qkv_bias = c->arch == OSCAR_ARCH_QWEN2;
-    c->qk_norm = c->arch == OSCAR_ARCH_QWEN3;
+    c->qk_norm = c->arch == OSCAR_ARCH_QWEN3 || c->arch == OSCAR_ARCH_QWEN3_MOE;
+    if (c->arch == OSCAR_ARCH_QWEN2_MOE) { // transformers' Qwen2MoeConfig.qkv_bias, default true
+        json_t * qb = json_object_get(root, "qkv_bias");
+        c->qkv_bias = !qb || json_is_null(qb) || json_is_true(qb);
+    }
+    if (c->arch == OSCAR_ARCH_QWEN2_MOE || c->arch == OSCAR_ARCH_QWEN3_MOE || c->arch == OSCAR_ARCH_MIXTRAL)
+        s = parse_moe(name, root, c);
+    if (s != OSCAR_OK) return s;
     const char * nm = json_string_value(json_object_get(root, "_name_or_path"));
     snprintf(c->name, sizeof c->name, "%s", nm ? nm : "");
     return OSCAR_OK;

@@ -400,6 +400,9 @@ static enum oscar_status check_config(const struct oscar_model_config * c, const
     if (c->sliding_window > 0)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: sliding-window attention (sliding_window = %d) is "
                          "not implemented on the GPU; use the cpu backend", c->sliding_window);
+    if (c->n_expert > 0)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: mixture-of-experts models (%s, %d experts) are not "
+                         "implemented on the GPU; use the cpu backend", oscar_arch_name(c->arch), c->n_expert);
     if (p->max_tokens <= 0) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: max_tokens %d", p->max_tokens);
     if (p->attention && !p->attention->attend)
         return osc_error(OSCAR_ERR_INVALID, "forward-cuda: attention override without a callback");

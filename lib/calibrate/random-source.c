@@ -22,9 +22,19 @@ enum oscar_status oscar_calib_random_config(const char * name, struct oscar_mode
         c->arch = OSCAR_ARCH_LLAMA, c->n_layer = 30, c->n_embd = 576, c->n_head = 9, c->n_head_kv = 3;
         c->head_dim = 64, c->n_ff = 1536, c->n_vocab = 49152, c->n_ctx_train = 8192;
         c->rope_theta = 100000.0f, c->rms_eps = 1e-5f, c->tied_embeddings = true;
+    } else if (name && !strcmp(name, "qwen3-30b-a3b")) { // mixture of experts: 128 experts, top-8
+        c->arch = OSCAR_ARCH_QWEN3_MOE, c->n_layer = 48, c->n_embd = 2048, c->n_head = 32, c->n_head_kv = 4;
+        c->head_dim = 128, c->n_ff = 6144, c->n_vocab = 151936, c->n_ctx_train = 40960;
+        c->rope_theta = 1000000.0f, c->rms_eps = 1e-6f, c->qk_norm = true;
+        c->n_expert = 128, c->n_expert_used = 8, c->n_ff_expert = 768, c->expert_norm_topk = true, c->moe_step = 1;
+    } else if (name && !strcmp(name, "tiny-qwen3-moe")) { // tests: tests/fixtures/models/tiny-qwen3-moe's shape
+        c->arch = OSCAR_ARCH_QWEN3_MOE, c->n_layer = 3, c->n_embd = 64, c->n_head = 4, c->n_head_kv = 2;
+        c->head_dim = 16, c->n_ff = 96, c->n_vocab = 128, c->n_ctx_train = 256;
+        c->rope_theta = 1000000.0f, c->rms_eps = 1e-6f, c->qk_norm = true, c->tied_embeddings = true;
+        c->n_expert = 8, c->n_expert_used = 2, c->n_ff_expert = 16, c->expert_norm_topk = true, c->moe_step = 1;
     } else {
-        return osc_error(OSCAR_ERR_INVALID, "random-init: unknown shape '%s' (qwen3-8b, llama3-70b, smollm2-135m)",
-                         name ? name : "(null)");
+        return osc_error(OSCAR_ERR_INVALID, "random-init: unknown shape '%s' (qwen3-8b, llama3-70b, smollm2-135m, "
+                         "qwen3-30b-a3b, tiny-qwen3-moe)", name ? name : "(null)");
     }
     snprintf(c->name, sizeof c->name, "%s shape (random init)", name);
     return OSCAR_OK;

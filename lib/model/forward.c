@@ -1,4 +1,4 @@
-// forward.c - CPU forward pass of a decoder-only transformer (Llama/SmolLM, Qwen2, Qwen3), fp32.
+// forward.c - CPU forward pass of a decoder-only transformer (Llama/SmolLM, Qwen2, Qwen3, Phi-3, Qwen2/3-MoE), fp32.
 //
 // Every projection is one GEMM over all T tokens of the batch (util/blas: fixed tiles, so
 // the bytes do not depend on the thread count); attention
@@ -10,7 +10,9 @@
 // fp32 angle = inv_freq * pos) so that captured Q/K match transformers bit-closely;
 // the frequencies come from oscar_rope_inv_freq (plain, linear or Llama 3 scaling,
 // GGUF rope_freqs divisors), only the first rope_dim dims of a head rotate
-// (partial rotary), and sliding-window layers attend to their last W keys.
+// (partial rotary), and sliding-window layers attend to their last W keys. Sparse
+// (mixture-of-experts) layers route each token to its top-k experts and run one GEMM per
+// expert over the rows routed to it (moe_mlp).
 //
 // It refuses: batches larger than max_tokens, tokens outside [0, V), empty or
 // unordered sequences, and models whose shapes do not fit together. The built-in
@@ -39,8 +41,18 @@ struct oscar_forward {
     float *   k;        // [T, Hkv, D]
     float *   v;        // [T, Hkv, D]
     float *   att;      // [T, Hq, D]
-    float *   gate;     // [T, F]
-    float *   up;       // [T, F]
+    float *   gate;     // [T, max(F, Fe, Fs)]
+    float *   up;       // [T, max(F, Fe, Fs)]
+    // sparse layers (NULL in a dense model)
+    float *   probs;    // [T, E] router logits, then probabilities
+    int32_t * top_e;    // [T, k] each token's experts, best first
+    float *   top_w;    // [T, k] their weights
+    int32_t * by_exp;   // [T * k] the (token, slot) entries t * k + j grouped by expert, tokens ascending
+    int32_t * exp_n;    // [E + 1] offsets of each expert's entries in by_exp
+    int32_t * exp_at;   // [E] fill cursors of the counting sort
+    float *   rows;     // [T, C] one expert's gathered input rows, then the shared expert's output
+    float *   ye;       // [T, C] one expert's output rows
+    float *   slot;     // [T * k, C] each (token, slot)'s expert output
     float *   cos_t;    // [T, R/2], R = rotated dims (oscar_rope_dim)
     float *   sin_t;    // [T, R/2]
     float *   inv_freq; // [R/2]
@@ -76,6 +88,10 @@ static enum oscar_status check_model(const struct oscar_model * m) {
                          (double)c->rope_factor);
     if (!(c->rope_theta > 0.0f) || !(c->rms_eps >= 0.0f))
         return osc_error(OSCAR_ERR_INVALID, "%s: bad rope_theta or rms_eps", m->source);
+    if (c->n_expert < 0 || (c->n_expert > 0 && (c->n_expert_used <= 0 || c->n_expert_used > c->n_expert ||
+                                                 c->n_ff_expert <= 0 || c->n_ff_shared < 0 || c->moe_step <= 0)))
+        return osc_error(OSCAR_ERR_INVALID, "%s: bad experts (%d experts, top-%d, ff %d, shared ff %d, step %d)",
+                         m->source, c->n_expert, c->n_expert_used, c->n_ff_expert, c->n_ff_shared, c->moe_step);
     if (!m->tok_embd || !m->output_norm || !m->layers)
         return osc_error(OSCAR_ERR_INVALID, "%s: missing embedding or output norm", m->source);
     return OSCAR_OK;
@@ -85,8 +101,11 @@ static enum oscar_status check_model(const struct oscar_model * m) {
 static enum oscar_status check_layer(const struct oscar_model * m, int32_t l) {
     const struct oscar_model_config * c = &m->config;
     const struct oscar_layer_weights * w = &m->layers[l];
-    if (!w->attn_norm || !w->wq || !w->wk || !w->wv || !w->wo || !w->ffn_norm || !w->w_gate || !w->w_up ||
-        !w->w_down)
+    const bool moe = oscar_layer_is_moe(c, l);
+    const bool mlp = moe ? w->router && w->exp_gate && w->exp_up && w->exp_down &&
+                               (c->n_ff_shared <= 0 || (w->sh_gate && w->sh_up && w->sh_down && w->sh_scale))
+                         : w->w_gate && w->w_up && w->w_down;
+    if (!w->attn_norm || !w->wq || !w->wk || !w->wv || !w->wo || !w->ffn_norm || !mlp)
         return osc_error(OSCAR_ERR_INVALID, "%s: layer %d: weights not resident (oscar_model_layer_acquire) or "
                          "missing", m->source, l);
     if (c->qk_norm && (!w->q_norm || !w->k_norm))
@@ -106,6 +125,15 @@ void oscar_forward_free(struct oscar_forward * f) {
     free(f->att);
     free(f->gate);
     free(f->up);
+    free(f->probs);
+    free(f->top_e);
+    free(f->top_w);
+    free(f->by_exp);
+    free(f->exp_n);
+    free(f->exp_at);
+    free(f->rows);
+    free(f->ye);
+    free(f->slot);
     free(f->cos_t);
     free(f->sin_t);
     free(f->inv_freq);
@@ -145,8 +173,24 @@ enum oscar_status oscar_forward_init(const struct oscar_model * m, const struct 
     f->k        = alloc_f(T * KV);
     f->v        = alloc_f(T * KV);
     f->att      = alloc_f(T * Q);
-    f->gate     = alloc_f(T * F);
-    f->up       = alloc_f(T * F);
+    size_t FM = F > (size_t)c->n_ff_expert ? F : (size_t)c->n_ff_expert;
+    FM = FM > (size_t)c->n_ff_shared ? FM : (size_t)c->n_ff_shared;
+    f->gate     = alloc_f(T * FM);
+    f->up       = alloc_f(T * FM);
+    bool moe_ok = true;
+    if (c->n_expert > 0) {
+        const size_t E = (size_t)c->n_expert, K = (size_t)c->n_expert_used;
+        f->probs  = alloc_f(T * E);
+        f->top_e  = malloc(T * K * sizeof(int32_t));
+        f->top_w  = alloc_f(T * K);
+        f->by_exp = malloc(T * K * sizeof(int32_t));
+        f->exp_n  = malloc((E + 1) * sizeof(int32_t));
+        f->exp_at = malloc(E * sizeof(int32_t));
+        f->rows   = alloc_f(T * C);
+        f->ye     = alloc_f(T * C);
+        f->slot   = alloc_f(T * K * C);
+        moe_ok = f->probs && f->top_e && f->top_w && f->by_exp && f->exp_n && f->exp_at && f->rows && f->ye && f->slot;
+    }
     const size_t R = (size_t)oscar_rope_dim(c);
     f->cos_t    = alloc_f(T * R / 2);
     f->sin_t    = alloc_f(T * R / 2);
@@ -154,7 +198,7 @@ enum oscar_status oscar_forward_init(const struct oscar_model * m, const struct 
     f->pos      = malloc(T * sizeof(int32_t));
     f->rope_T   = -1;
     if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->cos_t || !f->sin_t ||
-        !f->inv_freq || !f->pos)
+        !f->inv_freq || !f->pos || !moe_ok)
         goto fail_nomem;
     oscar_rope_inv_freq(c, m->rope_freqs, f->inv_freq);
     *out = f;
@@ -284,6 +328,97 @@ static void swiglu(float * g, const float * u, size_t n, int nt) {
     }
 }
 
+// ---- mixture of experts ------------------------------------------------------------------------
+
+// Router: softmax over the E logits of each token (fp32 like transformers, the denominator in
+// double), its top k (ties to the lower expert), renormalised to sum 1 when norm_topk.
+static void route(struct oscar_forward * f, int32_t T) {
+    const struct oscar_model_config * c = &f->m->config;
+    const int32_t E = c->n_expert, K = c->n_expert_used;
+#pragma omp parallel for schedule(static) num_threads(f->n_threads)
+    for (int32_t t = 0; t < T; t++) {
+        float * p = f->probs + (size_t)t * E;
+        float   mx = p[0];
+        for (int32_t e = 1; e < E; e++) mx = p[e] > mx ? p[e] : mx;
+        double sum = 0.0;
+        for (int32_t e = 0; e < E; e++) {
+            p[e] = expf(p[e] - mx);
+            sum += (double)p[e];
+        }
+        for (int32_t e = 0; e < E; e++) p[e] = (float)((double)p[e] / sum);
+        int32_t * te = f->top_e + (size_t)t * K;
+        float *   tw = f->top_w + (size_t)t * K;
+        for (int32_t j = 0; j < K; j++) { // k passes: k is small
+            int32_t best = -1;
+            for (int32_t e = 0; e < E; e++) {
+                bool taken = false;
+                for (int32_t i = 0; i < j; i++) taken = taken || te[i] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            te[j] = best, tw[j] = p[best];
+        }
+        if (c->expert_norm_topk) {
+            float s = 0.0f;
+            for (int32_t j = 0; j < K; j++) s += tw[j];
+            for (int32_t j = 0; j < K; j++) tw[j] /= s;
+        }
+    }
+}
+
+// down(silu(gate x) * up x) of `n` rows x [n, C] into y [n, C], through f->gate / f->up.
+static void expert_mlp(struct oscar_forward * f, const float * x, int32_t n, const float * wg, const float * wu,
+                       const float * wd, int32_t Fe, float * y) {
+    const int32_t C = f->m->config.n_embd;
+    linear(f->gate, x, wg, NULL, n, Fe, C, false, f->n_threads);
+    linear(f->up, x, wu, NULL, n, Fe, C, false, f->n_threads);
+    swiglu(f->gate, f->up, (size_t)n * Fe, f->n_threads);
+    linear(y, f->gate, wd, NULL, n, C, Fe, false, f->n_threads);
+}
+
+// The sparse MLP of layer w on the normed rows f->xn, added to the residual f->x. Tokens are
+// grouped by expert (one GEMM per expert over its rows); each token's sum then runs over its
+// experts in top-k order, then the shared expert: a fixed order whatever the batch or threads.
+static void moe_mlp(struct oscar_forward * f, const struct oscar_layer_weights * w, int32_t T) {
+    const struct oscar_model_config * c = &f->m->config;
+    const int32_t E = c->n_expert, K = c->n_expert_used, C = c->n_embd, Fe = c->n_ff_expert, FS = c->n_ff_shared;
+    linear(f->probs, f->xn, w->router, NULL, T, E, C, false, f->n_threads);
+    route(f, T);
+    // counting sort of the (token, slot) entries by expert, tokens in order within an expert
+    memset(f->exp_n, 0, (size_t)(E + 1) * sizeof(int32_t));
+    for (int32_t i = 0; i < T * K; i++) f->exp_n[f->top_e[i] + 1]++;
+    for (int32_t e = 0; e < E; e++) f->exp_n[e + 1] += f->exp_n[e];
+    memcpy(f->exp_at, f->exp_n, (size_t)E * sizeof(int32_t));
+    for (int32_t i = 0; i < T * K; i++) f->by_exp[f->exp_at[f->top_e[i]]++] = i;
+    for (int32_t e = 0; e < E; e++) {
+        const int32_t base = f->exp_n[e], n = f->exp_n[e + 1] - base;
+        if (n == 0) continue;
+        for (int32_t r = 0; r < n; r++)
+            memcpy(f->rows + (size_t)r * C, f->xn + (size_t)(f->by_exp[base + r] / K) * C, (size_t)C * sizeof(float));
+        const size_t ef = (size_t)e * Fe * C;
+        expert_mlp(f, f->rows, n, w->exp_gate + ef, w->exp_up + ef, w->exp_down + ef, Fe, f->ye);
+        for (int32_t r = 0; r < n; r++)
+            memcpy(f->slot + (size_t)f->by_exp[base + r] * C, f->ye + (size_t)r * C, (size_t)C * sizeof(float));
+    }
+    if (FS > 0) expert_mlp(f, f->xn, T, w->sh_gate, w->sh_up, w->sh_down, FS, f->rows);
+#pragma omp parallel for schedule(static) num_threads(f->n_threads)
+    for (int32_t t = 0; t < T; t++) {
+        float *       xr = f->x + (size_t)t * C;
+        const float * tw = f->top_w + (size_t)t * K;
+        float         g = 0.0f;
+        if (FS > 0) { // sigmoid(shared_expert_gate . x)
+            double d = 0.0;
+            for (int32_t i = 0; i < C; i++) d += (double)f->xn[(size_t)t * C + i] * (double)w->sh_scale[i];
+            g = 1.0f / (1.0f + expf(-(float)d));
+        }
+        for (int32_t i = 0; i < C; i++) {
+            float acc = 0.0f;
+            for (int32_t j = 0; j < K; j++) acc += tw[j] * f->slot[((size_t)t * K + j) * C + i];
+            if (FS > 0) acc += g * f->rows[(size_t)t * C + i];
+            xr[i] += acc;
+        }
+    }
+}
+
 // ---- attention ---------------------------------------------------------------------------------
 
 static int32_t attention_threads(void * user) {
@@ -388,10 +523,14 @@ static enum oscar_status run_layer(struct oscar_forward * f, const struct oscar_
     linear(f->x, f->att, w->wo, NULL, T, C, Q, true, f->n_threads); // residual += attn @ W_O^T
 
     rmsnorm(f->xn, f->x, w->ffn_norm, T, C, c->rms_eps, f->n_threads);
-    linear(f->gate, f->xn, w->w_gate, NULL, T, F, C, false, f->n_threads);
-    linear(f->up, f->xn, w->w_up, NULL, T, F, C, false, f->n_threads);
-    swiglu(f->gate, f->up, (size_t)T * F, f->n_threads);
-    linear(f->x, f->gate, w->w_down, NULL, T, C, F, true, f->n_threads);
+    if (oscar_layer_is_moe(c, l)) {
+        moe_mlp(f, w, T);
+    } else {
+        linear(f->gate, f->xn, w->w_gate, NULL, T, F, C, false, f->n_threads);
+        linear(f->up, f->xn, w->w_up, NULL, T, F, C, false, f->n_threads);
+        swiglu(f->gate, f->up, (size_t)T * F, f->n_threads);
+        linear(f->x, f->gate, w->w_down, NULL, T, C, F, true, f->n_threads);
+    }
 
     const struct oscar_capture_hook * hk = f->p.hook;
     if (hk && hk->on_layer && (!hk->want || hk->want(hk->user, l))) {

@@ -1,4 +1,4 @@
-// load-gguf.c - model config and fp32 weights from a llama/qwen2/qwen3 GGUF.
+// load-gguf.c - model config and fp32 weights from a llama/qwen2/qwen3/qwen2moe/qwen3moe GGUF.
 //
 // Keys are "<arch>.block_count" etc. with arch = general.architecture; head_dim
 // comes from "<arch>.attention.key_length" when present, else
@@ -15,6 +15,11 @@
 // type or rope_freqs, and partial rotary (rope.dimension_count < head_dim) are
 // refused naming the key and its value. "<arch>.attention.sliding_window"
 // (llama.cpp's key) sets a window on every layer.
+//
+// qwen2moe / qwen3moe: <arch>.expert_count, expert_used_count, expert_feed_forward_length,
+// expert_shared_feed_forward_length (qwen2moe), expert_weights_norm, expert_gating_func;
+// tensors blk.N.ffn_gate_inp (router [E, C]), ffn_{gate,up,down}_exps (3-D, experts stacked
+// along ne[2]), ffn_{gate,up,down}_shexp and ffn_gate_inp_shexp (the shared expert).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +43,10 @@ static void tensor_name(enum osc_wkind k, int32_t layer, char * out, size_t n) {
         [OSC_W_BV] = "attn_v.bias", [OSC_W_QNORM] = "attn_q_norm.weight", [OSC_W_KNORM] = "attn_k_norm.weight",
         [OSC_W_O] = "attn_output.weight", [OSC_W_FFN_NORM] = "ffn_norm.weight", [OSC_W_GATE] = "ffn_gate.weight",
         [OSC_W_UP] = "ffn_up.weight", [OSC_W_DOWN] = "ffn_down.weight", [OSC_W_ROPE_FREQS] = "rope_freqs.weight",
+        [OSC_W_ROUTER] = "ffn_gate_inp.weight", [OSC_W_EXP_GATE] = "ffn_gate_exps.weight",
+        [OSC_W_EXP_UP] = "ffn_up_exps.weight", [OSC_W_EXP_DOWN] = "ffn_down_exps.weight",
+        [OSC_W_SH_GATE] = "ffn_gate_shexp.weight", [OSC_W_SH_UP] = "ffn_up_shexp.weight",
+        [OSC_W_SH_DOWN] = "ffn_down_shexp.weight", [OSC_W_SH_SCALE] = "ffn_gate_inp_shexp.weight",
     };
     if (layer < 0) snprintf(out, n, "%s", names[k]);
     else snprintf(out, n, "blk.%d.%s", layer, names[k]);
@@ -65,20 +74,23 @@ static enum oscar_status gguf_get(void * ctx, enum osc_wkind kind, int32_t layer
     const char * path = osc_gguf_path(s->g);
     const struct osc_gguf_tensor * t = osc_gguf_find_tensor(s->g, name);
     if (!t) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: tensor '%s' is missing", path, name);
+    // the stacked experts are 3-D: [cols, rows of one expert, E] in ggml order
+    const bool exps = kind == OSC_W_EXP_GATE || kind == OSC_W_EXP_UP || kind == OSC_W_EXP_DOWN;
+    const int64_t E = exps ? s->c->n_expert : 1;
     bool ok = cols == 0 ? (t->n_elements == rows && t->ne[0] == rows)
-                        : (t->ne[0] == cols && t->ne[1] == rows && t->ne[2] == 1 && t->ne[3] == 1);
+                        : (t->ne[0] == cols && t->ne[1] * E == rows && t->ne[2] == E && t->ne[3] == 1);
     if (!ok) {
         return osc_error(OSCAR_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld] (ggml order), "
-                         "the config needs [%lld, %lld]", path, name, (long long) t->ne[0], (long long) t->ne[1],
+                         "the config needs [%lld, %lld, %lld]", path, name, (long long) t->ne[0], (long long) t->ne[1],
                          (long long) t->ne[2], (long long) t->ne[3], (long long) (cols ? cols : rows),
-                         (long long) (cols ? rows : 1));
+                         (long long) (cols ? rows / E : 1), (long long) E);
     }
     if (!dst) return OSCAR_OK; // check pass
     enum oscar_status st = osc_ggml_dequantize(t->type, t->data, dst, t->n_elements);
     osc_mapped_drop(t->data, t->nbytes); // read once: its pages need not stay resident
     if (st != OSCAR_OK) return osc_error_prefix(st, "%s: tensor '%s'", path, name);
     bool qk = kind == OSC_W_Q || kind == OSC_W_K || kind == OSC_W_BQ || kind == OSC_W_BK;
-    if (qk && s->c->arch == OSCAR_ARCH_LLAMA) {
+    if (qk && (s->c->arch == OSCAR_ARCH_LLAMA || s->c->arch == OSCAR_ARCH_MIXTRAL)) {
         // allocated on first use, after the check pass has seen the q/k tensors it is sized by
         if (!s->tmp) s->tmp = malloc((size_t) s->c->head_dim * (size_t) s->c->n_embd * sizeof(float));
         if (!s->tmp) return osc_error(OSCAR_ERR_NOMEM, "%s: out of memory", path);
@@ -143,6 +155,41 @@ static enum oscar_status read_rope(struct osc_gguf * g, const char * arch, struc
     return OSCAR_OK;
 }
 
+// The experts of qwen2moe / qwen3moe as llama.cpp reads them: every layer is sparse; the top-k
+// weights are renormalised as <arch>.expert_weights_norm says, else as llama.cpp's graph for the
+// arch does (qwen3moe yes, qwen2moe no); a gating function other than softmax is refused.
+static enum oscar_status read_moe(struct osc_gguf * g, const char * arch, struct oscar_model_config * c) {
+    const char * path = osc_gguf_path(g);
+    enum oscar_status st = get_i32(g, arch, "expert_count", true, &c->n_expert);
+    if (st == OSCAR_OK) st = get_i32(g, arch, "expert_used_count", true, &c->n_expert_used);
+    c->n_ff_expert = c->n_ff; // Mixtral GGUFs: the experts are feed_forward_length wide
+    if (st == OSCAR_OK)
+        st = get_i32(g, arch, "expert_feed_forward_length", c->arch != OSCAR_ARCH_MIXTRAL, &c->n_ff_expert);
+    if (st == OSCAR_OK && c->arch == OSCAR_ARCH_QWEN2_MOE)
+        st = get_i32(g, arch, "expert_shared_feed_forward_length", true, &c->n_ff_shared);
+    if (st != OSCAR_OK) return st;
+    c->moe_step = 1;
+    char key[128];
+    snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+    bool norm = c->arch == OSCAR_ARCH_QWEN3_MOE || c->arch == OSCAR_ARCH_MIXTRAL;
+    st = osc_gguf_get_bool(g, key, &norm);
+    if (st != OSCAR_OK && st != OSCAR_ERR_NOT_FOUND) return st;
+    c->expert_norm_topk = norm;
+    snprintf(key, sizeof key, "%s.expert_gating_func", arch);
+    uint32_t gating = 1; // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX
+    st = osc_gguf_get_u32(g, key, &gating);
+    if (st != OSCAR_OK && st != OSCAR_ERR_NOT_FOUND) return st;
+    if (gating != 1) {
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s = %u (%s) is not supported (1, softmax, is)", path, key,
+                         gating, gating == 2 ? "sigmoid" : gating == 3 ? "softmax_weight" : "unknown");
+    }
+    if (c->n_expert_used > c->n_expert) {
+        return osc_error(OSCAR_ERR_FORMAT, "%s: %s.expert_used_count %d exceeds %s.expert_count %d", path, arch,
+                         c->n_expert_used, arch, c->n_expert);
+    }
+    return OSCAR_OK;
+}
+
 static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_config * c) {
     const char * path = osc_gguf_path(g);
     const char * a;
@@ -152,12 +199,17 @@ static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_con
     char arch[32];
     snprintf(arch, sizeof arch, "%.*s", (int) (alen < 31 ? alen : 31), a);
     if (strlen(arch) != alen) alen = 0; // embedded NUL or too long: never matches
-    if (alen && strcmp(arch, "llama") == 0) c->arch = OSCAR_ARCH_LLAMA;
-    else if (alen && strcmp(arch, "qwen2") == 0) c->arch = OSCAR_ARCH_QWEN2;
+    uint32_t n_exp = 0;
+    if (alen && strcmp(arch, "llama") == 0) { // llama.cpp stores Mixtral as llama with llama.expert_count
+        c->arch = osc_gguf_get_u32(g, "llama.expert_count", &n_exp) == OSCAR_OK && n_exp > 0 ? OSCAR_ARCH_MIXTRAL
+                                                                                           : OSCAR_ARCH_LLAMA;
+    } else if (alen && strcmp(arch, "qwen2") == 0) c->arch = OSCAR_ARCH_QWEN2;
     else if (alen && strcmp(arch, "qwen3") == 0) c->arch = OSCAR_ARCH_QWEN3;
+    else if (alen && strcmp(arch, "qwen2moe") == 0) c->arch = OSCAR_ARCH_QWEN2_MOE;
+    else if (alen && strcmp(arch, "qwen3moe") == 0) c->arch = OSCAR_ARCH_QWEN3_MOE;
     else {
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: GGUF architecture '%.*s' is not supported (llama, qwen2, qwen3 "
-                         "are)", path, (int) (alen > 64 ? 64 : alen), a);
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: GGUF architecture '%.*s' is not supported (llama, qwen2, qwen3, "
+                         "qwen2moe, qwen3moe are)", path, (int) (alen > 64 ? 64 : alen), a);
     }
     c->n_ctx_train = 2048;
     c->rope_theta = 10000.0f;
@@ -183,8 +235,11 @@ static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_con
     if (emb->ne[1] > INT32_MAX) return osc_error(OSCAR_ERR_FORMAT, "%s: vocabulary too large", path);
     c->n_vocab = (int32_t) emb->ne[1];
     c->tied_embeddings = osc_gguf_find_tensor(g, "output.weight") == NULL;
-    c->qkv_bias = c->arch == OSCAR_ARCH_QWEN2;
-    c->qk_norm = c->arch == OSCAR_ARCH_QWEN3;
+    c->qkv_bias = c->arch == OSCAR_ARCH_QWEN2 || c->arch == OSCAR_ARCH_QWEN2_MOE;
+    c->qk_norm = c->arch == OSCAR_ARCH_QWEN3 || c->arch == OSCAR_ARCH_QWEN3_MOE;
+    if ((c->arch == OSCAR_ARCH_QWEN2_MOE || c->arch == OSCAR_ARCH_QWEN3_MOE || c->arch == OSCAR_ARCH_MIXTRAL) &&
+        (st = read_moe(g, arch, c)) != OSCAR_OK)
+        return st;
     const char * nm;
     size_t nl;
     if (osc_gguf_get_str(g, "general.name", &nm, &nl) == OSCAR_OK) {
@@ -196,7 +251,7 @@ static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_con
 // No blk.N.* tensor beyond block_count (missing ones fail in osc_model_attach).
 static enum oscar_status check_layers(const struct osc_gguf * g, const struct oscar_model_config * c) {
     char field[64]; // the arch names are the GGUF key prefixes
-    snprintf(field, sizeof field, "%s.block_count", oscar_arch_name(c->arch));
+    snprintf(field, sizeof field, "%s.block_count", c->arch == OSCAR_ARCH_MIXTRAL ? "llama" : oscar_arch_name(c->arch));
     enum oscar_status st = OSCAR_OK;
     for (int64_t i = 0; st == OSCAR_OK && i < osc_gguf_n_tensors(g); i++) {
         st = osc_model_check_layer(osc_gguf_path(g), osc_gguf_tensor(g, i)->name, "blk.", c->n_layer, field);

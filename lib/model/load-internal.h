@@ -11,7 +11,12 @@ enum osc_wkind {
     OSC_W_EMBD, OSC_W_OUT_NORM, OSC_W_OUTPUT,
     OSC_W_ATTN_NORM, OSC_W_Q, OSC_W_K, OSC_W_V, OSC_W_BQ, OSC_W_BK, OSC_W_BV, OSC_W_QNORM, OSC_W_KNORM,
     OSC_W_O, OSC_W_FFN_NORM, OSC_W_GATE, OSC_W_UP, OSC_W_DOWN,
+    // sparse layers: the router [E, C], the E experts stacked ([E * rows of one expert, cols]: a
+    // format that stores one tensor per expert reads them in expert order), the shared expert
+    OSC_W_ROUTER, OSC_W_EXP_GATE, OSC_W_EXP_UP, OSC_W_EXP_DOWN,
+    OSC_W_SH_GATE, OSC_W_SH_UP, OSC_W_SH_DOWN, OSC_W_SH_SCALE, // SH_SCALE: shared_expert_gate [C]
     OSC_W_ROPE_FREQS, // [rope_dim/2], only when config.has_rope_freqs (GGUF rope_freqs.weight)
+    OSC_W_N_KINDS
 };
 
 // A format's view of its tensors. get() fills dst [rows, cols] (cols = 0 for

@@ -3,7 +3,8 @@
 //
 // Tensor names are the transformers ones (model.layers.{i}.self_attn.q_proj.weight,
 // ...), already in HF order: no permutation; Phi-3's fused qkv_proj and
-// gate_up_proj are split into q/k/v and gate/up rows at load. With tie_word_embeddings the
+// gate_up_proj are split into q/k/v and gate/up rows at load; MoE experts
+// (mlp.experts.J.*) are read one tensor per expert into one stacked block. With tie_word_embeddings the
 // lm_head is not read (tok_embd is shared); without it lm_head.weight is
 // required. source_sha256 is that of config.json.
 #include <stdio.h>
@@ -32,6 +33,9 @@ static void tensor_name(enum osc_wkind k, int32_t layer, char * out, size_t n) {
         [OSC_W_QNORM] = "self_attn.q_norm.weight", [OSC_W_KNORM] = "self_attn.k_norm.weight",
         [OSC_W_O] = "self_attn.o_proj.weight", [OSC_W_FFN_NORM] = "post_attention_layernorm.weight",
         [OSC_W_GATE] = "mlp.gate_proj.weight", [OSC_W_UP] = "mlp.up_proj.weight", [OSC_W_DOWN] = "mlp.down_proj.weight",
+        [OSC_W_ROUTER] = "mlp.gate.weight", [OSC_W_SH_GATE] = "mlp.shared_expert.gate_proj.weight",
+        [OSC_W_SH_UP] = "mlp.shared_expert.up_proj.weight", [OSC_W_SH_DOWN] = "mlp.shared_expert.down_proj.weight",
+        [OSC_W_SH_SCALE] = "mlp.shared_expert_gate.weight",
     };
     if (layer < 0) snprintf(out, n, "%s", names[k]);
     else snprintf(out, n, "model.layers.%d.%s", layer, names[k]);
@@ -57,15 +61,10 @@ static bool phi3_fused(const struct oscar_model_config * c, enum osc_wkind kind,
     return false;
 }
 
-static enum oscar_status st_get(void * ctx, enum osc_wkind kind, int32_t layer, int64_t rows, int64_t cols,
-                                float * dst) {
-    struct st_src * s = ctx;
-    char name[128];
-    int64_t total = rows, first = 0; // the rows [first, first + rows) of a tensor of `total` rows
-    if (s->c->arch != OSCAR_ARCH_PHI3 || !phi3_fused(s->c, kind, layer, name, sizeof name, &total, &first)) {
-        if (kind == OSC_W_ROPE_FREQS) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: no rope_freqs in HF models", s->dir);
-        tensor_name(kind, layer, name, sizeof name);
-    }
+// Rows [first, first + rows) of tensor `name` of `total` rows x cols (cols 0: a vector) into dst,
+// or with dst NULL only the check of its presence and shape.
+static enum oscar_status read_rows(const struct st_src * s, const char * name, int64_t total, int64_t first,
+                                   int64_t rows, int64_t cols, float * dst) {
     const struct osc_st_tensor * t = osc_safetensors_find(s->st, name);
     if (!t) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: tensor '%s' is missing", s->dir, name);
     bool ok = cols == 0 ? (t->n_dims == 1 && t->shape[0] == total)
@@ -87,6 +86,41 @@ static enum oscar_status st_get(void * ctx, enum osc_wkind kind, int32_t layer, 
     enum oscar_status st = osc_st_to_f32(&part, dst);
     osc_mapped_drop(part.data, part.nbytes); // read once: its pages need not stay resident
     return st;
+}
+
+// The routed experts: one tensor per expert (mlp.experts.J.{gate,up,down}_proj), stacked in expert order.
+static enum oscar_status read_experts(const struct st_src * s, enum osc_wkind kind, int32_t layer, int64_t rows,
+                                      int64_t cols, float * dst) {
+    const bool mx = s->c->arch == OSCAR_ARCH_MIXTRAL; // block_sparse_moe.experts.J.w1 (gate), w3 (up), w2 (down)
+    const char * proj = kind == OSC_W_EXP_GATE ? (mx ? "w1" : "gate_proj") : kind == OSC_W_EXP_UP ? (mx ? "w3" : "up_proj")
+                                                                                                 : (mx ? "w2" : "down_proj");
+    const int64_t E = s->c->n_expert, per = rows / E;
+    enum oscar_status st = OSCAR_OK;
+    for (int64_t j = 0; st == OSCAR_OK && j < E; j++) {
+        char name[160];
+        snprintf(name, sizeof name, "model.layers.%d.%s.experts.%lld.%s.weight", layer, mx ? "block_sparse_moe" : "mlp",
+                 (long long) j, proj);
+        st = read_rows(s, name, per, 0, per, cols, dst ? dst + j * per * cols : NULL);
+    }
+    return st;
+}
+
+static enum oscar_status st_get(void * ctx, enum osc_wkind kind, int32_t layer, int64_t rows, int64_t cols,
+                                float * dst) {
+    struct st_src * s = ctx;
+    char name[128];
+    if (kind == OSC_W_ROUTER && s->c->arch == OSCAR_ARCH_MIXTRAL) {
+        snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.gate.weight", layer);
+        return read_rows(s, name, rows, 0, rows, cols, dst);
+    }
+    if (kind == OSC_W_EXP_GATE || kind == OSC_W_EXP_UP || kind == OSC_W_EXP_DOWN)
+        return read_experts(s, kind, layer, rows, cols, dst);
+    int64_t total = rows, first = 0; // the rows [first, first + rows) of a tensor of `total` rows
+    if (s->c->arch != OSCAR_ARCH_PHI3 || !phi3_fused(s->c, kind, layer, name, sizeof name, &total, &first)) {
+        if (kind == OSC_W_ROPE_FREQS) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: no rope_freqs in HF models", s->dir);
+        tensor_name(kind, layer, name, sizeof name);
+    }
+    return read_rows(s, name, total, first, rows, cols, dst);
 }
 
 // No model.layers.N.* tensor beyond num_hidden_layers (missing ones fail in osc_model_attach).

@@ -3,13 +3,15 @@
 //
 // Every tensor's shape is checked against the config by the format source;
 // this file only decides what is required (biases for qwen2, q/k norms for
-// qwen3, output unless tied) and where it lives. The config comes from the
+// qwen3, output unless tied; in a sparse layer the router, the stacked experts
+// and the shared expert instead of the dense MLP) and where it lives. The config comes from the
 // file, so all of it is checked before anything is allocated: sizes and their
 // products (overflow-checked), then every tensor (present, right shape), and
 // the loaders refuse layer tensors beyond the declared layer count.
 //
 // Memory: the tensors outside the layers (embedding, output norm, output) in
-// one block; each layer in a block of its own, read from the still-open weight
+// one block; each layer in a block of its own (a sparse layer's holds all its
+// experts, so acquiring a layer reads its experts), read from the still-open weight
 // source when it is acquired and freed when it is released. oscar_model_load
 // acquires every layer; oscar_model_open none, and a layer-major caller then
 // holds two at a time (the one it runs, the one being prefetched). A prefetch
@@ -28,7 +30,7 @@
 struct model_storage {
     float * globals;                 // tok_embd, output_norm, output
     float ** layer_mem;              // [n_layer] the block behind m->layers[l], or NULL
-    int64_t layer_floats;            // floats in one layer block
+    int64_t layer_floats;            // floats in the largest layer block (dense or sparse)
     struct osc_weight_source src;    // open while any layer may still be read
     bool has_src;
     int32_t prefetch;                // layer being read by the prefetch thread, or -1
@@ -43,6 +45,9 @@ const char * oscar_arch_name(enum oscar_arch arch) {
     case OSCAR_ARCH_QWEN2: return "qwen2";
     case OSCAR_ARCH_QWEN3: return "qwen3";
     case OSCAR_ARCH_PHI3: return "phi3";
+    case OSCAR_ARCH_QWEN2_MOE: return "qwen2moe";
+    case OSCAR_ARCH_QWEN3_MOE: return "qwen3moe";
+    case OSCAR_ARCH_MIXTRAL: return "mixtral";
     }
     return "unknown";
 }
@@ -50,9 +55,10 @@ const char * oscar_arch_name(enum oscar_arch arch) {
 // Dimensions of the weight tensors; products of config numbers are
 // overflow-checked (the config comes from an untrusted file).
 struct dims {
-    int64_t q, kv;  // n_head * head_dim, n_head_kv * head_dim
-    int64_t layer;  // floats of one layer
-    int64_t total;  // floats of the whole slab, with a separate output matrix
+    int64_t q, kv;   // n_head * head_dim, n_head_kv * head_dim
+    int64_t dense;   // floats of a dense layer
+    int64_t sparse;  // floats of a sparse (mixture-of-experts) layer; 0 without experts
+    int64_t total;   // floats of the whole model, with a separate output matrix
 };
 
 #define MODEL_MAX_FLOATS ((int64_t) 1 << 40)
@@ -65,9 +71,24 @@ static bool add(int64_t a, int64_t b, int64_t * out) {
     return !__builtin_add_overflow(a, b, out) && *out <= MODEL_MAX_FLOATS;
 }
 
+bool oscar_layer_is_moe(const struct oscar_model_config * c, int32_t l) {
+    if (c->n_expert <= 0 || c->moe_step <= 0 || (l + 1) % c->moe_step != 0) return false;
+    for (int32_t i = 0; i < c->n_dense_layers && i < OSCAR_MAX_DENSE_LAYERS; i++)
+        if (c->dense_layers[i] == l) return false;
+    return true;
+}
+
+// The floats of a sparse layer's MLP: router, E experts of Fe, the shared expert of Fs and its gate.
+static bool moe_floats(const struct oscar_model_config * c, int64_t * out) {
+    int64_t C = c->n_embd, x, y;
+    bool ok = mul(c->n_expert, C, out) && mul(c->n_ff_expert, C, &x) && mul(x, 3, &x) && mul(x, c->n_expert, &y) &&
+              add(*out, y, out) && mul(c->n_ff_shared, C, &x) && mul(x, 3, &x) && add(*out, x, out);
+    return ok && (c->n_ff_shared <= 0 || add(*out, C, out));
+}
+
 // Fills d, or returns false with *what naming the product that is too large.
 static bool model_dims(const struct oscar_model_config * c, struct dims * d, const char ** what) {
-    int64_t C = c->n_embd, vc, qc, kvc, fc, x;
+    int64_t C = c->n_embd, vc, qc, kvc, fc, x, attn, moe = 0;
     *what = "num_attention_heads x head_dim";
     if (!mul(c->n_head, c->head_dim, &d->q) || d->q > INT32_MAX || !mul(d->q, C, &qc)) return false;
     *what = "num_key_value_heads x head_dim";
@@ -76,21 +97,56 @@ static bool model_dims(const struct oscar_model_config * c, struct dims * d, con
     if (!mul(c->n_vocab, C, &vc)) return false;
     *what = "intermediate_size x hidden_size";
     if (!mul(c->n_ff, C, &fc)) return false;
-    // one layer: 2 norms, q, k, v, o, gate, up, down (+ q/k/v biases, + q/k norms)
+    *what = "num_experts x moe_intermediate_size x hidden_size";
+    if (c->n_expert > 0 && !moe_floats(c, &moe)) return false;
+    // attention: 2 norms, q, k, v, o (+ q/k/v biases, + q/k norms); then the MLP: gate, up, down or the experts
     *what = "the size of one layer";
-    bool ok = mul(C, 2, &d->layer) && add(d->layer, 2 * qc, &d->layer) && mul(kvc, 2, &x) &&
-              add(d->layer, x, &d->layer) && mul(fc, 3, &x) && add(d->layer, x, &d->layer);
-    if (ok && c->qkv_bias) ok = add(d->layer, d->q + 2 * d->kv, &d->layer);
-    if (ok && c->qk_norm) ok = add(d->layer, 2 * (int64_t) c->head_dim, &d->layer);
-    if (!ok) return false;
+    bool ok = mul(C, 2, &attn) && add(attn, 2 * qc, &attn) && mul(kvc, 2, &x) && add(attn, x, &attn);
+    if (ok && c->qkv_bias) ok = add(attn, d->q + 2 * d->kv, &attn);
+    if (ok && c->qk_norm) ok = add(attn, 2 * (int64_t) c->head_dim, &attn);
+    if (!ok || !mul(fc, 3, &x) || !add(attn, x, &d->dense)) return false;
+    d->sparse = 0;
+    if (c->n_expert > 0 && !add(attn, moe, &d->sparse)) return false;
     *what = "num_hidden_layers x the size of one layer";
-    return mul(d->layer, c->n_layer, &d->total) && add(d->total, 2 * vc, &d->total) && add(d->total, C, &d->total) &&
+    d->total = 0;
+    for (int32_t l = 0; l < c->n_layer; l++)
+        if (!add(d->total, oscar_layer_is_moe(c, l) ? d->sparse : d->dense, &d->total)) return false;
+    return add(d->total, 2 * vc, &d->total) && add(d->total, C, &d->total) &&
            add(d->total, c->has_rope_freqs ? oscar_rope_dim(c) / 2 : 0, &d->total);
+}
+
+// Floats of layer l's block.
+static int64_t layer_floats(const struct oscar_model_config * c, int32_t l) {
+    struct dims d;
+    const char * what;
+    OSCAR_ASSERT(model_dims(c, &d, &what)); // osc_model_config_check has passed
+    return oscar_layer_is_moe(c, l) ? d.sparse : d.dense;
+}
+
+// The mixture-of-experts fields: consistent when present, all zero otherwise.
+static enum oscar_status check_moe(const struct oscar_model_config * c, const char * what) {
+    const bool moe_arch = c->arch == OSCAR_ARCH_QWEN2_MOE || c->arch == OSCAR_ARCH_QWEN3_MOE ||
+                          c->arch == OSCAR_ARCH_MIXTRAL;
+    if (!moe_arch) {
+        if (c->n_expert != 0 || c->n_expert_used != 0 || c->n_ff_expert != 0 || c->n_ff_shared != 0)
+            return osc_error(OSCAR_ERR_FORMAT, "%s: experts given for the dense architecture %s", what,
+                             oscar_arch_name(c->arch));
+        return OSCAR_OK;
+    }
+    if (c->n_expert <= 0 || c->n_expert_used <= 0 || c->n_expert_used > c->n_expert || c->n_ff_expert <= 0 ||
+        c->n_ff_shared < 0 || c->moe_step <= 0 || c->n_dense_layers < 0 || c->n_dense_layers > OSCAR_MAX_DENSE_LAYERS)
+        return osc_error(OSCAR_ERR_FORMAT, "%s: bad experts (num_experts %d, num_experts_per_tok %d, "
+                         "moe_intermediate_size %d, shared_expert_intermediate_size %d, decoder_sparse_step %d)",
+                         what, c->n_expert, c->n_expert_used, c->n_ff_expert, c->n_ff_shared, c->moe_step);
+    if (c->n_expert > 4096)
+        return osc_error(OSCAR_ERR_FORMAT, "%s: num_experts %d is implausibly large", what, c->n_expert);
+    return OSCAR_OK;
 }
 
 enum oscar_status osc_model_config_check(const struct oscar_model_config * c, const char * what) {
     if (c->arch != OSCAR_ARCH_LLAMA && c->arch != OSCAR_ARCH_QWEN2 && c->arch != OSCAR_ARCH_QWEN3 &&
-        c->arch != OSCAR_ARCH_PHI3) {
+        c->arch != OSCAR_ARCH_PHI3 && c->arch != OSCAR_ARCH_QWEN2_MOE && c->arch != OSCAR_ARCH_QWEN3_MOE &&
+        c->arch != OSCAR_ARCH_MIXTRAL) {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: unknown architecture %d", what, (int) c->arch);
     }
     if (c->n_layer <= 0 || c->n_embd <= 0 || c->n_head <= 0 || c->n_head_kv <= 0 || c->head_dim <= 0 ||
@@ -103,6 +159,8 @@ enum oscar_status osc_model_config_check(const struct oscar_model_config * c, co
         return osc_error(OSCAR_ERR_FORMAT, "%s: %d query heads are not a multiple of %d KV heads, or head_dim %d "
                          "is odd", what, c->n_head, c->n_head_kv, c->head_dim);
     }
+    enum oscar_status st = check_moe(c, what);
+    if (st != OSCAR_OK) return st;
     // every tensor, and the whole slab, must stay addressable
     struct dims d;
     const char * field = "num_hidden_layers";
@@ -147,7 +205,7 @@ static float * take(float ** cur, int64_t n) {
 }
 
 // Points w's tensors into block (layer_floats floats, laid out as model_dims counts them).
-static void layout_layer(const struct oscar_model_config * c, float * block, struct oscar_layer_weights * w) {
+static void layout_layer(const struct oscar_model_config * c, int32_t l, float * block, struct oscar_layer_weights * w) {
     int64_t C = c->n_embd, q = (int64_t) c->n_head * c->head_dim, kv = (int64_t) c->n_head_kv * c->head_dim;
     float * cur = block;
     memset(w, 0, sizeof *w);
@@ -166,9 +224,23 @@ static void layout_layer(const struct oscar_model_config * c, float * block, str
     }
     w->wo = take(&cur, C * q);
     w->ffn_norm = take(&cur, C);
-    w->w_gate = take(&cur, (int64_t) c->n_ff * C);
-    w->w_up = take(&cur, (int64_t) c->n_ff * C);
-    w->w_down = take(&cur, C * c->n_ff);
+    if (!oscar_layer_is_moe(c, l)) {
+        w->w_gate = take(&cur, (int64_t) c->n_ff * C);
+        w->w_up = take(&cur, (int64_t) c->n_ff * C);
+        w->w_down = take(&cur, C * c->n_ff);
+        return;
+    }
+    const int64_t EF = (int64_t) c->n_expert * c->n_ff_expert, FS = c->n_ff_shared;
+    w->router = take(&cur, (int64_t) c->n_expert * C);
+    w->exp_gate = take(&cur, EF * C);
+    w->exp_up = take(&cur, EF * C);
+    w->exp_down = take(&cur, EF * C);
+    if (FS > 0) {
+        w->sh_gate = take(&cur, FS * C);
+        w->sh_up = take(&cur, FS * C);
+        w->sh_down = take(&cur, C * FS);
+        w->sh_scale = take(&cur, C);
+    }
 }
 
 // Reads every tensor of layer i into l, or with l == NULL only checks that
@@ -176,16 +248,20 @@ static void layout_layer(const struct oscar_model_config * c, float * block, str
 static enum oscar_status visit_layer(const struct oscar_model_config * c, const struct oscar_layer_weights * l,
                                      int32_t i, const struct osc_weight_source * s) {
     int64_t C = c->n_embd, q = (int64_t) c->n_head * c->head_dim, kv = (int64_t) c->n_head_kv * c->head_dim;
-    int64_t F = c->n_ff;
+    int64_t F = c->n_ff, E = c->n_expert, EF = E * c->n_ff_expert, FS = c->n_ff_shared;
     const struct oscar_layer_weights none = {0}, * w = l ? l : &none;
-    bool b = c->qkv_bias, n = c->qk_norm;
+    bool b = c->qkv_bias, n = c->qk_norm, moe = oscar_layer_is_moe(c, i), dense = !moe, sh = moe && FS > 0;
     struct { enum osc_wkind k; int64_t r, cl; float * dst; bool need; } t[] = {
         {OSC_W_ATTN_NORM, C, 0, w->attn_norm, true}, {OSC_W_Q, q, C, w->wq, true}, {OSC_W_K, kv, C, w->wk, true},
         {OSC_W_V, kv, C, w->wv, true}, {OSC_W_BQ, q, 0, w->bq, b}, {OSC_W_BK, kv, 0, w->bk, b},
         {OSC_W_BV, kv, 0, w->bv, b}, {OSC_W_QNORM, c->head_dim, 0, w->q_norm, n},
         {OSC_W_KNORM, c->head_dim, 0, w->k_norm, n}, {OSC_W_O, C, q, w->wo, true},
-        {OSC_W_FFN_NORM, C, 0, w->ffn_norm, true}, {OSC_W_GATE, F, C, w->w_gate, true},
-        {OSC_W_UP, F, C, w->w_up, true}, {OSC_W_DOWN, C, F, w->w_down, true},
+        {OSC_W_FFN_NORM, C, 0, w->ffn_norm, true}, {OSC_W_GATE, F, C, w->w_gate, dense},
+        {OSC_W_UP, F, C, w->w_up, dense}, {OSC_W_DOWN, C, F, w->w_down, dense},
+        {OSC_W_ROUTER, E, C, w->router, moe}, {OSC_W_EXP_GATE, EF, C, w->exp_gate, moe},
+        {OSC_W_EXP_UP, EF, C, w->exp_up, moe}, {OSC_W_EXP_DOWN, E * C, c->n_ff_expert, w->exp_down, moe},
+        {OSC_W_SH_GATE, FS, C, w->sh_gate, sh}, {OSC_W_SH_UP, FS, C, w->sh_up, sh},
+        {OSC_W_SH_DOWN, C, FS, w->sh_down, sh}, {OSC_W_SH_SCALE, 1, C, w->sh_scale, sh},
     };
     for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
         if (!t[k].need) continue;
@@ -240,7 +316,7 @@ enum oscar_status osc_model_attach(struct oscar_model * m, const struct osc_weig
     const char * field;
     OSCAR_ASSERT(model_dims(c, &d, &field)); // osc_model_config_check has passed
     const int64_t C = c->n_embd, VC = (int64_t) c->n_vocab * C, NF = c->has_rope_freqs ? oscar_rope_dim(c) / 2 : 0;
-    ms->layer_floats = d.layer;
+    ms->layer_floats = d.dense > d.sparse ? d.dense : d.sparse;
     ms->globals = malloc((size_t) (VC * (read_output ? 2 : 1) + C + NF) * sizeof(float));
     ms->layer_mem = calloc((size_t) c->n_layer, sizeof *ms->layer_mem);
     m->layers = calloc((size_t) c->n_layer, sizeof *m->layers);
@@ -270,13 +346,14 @@ static enum oscar_status read_layer(const struct oscar_model * m, int32_t l, flo
     *out = NULL;
     if (!ms->has_src)
         return osc_error(OSCAR_ERR_INVALID, "%s: layer %d was released and its file is closed", m->source, (int) l);
-    float * block = malloc((size_t) ms->layer_floats * sizeof(float));
+    const int64_t n = layer_floats(&m->config, l);
+    float * block = malloc((size_t) n * sizeof(float));
     if (!block) {
         return osc_error(OSCAR_ERR_NOMEM, "%s: cannot allocate %lld MiB for layer %d", m->source,
-                         (long long) (ms->layer_floats * 4 >> 20), (int) l);
+                         (long long) (n * 4 >> 20), (int) l);
     }
     struct oscar_layer_weights w;
-    layout_layer(&m->config, block, &w);
+    layout_layer(&m->config, l, block, &w);
     enum oscar_status st = visit_layer(&m->config, &w, l, &ms->src);
     if (st != OSCAR_OK) {
         free(block);
@@ -312,7 +389,7 @@ static enum oscar_status join_prefetch(struct oscar_model * m) {
     enum oscar_status st = ms->prefetch_st;
     if (st == OSCAR_OK) {
         ms->layer_mem[l] = job->block;
-        layout_layer(&m->config, job->block, &m->layers[l]);
+        layout_layer(&m->config, l, job->block, &m->layers[l]);
     }
     free(job);
     return st == OSCAR_OK ? OSCAR_OK : osc_error(st, "%s", ms->prefetch_err);
@@ -331,7 +408,7 @@ enum oscar_status oscar_model_layer_acquire(struct oscar_model * m, int32_t l) {
     struct model_storage * ms = m->storage;
     enum oscar_status st = join_prefetch(m);
     if (st != OSCAR_OK || ms->layer_mem[l]) return st;
-    if ((st = read_layer(m, l, &ms->layer_mem[l])) == OSCAR_OK) layout_layer(&m->config, ms->layer_mem[l], &m->layers[l]);
+    if ((st = read_layer(m, l, &ms->layer_mem[l])) == OSCAR_OK) layout_layer(&m->config, l, ms->layer_mem[l], &m->layers[l]);
     return st;
 }
 
@@ -446,7 +523,7 @@ static double uniform01(uint64_t * s) {
 // k * its increment, and the check pass (which visits every tensor in the
 // order a whole-model fill reads them) records each tensor's first draw. A
 // streamed random model is therefore the same model as a loaded one.
-#define RANDOM_KINDS (OSC_W_ROPE_FREQS + 1)
+#define RANDOM_KINDS OSC_W_N_KINDS
 
 struct random_src {
     uint64_t seed;

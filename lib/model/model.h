@@ -21,7 +21,19 @@ enum oscar_arch {
     OSCAR_ARCH_QWEN2 = 1, // q/k/v bias
     OSCAR_ARCH_QWEN3 = 2, // q_norm/k_norm, explicit head_dim
     OSCAR_ARCH_PHI3  = 3, // Llama's layer; fused qkv_proj / gate_up_proj split at load
+    OSCAR_ARCH_QWEN2_MOE = 4, // Qwen2's attention, routed experts + a sigmoid-gated shared expert
+    OSCAR_ARCH_QWEN3_MOE = 5, // Qwen3's attention, routed experts
+    OSCAR_ARCH_MIXTRAL   = 6, // Llama's (Mistral's) attention, routed experts w1/w3/w2, top-k renormalised
 };
+
+// Mixture-of-experts MLP (n_expert > 0). In a sparse layer each token's MLP is
+//   sum over its top-k experts e of  w_e * down_e(silu(gate_e x) * up_e x)
+//   (+ sigmoid(shared_gate . x) * shared(x) when n_ff_shared > 0),
+// w = the top-k of softmax(router x) over all experts, divided by their sum iff
+// expert_norm_topk. A layer is sparse iff (l + 1) % moe_step == 0 and l is not one of
+// dense_layers (transformers' decoder_sparse_step / mlp_only_layers); the others are
+// dense MLPs of n_ff. Mixtral's experts are its intermediate_size wide (n_ff_expert = n_ff).
+#define OSCAR_MAX_DENSE_LAYERS 64
 
 // How RoPE's inverse frequencies are derived from rope_theta (0 = unscaled).
 enum oscar_rope_scaling {
@@ -61,6 +73,14 @@ struct oscar_model_config {
     bool    qk_norm;
     bool    tied_embeddings;
     bool    has_rope_freqs;  // the file holds per-frequency RoPE divisors (GGUF rope_freqs.weight)
+    int32_t n_expert;         // E routed experts; 0 = dense model
+    int32_t n_expert_used;    // k, experts per token
+    int32_t n_ff_expert;      // Fe, each routed expert's intermediate size
+    int32_t n_ff_shared;      // Fs, the shared expert's (qwen2_moe); 0 = none
+    bool    expert_norm_topk; // renormalise the top-k weights to sum 1
+    int32_t moe_step;         // decoder_sparse_step (>= 1 when n_expert > 0)
+    int32_t n_dense_layers;   // mlp_only_layers
+    int32_t dense_layers[OSCAR_MAX_DENSE_LAYERS];
     char    name[128];     // human-readable model name (GGUF general.name, HF _name_or_path)
 };
 
@@ -80,6 +100,15 @@ struct oscar_layer_weights {
     float * w_gate;    // [F, C]
     float * w_up;      // [F, C]
     float * w_down;    // [C, F]
+    // sparse layers (oscar_layer_is_moe): w_gate/w_up/w_down are NULL, the experts are stacked
+    float * router;    // [E, C]      mlp.gate
+    float * exp_gate;  // [E, Fe, C]
+    float * exp_up;    // [E, Fe, C]
+    float * exp_down;  // [E, C, Fe]
+    float * sh_gate;   // [Fs, C]     shared expert (qwen2_moe) or NULL
+    float * sh_up;     // [Fs, C]
+    float * sh_down;   // [C, Fs]
+    float * sh_scale;  // [C]         shared_expert_gate (one output row)
 };
 
 struct oscar_model {
@@ -106,6 +135,9 @@ enum oscar_status oscar_model_init_random(const struct oscar_model_config * cfg,
                                           struct oscar_model ** out);
 
 void oscar_model_free(struct oscar_model * m);
+
+// Whether layer l's MLP is the mixture of experts (see n_expert above).
+bool oscar_layer_is_moe(const struct oscar_model_config * c, int32_t layer);
 
 // Rotated dims per head (rope_dim, or head_dim when 0).
 int32_t oscar_rope_dim(const struct oscar_model_config * c);
@@ -142,7 +174,7 @@ void oscar_model_layer_prefetch(struct oscar_model * m, int32_t layer); // best 
 void oscar_model_layer_release(struct oscar_model * m, int32_t layer);
 bool oscar_model_layer_resident(const struct oscar_model * m, int32_t layer);
 bool oscar_model_streamed(const struct oscar_model * m);                // opened: release frees layers
-int64_t oscar_model_layer_bytes(const struct oscar_model * m);          // fp32 bytes of one layer
+int64_t oscar_model_layer_bytes(const struct oscar_model * m);          // fp32 bytes of the largest layer
 
 // ---- capture hooks ---------------------------------------------------------------
 // Called at the end of each layer the hook wants, with that layer's tensors.

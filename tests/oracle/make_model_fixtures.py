@@ -8,6 +8,8 @@
 #     /opt/oracle/bin/python tests/oracle/make_model_fixtures.py --smollm   # SmolLM2-135M only
 #     /opt/oracle/bin/python tests/oracle/make_model_fixtures.py --tiny --only tiny-llama3 tiny-mistral tiny-phi3
 #
+# The MoE fixtures: /opt/oracle/bin/python tests/oracle/make_model_fixtures.py --tiny --only tiny-qwen3-moe \
+#     tiny-qwen2-moe tiny-mixtral   (torch 2.15.0 from PyPI run on the CPU, transformers 5.24.0, gguf 0.19.0)
 # with torch 2.15 (CPU), transformers 5.24, gguf-py (whatever /opt/oracle has), numpy; the script prints
 # the versions it used and records them in every index.json.
 #
@@ -18,8 +20,14 @@
 #       tiny-llama3 (rope_type llama3, factor 8, low/high_freq_factor 1/4, original_max_position_embeddings 32:
 #       with head_dim 16 and theta 10000 one frequency is kept, one smoothed and six divided by 8),
 #       tiny-mistral (sliding_window 16 < the 24/33/40-token sequences, so every sequence is windowed),
-#       tiny-phi3 (fused qkv_proj / gate_up_proj, partial_rotary_factor 0.5, sliding_window 20).
-#   tests/fixtures/models/tiny-llama3.gguf, tiny-mistral.gguf: the same weights as llama.cpp's converter
+#       tiny-phi3 (fused qkv_proj / gate_up_proj, partial_rotary_factor 0.5, sliding_window 20),
+#       and mixtures of experts at hidden 64, stored as float16 (weights rounded to fp16 before transformers
+#       runs them in fp32), sequences of 32/17/24 tokens: tiny-qwen3-moe (8 experts, top-2, norm_topk_prob),
+#       tiny-qwen2-moe (4 experts, top-2, shared expert 32, q/k/v bias), tiny-mixtral (4 experts of
+#       intermediate_size 16, top-2, sliding_window 16).
+#   tests/fixtures/models/tiny-llama3.gguf, tiny-mistral.gguf, tiny-qwen3-moe.gguf, tiny-qwen2-moe.gguf,
+#   tiny-mixtral.gguf (MoE: experts stacked in ffn_{gate,up,down}_exps, <arch>.expert_* keys; Mixtral as
+#   arch llama with llama.expert_count): the same weights as llama.cpp's converter
 #       writes them (q/k rows permuted per head, ggml names; llama3: rope_freqs.weight = per-frequency
 #       divisors 1 / ((1 - s) / factor + s), factor or 1; mistral: llama.attention.sliding_window), checked
 #       by test-forward against the same forward fixtures.
@@ -36,6 +44,7 @@
 #       for the first), token j predicted from the logits at j - 1 of the same window. Every token but the
 #       first is scored exactly once when stride < n_ctx: n_scored = N - 1. NLL = -log_softmax (float64 over fp32 logits), summed.
 import argparse
+import copy
 import json
 import math
 import os
@@ -45,7 +54,7 @@ import numpy as np
 import torch
 import transformers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig, Phi3Config,
-                          Qwen2Config, Qwen3Config)
+                          MixtralConfig, Qwen2Config, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIX = os.path.join(ROOT, "tests", "fixtures")
@@ -87,8 +96,11 @@ import transformers.models.qwen2.modeling_qwen2 as m_qwen2  # noqa: E402
 import transformers.models.qwen3.modeling_qwen3 as m_qwen3  # noqa: E402
 import transformers.models.mistral.modeling_mistral as m_mistral  # noqa: E402
 import transformers.models.phi3.modeling_phi3 as m_phi3  # noqa: E402
+import transformers.models.qwen2_moe.modeling_qwen2_moe as m_qwen2_moe  # noqa: E402
+import transformers.models.qwen3_moe.modeling_qwen3_moe as m_qwen3_moe  # noqa: E402
+import transformers.models.mixtral.modeling_mixtral as m_mixtral  # noqa: E402
 
-for _m in (m_llama, m_qwen2, m_qwen3, m_mistral, m_phi3):
+for _m in (m_llama, m_qwen2, m_qwen3, m_mistral, m_phi3, m_qwen2_moe, m_qwen3_moe, m_mixtral):
     wrap_attention(_m)
 
 
@@ -176,7 +188,31 @@ TINY = {
                                    rms_norm_eps=1e-5, rope_theta=10000.0, partial_rotary_factor=0.5,
                                    sliding_window=20, tie_word_embeddings=False, pad_token_id=None,
                                    bos_token_id=None, eos_token_id=None), 6),
+    # mixture of experts, every layer sparse (llama.cpp's qwen2moe/qwen3moe graphs know no dense layers)
+    "tiny-qwen3-moe": (Qwen3MoeConfig, dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                                            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                            vocab_size=128, max_position_embeddings=256, rms_norm_eps=1e-6,
+                                            rope_theta=1000000.0, tie_word_embeddings=True,
+                                            num_experts=8, num_experts_per_tok=2, moe_intermediate_size=16,
+                                            norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[]), 7),
+    "tiny-qwen2-moe": (Qwen2MoeConfig, dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                                            num_attention_heads=4, num_key_value_heads=2,
+                                            vocab_size=128, max_position_embeddings=256, rms_norm_eps=1e-6,
+                                            rope_theta=1000000.0, tie_word_embeddings=False,
+                                            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                                            shared_expert_intermediate_size=32, norm_topk_prob=False,
+                                            decoder_sparse_step=1, mlp_only_layers=[]), 8),
+    # Mixtral: experts of intermediate_size, top-2 renormalised, sliding_window 16 (shorter than every sequence)
+    "tiny-mixtral": (MixtralConfig, dict(hidden_size=64, intermediate_size=16, num_hidden_layers=3,
+                                         num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                         vocab_size=128, max_position_embeddings=256, rms_norm_eps=1e-5,
+                                         rope_theta=1000000.0, sliding_window=16, tie_word_embeddings=False,
+                                         num_local_experts=4, num_experts_per_tok=2), 9),
 }
+# Stored as float16 (the weights are rounded to fp16 before transformers runs them in fp32, so the
+# fixtures are exact for the stored weights): half the bytes.
+HALF = ("tiny-qwen3-moe", "tiny-qwen2-moe", "tiny-mixtral")
+SEQ_LENS = {"tiny-qwen3-moe": [32, 17, 24], "tiny-qwen2-moe": [32, 17, 24], "tiny-mixtral": [32, 17, 24]}
 
 
 # ---- GGUF variants, converted as llama.cpp's convert_hf_to_gguf.py does for LlamaForCausalLM -----------
@@ -208,9 +244,17 @@ def llama3_rope_divisors(cfg):
 def write_gguf(model, name):
     import gguf
     cfg = model.config
-    sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    half = name in HALF
+    # from the saved checkpoint, as llama.cpp's converter reads it (transformers 5 fuses the experts
+    # in memory; the file has them one tensor per expert)
+    from safetensors.numpy import load_file
+    sd = {k: v.astype(np.float32) for k, v in
+          load_file(os.path.join(FIX, "models", name, "model.safetensors")).items()}
     path = os.path.join(FIX, "models", f"{name}.gguf")
-    w = gguf.GGUFWriter(path, "llama")
+    arch = {"llama": "llama", "mistral": "llama", "mixtral": "llama", "qwen2_moe": "qwen2moe",
+            "qwen3_moe": "qwen3moe"}[cfg.model_type]
+    moe = cfg.model_type in ("mixtral", "qwen2_moe", "qwen3_moe")
+    w = gguf.GGUFWriter(path, arch)
     w.add_name(name)
     w.add_block_count(cfg.num_hidden_layers)
     w.add_context_length(cfg.max_position_embeddings)
@@ -218,31 +262,66 @@ def write_gguf(model, name):
     w.add_feed_forward_length(cfg.intermediate_size)
     w.add_head_count(cfg.num_attention_heads)
     w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_key_length(cfg.head_dim)
-    w.add_rope_dimension_count(cfg.head_dim)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
     w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    if getattr(cfg, "sliding_window", None):
+    if moe:  # llama.cpp's MoE keys (convert_hf_to_gguf.py; Mixtral's experts are feed_forward_length wide)
+        w.add_expert_count(cfg.num_local_experts if arch == "llama" else cfg.num_experts)
+        w.add_expert_used_count(cfg.num_experts_per_tok)
+        if arch != "llama":
+            w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+        if arch == "qwen2moe":
+            w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
+    if getattr(cfg, "sliding_window", None) and arch == "llama":
         w.add_sliding_window(cfg.sliding_window)
     if cfg.rope_parameters.get("rope_type") == "llama3":
         w.add_tensor("rope_freqs.weight", llama3_rope_divisors(cfg))
     names = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
              "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
+             "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+             "self_attn.v_proj.bias": "attn_v.bias", "self_attn.q_norm.weight": "attn_q_norm.weight",
+             "self_attn.k_norm.weight": "attn_k_norm.weight",
              "self_attn.o_proj.weight": "attn_output.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
              "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
-             "mlp.down_proj.weight": "ffn_down.weight"}
-    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
-    w.add_tensor("output_norm.weight", sd["model.norm.weight"])
+             "mlp.down_proj.weight": "ffn_down.weight", "mlp.gate.weight": "ffn_gate_inp.weight",
+             "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
+             "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+             "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
+             "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
+             "block_sparse_moe.gate.weight": "ffn_gate_inp.weight"}
+
+    def put(gname, t):
+        t = np.ascontiguousarray(t)
+        # 1-D tensors (norms, biases) stay f32 as llama.cpp's converter keeps them
+        w.add_tensor(gname, t.astype(np.float16) if half and t.ndim > 1 else t)
+
+    put("token_embd.weight", sd["model.embed_tokens.weight"])
+    put("output_norm.weight", sd["model.norm.weight"])
     if not cfg.tie_word_embeddings:
-        w.add_tensor("output.weight", sd["lm_head.weight"])
+        put("output.weight", sd["lm_head.weight"])
     for i in range(cfg.num_hidden_layers):
         for k, g in names.items():
-            t = sd[f"model.layers.{i}.{k}"]
-            if k.startswith("self_attn.q_proj"):
+            key = f"model.layers.{i}.{k}"
+            if key not in sd:
+                continue
+            t = sd[key]
+            if arch == "llama" and k.startswith("self_attn.q_proj"):
                 t = ggml_permute(t, cfg.num_attention_heads)
-            elif k.startswith("self_attn.k_proj"):
+            elif arch == "llama" and k.startswith("self_attn.k_proj"):
                 t = ggml_permute(t, cfg.num_key_value_heads)
-            w.add_tensor(f"blk.{i}.{g}", np.ascontiguousarray(t))
+            elif k == "mlp.shared_expert_gate.weight":
+                t = t.reshape(-1)  # llama.cpp: a vector of n_embd
+            put(f"blk.{i}.{g}", t)
+        if moe:  # the experts stacked: [E, rows, cols] (ggml ne = [cols, rows, E])
+            mx = arch == "llama"
+            pre, n_exp = ("block_sparse_moe", cfg.num_local_experts) if mx else ("mlp", cfg.num_experts)
+            for proj, g in ((("w1" if mx else "gate_proj"), "ffn_gate_exps"), (("w3" if mx else "up_proj"), "ffn_up_exps"),
+                            (("w2" if mx else "down_proj"), "ffn_down_exps")):
+                stack = np.stack([sd[f"model.layers.{i}.{pre}.experts.{e}.{proj}.weight"] for e in range(n_exp)])
+                put(f"blk.{i}.{g}.weight", stack)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -250,7 +329,7 @@ def write_gguf(model, name):
     print(f"{name}: wrote {path}", file=sys.stderr)
 
 
-GGUF_VARIANTS = ("tiny-llama3", "tiny-mistral")
+GGUF_VARIANTS = ("tiny-llama3", "tiny-mistral", "tiny-qwen3-moe", "tiny-qwen2-moe", "tiny-mixtral")
 
 
 def make_tiny(name):
@@ -265,14 +344,19 @@ def make_tiny(name):
         for pname, p in model.named_parameters():
             if "norm" in pname or pname.endswith(".bias"):
                 p.add_(0.1 * torch.randn_like(p))
+            if name in HALF:
+                p.copy_(p.half().float())
     mdir = os.path.join(FIX, "models", name)
-    model.save_pretrained(mdir, safe_serialization=True)
+    if name in HALF:  # a copy: half() would also round the fp32 model's RoPE inv_freq buffer
+        copy.deepcopy(model).half().save_pretrained(mdir, safe_serialization=True)
+    else:
+        model.save_pretrained(mdir, safe_serialization=True)
     for extra in ("generation_config.json",):
         p = os.path.join(mdir, extra)
         if os.path.exists(p):
             os.remove(p)
     g = torch.Generator().manual_seed(100 + seed)
-    lens = [40, 24, 33]
+    lens = SEQ_LENS.get(name, [40, 24, 33])
     seqs = [torch.randint(0, cfg.vocab_size, (n,), generator=g).tolist() for n in lens]
     layers = [0, 1, cfg.num_hidden_layers - 1]
     logits, _, qkv = run_sequences(model, seqs, layers)

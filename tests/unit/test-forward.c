@@ -37,7 +37,8 @@ static void fixture_free(struct fixture * fx) {
     free(fx->logits);
 }
 
-// The tiny fixtures all hold T = 97 tokens in 3 sequences (make_model_fixtures.py: lens 40, 24, 33).
+// The tiny fixtures hold 3 sequences (make_model_fixtures.py: lens 40, 24, 33, T = 97; the MoE ones
+// 32, 17, 24, T = 73): T is read from seq_start.
 // model: "" for tests/fixtures/models/<name>, else a file or directory of the same weights.
 static void fixture_load_model(struct fixture * fx, const char * name, const char * model) {
     char mdir[256];
@@ -46,11 +47,13 @@ static void fixture_load_model(struct fixture * fx, const char * name, const cha
     snprintf(fx->dir, sizeof fx->dir, "tests/fixtures/forward/%s", name);
     if (oscar_model_load(mdir, &fx->model) != OSCAR_OK) fprintf(stderr, "%s: %s\n", mdir, oscar_last_error());
     assert_non_null(fx->model);
-    fx->T = 97;
     fx->n_seq = 3;
     const size_t V = (size_t)fx->model->config.n_vocab;
-    fx->tokens    = fx_read(fx->dir, "tokens.i32", (size_t)fx->T * 4);
     fx->seq_start = fx_read(fx->dir, "seq_start.i32", (size_t)(fx->n_seq + 1) * 4);
+    assert_non_null(fx->seq_start);
+    fx->T = fx->seq_start[fx->n_seq];
+    assert_true(fx->T > 0 && fx->T <= 4096);
+    fx->tokens    = fx_read(fx->dir, "tokens.i32", (size_t)fx->T * 4);
     fx->pos       = fx_read(fx->dir, "pos.i32", (size_t)fx->T * 4);
     fx->logits    = fx_read(fx->dir, "logits.f32", (size_t)fx->T * V * 4);
     assert_non_null(fx->tokens);
@@ -227,6 +230,72 @@ static enum oscar_status log_layer(void * user, const struct oscar_capture_layer
     if (cap->layer == c->n_layer - 1)
         memcpy(h->resid_last, cap->resid_out, (size_t)cap->n_tokens * (size_t)c->n_embd * sizeof(float));
     return OSCAR_OK;
+}
+
+// Qwen3-MoE: 8 experts, top-2 renormalised (norm_topk_prob), q/k norms; every layer sparse. The
+// GGUF variant (llama.cpp's stacked ffn_*_exps, qwen3moe keys) against the same fixture.
+static void test_oracle_qwen3_moe(void ** state) {
+    (void)state;
+    check_oracle("tiny-qwen3-moe");
+    check_oracle_model("tiny-qwen3-moe", "tests/fixtures/models/tiny-qwen3-moe.gguf");
+    struct fixture fx;
+    fixture_load(&fx, "tiny-qwen3-moe");
+    struct oscar_model_config c = fx.model->config;
+    assert_int_equal(c.arch, OSCAR_ARCH_QWEN3_MOE);
+    assert_true(c.n_expert == 8 && c.n_expert_used == 2 && c.n_ff_expert == 16 && c.expert_norm_topk && c.qk_norm);
+    for (int32_t l = 0; l < c.n_layer; l++) assert_true(oscar_layer_is_moe(&c, l));
+    c.expert_norm_topk = false;
+    double e = oracle_err_with(&fx, &c);
+    printf("tiny-qwen3-moe without norm_topk_prob: logits rel-L2 %.3e\n", e);
+    assert_true(e > 10 * ORACLE_TOL);
+    c.expert_norm_topk = true, c.n_expert_used = 1; // top-1: the routing itself matters
+    e = oracle_err_with(&fx, &c);
+    printf("tiny-qwen3-moe with top-1: logits rel-L2 %.3e\n", e);
+    assert_true(e > 10 * ORACLE_TOL);
+    fixture_free(&fx);
+}
+
+// Qwen2-MoE: 4 experts, top-2 not renormalised, the shared expert scaled by sigmoid(shared_expert_gate x),
+// q/k/v bias, untied head.
+static void test_oracle_qwen2_moe(void ** state) {
+    (void)state;
+    check_oracle("tiny-qwen2-moe");
+    check_oracle_model("tiny-qwen2-moe", "tests/fixtures/models/tiny-qwen2-moe.gguf");
+    struct fixture fx;
+    fixture_load(&fx, "tiny-qwen2-moe");
+    struct oscar_model_config c = fx.model->config;
+    assert_int_equal(c.arch, OSCAR_ARCH_QWEN2_MOE);
+    assert_true(c.n_expert == 4 && c.n_expert_used == 2 && c.n_ff_shared == 32 && !c.expert_norm_topk && c.qkv_bias);
+    c.expert_norm_topk = true;
+    double e = oracle_err_with(&fx, &c);
+    printf("tiny-qwen2-moe with norm_topk_prob: logits rel-L2 %.3e\n", e);
+    assert_true(e > 10 * ORACLE_TOL);
+    // the shared expert's output dropped (its down projection zeroed in the loaded weights)
+    for (int32_t l = 0; l < c.n_layer; l++)
+        memset(fx.model->layers[l].sh_down, 0, sizeof(float) * (size_t)c.n_embd * (size_t)c.n_ff_shared);
+    e = oracle_err_with(&fx, &fx.model->config);
+    printf("tiny-qwen2-moe without the shared expert: logits rel-L2 %.3e\n", e);
+    assert_true(e > 10 * ORACLE_TOL);
+    fixture_free(&fx);
+}
+
+// Mixtral: Llama attention with sliding_window 16, block_sparse_moe with 4 experts (w1/w3/w2) of
+// intermediate_size, top-2 always renormalised; its GGUF is llama + llama.expert_count, q/k permuted.
+static void test_oracle_mixtral(void ** state) {
+    (void)state;
+    check_oracle("tiny-mixtral");
+    check_oracle_model("tiny-mixtral", "tests/fixtures/models/tiny-mixtral.gguf");
+    struct fixture fx;
+    fixture_load_model(&fx, "tiny-mixtral", "tests/fixtures/models/tiny-mixtral.gguf");
+    struct oscar_model_config c = fx.model->config;
+    assert_int_equal(c.arch, OSCAR_ARCH_MIXTRAL);
+    assert_true(c.n_expert == 4 && c.n_expert_used == 2 && c.n_ff_expert == 16 && c.expert_norm_topk);
+    assert_int_equal(c.sliding_window, 16);
+    c.expert_norm_topk = false;
+    double e = oracle_err_with(&fx, &c);
+    printf("tiny-mixtral without renormalising the top-k: logits rel-L2 %.3e\n", e);
+    assert_true(e > 10 * ORACLE_TOL);
+    fixture_free(&fx);
 }
 
 static void test_hook_layers_and_shapes(void ** state) {
@@ -545,6 +614,9 @@ int main(void) {
         cmocka_unit_test(test_oracle_llama3_gguf),
         cmocka_unit_test(test_oracle_mistral),
         cmocka_unit_test(test_oracle_phi3),
+        cmocka_unit_test(test_oracle_qwen3_moe),
+        cmocka_unit_test(test_oracle_qwen2_moe),
+        cmocka_unit_test(test_oracle_mixtral),
         cmocka_unit_test(test_hook_layers_and_shapes),
         cmocka_unit_test(test_hook_and_override_identical),
         cmocka_unit_test(test_batched_equals_single),

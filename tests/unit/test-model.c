@@ -426,6 +426,98 @@ static void assert_error_names(const char * a, const char * b) {
     if (b) assert_non_null(strstr(e, b));
 }
 
+// qwen2_moe / qwen3_moe config.json: the experts, their defaults, and bad values named.
+static void test_hf_config_moe(void ** state) {
+    (void) state;
+    struct oscar_model_config c;
+    assert_int_equal(parse_with("qwen3_moe", 4, "\"num_experts\":16,\"num_experts_per_tok\":4,"
+                                "\"moe_intermediate_size\":32,\"norm_topk_prob\":true,\"mlp_only_layers\":[0,2]", &c),
+                     OSCAR_OK);
+    assert_int_equal(c.arch, OSCAR_ARCH_QWEN3_MOE);
+    assert_true(c.n_expert == 16 && c.n_expert_used == 4 && c.n_ff_expert == 32 && c.expert_norm_topk && c.qk_norm);
+    assert_true(c.n_ff_shared == 0 && c.moe_step == 1 && c.n_dense_layers == 2);
+    assert_true(!oscar_layer_is_moe(&c, 0) && oscar_layer_is_moe(&c, 1) && !oscar_layer_is_moe(&c, 2));
+    // transformers 5 writes num_local_experts; qwen2_moe defaults: shared expert 5632, no renormalisation, bias
+    assert_int_equal(parse_with("qwen2_moe", 4, "\"num_local_experts\":6,\"decoder_sparse_step\":2", &c), OSCAR_OK);
+    assert_true(c.n_expert == 6 && c.n_expert_used == 4 && c.n_ff_expert == 1408 && c.n_ff_shared == 5632);
+    assert_true(!c.expert_norm_topk && c.qkv_bias && !c.qk_norm && c.moe_step == 2);
+    assert_true(!oscar_layer_is_moe(&c, 0) && oscar_layer_is_moe(&c, 1) && !oscar_layer_is_moe(&c, 2));
+    assert_int_equal(parse_with("qwen2_moe", 2, "\"qkv_bias\":false", &c), OSCAR_OK);
+    assert_false(c.qkv_bias);
+    // refused, naming the field
+    assert_int_equal(parse_with("qwen3_moe", 2, "\"num_experts\":4,\"num_experts_per_tok\":5", &c), OSCAR_ERR_FORMAT);
+    assert_error_names("num_experts_per_tok", NULL);
+    assert_int_equal(parse_with("qwen3_moe", 2, "\"mlp_only_layers\":[2]", &c), OSCAR_ERR_FORMAT);
+    assert_error_names("mlp_only_layers[0]", NULL);
+    assert_int_equal(parse_with("qwen3_moe", 2, "\"num_experts\":4,\"num_local_experts\":8", &c), OSCAR_ERR_FORMAT);
+    assert_error_names("num_local_experts", NULL);
+    assert_int_equal(parse_with("qwen3_moe", 2, "\"norm_topk_prob\":1", &c), OSCAR_ERR_FORMAT);
+    assert_error_names("norm_topk_prob", NULL);
+    assert_int_equal(parse_with("qwen2_moe", 2, "\"use_sliding_window\":true", &c), OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("use_sliding_window", "qwen2_moe");
+    assert_int_equal(parse_with("qwen3_moe", 2, "\"hidden_act\":\"gelu\"", &c), OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("hidden_act", "gelu");
+}
+
+// A MoE model with a dense layer (mlp_only_layers) and a shared expert: streamed = loaded (the
+// experts are read with their layer; a sparse layer's block holds them), and the forward gives
+// the same bytes on 1 and 2 threads and for a sequence alone or in a batch with another.
+static void test_moe_streamed_threads(void ** state) {
+    (void) state;
+    struct oscar_model_config c = {.arch = OSCAR_ARCH_QWEN2_MOE, .n_layer = 3, .n_embd = 32, .n_head = 4,
+                                   .n_head_kv = 2, .head_dim = 8, .n_ff = 40, .n_vocab = 50, .n_ctx_train = 128,
+                                   .rope_theta = 10000.0f, .rms_eps = 1e-6f, .qkv_bias = true, .n_expert = 6,
+                                   .n_expert_used = 2, .n_ff_expert = 12, .n_ff_shared = 20, .moe_step = 1,
+                                   .n_dense_layers = 1, .dense_layers = {1}};
+    struct oscar_model * a = NULL, * b = NULL;
+    assert_int_equal(oscar_model_init_random(&c, 5, &a), OSCAR_OK);
+    assert_int_equal(oscar_model_open_random(&c, 5, &b), OSCAR_OK);
+    const int64_t C = c.n_embd, E = c.n_expert, EF = E * c.n_ff_expert;
+    assert_non_null(a->layers[1].w_gate);
+    assert_null(a->layers[1].router);
+    assert_null(a->layers[0].w_gate);
+    for (int32_t l = 0; l < c.n_layer; l++) {
+        assert_false(oscar_model_layer_resident(b, l));
+        assert_int_equal(oscar_model_layer_acquire(b, l), OSCAR_OK);
+        const struct oscar_layer_weights * x = &a->layers[l], * y = &b->layers[l];
+        if (l == 1) {
+            assert_same(x->w_down, y->w_down, c.n_ff * C, "w_down");
+        } else {
+            assert_same(x->router, y->router, E * C, "router");
+            assert_same(x->exp_gate, y->exp_gate, EF * C, "exp_gate");
+            assert_same(x->exp_down, y->exp_down, EF * C, "exp_down");
+            assert_same(x->sh_scale, y->sh_scale, C, "sh_scale");
+        }
+        oscar_model_layer_release(b, l);
+    }
+    assert_true(oscar_model_layer_bytes(a) == (int64_t) sizeof(float) *
+                (2 * C + (32 + 16 + 16 + 32) * C + 32 + 16 + 16 + E * C + 3 * EF * C + 3 * c.n_ff_shared * C + C));
+    int32_t tok[20], ss[3] = {0, 12, 20};
+    for (int i = 0; i < 20; i++) tok[i] = (i * 7 + 3) % c.n_vocab;
+    float * lg[3];
+    for (int r = 0; r < 3; r++) {
+        struct oscar_forward_params p = oscar_forward_default_params();
+        p.max_tokens = 20, p.n_threads = r == 1 ? 2 : 1;
+        struct oscar_forward * f = NULL;
+        assert_int_equal(oscar_forward_init(a, &p, &f), OSCAR_OK);
+        lg[r] = malloc(20 * (size_t) c.n_vocab * sizeof(float));
+        struct oscar_batch bt = {r == 2 ? 1 : 2, ss, tok, NULL};
+        assert_int_equal(oscar_forward_run(f, &bt, lg[r]), OSCAR_OK);
+        oscar_forward_free(f);
+    }
+    assert_memory_equal(lg[0], lg[1], 20 * (size_t) c.n_vocab * sizeof(float));
+    // the first sequence alone: its rows of the routed GEMMs have other neighbours, the same sums
+    double num = 0, den = 0;
+    for (size_t i = 0; i < 12 * (size_t) c.n_vocab; i++) {
+        const double d = (double) lg[2][i] - (double) lg[0][i];
+        num += d * d;
+        den += (double) lg[0][i] * (double) lg[0][i];
+    }
+    assert_true(sqrt(num / den) < 1e-5);
+    for (int r = 0; r < 3; r++) free(lg[r]);
+    oscar_model_free(a), oscar_model_free(b);
+}
+
 static void test_hf_config_rope_window(void ** state) {
     (void) state;
     struct oscar_model_config c;
@@ -575,6 +667,36 @@ static char * gguf_with_u32(const char * name, const char * key, uint32_t v) {
 }
 
 #define LLAMA3_GGUF "tests/fixtures/models/tiny-llama3.gguf"
+
+// MoE GGUFs refused naming the key or tensor: more experts per token than experts, a stacked expert
+// tensor missing (renamed in a copy of the fixture), and a Mixtral-style llama GGUF loads as mixtral.
+static void test_gguf_moe_errors(void ** state) {
+    (void) state;
+    const char * q3 = "tests/fixtures/models/tiny-qwen3-moe.gguf";
+    struct oscar_model * m = NULL;
+    char * p = gguf_from_with_u32(q3, "used.gguf", "qwen3moe.expert_used_count", 9);
+    assert_int_equal(oscar_model_open(p, &m), OSCAR_ERR_FORMAT);
+    assert_non_null(strstr(oscar_last_error(), "qwen3moe.expert_used_count 9"));
+    free(p);
+    char * data = NULL;
+    size_t n = 0;
+    assert_int_equal(osc_read_file(q3, 1 << 20, &data, &n), OSCAR_OK);
+    char * t = memmem(data, n, "blk.2.ffn_up_exps.weight", 24);
+    assert_non_null(t);
+    t[16] = 'X'; // blk.2.ffn_up_expX.weight
+    p = osc_path_join(tmpdir, "noexps.gguf");
+    assert_int_equal(osc_write_file_atomic(p, data, n), OSCAR_OK);
+    free(data);
+    assert_int_equal(oscar_model_open(p, &m), OSCAR_ERR_NOT_FOUND);
+    assert_non_null(strstr(oscar_last_error(), "blk.2.ffn_up_exps.weight"));
+    assert_null(m);
+    free(p);
+    assert_int_equal(oscar_model_open("tests/fixtures/models/tiny-mixtral.gguf", &m), OSCAR_OK);
+    assert_int_equal(m->config.arch, OSCAR_ARCH_MIXTRAL);
+    assert_int_equal(m->config.n_ff_expert, m->config.n_ff);
+    oscar_model_free(m);
+}
+
 
 static void expect_load_error(const char * path, enum oscar_status want, const char * msg1, const char * msg2);
 
@@ -791,6 +913,9 @@ int main(void) {
         cmocka_unit_test(test_layer_count),
         cmocka_unit_test(test_validate_before_alloc),
         cmocka_unit_test(test_config_overflow),
+        cmocka_unit_test(test_hf_config_moe),
+        cmocka_unit_test(test_gguf_moe_errors),
+        cmocka_unit_test(test_moe_streamed_threads),
         cmocka_unit_test(test_fifo_model),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
