@@ -45,8 +45,8 @@ size_t oscar_stats_part_doubles(const struct oscar_stats * s, int32_t pass) {
 }
 
 enum oscar_status oscar_stats_keep_partials(struct oscar_stats * s, oscar_stats_layer_hook hook, void * user) {
-    for (int32_t l = 0; l < s->p.n_layer; l++)
-        if (s->n_tok1[l] || s->n_pend[l] || s->phase[l] != 1)
+    for (int32_t l = 0; l < s->p.n_layer; l++) // finished layers (a resumed accumulator) stay as they are
+        if (s->phase[l] != 3 && (s->n_tok1[l] || s->n_pend[l] || s->phase[l] != 1))
             return osc_error(OSCAR_ERR_INVALID, "stats: partials must be kept from the start (layer %d has tokens)",
                              (int) l);
     s->keep_parts = true, s->layer_hook = hook, s->hook_user = user;

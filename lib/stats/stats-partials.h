@@ -33,8 +33,8 @@ struct oscar_stats;
 // phase advances; an error fails oscar_stats_end_layer_pass (the phase stays).
 typedef enum oscar_status (*oscar_stats_layer_hook)(void * user, struct oscar_stats * s, int32_t layer, int32_t pass);
 
-// Keeps block partials from now on (every layer's accumulator must still be empty) and sets the
-// hook (NULL: none). OSCAR_ERR_INVALID if a layer has already seen a token.
+// Keeps block partials from now on (every unfinished layer's accumulator must still be empty)
+// and sets the hook (NULL: none). OSCAR_ERR_INVALID if such a layer has already seen a token.
 enum oscar_status oscar_stats_keep_partials(struct oscar_stats * s, oscar_stats_layer_hook hook, void * user);
 
 // Doubles in one part of pass `pass`.
