@@ -167,8 +167,8 @@ struct oscar_calib_engine {
 // of the nb batches through each layer, rank 0 also the held-out ones (so only
 // rank 0's *held is filled); the layer's sums meet on rank 0 (dp-stats.c) and
 // only rank 0's *stats is the run's. Equal to one process bit for bit when
-// batch x seq_len is a multiple of OSCAR_STATS_BLOCK (every share then starts
-// on a block boundary), else within fp64 rounding of the block sums. Rank 0
+// every rank's share starts at a multiple of OSCAR_STATS_BLOCK tokens (always
+// when batch x seq_len is one), else within fp64 rounding of the block sums. Rank 0
 // writes the checkpoints (all hidden states gathered, the single-process file)
 // and a resume hands every rank its rows back. Fewer batches than ranks:
 // OSCAR_ERR_INVALID.

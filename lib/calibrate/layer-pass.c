@@ -151,13 +151,15 @@ static enum oscar_status plan_batches(struct layer_pass * lp) {
         if (set == 0) lp->n_cal = row;
     }
     lp->n_rows = row, lp->n_rows_all = all;
-    if (dp->size > 1) {
-        const int64_t bt = (int64_t) B * lp->p->seq_len;
+    if (dp->size > 1) { // bit-identical when every share starts on the stats' block grid
+        bool aligned = true;
+        for (int64_t r = 1, start = 0; r < dp->size; r++)
+            start += lp->rank_cal[r - 1], aligned = aligned && start % OSCAR_STATS_BLOCK == 0;
         osc_info("data-parallel pass over %d ranks (%s): rank 0 runs calibration batches 0-%lld of %d and the "
                  "held-out ones; sums %s", (int) dp->size, dp->engine, (long long) b1 - 1, (int) n_cal_b,
-                 bt % OSCAR_STATS_BLOCK == 0 ? "bit-identical to one process"
-                                             : "within rounding of one process (batch x seq_len is not a multiple "
-                                               "of 128)");
+                 aligned ? "bit-identical to one process"
+                         : "within fp64 rounding of one process (a rank's share starts off the 128-token block "
+                           "grid: make batch x seq_len a multiple of 128 for identical sums)");
     }
     return OSCAR_OK;
 }
@@ -325,8 +327,10 @@ static enum oscar_status start(struct layer_pass * lp, const struct osc_layer_ck
 static enum oscar_status exchange_rows(struct layer_pass * lp, bool to_all) {
     struct osc_dp * dp = lp->dp;
     if (dp->size == 1) return OSCAR_OK;
-    const size_t row = (size_t) lp->c->n_embd * sizeof(float), n_held = (size_t) (lp->n_rows_all - lp->n_cal);
-    size_t * counts = calloc((size_t) dp->size, sizeof(size_t));
+    int64_t n_cal_all = 0;
+    for (int32_t r = 0; r < dp->size; r++) n_cal_all += lp->rank_cal[r];
+    const size_t row = (size_t) lp->c->n_embd * sizeof(float), n_held = (size_t) (lp->n_rows_all - n_cal_all);
+    size_t * counts = calloc(dp->size > 0 ? (size_t) dp->size : 1, sizeof(size_t));
     float * buf = NULL; // rank 0: every rank's rows in rank order (rank 0's held-out rows after its own)
     enum oscar_status st = counts ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "checkpoint rows: out of memory");
     for (int32_t r = 0; st == OSCAR_OK && r < dp->size; r++)
