@@ -433,6 +433,12 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
         t->forward -= fi.host_sums_s;   // the CPU adds the sums inside its runs
         t->accumulate += fi.host_sums_s;
         osc_debug("after the layer-major pass: peak RSS %.1f MiB", oscar_calib_peak_rss_mb());
+        if (several) {
+            int64_t sent, got;
+            osc_dp_stats_bytes(&sent, &got);
+            osc_debug("data-parallel sums: rank %d sent %.2f MiB and received %.2f MiB", (int) lp.dp->rank,
+                      (double) sent / 1048576.0, (double) got / 1048576.0);
+        }
     }
     t->store += lp.t_store;
     if (st == OSCAR_OK) {
