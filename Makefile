@@ -14,11 +14,12 @@
 #   make uninstall  removes what install put there (same PREFIX and DESTDIR)
 #   make clean
 #
-# Knobs: CUDA=auto|0|1  WERROR=0|1  SAN=0|1  OSCAR_CACHE=dir  FUZZ_SECONDS=n
+# Knobs: CUDA=auto|0|1  MPI=auto|0|1  WERROR=0|1  SAN=0|1  OSCAR_CACHE=dir  FUZZ_SECONDS=n
 #        PREFIX=dir  DESTDIR=dir (staging root for packagers)
 
 CC          ?= gcc
 CUDA        ?= auto
+MPI         ?= auto
 WERROR      ?= 0
 SAN         ?= 0
 FUZZ_SECONDS ?= 10
@@ -27,6 +28,9 @@ export OSCAR_CACHE
 
 ifneq ($(filter-out auto 0 1,$(CUDA)),)
 $(error CUDA must be auto, 0 or 1 (got '$(CUDA)'))
+endif
+ifneq ($(filter-out auto 0 1,$(MPI)),)
+$(error MPI must be auto, 0 or 1 (got '$(MPI)'))
 endif
 ifneq ($(filter-out 0 1,$(SAN)),)
 $(error SAN must be 0 or 1 (got '$(SAN)'))
@@ -47,6 +51,20 @@ ifeq ($(USE_CUDA),1)
   ifeq ($(NVCC),)
     $(error CUDA=1 but nvcc was not found)
   endif
+endif
+
+# Open MPI (Debian libopenmpi-dev) for data-parallel calibration under mpirun (lib/calibrate/dp-mpi.c)
+HAVE_MPI := $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1 || echo 0)
+ifeq ($(MPI),auto)
+  USE_MPI := $(HAVE_MPI)
+  ifeq ($(USE_MPI),0)
+    $(info Open MPI (pkg-config ompi-c) not found, building without MPI)
+  endif
+else
+  USE_MPI := $(MPI)
+endif
+ifeq ($(USE_MPI)$(HAVE_MPI),10)
+  $(error MPI=1 but pkg-config does not find ompi-c (Debian: libopenmpi-dev))
 endif
 
 ifeq ($(SAN),1)
@@ -80,6 +98,12 @@ CUDA_ARCH ?= 90
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_$(CUDA_ARCH),code=sm_$(CUDA_ARCH) \
              -gencode arch=compute_$(CUDA_ARCH),code=compute_$(CUDA_ARCH) -Xcompiler -Wall,-Wextra -I. -Ilib
+ifeq ($(USE_MPI),1)
+  MPI_CFLAGS := $(shell pkg-config --cflags ompi-c)
+  MPI_LIBS   := $(shell pkg-config --libs ompi-c)
+  CPPFLAGS   += -DOSCAR_USE_MPI $(MPI_CFLAGS)
+  LDLIBS     += $(MPI_LIBS)
+endif
 ifeq ($(USE_CUDA),1)
   CPPFLAGS  += -DOSCAR_USE_CUDA
   CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
@@ -118,7 +142,7 @@ $(B)/obj/lib/util/version.o: CPPFLAGS += -I$(B)/gen
 
 # Objects depend on a stamp of the build configuration, so switching CUDA=0/1
 # in the same build folder rebuilds instead of mixing stale objects.
-BUILD_CONFIG := cuda=$(USE_CUDA) cc=$(CC)
+BUILD_CONFIG := cuda=$(USE_CUDA) mpi=$(USE_MPI) cc=$(CC)
 $(B)/config.stamp: FORCE
 	@mkdir -p $(B)
 	@[ "$$(cat $@ 2>/dev/null)" = "$(BUILD_CONFIG)" ] || echo "$(BUILD_CONFIG)" > $@
@@ -255,7 +279,7 @@ PC_SUBST = -e 's|@prefix@|$(PREFIX)|' \
            -e 's|@includedir@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|' \
            -e 's|@version@|$(OSCAR_VERSION)|' \
            -e 's|@pkgs@|$(PKGS)|' \
-           -e 's|@libs_private@|-fopenmp $(strip $(PKG_LIBS) $(SYS_LIBS) $(CUDA_LIBS))|'
+           -e 's|@libs_private@|-fopenmp $(strip $(PKG_LIBS) $(SYS_LIBS) $(CUDA_LIBS) $(MPI_LIBS))|'
 $(B)/oscar.pc: packaging/oscar.pc.in FORCE
 	@mkdir -p $(dir $@)
 	@sed $(PC_SUBST) $< > $@.tmp

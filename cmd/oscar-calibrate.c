@@ -11,6 +11,7 @@
 #include "calibrate/actstore.h"
 #include "calibrate/base-model.h"
 #include "calibrate/calibrate.h"
+#include "calibrate/dp.h"
 #include "calibrate/random-source.h"
 #include "formats/oscar-artifact.h"
 #include "hub/hub.h"
@@ -441,11 +442,36 @@ static enum oscar_status open_model(const struct opts * o, struct oscar_model * 
     return st != OSCAR_OK ? st : oscar_tokenizer_load(o->model, tok);
 }
 
+// Options a data-parallel run (several ranks) does not take: the message, or NULL.
+static const char * dp_refusal(const struct opts * o, const struct oscar_calib_params * p) {
+    if (o->from_act || o->save_act) return "--save-activations / --from-activations";
+    if (p->refine_optr) return "--refine optr";
+    if (on_cuda(o)) return "--device cuda (several GPUs: the NCCL path, not yet)";
+    return NULL;
+}
+
 int main(int argc, char ** argv) {
     struct opts o = {0};
     struct oscar_calib_params p = oscar_calib_default_params();
     int rc = parse(argc, argv, &o, &p);
     if (rc) return rc;
+    // Under mpirun: the ranks split the layer-major pass; rank 0 prints, reports and writes
+    struct osc_dp * dp = NULL;
+    char rank_tag[64] = "";
+    if (osc_dp_open(&argc, &argv, &dp) != OSCAR_OK) {
+        fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
+        return 1;
+    }
+    if (dp->size > 1) {
+        snprintf(rank_tag, sizeof rank_tag, "rank %d of %d: ", (int) dp->rank, (int) dp->size);
+        const char * no = dp_refusal(&o, &p);
+        if (no) {
+            if (dp->rank == 0) fprintf(stderr, "oscar-calibrate: %s is not available under mpirun (one process only)\n", no);
+            osc_dp_close(dp);
+            return 2;
+        }
+        if (dp->rank != 0) oscar_log_set_level(OSCAR_LOG_ERROR), o.json = false;
+    }
     char ckpt[4096];
     snprintf(ckpt, sizeof(ckpt), "%s.ckpt", o.out);
     if (p.checkpoint_every > 0 || p.resume) p.checkpoint_path = ckpt;
@@ -461,50 +487,63 @@ int main(int argc, char ** argv) {
     struct oscar_hub hub;
     rc = 1;
     if (oscar_hub_init(&hub) != OSCAR_OK) {
-        fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
+        fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
+        if (dp->size > 1) dp->ops->abort(dp, 1);
+        osc_dp_close(dp);
         return 1;
     }
-    if (oscar_artifact_check_dest(o.out) != OSCAR_OK) { // fail before hours of compute
-        fprintf(stderr, "oscar-calibrate: --out: %s\n", oscar_last_error());
+    if (dp->rank == 0 && oscar_artifact_check_dest(o.out) != OSCAR_OK) { // fail before hours of compute
+        fprintf(stderr, "oscar-calibrate: %s--out: %s\n", rank_tag, oscar_last_error());
         goto out;
     }
     struct oscar_model shape = {0}; // the random-init model's description (no host weights)
     if (o.random_init) {
         if (oscar_calib_random_config(o.random_init, &shape.config) != OSCAR_OK) {
-            fprintf(stderr, "oscar-calibrate: --random-init: %s\n", oscar_last_error());
+            fprintf(stderr, "oscar-calibrate: %s--random-init: %s\n", rank_tag, oscar_last_error());
             rc = 2;
             goto out;
         }
         snprintf(shape.config.name, sizeof shape.config.name, "random-init:%s", o.random_init);
     } else {
         if (oscar_hub_resolve_local(&hub, o.model, &model_path) != OSCAR_OK) {
-            fprintf(stderr, "oscar-calibrate: --model: %s\n", oscar_last_error());
+            fprintf(stderr, "oscar-calibrate: %s--model: %s\n", rank_tag, oscar_last_error());
             goto out;
         }
         if (strcmp(model_path, o.model)) osc_info("--model %s -> %s", o.model, model_path);
         o.model = model_path;
     }
     if (oscar_base_model_detect(o.base_model, model_arg, model_path, &base) != OSCAR_OK) {
-        fprintf(stderr, "oscar-calibrate: --model: %s\n", oscar_last_error());
+        fprintf(stderr, "oscar-calibrate: %s--model: %s\n", rank_tag, oscar_last_error());
         goto out;
     }
     if (base.id[0]) osc_info("base model %s (from %s)", base.id, base.id_from);
     else osc_info("no Hub id known for the base model (the card will say so; --base-model OWNER/NAME sets one)");
     if (open_model(&o, &shape, p.seed, &eng, &tok) ||
-        oscar_calib_check_target(&p, oscar_arch_name(eng.m->config.arch)) ||
-        (o.from_act ? from_store(&o, eng.m, tok, &p, &store, &corpus, &plan, &held, &st, &t)
-                    : from_forward(&o, &eng, tok, &p, &corpus, &plan, &held, &st, &t)) ||
-        oscar_calib_fit_rotations(st, &p, &fit, &t) ||
+        oscar_calib_check_target(&p, oscar_arch_name(eng.m->config.arch))) {
+        fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
+        goto out;
+    }
+    eng.dp = dp;
+    if ((o.from_act ? from_store(&o, eng.m, tok, &p, &store, &corpus, &plan, &held, &st, &t)
+                    : from_forward(&o, &eng, tok, &p, &corpus, &plan, &held, &st, &t))) {
+        fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
+        goto out;
+    }
+    if (dp->rank != 0) { // its share of the pass is in rank 0's sums
+        rc = 0;
+        goto out;
+    }
+    if (oscar_calib_fit_rotations(st, &p, &fit, &t) ||
         (p.refine_optr && oscar_calib_refine_optr(store, &plan, &held, &p, &fit, &refine, &t)) ||
         oscar_calib_clip_search(&held, &fit, &p, &clip, &t) ||
         oscar_calib_gate_run(&held, &fit, &clip, &p, &gate, &t)) {
-        fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
+        fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
         goto out;
     }
     const bool report = oscar_log_get_level() <= OSCAR_LOG_INFO; // not --quiet / --json
     if (report) print_gate(&gate, &clip);
     if (!gate.pass && o.strict) {
-        fprintf(stderr, "oscar-calibrate: --strict: gate failed, nothing written\n");
+        fprintf(stderr, "oscar-calibrate: %s--strict: gate failed, nothing written\n", rank_tag);
         goto out;
     }
     if (!gate.pass) osc_warn("the gate FAILED (OSCAR mean %.4g vs Hadamard %.4g, naive %.4g); writing the artifact marked FAILED (--strict writes nothing)",
@@ -514,7 +553,7 @@ int main(int argc, char ** argv) {
                                                                     &base, o.datasets, o.n_datasets}, &p, &fit,
                                    &clip, &gate, &t, &art) ||
         oscar_artifact_write(art, o.out)) {
-        fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
+        fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
         goto out;
     }
     if (p.checkpoint_path) {
@@ -533,7 +572,7 @@ int main(int argc, char ** argv) {
             fprintf(stderr, "peak device memory in use %.2f GiB\n", (double) t.device_peak_bytes / 1073741824.0);
     }
     if (o.json && print_json(&o, &plan, &fit, &t, rss, art->summary_json) != OSCAR_OK) {
-        fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
+        fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
         goto out;
     }
     rc = 0;
@@ -545,5 +584,7 @@ out:
     oscar_tokenizer_free(tok); oscar_actstore_free(store);
     if (!eng.random_on_device) oscar_model_free(eng.m); // else the shape on the stack
     oscar_hub_free(&hub); free(model_path);
+    if (rc && dp->size > 1) dp->ops->abort(dp, rc); // a failed rank ends every rank, before anything is written
+    osc_dp_close(dp);
     return rc;
 }

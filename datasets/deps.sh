@@ -18,7 +18,7 @@ say() { echo "deps: $*" >&2; }
 PKGS="build-essential pkg-config clang libclang-rt-14-dev libopenblas-dev liblapacke-dev
       libhdf5-dev hdf5-tools libcurl4-openssl-dev libzstd-dev zstd libpcre2-dev
       libjansson-dev libutf8proc-dev zlib1g-dev libcmocka-dev libssl-dev libyaml-dev python3-venv unzip
-      help2man man-db librsvg2-bin"
+      help2man man-db librsvg2-bin libopenmpi-dev openmpi-bin"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -34,6 +34,7 @@
 #include "util/version.h"
 
 struct oscar_actstore;
+struct osc_dp;
 
 #define OSCAR_CALIBRATE_VERSION OSCAR_VERSION
 #define OSCAR_CLIP_GRID_MAX 128
@@ -148,6 +149,7 @@ struct oscar_calib_engine {
                                            // random_on_device the shape alone (config, name)
     bool                 random_on_device; // cuda: oscar_fwd_init_random's weights from p->seed,
                                            // made on the device layer by layer
+    struct osc_dp *      dp;               // the process group of a data-parallel pass (dp.h), NULL: one
 };
 // The calibration forward pass (layer-pass.c), layer-major on e's backend: all
 // calibration and held-out sequences through layer 0, then layer 1, ...; per
@@ -159,6 +161,17 @@ struct oscar_calib_engine {
 // backend, the model's attention shape and the identities of the model,
 // tokenizer and corpus (plan->corpus); a resume refuses one that differs
 // (OSCAR_ERR_INVALID naming it).
+//
+// Data-parallel (e->dp of several ranks, every rank calling with the same plan
+// and params): rank r runs calibration batches floor(r·nb/N) .. floor((r+1)·nb/N)-1
+// of the nb batches through each layer, rank 0 also the held-out ones (so only
+// rank 0's *held is filled); the layer's sums meet on rank 0 (dp-stats.c) and
+// only rank 0's *stats is the run's. Equal to one process bit for bit when
+// every rank's share starts at a multiple of OSCAR_STATS_BLOCK tokens (always
+// when batch x seq_len is one), else within fp64 rounding of the block sums. Rank 0
+// writes the checkpoints (all hidden states gathered, the single-process file)
+// and a resume hands every rank its rows back. Fewer batches than ranks:
+// OSCAR_ERR_INVALID.
 enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const struct oscar_calib_plan * plan,
                                       const struct oscar_calib_params * p, struct oscar_stats ** stats,
                                       struct oscar_calib_heldout * held, struct oscar_calib_timing * t);

@@ -21,6 +21,11 @@
 // Checkpoints (layer-ckpt.c) are taken between layers, after at least
 // p->checkpoint_every token-layers since the last one; --resume continues at
 // the layer after the last checkpoint with the same batches.
+//
+// Data-parallel (e->dp, calibrate.h): each rank keeps only its share of the
+// batches (rows numbered locally: its calibration rows, then on rank 0 the
+// held-out rows); the sums meet on rank 0 at each layer end (dp-stats.c);
+// checkpoints gather every rank's hidden states into the single-process layout.
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,6 +33,7 @@
 #include "backend/forward-backend.h"
 #include "calibrate/actstore.h"
 #include "calibrate/calibrate.h"
+#include "calibrate/dp.h"
 #include "calibrate/layer-ckpt.h"
 #include "util/log.h"
 #include "util/mem.h"
@@ -52,8 +58,12 @@ struct layer_pass {
     struct oscar_fwd * f;
     struct batch_ref * batches;
     int32_t n_batches;
-    int64_t n_cal, n_rows;     // calibration rows; all rows
+    int64_t n_cal, n_rows;     // calibration rows; all rows (this rank's)
     float * x_host;            // [n_rows, C] hidden states for checkpoints, or NULL
+    struct osc_dp * dp;        // the process group (one process: osc_dp_single)
+    int64_t * rank_cal;        // [size] calibration rows of every rank (data-parallel)
+    int64_t n_rows_all;        // rows of every rank together (the single-process n_rows)
+    float * x_all;             // rank 0 of several: [n_rows_all, C] for checkpoints, or NULL
     int32_t * sbuf;            // [batch + 1] seq_start of the current batch
     const struct batch_ref * cur;
     double t_store;
@@ -103,26 +113,54 @@ static enum oscar_status run_batch_layer(struct layer_pass * lp, const struct ba
     return oscar_fwd_layer_run(lp->f, l, &batch, b->row0, !b->heldout);
 }
 
-// The batches: calibration sequences p->batch at a time, then the held-out ones.
+// The batches: calibration sequences p->batch at a time, then the held-out ones. Data-parallel:
+// this rank's share of the calibration batches (dp.h's contiguous blocks), the held-out ones on
+// rank 0; rows numbered within the rank.
 static enum oscar_status plan_batches(struct layer_pass * lp) {
     const struct oscar_calib_plan * plan = lp->plan;
+    const struct osc_dp * dp = lp->dp;
     const int32_t B = lp->p->batch;
-    const int32_t n = (plan->n_seq + B - 1) / B + (plan->n_heldout + B - 1) / B;
+    const int32_t n_cal_b = (plan->n_seq + B - 1) / B, n = n_cal_b + (plan->n_heldout + B - 1) / B;
+    if (n_cal_b < dp->size)
+        return osc_error(OSCAR_ERR_INVALID, "calibration: %d ranks but only %d calibration batches of %d sequences: "
+                         "use fewer ranks, a smaller --batch or more --tokens", (int) dp->size, (int) n_cal_b, (int) B);
     lp->batches = calloc((size_t) n, sizeof *lp->batches);
-    if (!lp->batches) return osc_error(OSCAR_ERR_NOMEM, "calibration: out of memory for %d batches", (int) n);
-    int64_t row = 0;
+    lp->rank_cal = calloc((size_t) dp->size, sizeof(int64_t));
+    if (!lp->batches || !lp->rank_cal)
+        return osc_error(OSCAR_ERR_NOMEM, "calibration: out of memory for %d batches", (int) n);
+    int64_t row = 0, all = 0, b0 = 0, b1 = 0;
+    osc_dp_share(dp, dp->rank, n_cal_b, &b0, &b1);
     for (int set = 0; set < 2; set++) {
         const int32_t n_seq = set ? plan->n_heldout : plan->n_seq;
         const int32_t * starts = set ? plan->heldout_start : plan->seq_start;
-        for (int32_t s0 = 0; s0 < n_seq; s0 += B) {
+        int32_t i = 0;
+        for (int32_t s0 = 0; s0 < n_seq; s0 += B, i++) {
+            const int32_t s1 = s0 + B < n_seq ? s0 + B : n_seq, rows = starts[s1] - starts[s0];
+            all += rows;
+            if (set == 0) {
+                int32_t r = 0; // the rank that runs batch i
+                for (int64_t c0, c1; osc_dp_share(dp, r, n_cal_b, &c0, &c1), i >= c1; r++) {}
+                lp->rank_cal[r] += rows;
+            }
+            if (set == 0 ? (i < b0 || i >= b1) : dp->rank != 0) continue;
             struct batch_ref * b = &lp->batches[lp->n_batches++];
-            b->heldout = set == 1, b->s0 = s0, b->s1 = s0 + B < n_seq ? s0 + B : n_seq;
-            b->row0 = row, b->n = starts[b->s1] - starts[s0];
+            b->heldout = set == 1, b->s0 = s0, b->s1 = s1;
+            b->row0 = row, b->n = rows;
             row += b->n;
         }
         if (set == 0) lp->n_cal = row;
     }
-    lp->n_rows = row;
+    lp->n_rows = row, lp->n_rows_all = all;
+    if (dp->size > 1) { // bit-identical when every share starts on the stats' block grid
+        bool aligned = true;
+        for (int64_t r = 1, start = 0; r < dp->size; r++)
+            start += lp->rank_cal[r - 1], aligned = aligned && start % OSCAR_STATS_BLOCK == 0;
+        osc_info("data-parallel pass over %d ranks (%s): rank 0 runs calibration batches 0-%lld of %d and the "
+                 "held-out ones; sums %s", (int) dp->size, dp->engine, (long long) b1 - 1, (int) n_cal_b,
+                 aligned ? "bit-identical to one process"
+                         : "within fp64 rounding of one process (a rank's share starts off the 128-token block "
+                           "grid: make batch x seq_len a multiple of 128 for identical sums)");
+    }
     return OSCAR_OK;
 }
 
@@ -137,6 +175,10 @@ static enum oscar_status alloc_heldout(struct layer_pass * lp) {
     h->n_seq = plan->n_heldout;
     h->n_rows = plan->heldout_start[plan->n_heldout] - plan->heldout_start[0];
     const size_t L = (size_t) c->n_layer, T = (size_t) h->n_rows, D = (size_t) c->head_dim;
+    if (lp->dp->rank != 0) { // the held-out rows are rank 0's
+        h->n_seq = 0, h->n_rows = 0;
+        return OSCAR_OK;
+    }
     h->q = calloc(L, sizeof(float *)), h->k = calloc(L, sizeof(float *)), h->v = calloc(L, sizeof(float *));
     h->wo = calloc(L, sizeof(float *));
     h->seq_start = malloc(((size_t) h->n_seq + 1) * sizeof(int32_t));
@@ -195,7 +237,9 @@ static enum oscar_status setup_rows(struct layer_pass * lp) {
     if (st != OSCAR_OK || (st = alloc_heldout(lp)) != OSCAR_OK) return st;
     lp->sbuf = malloc(((size_t) p->batch + 1) * sizeof(int32_t));
     if (p->checkpoint_path) lp->x_host = osc_alloc_large((size_t) lp->n_rows * (size_t) c->n_embd * sizeof(float));
-    if (!lp->sbuf || (p->checkpoint_path && !lp->x_host))
+    const bool gather = p->checkpoint_path && lp->dp->size > 1 && lp->dp->rank == 0;
+    if (gather) lp->x_all = osc_alloc_large((size_t) lp->n_rows_all * (size_t) c->n_embd * sizeof(float));
+    if (!lp->sbuf || (p->checkpoint_path && !lp->x_host) || (gather && !lp->x_all))
         return osc_error(OSCAR_ERR_NOMEM, "calibration: out of memory for %lld rows", (long long) lp->n_rows);
     return OSCAR_OK;
 }
@@ -236,8 +280,10 @@ static enum oscar_status acquire_layer(struct layer_pass * lp, int32_t l) {
 // After layer l: the held-out rows keep its W_O as the backend ran it; the host layer is freed
 // (a streamed model; the backend keeps its own copy until the slot is reused).
 static enum oscar_status release_layer(struct layer_pass * lp, int32_t l) {
-    enum oscar_status st = oscar_fwd_copy_wo(lp->f, l, lp->held->wo_block + (size_t) l * lp->c->n_embd *
-                                                           lp->c->n_head * lp->c->head_dim);
+    enum oscar_status st = OSCAR_OK;
+    if (lp->held->wo_block) // rank 0's
+        st = oscar_fwd_copy_wo(lp->f, l, lp->held->wo_block + (size_t) l * lp->c->n_embd * lp->c->n_head *
+                                             lp->c->head_dim);
     if (!lp->e->random_on_device) oscar_model_layer_release(lp->m, l);
     return st;
 }
@@ -255,12 +301,18 @@ static enum oscar_status keep_done_layers(struct layer_pass * lp, int32_t first)
 static enum oscar_status start(struct layer_pass * lp, const struct osc_layer_ckpt * ck, int32_t * first_layer) {
     const struct oscar_model_config * c = lp->c;
     *first_layer = 0;
-    if (lp->p->resume && ck->path && access(ck->path, F_OK) == 0) {
-        enum oscar_status st = osc_layer_ckpt_load(ck, &lp->stats, first_layer);
+    // rank 0 reads the checkpoint (and says whether there is one); the others start empty at its layer
+    int32_t have = lp->dp->rank == 0 && lp->p->resume && ck->path && access(ck->path, F_OK) == 0;
+    enum oscar_status st = lp->dp->ops->bcast(lp->dp, &have, sizeof have);
+    if (st != OSCAR_OK) return st;
+    if (have && lp->dp->rank == 0) {
+        st = osc_layer_ckpt_load(ck, &lp->stats, first_layer);
         if (st == OSCAR_OK)
             osc_info("resuming at layer %d/%d from %s", (int) *first_layer, (int) c->n_layer, ck->path);
-        return st;
+        if (st != OSCAR_OK || lp->dp->size == 1) return st;
     }
+    if (have && (st = lp->dp->ops->bcast(lp->dp, first_layer, sizeof *first_layer)) != OSCAR_OK) return st;
+    if (have && lp->dp->rank == 0) return OSCAR_OK;
     struct oscar_stats_params sp = oscar_stats_default_params();
     sp.n_layer = c->n_layer, sp.n_head = c->n_head, sp.n_head_kv = c->n_head_kv, sp.head_dim = c->head_dim;
     sp.kinds = oscar_calib_stats_kinds(lp->p);
@@ -269,11 +321,51 @@ static enum oscar_status start(struct layer_pass * lp, const struct osc_layer_ck
     return oscar_stats_init(&sp, &lp->stats);
 }
 
+// Rows of every rank in the single-process order (calibration rows by rank, then the held-out
+// rows, which are at the end of rank 0's): to_all gathers x_host into x_all on rank 0, else
+// rank 0's x_all is scattered back. One process: x_host is already that layout.
+static enum oscar_status exchange_rows(struct layer_pass * lp, bool to_all) {
+    struct osc_dp * dp = lp->dp;
+    if (dp->size == 1) return OSCAR_OK;
+    int64_t n_cal_all = 0;
+    for (int32_t r = 0; r < dp->size; r++) n_cal_all += lp->rank_cal[r];
+    const size_t row = (size_t) lp->c->n_embd * sizeof(float), n_held = (size_t) (lp->n_rows_all - n_cal_all);
+    size_t * counts = calloc(dp->size > 0 ? (size_t) dp->size : 1, sizeof(size_t));
+    float * buf = NULL; // rank 0: every rank's rows in rank order (rank 0's held-out rows after its own)
+    enum oscar_status st = counts ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "checkpoint rows: out of memory");
+    for (int32_t r = 0; st == OSCAR_OK && r < dp->size; r++)
+        counts[r] = ((size_t) lp->rank_cal[r] + (r == 0 ? n_held : 0)) * row;
+    if (st == OSCAR_OK && to_all) {
+        void * got = NULL;
+        st = dp->ops->gather(dp, lp->x_host, (size_t) lp->n_rows * row, &got, counts);
+        buf = got;
+    } else if (st == OSCAR_OK && dp->rank == 0 && !(buf = osc_alloc_large((size_t) lp->n_rows_all * row))) {
+        st = osc_error(OSCAR_ERR_NOMEM, "checkpoint rows: out of memory for %lld rows", (long long) lp->n_rows_all);
+    }
+    if (st == OSCAR_OK && dp->rank == 0) { // reorder between the two layouts
+        char * a = (char *) lp->x_all, * g = (char *) buf;
+        const size_t own = (size_t) lp->rank_cal[0] * row;
+        const size_t others = (size_t) (lp->n_rows_all - (int64_t) n_held) * row - own;
+        if (to_all) {
+            memcpy(a, g, own), memcpy(a + own, g + own + n_held * row, others);
+            memcpy(a + own + others, g + own, n_held * row);
+        } else {
+            memcpy(g, a, own), memcpy(g + own + n_held * row, a + own, others);
+            memcpy(g + own, a + own + others, n_held * row);
+        }
+    }
+    if (st == OSCAR_OK && !to_all) st = dp->ops->scatter(dp, buf, counts, lp->x_host, (size_t) lp->n_rows * row);
+    free(buf), free(counts);
+    return st;
+}
+
 static void teardown(struct layer_pass * lp) {
     oscar_fwd_free(lp->f);
     oscar_stats_free(lp->stats);
     free(lp->batches);
     free(lp->x_host);
+    free(lp->x_all);
+    free(lp->rank_cal);
     free(lp->sbuf);
 }
 
@@ -299,7 +391,8 @@ static enum oscar_status run_layer(struct layer_pass * lp, int32_t l, struct osc
 enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const struct oscar_calib_plan * plan,
                                       const struct oscar_calib_params * p, struct oscar_stats ** stats,
                                       struct oscar_calib_heldout * held, struct oscar_calib_timing * t) {
-    struct layer_pass lp = {.e = e, .m = e->m, .c = &e->m->config, .plan = plan, .p = p, .held = held, .t = t};
+    struct layer_pass lp = {.e = e, .m = e->m, .c = &e->m->config, .plan = plan, .p = p, .held = held, .t = t,
+                            .dp = e->dp ? e->dp : osc_dp_single()};
     struct oscar_capture_hook hook;
     *stats = NULL;
     memset(held, 0, sizeof *held); // freed on any failure, even one before it is filled
@@ -307,12 +400,15 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
     enum oscar_status st = setup_rows(&lp);
     const struct osc_layer_ckpt ck = {.path = p->checkpoint_path, .m = e->m, .plan = plan, .p = p,
                                       .device = e->device ? e->device : "cpu", .fp32 = e->fp32,
-                                      .kinds = oscar_calib_stats_kinds(p), .x = lp.x_host, .n_rows = lp.n_rows,
-                                      .held = held};
+                                      .kinds = oscar_calib_stats_kinds(p),
+                                      .x = lp.x_all ? lp.x_all : lp.x_host, .n_rows = lp.n_rows_all, .held = held};
     int32_t first = 0;
+    const bool several = lp.dp->size > 1;
     if (st == OSCAR_OK) st = start(&lp, &ck, &first);
+    if (st == OSCAR_OK && several && first > 0) st = exchange_rows(&lp, false);
+    if (st == OSCAR_OK && several) st = osc_dp_stats_attach(lp.dp, lp.stats);
     if (st == OSCAR_OK) st = setup_backend(&lp, &hook, first > 0);
-    if (st == OSCAR_OK) st = keep_done_layers(&lp, first);
+    if (st == OSCAR_OK && lp.dp->rank == 0) st = keep_done_layers(&lp, first);
     if (st == OSCAR_OK) report_memory(&lp);
     struct osc_progress pr;
     osc_progress_init(&pr, "layer-major pass", "token-layers", (int64_t) L * lp.n_rows);
@@ -321,10 +417,11 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
         st = acquire_layer(&lp, l);
         if (st == OSCAR_OK) st = run_layer(&lp, l, &pr);
         if (st == OSCAR_OK) st = release_layer(&lp, l);
-        since += lp.n_rows;
+        since += lp.n_rows_all; // the same on every rank: they checkpoint together
         if (st == OSCAR_OK && ck.path && p->checkpoint_every > 0 && since >= p->checkpoint_every && l + 1 < L) {
             st = oscar_fwd_rows_copy(lp.f, lp.x_host, true);
-            if (st == OSCAR_OK) st = osc_layer_ckpt_save(&ck, lp.stats, l + 1);
+            if (st == OSCAR_OK) st = exchange_rows(&lp, true);
+            if (st == OSCAR_OK && lp.dp->rank == 0) st = osc_layer_ckpt_save(&ck, lp.stats, l + 1);
             since = 0;
         }
     }
@@ -336,6 +433,12 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
         t->forward -= fi.host_sums_s;   // the CPU adds the sums inside its runs
         t->accumulate += fi.host_sums_s;
         osc_debug("after the layer-major pass: peak RSS %.1f MiB", oscar_calib_peak_rss_mb());
+        if (several) {
+            int64_t sent, got;
+            osc_dp_stats_bytes(&sent, &got);
+            osc_debug("data-parallel sums: rank %d sent %.2f MiB and received %.2f MiB", (int) lp.dp->rank,
+                      (double) sent / 1048576.0, (double) got / 1048576.0);
+        }
     }
     t->store += lp.t_store;
     if (st == OSCAR_OK) {

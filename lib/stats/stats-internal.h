@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "stats/stats.h"
+#include "stats/stats-partials.h"
 
 struct oscar_stats {
     struct oscar_stats_params p;
@@ -44,6 +45,17 @@ struct oscar_stats {
     double * wchunk;         // [max_tokens, Hkv] VATT weights of the current chunk
     size_t   att_per_thread; // doubles
     double * att_scr;        // [n_threads, att_per_thread]
+
+    // data-parallel runs (partials.c): block partials of the current layer and pass kept in
+    // order instead of added, and a hook each layer's pass end calls
+    bool     keep_parts;
+    double * parts;          // [n_parts, part_size(phase)]
+    size_t   n_parts, cap_parts;
+    bool     parts_lost;     // a part could not be allocated (reported at the layer's end)
+    int32_t  parts_layer;
+    int64_t * n_tok1_own;    // [L] this process's own pass-1 tokens (n_tok1 becomes the group's)
+    oscar_stats_layer_hook layer_hook;
+    void *   hook_user;
 };
 
 static inline bool osc_stats_has_q(const struct oscar_stats * s) { return s->p.kinds & OSCAR_STATS_QQT; }
@@ -61,6 +73,15 @@ enum oscar_status osc_stats_alloc(const struct oscar_stats_params * p, struct os
 // Reduces the staged rows of `layer` (n_pend of them, may be < B at the end of
 // a pass) into the accumulators of the current phase and empties the stage.
 void osc_stats_flush_layer(struct oscar_stats * s, int32_t layer);
+
+// Keeping partials: a new zeroed part for the block of layer l about to be flushed (its row
+// count set), and where item (ki-th kind of the phase's list, KV head h) writes in it.
+double * osc_stats_new_part(struct oscar_stats * s, int32_t l);
+// OSCAR_ERR_NOMEM if a part of layer l could not be kept (flushes cannot fail), else OK.
+enum oscar_status osc_stats_parts_status(const struct oscar_stats * s, int32_t l);
+void osc_stats_parts_clear(struct oscar_stats * s);
+void osc_stats_part_target(const struct oscar_stats * s, double * part, int32_t phase, int32_t ki, int32_t h,
+                           double ** acc, double ** wlog, double ** nneg);
 
 // Fills s->wchunk [T, Hkv] with the attention-mass weights of chunk c.
 void osc_stats_attn_mass(struct oscar_stats * s, const struct oscar_stats_chunk * c);

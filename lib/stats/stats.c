@@ -119,6 +119,7 @@ void oscar_stats_free(struct oscar_stats * s) {
     free(s->n_tok1); free(s->n_tok2); free(s->n_pend); free(s->phase);
     free(s->st_q); free(s->st_k); free(s->st_v); free(s->st_w);
     free(s->scr); free(s->att_scr); free(s->wchunk);
+    free(s->parts); free(s->n_tok1_own);
     free(s);
 }
 
@@ -239,23 +240,30 @@ static enum oscar_status check_layer_end(const struct oscar_stats * s, int32_t l
     if (s->phase[l] == 3) return osc_error(OSCAR_ERR_INVALID, "stats: layer %d: every pass has already ended", (int) l);
     if (s->phase[l] == 1 && s->n_tok1[l] == 0)
         return osc_error(OSCAR_ERR_INVALID, "stats: layer %d saw no tokens in pass 1", (int) l);
-    if (s->phase[l] == 2 && s->n_tok2[l] != s->n_tok1[l])
+    // a data-parallel pass 1 ends with the group's count; this process's pass 2 sees its own tokens
+    const int64_t own1 = s->n_tok1_own ? s->n_tok1_own[l] : s->n_tok1[l];
+    if (s->phase[l] == 2 && s->n_tok2[l] != own1)
         return osc_error(OSCAR_ERR_INVALID, "stats: layer %d saw %lld tokens in pass 2 but %lld in pass 1", (int) l,
-                         (long long) s->n_tok2[l], (long long) s->n_tok1[l]);
+                         (long long) s->n_tok2[l], (long long) own1);
     return OSCAR_OK;
 }
 
-static void end_layer(struct oscar_stats * s, int32_t l) {
+// Flushes layer l, hands it to the layer hook (a data-parallel run's exchange), advances its phase.
+static enum oscar_status end_layer(struct oscar_stats * s, int32_t l) {
     osc_stats_flush_layer(s, l);
+    enum oscar_status st = osc_stats_parts_status(s, l);
+    if (st == OSCAR_OK && s->layer_hook) st = s->layer_hook(s->hook_user, s, l, s->phase[l]);
+    if (st != OSCAR_OK) return st;
+    osc_stats_parts_clear(s);
     s->phase[l] = (s->phase[l] == 1 && (s->p.kinds & OSCAR_STATS_SST)) ? 2 : 3;
+    return OSCAR_OK;
 }
 
 enum oscar_status oscar_stats_end_layer_pass(struct oscar_stats * s, int32_t layer) {
     if (layer < 0 || layer >= s->p.n_layer)
         return osc_error(OSCAR_ERR_INVALID, "stats: no layer %d of %d", (int) layer, (int) s->p.n_layer);
     enum oscar_status st = check_layer_end(s, layer);
-    if (st == OSCAR_OK) end_layer(s, layer);
-    return st;
+    return st == OSCAR_OK ? end_layer(s, layer) : st;
 }
 
 enum oscar_status oscar_stats_end_pass(struct oscar_stats * s) {
@@ -267,6 +275,9 @@ enum oscar_status oscar_stats_end_pass(struct oscar_stats * s) {
         enum oscar_status st = check_layer_end(s, l);
         if (st != OSCAR_OK) return st;
     }
-    for (int32_t l = 0; l < s->p.n_layer; l++) end_layer(s, l);
+    for (int32_t l = 0; l < s->p.n_layer; l++) {
+        enum oscar_status st = end_layer(s, l);
+        if (st != OSCAR_OK) return st;
+    }
     return OSCAR_OK;
 }

@@ -1,0 +1,64 @@
+// dp.c - the process group (dp.h): opening it, the one-process engine, the
+// contiguous share of a rank.
+#include <stdlib.h>
+#include <string.h>
+
+#include "calibrate/dp.h"
+
+static enum oscar_status single_gather(struct osc_dp * dp, const void * send, size_t n, void ** recv,
+                                       size_t * counts) {
+    (void) dp;
+    *recv = malloc(n ? n : 1);
+    if (!*recv) return osc_error(OSCAR_ERR_NOMEM, "gather: out of memory for %zu bytes", n);
+    if (n) memcpy(*recv, send, n);
+    counts[0] = n;
+    return OSCAR_OK;
+}
+
+static enum oscar_status single_bcast(struct osc_dp * dp, void * buf, size_t n) {
+    (void) dp, (void) buf, (void) n;
+    return OSCAR_OK;
+}
+
+static enum oscar_status single_scatter(struct osc_dp * dp, const void * send, const size_t * counts, void * recv,
+                                        size_t n) {
+    (void) dp;
+    if (counts[0] != n) return osc_error(OSCAR_ERR_INVALID, "scatter: %zu bytes sent, %zu expected", counts[0], n);
+    if (n && recv != send) memmove(recv, send, n);
+    return OSCAR_OK;
+}
+
+static void single_abort(struct osc_dp * dp, int code) {
+    (void) dp;
+    exit(code);
+}
+
+static void single_close(struct osc_dp * dp) { (void) dp; }
+
+static const struct osc_dp_ops single_ops = {single_gather, single_bcast, single_scatter, single_abort, single_close};
+static struct osc_dp single = {.rank = 0, .size = 1, .engine = "single", .ops = &single_ops};
+
+struct osc_dp * osc_dp_single(void) { return &single; }
+
+enum oscar_status osc_dp_open(int * argc, char *** argv, struct osc_dp ** out) {
+    *out = &single;
+    const char * n = getenv("OMPI_COMM_WORLD_SIZE");
+#ifdef OSCAR_USE_MPI
+    if (n) return osc_dp_open_mpi(argc, argv, out);
+#else
+    (void) argc, (void) argv;
+    if (n && atoi(n) > 1)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "started by mpirun with %s ranks, but this build has no MPI "
+                         "(install libopenmpi-dev and rebuild, or make MPI=1)", n);
+#endif
+    return OSCAR_OK;
+}
+
+void osc_dp_close(struct osc_dp * dp) {
+    if (dp) dp->ops->close(dp);
+}
+
+void osc_dp_share(const struct osc_dp * dp, int32_t rank, int64_t n, int64_t * b0, int64_t * b1) {
+    *b0 = n * rank / dp->size;
+    *b1 = n * (rank + 1) / dp->size;
+}

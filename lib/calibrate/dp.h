@@ -1,0 +1,64 @@
+// dp.h - the process group of a data-parallel calibration pass: who this
+// process is (rank of size) and the three collectives the layer-major pass
+// needs, behind one small table so that another engine (NCCL for the GPUs of a
+// node) can fill it later. Implementations: one process (dp.c, every call a
+// copy or a no-op) and MPI (dp-mpi.c, compiled with MPI=1 or when `make` finds
+// Open MPI; used when the process was started by mpirun).
+//
+// Every collective is called by every rank in the same order; payloads are
+// bytes; rank 0 is the root. Errors come back as OSCAR_ERR_IO naming the call.
+#ifndef OSCAR_CALIBRATE_DP_H
+#define OSCAR_CALIBRATE_DP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/error.h"
+
+struct osc_dp;
+struct osc_dp_ops {
+    // Root receives every rank's n bytes in rank order: counts [size] and one buffer (malloc'd,
+    // the caller frees it) holding them back to back; other ranks get *recv = NULL.
+    enum oscar_status (*gather)(struct osc_dp * dp, const void * send, size_t n, void ** recv, size_t * counts);
+    // The root's n bytes into buf on every rank (n must be the same on every rank).
+    enum oscar_status (*bcast)(struct osc_dp * dp, void * buf, size_t n);
+    // Root sends rank r counts[r] bytes from send (back to back, rank order); each rank receives its
+    // n bytes into recv (n must equal the root's counts[rank]).
+    enum oscar_status (*scatter)(struct osc_dp * dp, const void * send, const size_t * counts, void * recv, size_t n);
+    // Ends the whole group at once with exit code `code` (a failed rank: nothing may be written).
+    void (*abort)(struct osc_dp * dp, int code);
+    void (*close)(struct osc_dp * dp);
+};
+
+struct osc_dp {
+    int32_t rank, size;
+    const char * engine; // "single" or "mpi"
+    const struct osc_dp_ops * ops;
+};
+
+// The group this process belongs to: MPI when started by Open MPI's mpirun (the
+// OMPI_COMM_WORLD_SIZE variable) and built with MPI, else one process.
+// OSCAR_ERR_UNSUPPORTED when mpirun started several ranks of a build without MPI.
+enum oscar_status osc_dp_open(int * argc, char *** argv, struct osc_dp ** out);
+// The one-process group (tests, and builds without MPI).
+struct osc_dp * osc_dp_single(void);
+#ifdef OSCAR_USE_MPI
+enum oscar_status osc_dp_open_mpi(int * argc, char *** argv, struct osc_dp ** out);
+#endif
+void osc_dp_close(struct osc_dp * dp);
+
+// Rank r's share [*b0, *b1) of n items in contiguous blocks: floor(r·n/size) .. floor((r+1)·n/size).
+void osc_dp_share(const struct osc_dp * dp, int32_t rank, int64_t n, int64_t * b0, int64_t * b1);
+
+// ---- the statistics of a data-parallel pass (dp-stats.c) ----------------------------------
+struct oscar_stats;
+// Makes s keep block partials (stats-partials.h) and exchange them over dp at every layer's pass
+// end: rank 0 replays every rank's parts in rank order, so with each rank's share of every
+// layer's stream contiguous and in rank order it holds the single-process sums (bit for bit
+// when every share starts on a block boundary); after pass 1 the group's sums are broadcast,
+// so every rank weighs its SST rows with the same final A_h. Pass-2 sums end on rank 0 only.
+enum oscar_status osc_dp_stats_attach(struct osc_dp * dp, struct oscar_stats * s);
+// Bytes this rank has sent and received in those exchanges so far.
+void osc_dp_stats_bytes(int64_t * sent, int64_t * received);
+
+#endif
