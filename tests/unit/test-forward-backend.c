@@ -82,6 +82,60 @@ static void test_cpu_logits_identical(void ** state) {
     oscar_model_free(m);
 }
 
+// An attention override that is not the model's: each query row takes its own token's V row
+// (GQA-mapped), so its logits differ from the exact pass.
+static enum oscar_status own_value(void * user, int32_t layer, const struct oscar_capture_layer * in, float * out) {
+    (void) user, (void) layer;
+    const struct oscar_model_config * c = in->config;
+    const int32_t D = c->head_dim, g = c->n_head / c->n_head_kv;
+    for (int32_t t = 0; t < in->n_tokens; t++)
+        for (int32_t h = 0; h < c->n_head; h++)
+            memcpy(out + ((size_t) t * c->n_head + h) * D, in->v + ((size_t) t * c->n_head_kv + h / g) * D,
+                   sizeof(float) * (size_t) D);
+    return OSCAR_OK;
+}
+
+// oscar_fwd_set_attention on the cpu: a pass switched to an override gives the bits of a pass
+// made with it, switched back the exact bits; a device simulation and device scoring are
+// refused by name, both attentions at once is invalid.
+static void test_cpu_set_attention(void ** state) {
+    (void) state;
+    struct oscar_model * m = load_tiny();
+    const size_t V = (size_t) m->config.n_vocab;
+    int32_t tok[T_TOK];
+    make_tokens(tok, (int32_t) V);
+    const struct oscar_batch b = {2, seq_start, tok, NULL};
+    float * exact = malloc(T_TOK * V * sizeof(float)), * fresh = malloc(T_TOK * V * sizeof(float));
+    float * got = malloc(T_TOK * V * sizeof(float));
+    struct oscar_attention_override ov = {.attend = own_value, .user = NULL};
+    struct oscar_fwd_params p = oscar_fwd_default_params();
+    p.n_threads = 1, p.max_tokens = 64;
+    struct oscar_fwd * f = NULL, * g = NULL;
+    assert_int_equal(oscar_fwd_init(m, &p, &f), OSCAR_OK);
+    assert_int_equal(oscar_fwd_run(f, &b, exact), OSCAR_OK);
+    p.attention = &ov;
+    assert_int_equal(oscar_fwd_init(m, &p, &g), OSCAR_OK);
+    assert_int_equal(oscar_fwd_run(g, &b, fresh), OSCAR_OK);
+    assert_memory_not_equal(fresh, exact, T_TOK * V * sizeof(float));
+    assert_int_equal(oscar_fwd_set_attention(f, NULL, &ov), OSCAR_OK);
+    assert_int_equal(oscar_fwd_run(f, &b, got), OSCAR_OK);
+    assert_memory_equal(got, fresh, T_TOK * V * sizeof(float));
+    assert_int_equal(oscar_fwd_set_attention(f, NULL, NULL), OSCAR_OK);
+    assert_int_equal(oscar_fwd_run(f, &b, got), OSCAR_OK);
+    assert_memory_equal(got, exact, T_TOK * V * sizeof(float));
+    struct oscar_fwd_kvsim ks;
+    memset(&ks, 0, sizeof ks);
+    assert_int_equal(oscar_fwd_set_attention(f, &ks, NULL), OSCAR_ERR_UNSUPPORTED);
+    assert_int_equal(oscar_fwd_set_attention(f, &ks, &ov), OSCAR_ERR_INVALID);
+    assert_int_equal(oscar_fwd_ref_init(f, 16), OSCAR_ERR_UNSUPPORTED);
+    struct oscar_fwd_score sc[T_TOK];
+    assert_int_equal(oscar_fwd_run_scored(f, &b, 0, 4, tok + 1, -1, false, sc), OSCAR_ERR_UNSUPPORTED);
+    oscar_fwd_free(f);
+    oscar_fwd_free(g);
+    free(exact), free(fresh), free(got);
+    oscar_model_free(m);
+}
+
 // Capture through oscar_fwd (params.stats) equals feeding oscar_stats_add from a hook.
 struct hook_ctx { struct oscar_stats * s; };
 static enum oscar_status feed(void * user, const struct oscar_capture_layer * cap) {
@@ -423,6 +477,7 @@ static void test_add_sums_vatt(void ** state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu_logits_identical),
+        cmocka_unit_test(test_cpu_set_attention),
         cmocka_unit_test(test_cpu_capture_identical),
         cmocka_unit_test(test_cuda_unavailable_or_ok),
         cmocka_unit_test(test_add_sums),
