@@ -23,28 +23,7 @@
 #include "util/log.h"
 #include "verify/kv-sim-forward.h"
 #include "verify/metrics.h"
-
-// Orthogonal matrices: a normalized Hadamard with permuted, sign-flipped columns.
-static void rotations(float * R, int64_t n, int32_t D) {
-    uint64_t x = 88172645463325252ull;
-    int32_t * perm = malloc(sizeof(int32_t) * (size_t) D);
-    for (int64_t m = 0; m < n; m++) {
-        for (int32_t i = 0; i < D; i++) perm[i] = i;
-        for (int32_t i = D - 1; i > 0; i--) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            int32_t j = (int32_t) (x % (uint64_t) (i + 1)), t = perm[i];
-            perm[i] = perm[j], perm[j] = t;
-        }
-        for (int32_t j = 0; j < D; j++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            const float sg = (x & 1) ? -1.0f : 1.0f;
-            for (int32_t i = 0; i < D; i++)
-                R[(m * D + i) * D + j] =
-                    sg * ((__builtin_popcount((unsigned) (i & perm[j])) & 1) ? -1.0f : 1.0f) / sqrtf((float) D);
-        }
-    }
-    free(perm);
-}
+#include "hadamard-rotations.h"
 
 // Seconds for n_win windows of T tokens through f (logits: host buffer or NULL).
 static double time_windows(struct oscar_fwd * f, const int32_t * tok, int32_t T, int32_t n_win, float * logits,
@@ -95,7 +74,7 @@ int main(int argc, char ** argv) {
     struct oscar_tiering tr = {.mode = OSCAR_TIERS_DECODE, .n_sink = 32, .n_recent = 128, .n_flush = 64,
                                .prompt_len = 32, .block = 1};
     float * rot = malloc(sizeof(float) * (size_t) L * D * D);
-    rotations(rot, L, D);
+    hadamard_rotations(rot, L, D, 88172645463325252ull);
     const char * names[3] = {"naive", "hadamard", "oscar"};
     struct oscar_kv_transform tf[3];
     struct oscar_kv_fwd_sim fs[3];

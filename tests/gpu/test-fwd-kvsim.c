@@ -33,6 +33,7 @@
 #include "model/model.h"
 #include "verify/kv-sim-forward.h"
 #include "verify/metrics.h"
+#include "hadamard-rotations.h"
 #include "verify/token-stats.h"
 
 static int fails;
@@ -65,28 +66,6 @@ static double max_row_rel(const float * a, const float * b, int64_t rows, int64_
         if (e > worst) worst = e;
     }
     return worst;
-}
-
-// Orthogonal D x D matrices: a normalized Hadamard with permuted, sign-flipped columns.
-static void random_rotations(float * R, int64_t n, int32_t D, uint64_t seed) {
-    int32_t * perm = malloc(sizeof(int32_t) * (size_t) D);
-    uint64_t x = seed | 1;
-    for (int64_t m = 0; m < n; m++) {
-        for (int32_t i = 0; i < D; i++) perm[i] = i;
-        for (int32_t i = D - 1; i > 0; i--) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            int32_t j = (int32_t) (x % (uint64_t) (i + 1)), t = perm[i];
-            perm[i] = perm[j], perm[j] = t;
-        }
-        for (int32_t j = 0; j < D; j++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            float sg = (x & 1) ? -1.0f : 1.0f;
-            for (int32_t i = 0; i < D; i++)
-                R[(m * D + i) * D + j] = sg * (float) ((__builtin_popcount((unsigned) (i & perm[j])) & 1) ? -1 : 1) /
-                                         sqrtf((float) D);
-        }
-    }
-    free(perm);
 }
 
 struct method {
@@ -133,7 +112,7 @@ static void layer0_case(int32_t Hq, int32_t Hkv, int32_t D, uint64_t seed) {
                                .prompt_len = 150, .block = 1};
     float * rot = malloc(sizeof(float) * (size_t) c.n_layer * Hkv * D * D);
     float clips[4] = {0.97f, 0.93f, 0.9f, 0.95f};   // K layers 0, 1; V layers 0, 1
-    random_rotations(rot, (int64_t) c.n_layer * Hkv, D, seed);
+    hadamard_rotations(rot, (int64_t) c.n_layer * Hkv, D, seed);
     struct oscar_model * m = NULL;
     struct method me[3];
     memset(me, 0, sizeof me);
