@@ -252,7 +252,10 @@ int main(int argc, char ** argv) {
     rc = 1;
     if (o.report_dir && oscar_verify_check_report_dir(o.report_dir)) goto out; // before any compute
     stage = "--model", arg = o.model;
-    if (oscar_hub_resolve_local(&hub, o.model, &model_path) || oscar_model_load(model_path, &m) ||
+    // A device pass converts the weights as it uploads them: the host reads one tensor block at a time.
+    const bool lazy = p.device && strcmp(p.device, "cpu") != 0;
+    if (oscar_hub_resolve_local(&hub, o.model, &model_path) ||
+        (lazy ? oscar_model_open_lazy(model_path, &m) : oscar_model_load(model_path, &m)) ||
         oscar_tokenizer_load(model_path, &tok))
         goto out;
     stage = "--rotations", arg = o.rotations;

@@ -160,6 +160,63 @@ template <int VPL> static __device__ void quant_dequant(const struct osc_eval_tr
     }
 }
 
+// oscar_int4_bdh_rotate_row: every element times (float) (1/sqrt(b)) first, then the
+// butterflies of stages h < b (pairs stay inside aligned blocks of b), lane l holding l + 32k.
+template <int VPL> static __device__ void block_fwht_prescaled(Row<VPL> & x, int b, float inv, int lane) {
+#pragma unroll
+    for (int k = 0; k < VPL; k++) x.v[k] = __fmul_rn(x.v[k], inv);
+    for (int h = 1; h < 32 && h < b; h <<= 1) {
+#pragma unroll
+        for (int k = 0; k < VPL; k++) {
+            const float p = __shfl_xor_sync(FULL, x.v[k], h);
+            x.v[k] = (lane & h) ? __fsub_rn(p, x.v[k]) : __fadd_rn(x.v[k], p);
+        }
+    }
+#pragma unroll
+    for (int m = 1; m < VPL; m <<= 1) {
+        if (32 * m >= b) break;
+#pragma unroll
+        for (int k = 0; k < VPL; k++) {
+            if (k & m) continue;
+            const float lo = x.v[k], up = x.v[k + m];
+            x.v[k] = __fadd_rn(lo, up);
+            x.v[k + m] = __fsub_rn(lo, up);
+        }
+    }
+}
+
+// SAW-INT4 of one row in place (lib/quant int4-bdh.c quantize + dequantize with unrotate).
+template <int VPL> static __device__ void int4_quant_dequant(const struct osc_eval_transform & a, Row<VPL> & x,
+                                                             int lane) {
+    const int b = a.int4_order;
+    const float inv = (float) (1.0 / sqrt((double) b));
+    block_fwht_prescaled<VPL>(x, b, inv, lane);
+    float m = INFINITY, M = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < VPL; k++) {
+        x.v[k] = bf16_round(x.v[k]);
+        m = fminf(m, x.v[k]), M = fmaxf(M, x.v[k]);
+    }
+    m = __fadd_rn(warp_min(m), 0.0f), M = __fadd_rn(warp_max(M), 0.0f);   // canonical zero sign
+    const float scale = __fdiv_rn(fmaxf(__fsub_rn(M, m), 1e-8f), 15.0f);
+    const float zero = __fdiv_rn(-m, scale);
+    const float sq = meta_round(scale, a.meta_dtype), zq = meta_round(zero, a.meta_dtype);
+#pragma unroll
+    for (int k = 0; k < VPL; k++) {
+        const float t = __fadd_rn(__fadd_rn(__fdiv_rn(x.v[k], scale), zero), 0.5f);
+        int c = 0;
+        for (int j = 1; j <= 15; j++) c += t >= (float) j;   // osc_code_trunc
+        x.v[k] = __fmul_rn(__fsub_rn((float) c, zq), sq);
+    }
+    block_fwht_prescaled<VPL>(x, b, inv, lane);   // diag(H_b) is its own inverse
+}
+
+template <int VPL> static __device__ void add_mean(Row<VPL> & x, const float * mu, int lane) {
+    if (!mu) return;
+#pragma unroll
+    for (int k = 0; k < VPL; k++) x.v[k] = __fadd_rn(x.v[k], mu[lane + 32 * k]);
+}
+
 template <int VPL> static __device__ void store(const struct osc_eval_transform & a, int64_t c, int64_t r,
                                                 const Row<VPL> & val, const Row<VPL> & x, int lane) {
     float * o = a.out + c * a.out_stride + r * (32 * VPL) + lane;
@@ -174,17 +231,22 @@ template <int VPL> __global__ void __launch_bounds__(TF_WARPS * 32) transform_ke
     for (int64_t r = (int64_t) blockIdx.x * TF_WARPS + (threadIdx.x >> 5); r < a.n_rows; r += nw) {
         const int h = (int) (r % a.n_head_kv);
         const size_t rm = (size_t) (a.n_rot > 1 ? h : 0) * D * D;
-        Row<VPL> x;
+        const float * mu = a.mu ? a.mu + (size_t) h * D : NULL;
+        Row<VPL> x, xc;
 #pragma unroll
-        for (int k = 0; k < VPL; k++) x.v[k] = a.x[r * D + lane + 32 * k];
-        Row<VPL> y = rotate<VPL>(a, x, a.R + rm, lane);
+        for (int k = 0; k < VPL; k++) {
+            x.v[k] = a.x[r * D + lane + 32 * k];
+            xc.v[k] = mu ? __fsub_rn(x.v[k], mu[lane + 32 * k]) : x.v[k];
+        }
+        Row<VPL> y = rotate<VPL>(a, xc, a.R + rm, lane);
         if (a.hp_bf16) {
 #pragma unroll
             for (int k = 0; k < VPL; k++) y.v[k] = bf16_round(y.v[k]);
         }
         const int mode = a.int2_row[r / a.n_head_kv];
         if (!mode || a.out_hp) {
-            const Row<VPL> hp = rotate<VPL>(a, y, a.Rt + rm, lane);
+            Row<VPL> hp = rotate<VPL>(a, y, a.Rt + rm, lane);
+            add_mean<VPL>(hp, mu, lane);
             if (a.out_hp) {
 #pragma unroll
                 for (int k = 0; k < VPL; k++) a.out_hp[r * D + lane + 32 * k] = hp.v[k];
@@ -196,8 +258,11 @@ template <int VPL> __global__ void __launch_bounds__(TF_WARPS * 32) transform_ke
         }
         for (int c = 0; c < a.n_cand; c++) {
             Row<VPL> q = y;
-            quant_dequant<VPL>(a, q, a.clip_idx[c * a.n_head_kv + h], a.bisect || mode == 2, lane);
-            store<VPL>(a, c, r, rotate<VPL>(a, q, a.Rt + rm, lane), x, lane);
+            if (a.int4_order > 0) int4_quant_dequant<VPL>(a, q, lane);
+            else quant_dequant<VPL>(a, q, a.clip_idx[c * a.n_head_kv + h], a.bisect || mode == 2, lane);
+            Row<VPL> val = rotate<VPL>(a, q, a.Rt + rm, lane);
+            add_mean<VPL>(val, mu, lane);
+            store<VPL>(a, c, r, val, x, lane);
         }
     }
 }

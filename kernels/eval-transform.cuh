@@ -29,6 +29,11 @@ struct osc_eval_transform {
     int32_t sym, bisect, hp_bf16;
     int32_t meta_dtype;         // enum oscar_quant_meta_dtype
     int32_t group_size;
+    // 0: the INT2 quantizer above; > 0: SAW-INT4 instead (lib/quant int4-bdh.c): the block
+    // Hadamard of this order on the row, bf16, per-row min/max INT4, dequantized and rotated back
+    int32_t int4_order;
+    const float * mu;           // device [Hkv, D] or NULL: the key mean, subtracted before the
+                                // rotation and added back to every output (kv-transform.c)
     int32_t diff;               // 1: out = value - x
     float * out;                // device [n_cand][n_rows, D] at stride out_stride floats
     float * out_hp;             // device [n_rows, D] or NULL: every row's HP value as well (diff ignored)

@@ -264,17 +264,46 @@ static enum oscar_status alloc_weights(struct cuda_fwd * f) {
 static enum oscar_status upload_layer(struct cuda_fwd * f, const struct dlayer * d, const struct oscar_layer_weights * w,
                                       float * stage);
 
+// A [V, C] tensor (the LM head if output) into dst: the model's resident copy, else a copy read
+// from its file for this upload only (oscar_model_open_lazy: one such block on the host at a time).
+static enum oscar_status upload_vocab(struct cuda_fwd * f, void * dst, const struct oscar_model * mdl, bool output,
+                                      float * stage) {
+    const size_t n = (size_t) f->c.n_vocab * (size_t) f->c.n_embd;
+    const float * src = output ? mdl->output : mdl->tok_embd;
+    float * copy = NULL;
+    enum oscar_status st = src ? OSCAR_OK : oscar_model_read_vocab(mdl, output, &copy);
+    if (st == OSCAR_OK) st = upload_w(f, dst, src ? src : copy, n, stage);
+    if (st == OSCAR_OK) OSCAR_CUDA_TRY(cudaStreamSynchronize(f->stream)); // before the copy goes
+out:
+    free(copy);
+    return st;
+}
+
+// Layer l: the resident one, or a copy read for this upload only (a model opened lazily).
+static enum oscar_status upload_model_layer(struct cuda_fwd * f, const struct oscar_model * mdl, int32_t l,
+                                            float * stage) {
+    if (oscar_model_layer_resident(mdl, l)) return upload_layer(f, &f->layers[l], &mdl->layers[l], stage);
+    float * block = NULL;
+    struct oscar_layer_weights w;
+    enum oscar_status st = oscar_model_read_layer(mdl, l, &block, &w);
+    if (st == OSCAR_OK) st = upload_layer(f, &f->layers[l], &w, stage);
+    if (st == OSCAR_OK) OSCAR_CUDA_TRY(cudaStreamSynchronize(f->stream)); // before the copy goes
+out:
+    free(block);
+    return st;
+}
+
 static enum oscar_status upload_model(struct cuda_fwd * f, const struct oscar_model * mdl) {
     const struct oscar_model_config * c = &f->c;
-    const size_t C = (size_t) c->n_embd, V = (size_t) c->n_vocab;
+    const size_t C = (size_t) c->n_embd;
     float * stage = NULL;
     enum oscar_status st = OSCAR_OK;
     if (!f->p.fp32) OSCAR_CUDA_CHECK(cudaMalloc((void **) &stage, STAGE_FLOATS * sizeof(float)));
 #define UP(call) do { st = (call); if (st != OSCAR_OK) goto out; } while (0)
-    UP(upload_w(f, f->embd, mdl->tok_embd, V * C, stage));
-    if (!c->tied_embeddings && !f->p.layered) UP(upload_w(f, f->out_w, mdl->output, V * C, stage));
+    UP(upload_vocab(f, f->embd, mdl, false, stage));
+    if (!c->tied_embeddings && !f->p.layered) UP(upload_vocab(f, f->out_w, mdl, true, stage));
     UP(upload_f32(f, f->out_norm, mdl->output_norm, C));
-    for (int32_t l = 0; l < c->n_layer && !f->p.layered; l++) UP(upload_layer(f, &f->layers[l], &mdl->layers[l], stage));
+    for (int32_t l = 0; l < c->n_layer && !f->p.layered; l++) UP(upload_model_layer(f, mdl, l, stage));
 #undef UP
     OSCAR_CUDA_TRY(cudaStreamSynchronize(f->stream));
 out:
@@ -1170,6 +1199,14 @@ static enum oscar_status cuda_set_attention(void * ctx, const struct oscar_fwd_k
     return st;
 }
 
+static enum oscar_status cuda_set_hook(void * ctx, const struct oscar_capture_hook * hook) {
+    struct cuda_fwd * f = (struct cuda_fwd *) ctx;
+    if (f->p.layered) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: set_hook on a layer-major pass");
+    OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));   // no run reads the old one
+    f->p.hook = hook;
+    return alloc_host_staging(f);
+}
+
 static enum oscar_status cuda_ref_init(void * ctx, int64_t n_rows) {
     struct cuda_fwd * f = (struct cuda_fwd *) ctx;
     if (f->p.layered) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: scoring on a layer-major pass");
@@ -1401,7 +1438,7 @@ static enum oscar_status cuda_rows_copy(void * ctx, float * host, bool to_host) 
 static const struct osc_fwd_ops cuda_ops = {
     "cuda", cuda_init, cuda_run, cuda_end_pass, cuda_info, cuda_free, cuda_copy_wo, cuda_set_attention,
     cuda_ref_init, cuda_run_scored,
-    cuda_rows_init, cuda_layer_set, cuda_layer_run, cuda_layer_end, cuda_rows_copy,
+    cuda_rows_init, cuda_layer_set, cuda_layer_run, cuda_layer_end, cuda_rows_copy, cuda_set_hook,
 };
 
 extern "C" enum oscar_status osc_fwd_ops_cuda(const struct osc_fwd_ops ** out) {

@@ -19,6 +19,7 @@ struct osc_kvsim {
     int32_t n_rot[2];                 // K, V
     float * rot[2];                   // device [L, n_rot, D, D] R, then [L, n_rot, D, D] Rᵀ (MATRIX)
     int32_t * clip_idx;               // device [2][L, Hkv] (-1: no clip)
+    float * k_mean;                   // device [L, Hkv, D] or NULL
     float * k_hp, * v_hp, * k_q, * v_q; // device [max_tokens, Hkv, D]
     osc_bf16 * rows_bf16;             // device [4][max_tokens, Hkv, D]: the same, for the tensor cores (lazy)
     uint8_t * mode;                   // device [max_tokens]: 0 HP only, 1 INT2 by sort, 2 INT2 by bisection
@@ -29,7 +30,7 @@ struct osc_kvsim {
 
 void osc_kvsim_free(struct osc_kvsim * k) {
     if (!k) return;
-    cudaFree(k->rot[0]), cudaFree(k->rot[1]), cudaFree(k->clip_idx);
+    cudaFree(k->rot[0]), cudaFree(k->rot[1]), cudaFree(k->clip_idx), cudaFree(k->k_mean);
     cudaFree(k->k_hp), cudaFree(k->rows_bf16), cudaFree(k->mode), cudaFree(k->lo);
     free(k->h_mode), free(k->h_lo);
     cudaGetLastError();
@@ -79,10 +80,11 @@ enum oscar_status osc_kvsim_open(const struct oscar_fwd_kvsim * d, const struct 
     const int32_t G = d->int2.group_size > 0 ? d->int2.group_size : D;
     if (D != 32 && D != 64 && D != 128 && D != 256)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: simulated cache at head_dim %d (32, 64, 128, 256)", D);
-    if ((d->int2.scheme != OSCAR_INT2_ASYM && d->int2.scheme != OSCAR_INT2_SYM) || d->int2.bf16_dequant ||
-        G <= 0 || D % G != 0)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: simulated cache needs INT2 ASYM or SYM, groups dividing "
-                         "head_dim, no bf16 dequantization");
+    if (d->int4_order > 0 ? (d->int4_order & (d->int4_order - 1)) || D % d->int4_order
+                          : (d->int2.scheme != OSCAR_INT2_ASYM && d->int2.scheme != OSCAR_INT2_SYM) ||
+                                d->int2.bf16_dequant || G <= 0 || D % G != 0)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: simulated cache needs INT2 ASYM or SYM (groups dividing "
+                         "head_dim, no bf16 dequantization) or SAW-INT4 (a power-of-two order dividing head_dim)");
     if (!d->int2_range || !d->from_prefill)
         return osc_error(OSCAR_ERR_INVALID, "forward-cuda: simulated cache without a tier rule");
     enum oscar_status st = check_side(&d->k, "K", Hkv);
@@ -91,7 +93,7 @@ enum oscar_status osc_kvsim_open(const struct oscar_fwd_kvsim * d, const struct 
     struct osc_kvsim * k = (struct osc_kvsim *) calloc(1, sizeof *k);
     if (!k) return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: simulated cache");
     k->d = *d, k->L = L, k->Hq = c->n_head, k->Hkv = Hkv, k->D = D, k->max_tokens = max_tokens;
-    k->d.k.rot_mat = k->d.v.rot_mat = NULL, k->d.k.clip = k->d.v.clip = NULL;
+    k->d.k.rot_mat = k->d.v.rot_mat = NULL, k->d.k.clip = k->d.v.clip = NULL, k->d.k_mean = NULL;
     int32_t * hc = (int32_t *) malloc(2 * (size_t) L * Hkv * sizeof(int32_t));
     k->h_mode = (uint8_t *) malloc((size_t) max_tokens);
     k->h_lo = (int32_t *) malloc(2 * (size_t) max_tokens * sizeof(int32_t));
@@ -112,6 +114,9 @@ enum oscar_status osc_kvsim_open(const struct oscar_fwd_kvsim * d, const struct 
         cudaError_t e = cudaMalloc((void **) &k->clip_idx, 2 * (size_t) L * Hkv * sizeof(int32_t));
         if (e == cudaSuccess)
             e = cudaMemcpy(k->clip_idx, hc, 2 * (size_t) L * Hkv * sizeof(int32_t), cudaMemcpyHostToDevice);
+        const size_t n_mean = (size_t) L * Hkv * D;
+        if (e == cudaSuccess && d->k_mean) e = cudaMalloc((void **) &k->k_mean, n_mean * sizeof(float));
+        if (e == cudaSuccess && d->k_mean) e = cudaMemcpy(k->k_mean, d->k_mean, n_mean * sizeof(float), cudaMemcpyHostToDevice);
         if (e == cudaSuccess) e = cudaMalloc((void **) &k->k_hp, 4 * rows * sizeof(float));
         if (e == cudaSuccess) e = cudaMalloc((void **) &k->mode, (size_t) max_tokens);
         if (e == cudaSuccess) e = cudaMalloc((void **) &k->lo, 2 * (size_t) max_tokens * sizeof(int32_t));
@@ -173,6 +178,8 @@ static enum oscar_status transform(struct osc_kvsim * k, int side, int32_t l, co
     a.sym = k->d.int2.scheme == OSCAR_INT2_SYM, a.bisect = 0;   // per row: mode 2 bisects
     a.hp_bf16 = k->d.hp_bf16, a.meta_dtype = (int32_t) k->d.int2.meta_dtype;
     a.group_size = k->d.int2.group_size > 0 ? k->d.int2.group_size : k->D;
+    a.int4_order = k->d.int4_order;
+    a.mu = side == 0 && k->k_mean ? k->k_mean + (size_t) l * k->Hkv * k->D : NULL;
     a.out = q, a.out_hp = hp, a.out_stride = (int64_t) T * k->Hkv * k->D, a.n_rows = (int64_t) T * k->Hkv;
     return osc_cuda_eval_transform(&a, s);
 }

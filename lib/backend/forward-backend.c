@@ -80,6 +80,10 @@ enum oscar_status oscar_fwd_set_attention(struct oscar_fwd * f, const struct osc
     return f->ops->set_attention(f->ctx, kvsim, ov);
 }
 
+enum oscar_status oscar_fwd_set_hook(struct oscar_fwd * f, const struct oscar_capture_hook * hook) {
+    return f->ops->set_hook(f->ctx, hook);
+}
+
 enum oscar_status oscar_fwd_ref_init(struct oscar_fwd * f, int64_t n_rows) {
     if (!f->ops->ref_init)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "forward (%s): no device scoring (lib/verify scores on the host)",

@@ -78,6 +78,9 @@ struct oscar_fwd_kvsim_side {
 struct oscar_fwd_kvsim {
     struct oscar_int2_params int2;          // ASYM or SYM, group size, meta dtype, prefill clip algo
     enum oscar_clip_algo demote_clip_algo;
+    int32_t int4_order;                     // > 0: SAW-INT4 of this block-Hadamard order instead of INT2
+                                            // (int2.meta_dtype its metadata; no clips)
+    const float * k_mean;                   // host [L, Hkv, D] key mean (read at set_attention) or NULL
     bool hp_bf16;
     struct oscar_fwd_kvsim_side k, v;
     void (*int2_range)(const void * user, int64_t t, int64_t len, int64_t * lo, int64_t * hi);
@@ -113,6 +116,11 @@ enum oscar_status oscar_fwd_run(struct oscar_fwd * f, const struct oscar_batch *
 // simulation), ov replaces params.attention.
 enum oscar_status oscar_fwd_set_attention(struct oscar_fwd * f, const struct oscar_fwd_kvsim * kvsim,
                                           const struct oscar_attention_override * ov);
+
+// The host hook of later runs (whole passes only), or NULL: one resident pass serves a metrics
+// run (with the hook) and the scored runs (without). cuda: the tensors of every layer the hook
+// wants are copied to the host.
+enum oscar_status oscar_fwd_set_hook(struct oscar_fwd * f, const struct oscar_capture_hook * hook);
 
 // ---- scoring on the device (oscar-verify's perplexity and next-token statistics) ---------------
 // One scored row: the terms of lib/verify/token-stats.h (nll = lse(l) - l[y]; with a reference

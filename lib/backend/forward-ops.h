@@ -28,6 +28,7 @@ struct osc_fwd_ops {
     enum oscar_status (*layer_run)(void * ctx, int32_t l, const struct oscar_batch * b, int64_t row0, bool sums);
     enum oscar_status (*layer_end)(void * ctx, int32_t l);
     enum oscar_status (*rows_copy)(void * ctx, float * host, bool to_host);
+    enum oscar_status (*set_hook)(void * ctx, const struct oscar_capture_hook * hook);
 };
 
 enum oscar_status osc_fwd_ops_get(const char * device, const struct osc_fwd_ops ** out);

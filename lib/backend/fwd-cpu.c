@@ -123,23 +123,38 @@ out:
     return OSCAR_OK;
 }
 
-// lib/model's forward takes its attention at init: a new one over the same model (no copy).
+// lib/model's forward takes its attention and hook at init: a new one over the same model (no copy).
+static enum oscar_status cpu_reinit(struct cpu_fwd * c, const struct oscar_attention_override * ov,
+                                    const struct oscar_capture_hook * hook) {
+    if (c->p.layered) return osc_error(OSCAR_ERR_INVALID, "forward: set_attention / set_hook on a layer-major pass");
+    struct oscar_forward_params fp = oscar_forward_default_params();
+    fp.n_threads = c->p.n_threads, fp.max_tokens = c->p.max_tokens, fp.attention = ov;
+    fp.hook = (hook || c->p.stats) ? &c->hook : NULL;
+    struct oscar_forward * fw = NULL;
+    const bool qkv_only = c->hook.qkv_only;
+    c->hook.qkv_only = hook ? hook->qkv_only : true;
+    enum oscar_status st = oscar_forward_init(c->m, &fp, &fw);
+    if (st != OSCAR_OK) {
+        c->hook.qkv_only = qkv_only;
+        return st;
+    }
+    oscar_forward_free(c->fw);
+    c->fw = fw, c->p.attention = ov, c->p.hook = hook;
+    return OSCAR_OK;
+}
+
 static enum oscar_status cpu_set_attention(void * ctx, const struct oscar_fwd_kvsim * kvsim,
                                            const struct oscar_attention_override * ov) {
     struct cpu_fwd * c = ctx;
     if (kvsim)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "forward (cpu): no device simulation of the cache; lib/verify's "
                          "override is the CPU one");
-    if (c->p.layered) return osc_error(OSCAR_ERR_INVALID, "forward: set_attention on a layer-major pass");
-    struct oscar_forward_params fp = oscar_forward_default_params();
-    fp.n_threads = c->p.n_threads, fp.max_tokens = c->p.max_tokens, fp.attention = ov;
-    fp.hook = (c->p.hook || c->p.stats) ? &c->hook : NULL;
-    struct oscar_forward * fw = NULL;
-    enum oscar_status st = oscar_forward_init(c->m, &fp, &fw);
-    if (st != OSCAR_OK) return st;
-    oscar_forward_free(c->fw);
-    c->fw = fw, c->p.attention = ov;
-    return OSCAR_OK;
+    return cpu_reinit(c, ov, c->p.hook);
+}
+
+static enum oscar_status cpu_set_hook(void * ctx, const struct oscar_capture_hook * hook) {
+    struct cpu_fwd * c = ctx;
+    return cpu_reinit(c, c->p.attention, hook);
 }
 
 static enum oscar_status cpu_run(void * ctx, const struct oscar_batch * b, float * logits) {
@@ -257,7 +272,7 @@ static enum oscar_status cpu_rows_copy(void * ctx, float * host, bool to_host) {
 static const struct osc_fwd_ops cpu_ops = {
     .name = "cpu", .init = cpu_init, .run = cpu_run, .end_pass = cpu_end_pass, .info = cpu_info, .free = cpu_free,
     .copy_wo = cpu_copy_wo, .set_attention = cpu_set_attention, .rows_init = cpu_rows_init, .layer_set = cpu_layer_set, .layer_run = cpu_layer_run,
-    .layer_end = cpu_layer_end, .rows_copy = cpu_rows_copy,
+    .layer_end = cpu_layer_end, .rows_copy = cpu_rows_copy, .set_hook = cpu_set_hook,
 };
 
 const struct osc_fwd_ops * osc_fwd_ops_cpu(void) { return &cpu_ops; }

@@ -39,9 +39,12 @@ struct osc_weight_source {
 // src from here on (even on failure) and reads layers from it on demand
 // (oscar_model_layer_acquire). output absent -> tied to tok_embd (unless
 // config.tied_embeddings is false and `tie_if_missing` is false).
-// with_head false: the LM head (output) is checked but not read (m->output NULL unless tied).
+// What attach reads of the [V, C] tensors: both, the embedding only (the LM head is checked but
+// not read: m->output NULL unless tied), or neither (m->tok_embd and m->output NULL; read copies
+// with oscar_model_read_vocab).
+enum osc_vocab_read { OSC_READ_VOCAB_ALL, OSC_READ_VOCAB_NO_HEAD, OSC_READ_VOCAB_NONE };
 enum oscar_status osc_model_attach(struct oscar_model * m, const struct osc_weight_source * src, bool tie_if_missing,
-                                   bool with_head);
+                                   enum osc_vocab_read vocab);
 
 // Checks a config for consistency (positive sizes, heads divide, products of
 // sizes without overflow and below 2^40 floats); names `what`.

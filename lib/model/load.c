@@ -26,6 +26,7 @@
 
 #include "model/load-internal.h"
 #include "util/error.h"
+#include "util/mem.h"
 
 struct model_storage {
     float * globals;                 // tok_embd, output_norm, output
@@ -294,7 +295,7 @@ static enum oscar_status check_tensors(struct oscar_model * m, const struct osc_
 }
 
 enum oscar_status osc_model_attach(struct oscar_model * m, const struct osc_weight_source * src, bool tie_if_missing,
-                                   bool with_head) {
+                                   enum osc_vocab_read vocab) {
     const struct oscar_model_config * c = &m->config;
     struct model_storage * ms = calloc(1, sizeof *ms);
     if (!ms) {
@@ -311,25 +312,27 @@ enum oscar_status osc_model_attach(struct oscar_model * m, const struct osc_weig
     // they are only allocated once tensors of exactly those shapes (whose data
     // the format reader has checked to lie inside the file) back all of them.
     if ((st = check_tensors(m, src, tie_if_missing, &with_output)) != OSCAR_OK) return st;
-    const bool read_output = with_output && with_head; // checked above either way
+    const bool read_embd = vocab != OSC_READ_VOCAB_NONE;
+    const bool read_output = with_output && vocab == OSC_READ_VOCAB_ALL; // checked above either way
     struct dims d;
     const char * field;
     OSCAR_ASSERT(model_dims(c, &d, &field)); // osc_model_config_check has passed
     const int64_t C = c->n_embd, VC = (int64_t) c->n_vocab * C, NF = c->has_rope_freqs ? oscar_rope_dim(c) / 2 : 0;
     ms->layer_floats = d.dense > d.sparse ? d.dense : d.sparse;
-    ms->globals = malloc((size_t) (VC * (read_output ? 2 : 1) + C + NF) * sizeof(float));
+    const int64_t n_vc = (read_embd ? 1 : 0) + (read_output ? 1 : 0);
+    ms->globals = malloc((size_t) (VC * n_vc + C + NF) * sizeof(float));
     ms->layer_mem = calloc((size_t) c->n_layer, sizeof *ms->layer_mem);
     m->layers = calloc((size_t) c->n_layer, sizeof *m->layers);
     if (!ms->globals || !ms->layer_mem || !m->layers) {
         return osc_error(OSCAR_ERR_NOMEM, "%s: cannot allocate %lld MiB of embeddings", m->source,
-                         (long long) (VC * (read_output ? 2 : 1) * 4 >> 20));
+                         (long long) (VC * n_vc * 4 >> 20));
     }
     float * cur = ms->globals;
-    m->tok_embd = take(&cur, VC);
+    m->tok_embd = read_embd ? take(&cur, VC) : NULL;
     m->output_norm = take(&cur, C);
     m->output = read_output ? take(&cur, VC) : with_output ? NULL : m->tok_embd;
     if (NF) m->rope_freqs = take(&cur, NF);
-    st = src->get(src->ctx, OSC_W_EMBD, -1, c->n_vocab, c->n_embd, m->tok_embd);
+    if (read_embd) st = src->get(src->ctx, OSC_W_EMBD, -1, c->n_vocab, c->n_embd, m->tok_embd);
     if (st == OSCAR_OK) st = src->get(src->ctx, OSC_W_OUT_NORM, -1, c->n_embd, 0, m->output_norm);
     if (st == OSCAR_OK && read_output) st = src->get(src->ctx, OSC_W_OUTPUT, -1, c->n_vocab, c->n_embd, m->output);
     if (st == OSCAR_OK && NF) st = src->get(src->ctx, OSC_W_ROPE_FREQS, -1, NF, 0, m->rope_freqs);
@@ -471,7 +474,7 @@ void oscar_model_free(struct oscar_model * m) {
     free(m);
 }
 
-static enum oscar_status open_model(const char * path, bool with_head, struct oscar_model ** out) {
+static enum oscar_status open_model(const char * path, enum osc_vocab_read vocab, struct oscar_model ** out) {
     *out = NULL;
     struct stat sb;
     if (stat(path, &sb) != 0) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: no such file or directory", path);
@@ -483,7 +486,7 @@ static enum oscar_status open_model(const char * path, bool with_head, struct os
     snprintf(m->source, sizeof m->source, "%s", path);
     struct osc_weight_source src;
     enum oscar_status st = S_ISDIR(sb.st_mode) ? osc_model_open_hf(path, m, &src) : osc_model_open_gguf(path, m, &src);
-    if (st == OSCAR_OK) st = osc_model_attach(m, &src, false, with_head);
+    if (st == OSCAR_OK) st = osc_model_attach(m, &src, false, vocab);
     if (st != OSCAR_OK) {
         oscar_model_free(m);
         return st;
@@ -492,10 +495,50 @@ static enum oscar_status open_model(const char * path, bool with_head, struct os
     return OSCAR_OK;
 }
 
-enum oscar_status oscar_model_open(const char * path, struct oscar_model ** out) { return open_model(path, true, out); }
+enum oscar_status oscar_model_open(const char * path, struct oscar_model ** out) {
+    return open_model(path, OSC_READ_VOCAB_ALL, out);
+}
 
 enum oscar_status oscar_model_open_no_head(const char * path, struct oscar_model ** out) {
-    return open_model(path, false, out);
+    return open_model(path, OSC_READ_VOCAB_NO_HEAD, out);
+}
+
+enum oscar_status oscar_model_open_lazy(const char * path, struct oscar_model ** out) {
+    return open_model(path, OSC_READ_VOCAB_NONE, out);
+}
+
+enum oscar_status oscar_model_read_vocab(const struct oscar_model * m, bool output, float ** out) {
+    *out = NULL;
+    const struct oscar_model_config * c = &m->config;
+    const struct model_storage * ms = m->storage;
+    const float * resident = output ? m->output : m->tok_embd;
+    const size_t n = (size_t) c->n_vocab * (size_t) c->n_embd;
+    if (!resident && (!ms || !ms->has_src))
+        return osc_error(OSCAR_ERR_INVALID, "%s: the %s is not resident and the file is closed", m->source,
+                         output ? "LM head" : "token embedding");
+    float * a = osc_alloc_large(n * sizeof(float));
+    if (!a) return osc_error(OSCAR_ERR_NOMEM, "%s: cannot allocate %zu MiB for the %s", m->source, n * 4 >> 20,
+                             output ? "LM head" : "token embedding");
+    enum oscar_status st = OSCAR_OK;
+    if (resident) memcpy(a, resident, n * sizeof(float));
+    else st = ms->src.get(ms->src.ctx, output && !c->tied_embeddings ? OSC_W_OUTPUT : OSC_W_EMBD, -1, c->n_vocab,
+                          c->n_embd, a);
+    if (st != OSCAR_OK) {
+        free(a);
+        return st;
+    }
+    *out = a;
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_model_read_layer(const struct oscar_model * m, int32_t l, float ** block,
+                                         struct oscar_layer_weights * w) {
+    *block = NULL;
+    memset(w, 0, sizeof *w);
+    if (!valid_layer(m, l)) return osc_error(OSCAR_ERR_INVALID, "model: no layer %d", (int) l);
+    enum oscar_status st = read_layer(m, l, block);
+    if (st == OSCAR_OK) layout_layer(&m->config, l, *block, w);
+    return st;
 }
 
 enum oscar_status oscar_model_load(const char * path, struct oscar_model ** out) {
@@ -579,7 +622,7 @@ enum oscar_status oscar_model_open_random(const struct oscar_model_config * cfg,
     }
     snprintf(m->source, sizeof m->source, "random(seed=%llu)", (unsigned long long) seed);
     struct osc_weight_source src = {random_get, random_close, r};
-    if ((st = osc_model_attach(m, &src, false, true)) != OSCAR_OK) {
+    if ((st = osc_model_attach(m, &src, false, OSC_READ_VOCAB_ALL)) != OSCAR_OK) {
         oscar_model_free(m);
         return st;
     }

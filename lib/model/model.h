@@ -169,6 +169,19 @@ enum oscar_status oscar_model_open(const char * path, struct oscar_model ** out)
 enum oscar_status oscar_model_open_no_head(const char * path, struct oscar_model ** out);
 enum oscar_status oscar_model_open_random(const struct oscar_model_config * cfg, uint64_t seed,
                                           struct oscar_model ** out);
+// For a device backend, which converts weights as it uploads them: the same checks, but neither
+// the embedding nor the LM head is read (m->tok_embd and m->output are NULL; the host forward
+// refuses such a model). The backend reads one copy at a time with oscar_model_read_vocab and
+// oscar_model_read_layer, so the host holds at most one [V, C] fp32 block (the Qwen3-8B shape:
+// 2.5 GB, where oscar_model_load holds 33 GB).
+enum oscar_status oscar_model_open_lazy(const char * path, struct oscar_model ** out);
+// A new fp32 copy [V, C] of the token embedding (output false) or of the LM head (true; the
+// embedding when tied): the resident one, else read from the file. The caller frees *out.
+enum oscar_status oscar_model_read_vocab(const struct oscar_model * m, bool output, float ** out);
+// A new copy of layer l read from the file (the model is not changed): w points into *block,
+// which the caller frees. Not while a prefetch of m runs (one read of the file at a time).
+enum oscar_status oscar_model_read_layer(const struct oscar_model * m, int32_t l, float ** block,
+                                         struct oscar_layer_weights * w);
 enum oscar_status oscar_model_layer_acquire(struct oscar_model * m, int32_t layer);
 void oscar_model_layer_prefetch(struct oscar_model * m, int32_t layer); // best effort: acquire reads it otherwise
 void oscar_model_layer_release(struct oscar_model * m, int32_t layer);

@@ -76,7 +76,8 @@ struct vrun {
     // with p->device: the cache simulated inside the device forward (perplexity), when it covers the method
     struct oscar_kv_fwd_sim fsims[OSCAR_VERIFY_MAX_METHODS];
     bool has_fsim[OSCAR_VERIFY_MAX_METHODS];
-    struct oscar_fwd * dev_f;          // the device forward every method's perplexity runs on (one upload)
+    struct oscar_fwd * dev_f;          // with p->device: the one forward every pass runs on (one upload)
+    float * wo;                        // device runs: [C, Hq D] the metrics' W_O of the current layer
     struct oscar_verify_method * ms;   // [nm] (owned by the report)
     float * resid_ref;                 // [L, MT, C] reference residual stream after each layer
     float * resid_cur;                 // [L, MT, C] the same under one method
@@ -170,8 +171,14 @@ static enum oscar_status on_layer(void * user, const struct oscar_capture_layer 
     memcpy(h->resid + (size_t) cl->layer * n, cl->resid_out, sizeof(float) * n);
     if (!h->metrics) return OSCAR_OK;
     const struct oscar_model_config * c = cl->config;
-    // The device pass does not hand out W_O: the metrics weight errors by the model's own.
-    const float * wo = cl->wo ? cl->wo : r->m->layers[cl->layer].wo;
+    // The device pass does not hand out W_O (nor does a lazily opened model): its copy, as it uses it.
+    const float * wo = cl->wo;
+    if (!wo && r->dev_f) {
+        enum oscar_status st = oscar_fwd_copy_wo(r->dev_f, cl->layer, r->wo);
+        if (st != OSCAR_OK) return st;
+        wo = r->wo;
+    }
+    if (!wo) wo = r->m->layers[cl->layer].wo;
     struct oscar_layer_input in = {.layer = cl->layer, .n_tokens = cl->n_tokens, .n_seq = cl->n_seq,
                                    .seq_start = cl->seq_start, .q = cl->q, .k = cl->k, .v = cl->v, .wo = wo,
                                    .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
@@ -183,19 +190,34 @@ static enum oscar_status on_layer(void * user, const struct oscar_capture_layer 
     return st;
 }
 
-// One forward over the metric slice; method < 0: the exact model with the metrics hook. It
-// runs on p->device through the forward backend ("cpu" or none: lib/model's forward; a GPU:
-// its host hook copies each layer's tensors back).
+// The attention method i runs on the device pass: the cache simulated inside it where it covers
+// the method, else the method's host override (none for bf16).
+static enum oscar_status device_attention(struct vrun * r, int32_t i) {
+    struct oscar_attention_override ov = i >= 0 ? method_override(r, i) : (struct oscar_attention_override){0};
+    const bool in_pass = i >= 0 && r->has_fsim[i];
+    return oscar_fwd_set_attention(r->dev_f, in_pass ? &r->fsims[i].desc : NULL, !in_pass && ov.attend ? &ov : NULL);
+}
+
+// One forward over the metric slice; method < 0: the exact model with the metrics hook. On a
+// device, the resident pass with the hook set for this run (its host hook copies each layer's
+// tensors back); on the CPU, lib/model's forward.
 static enum oscar_status metric_forward(struct vrun * r, const int32_t * ids, int32_t method) {
     struct ref_hook h = {.r = r, .metrics = method < 0, .resid = method < 0 ? r->resid_ref : r->resid_cur};
     struct oscar_capture_hook hk = {.on_layer = on_layer, .user = &h};
-    struct oscar_attention_override ov = {0};
-    if (method >= 0) ov = method_override(r, method);
     int32_t ss[2] = {0, r->MT};
     struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = ids, .pos = NULL};
+    if (r->dev_f) {
+        enum oscar_status st = device_attention(r, method);
+        if (st == OSCAR_OK) st = oscar_fwd_set_hook(r->dev_f, &hk);
+        if (st == OSCAR_OK) st = oscar_fwd_run(r->dev_f, &b, NULL);
+        enum oscar_status st2 = oscar_fwd_set_hook(r->dev_f, NULL);
+        return st != OSCAR_OK ? st : st2;
+    }
+    struct oscar_attention_override ov = {0};
+    if (method >= 0) ov = method_override(r, method);
     struct oscar_fwd_params fp = oscar_fwd_default_params();
     fp.device = r->p->device, fp.n_threads = r->p->n_threads, fp.max_tokens = r->MT, fp.hook = &hk;
-    fp.fp32 = r->p->gpu_fp32, fp.attention = ov.attend ? &ov : NULL;
+    fp.attention = ov.attend ? &ov : NULL;
     struct oscar_fwd * f = NULL;
     enum oscar_status st = oscar_fwd_init(r->m, &fp, &f);
     if (st == OSCAR_OK) st = oscar_fwd_run(f, &b, NULL);
@@ -286,26 +308,16 @@ static double window_nll(struct vrun * r, int32_t i, const float * hidden, const
 // activations on cuda unless p->gpu_fp32), the method's simulated cache inside the pass or as its
 // host override. One resident pass serves every method; the logits never leave the device: each
 // row is scored there (oscar_fwd_run_scored), bf16's final hidden rows kept there as the reference.
-static enum oscar_status ppl_windows_device(struct vrun * r, int32_t i, int32_t k_ord,
-                                           const struct oscar_attention_override * ov, const int32_t * ids,
+static enum oscar_status ppl_windows_device(struct vrun * r, int32_t i, int32_t k_ord, const int32_t * ids,
                                            int64_t n_win, struct osc_token_acc * acc, struct osc_progress * pg) {
     int32_t T = r->p->ctx;
     struct oscar_verify_method * mt = &r->ms[i];
     const bool is_ref = i == r->i_ref, cmp = r->i_ref >= 0;
-    struct oscar_fwd_params fp = oscar_fwd_default_params();
-    fp.device = r->p->device, fp.n_threads = r->p->n_threads, fp.max_tokens = T;
-    fp.fp32 = r->p->gpu_fp32;
     struct oscar_fwd_score * sc = malloc(sizeof *sc * (size_t) r->nr);
     struct osc_token_row * rows = malloc(sizeof *rows * (size_t) r->nr);
     enum oscar_status st = sc && rows ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "method %s: scores", mt->name);
-    if (st == OSCAR_OK && !r->dev_f) {   // the model goes up once; bf16's rows stay beside it
-        st = oscar_fwd_init(r->m, &fp, &r->dev_f);
-        if (st == OSCAR_OK && cmp) st = oscar_fwd_ref_init(r->dev_f, n_win * r->nr);
-    }
     struct oscar_fwd * f = r->dev_f;
-    if (st == OSCAR_OK)
-        st = oscar_fwd_set_attention(f, r->has_fsim[i] ? &r->fsims[i].desc : NULL,
-                                     !r->has_fsim[i] && ov->attend ? ov : NULL);
+    if (st == OSCAR_OK) st = device_attention(r, i);
     for (int64_t w = 0; w < n_win && st == OSCAR_OK; w++) {
         int32_t ss[2] = {0, T};
         struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = ids + w * T, .pos = NULL};
@@ -342,7 +354,7 @@ static enum oscar_status ppl_method(struct vrun * r, int32_t i, int32_t k_ord, c
     struct osc_token_acc acc;
     enum oscar_status st = osc_token_acc_init(&acc, n_win * r->nr, r->i_ref >= 0 && (r->ref_hidden || dev));
     if (st == OSCAR_OK)
-        st = dev ? ppl_windows_device(r, i, k_ord, &ov, ids, n_win, &acc, pg) : oscar_forward_init(r->m, &fp, &f);
+        st = dev ? ppl_windows_device(r, i, k_ord, ids, n_win, &acc, pg) : oscar_forward_init(r->m, &fp, &f);
     for (int64_t w = 0; w < n_win && st == OSCAR_OK && !dev; w++) {
         int32_t ss[2] = {0, T}, th = 0;
         struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = ids + w * T, .pos = NULL};
@@ -389,13 +401,10 @@ static enum oscar_status recall_method(struct vrun * r, int32_t i, int32_t k_ord
     int32_t * seq = malloc(sizeof(int32_t) * (size_t) T);
     float * logits = dev ? osc_alloc_large((size_t) T * (size_t) V * sizeof(float)) : r->logits;
     struct oscar_forward * f = NULL;
-    struct oscar_fwd * fd = NULL;
+    struct oscar_fwd * fd = r->dev_f;
     enum oscar_status st = seq && logits ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "recall: buffers of %d tokens", T);
     if (st == OSCAR_OK && dev) {
-        struct oscar_fwd_params fp = oscar_fwd_default_params();
-        fp.device = r->p->device, fp.n_threads = r->p->n_threads, fp.max_tokens = T, fp.fp32 = r->p->gpu_fp32;
-        fp.attention = ov.attend ? &ov : NULL;
-        st = oscar_fwd_init(m, &fp, &fd);
+        st = device_attention(r, i);
     } else if (st == OSCAR_OK) {
         struct oscar_forward_params fp = oscar_forward_default_params();
         fp.n_threads = r->p->n_threads, fp.max_tokens = T, fp.attention = ov.attend ? &ov : NULL;
@@ -422,7 +431,6 @@ static enum oscar_status recall_method(struct vrun * r, int32_t i, int32_t k_ord
         osc_progress_update(pg, (int64_t) k_ord * rc->n_probes + k + 1);
     }
     oscar_forward_free(f);
-    oscar_fwd_free(fd);
     if (dev) free(logits);
     free(seq);
     return st;
@@ -449,6 +457,21 @@ static enum oscar_status ref_setup(struct vrun * r, int64_t n_win) {
     if (!r->refs || !r->ref_hidden || !r->ref_block)
         return osc_error(OSCAR_ERR_NOMEM, "verify: bf16 hidden states of %zu rows for the next-token KL", rows);
     return OSCAR_OK;
+}
+
+// With p->device: the one forward every pass runs on (the model goes up once; bf16's reference
+// rows stay beside it), made before any pass so that the host need not hold the model's layers
+// (a model opened with oscar_model_open_lazy).
+static enum oscar_status device_open(struct vrun * r, int64_t n_win) {
+    const struct oscar_model_config * c = &r->m->config;
+    struct oscar_fwd_params fp = oscar_fwd_default_params();
+    fp.device = r->p->device, fp.n_threads = r->p->n_threads, fp.fp32 = r->p->gpu_fp32;
+    fp.max_tokens = r->p->ctx > r->MT ? r->p->ctx : r->MT;
+    r->wo = malloc(sizeof(float) * (size_t) c->n_embd * (size_t) c->n_head * (size_t) c->head_dim);
+    if (!r->wo) return osc_error(OSCAR_ERR_NOMEM, "verify: W_O buffer");
+    enum oscar_status st = oscar_fwd_init(r->m, &fp, &r->dev_f);
+    if (st == OSCAR_OK && r->i_ref >= 0) st = oscar_fwd_ref_init(r->dev_f, n_win * r->nr);
+    return st;
 }
 
 // ---- driver ------------------------------------------------------------------------------------
@@ -521,6 +544,7 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
         if (!r.resid_ref || !r.resid_cur || !r.logits) st = osc_error(OSCAR_ERR_NOMEM, "verify: buffers");
     }
     if (st == OSCAR_OK) st = ref_setup(&r, n_win);
+    if (st == OSCAR_OK && on_device(&r)) st = device_open(&r, n_win);
     if (st == OSCAR_OK) st = metrics_pass(&r, ids);
     if (st == OSCAR_OK) {
         // bf16 first: every other method's rows are compared with what it leaves behind. Each
@@ -558,6 +582,7 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
         oscar_kv_fwd_sim_free(&r.fsims[i]);
     }
     oscar_fwd_free(r.dev_f);
+    free(r.wo);
     free(r.resid_ref);
     free(r.resid_cur);
     free(r.logits);

@@ -98,6 +98,15 @@ static enum oscar_status own_value(void * user, int32_t layer, const struct osca
 // oscar_fwd_set_attention on the cpu: a pass switched to an override gives the bits of a pass
 // made with it, switched back the exact bits; a device simulation and device scoring are
 // refused by name, both attentions at once is invalid.
+// Counts the layers a hook sees and sums their residual streams (to compare two passes' hooks).
+struct hook_count { int32_t layers; double resid_sum; };
+static enum oscar_status count_layer(void * user, const struct oscar_capture_layer * cl) {
+    struct hook_count * h = user;
+    h->layers++;
+    for (int64_t i = 0; i < (int64_t) cl->n_tokens * cl->config->n_embd; i++) h->resid_sum += (double) cl->resid_out[i];
+    return OSCAR_OK;
+}
+
 static void test_cpu_set_attention(void ** state) {
     (void) state;
     struct oscar_model * m = load_tiny();
@@ -123,6 +132,22 @@ static void test_cpu_set_attention(void ** state) {
     assert_int_equal(oscar_fwd_set_attention(f, NULL, NULL), OSCAR_OK);
     assert_int_equal(oscar_fwd_run(f, &b, got), OSCAR_OK);
     assert_memory_equal(got, exact, T_TOK * V * sizeof(float));
+    // a hook set on the resident pass sees what a fresh pass's hook sees, and the logits keep their bits
+    struct hook_count hc = {0}, hc_fresh = {0};
+    struct oscar_capture_hook hk = {.on_layer = count_layer, .user = &hc};
+    assert_int_equal(oscar_fwd_set_hook(f, &hk), OSCAR_OK);
+    assert_int_equal(oscar_fwd_run(f, &b, got), OSCAR_OK);
+    assert_memory_equal(got, exact, T_TOK * V * sizeof(float));
+    assert_int_equal(oscar_fwd_set_hook(f, NULL), OSCAR_OK);
+    assert_int_equal(oscar_fwd_run(f, &b, got), OSCAR_OK);
+    p.attention = NULL, p.hook = &(struct oscar_capture_hook){.on_layer = count_layer, .user = &hc_fresh};
+    struct oscar_fwd * h = NULL;
+    assert_int_equal(oscar_fwd_init(m, &p, &h), OSCAR_OK);
+    assert_int_equal(oscar_fwd_run(h, &b, NULL), OSCAR_OK);
+    oscar_fwd_free(h);
+    assert_int_equal(hc.layers, m->config.n_layer);   // one run with the hook, none after it was unset
+    assert_int_equal(hc.layers, hc_fresh.layers);
+    assert_true(hc.resid_sum == hc_fresh.resid_sum);
     struct oscar_fwd_kvsim ks;
     memset(&ks, 0, sizeof ks);
     assert_int_equal(oscar_fwd_set_attention(f, &ks, NULL), OSCAR_ERR_UNSUPPORTED);

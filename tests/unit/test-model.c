@@ -403,6 +403,37 @@ static void test_layers_on_demand(void ** state) {
     assert_int_equal(oscar_forward_run(f, &bt, logits), OSCAR_ERR_INVALID);
     oscar_forward_free(f);
     free(logits);
+    // lazily (a device upload): neither [V, C] tensor read; copies of them and of every layer
+    // read on demand are the loaded model's bits, and the model stays as it was
+    struct oscar_model * lazy = NULL;
+    assert_int_equal(oscar_model_open_lazy("tests/fixtures/models/tiny-qwen2", &lazy), OSCAR_OK);
+    assert_null(lazy->tok_embd);
+    assert_null(lazy->output);
+    const size_t VC = (size_t) full->config.n_vocab * full->config.n_embd;
+    float * copy = NULL;
+    assert_int_equal(oscar_model_read_vocab(lazy, false, &copy), OSCAR_OK);
+    assert_same(full->tok_embd, copy, (int64_t) VC, "embedding copy");
+    free(copy);
+    assert_int_equal(oscar_model_read_vocab(lazy, true, &copy), OSCAR_OK);
+    assert_same(full->output, copy, (int64_t) VC, "LM head copy");
+    free(copy);
+    for (int32_t l = 0; l < lazy->config.n_layer; l++) {
+        float * block = NULL;
+        struct oscar_layer_weights w;
+        assert_int_equal(oscar_model_read_layer(lazy, l, &block, &w), OSCAR_OK);
+        assert_false(oscar_model_layer_resident(lazy, l));
+        assert_same_layer(&full->config, &full->layers[l], &w);
+        free(block);
+    }
+    assert_int_equal(oscar_model_read_layer(lazy, lazy->config.n_layer, &copy, &(struct oscar_layer_weights){0}),
+                     OSCAR_ERR_INVALID);
+    assert_int_equal(oscar_forward_init(lazy, &fp, &f), OSCAR_ERR_INVALID); // the host forward needs the embedding
+    assert_null(f);
+    // a loaded model's file is closed: its resident embedding is copied
+    assert_int_equal(oscar_model_read_vocab(full, false, &copy), OSCAR_OK);
+    assert_same(full->tok_embd, copy, (int64_t) VC, "resident embedding copy");
+    free(copy);
+    oscar_model_free(lazy);
     oscar_model_free(full), oscar_model_free(nohead);
 }
 
