@@ -78,6 +78,7 @@ struct vrun {
     bool has_fsim[OSCAR_VERIFY_MAX_METHODS];
     struct oscar_fwd * dev_f;          // with p->device: the one forward every pass runs on (one upload)
     float * wo;                        // device runs: [C, Hq D] the metrics' W_O of the current layer
+    struct oscar_attention_override dev_ov;   // the host override the device pass holds (device_attention)
     struct oscar_verify_method * ms;   // [nm] (owned by the report)
     float * resid_ref;                 // [L, MT, C] reference residual stream after each layer
     float * resid_cur;                 // [L, MT, C] the same under one method
@@ -135,10 +136,10 @@ static enum oscar_status setup_methods(struct vrun * r, const struct oscar_artif
             // simulation as its attention. The forward passes stay on the device.
             st = oscar_kv_fwd_sim_init(&r->tfs[i], &r->fsims[i]);
             r->has_fsim[i] = st == OSCAR_OK;
-            if (st == OSCAR_ERR_UNSUPPORTED) osc_debug("verify: method %s: %s", names[i], oscar_last_error());
-            if (st == OSCAR_OK || st == OSCAR_ERR_UNSUPPORTED)
+            if (st == OSCAR_ERR_UNSUPPORTED) {
+                osc_debug("verify: method %s: %s", names[i], oscar_last_error());
                 st = oscar_kv_sim_dev_init(p->device, &r->tfs[i], c, maxT, &r->dsims[i]);
-            if (st == OSCAR_ERR_UNSUPPORTED && r->has_fsim[i]) st = OSCAR_OK;   // the forward's own covers it
+            }
             if (st == OSCAR_ERR_UNSUPPORTED) {
                 osc_warn("verify: method %s: %s; its quantized cache is simulated on the CPU", names[i],
                          oscar_last_error());
@@ -192,10 +193,12 @@ static enum oscar_status on_layer(void * user, const struct oscar_capture_layer 
 
 // The attention method i runs on the device pass: the cache simulated inside it where it covers
 // the method, else the method's host override (none for bf16).
+// The pass keeps the override's address: it lives in r.
 static enum oscar_status device_attention(struct vrun * r, int32_t i) {
-    struct oscar_attention_override ov = i >= 0 ? method_override(r, i) : (struct oscar_attention_override){0};
+    r->dev_ov = i >= 0 ? method_override(r, i) : (struct oscar_attention_override){0};
     const bool in_pass = i >= 0 && r->has_fsim[i];
-    return oscar_fwd_set_attention(r->dev_f, in_pass ? &r->fsims[i].desc : NULL, !in_pass && ov.attend ? &ov : NULL);
+    return oscar_fwd_set_attention(r->dev_f, in_pass ? &r->fsims[i].desc : NULL,
+                                   !in_pass && r->dev_ov.attend ? &r->dev_ov : NULL);
 }
 
 // One forward over the metric slice; method < 0: the exact model with the metrics hook. On a
@@ -536,6 +539,9 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
         osc_warn("verify: metric_tokens %d <= sink %d + recent %d: nothing is INT2 in the metrics pass, the "
                  "per-layer metrics and drift only show the bf16 rounding", r.MT, p->sink, p->recent);
     st = setup_methods(&r, art, T > r.MT ? T : r.MT);
+    if (st == OSCAR_OK) st = ref_setup(&r, n_win);
+    // the device pass first: the host's peak is then the upload's one [V, C] block, not that plus these
+    if (st == OSCAR_OK && on_device(&r)) st = device_open(&r, n_win);
     size_t nres = (size_t) r.L * (size_t) r.MT * (size_t) r.C;
     if (st == OSCAR_OK) {
         r.resid_ref = malloc(sizeof(float) * nres);
@@ -543,8 +549,6 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
         r.logits = malloc(sizeof(float) * LOGIT_BLOCK * (size_t) m->config.n_vocab);
         if (!r.resid_ref || !r.resid_cur || !r.logits) st = osc_error(OSCAR_ERR_NOMEM, "verify: buffers");
     }
-    if (st == OSCAR_OK) st = ref_setup(&r, n_win);
-    if (st == OSCAR_OK && on_device(&r)) st = device_open(&r, n_win);
     if (st == OSCAR_OK) st = metrics_pass(&r, ids);
     if (st == OSCAR_OK) {
         // bf16 first: every other method's rows are compared with what it leaves behind. Each

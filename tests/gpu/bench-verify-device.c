@@ -10,8 +10,9 @@
 // Per method and context: scored tokens/s (T - 1 per window) of the forward alone
 // (logits NULL), with every row scored on the device against the exact pass (what
 // oscar-verify --device cuda runs), and with the [T, V] fp32 logits copied to the host
-// (the path before device scoring), each as a ratio to the exact pass. Methods: naive (SYM INT2), hadamard (ASYM INT2), oscar (ASYM INT2
-// with per-layer orthogonal matrices, clips 0.96 / 0.92); decode tiering sink 32,
+// (the path before device scoring), each as a ratio to the exact pass. Methods: naive (SYM INT2),
+// hadamard (ASYM INT2), oscar (ASYM INT2 with per-layer orthogonal matrices, clips 0.96 / 0.92),
+// int4-bdh (SAW-INT4, block Hadamard of order 128); decode tiering sink 32,
 // recent 128, page 64 (oscar-verify's defaults).
 #include <math.h>
 #include <stdio.h>
@@ -75,11 +76,12 @@ int main(int argc, char ** argv) {
                                .prompt_len = 32, .block = 1};
     float * rot = malloc(sizeof(float) * (size_t) L * D * D);
     hadamard_rotations(rot, L, D, 88172645463325252ull);
-    const char * names[3] = {"naive", "hadamard", "oscar"};
-    struct oscar_kv_transform tf[3];
-    struct oscar_kv_fwd_sim fs[3];
+    enum { NM = 4 };
+    const char * names[NM] = {"naive", "hadamard", "oscar", "int4-bdh"};
+    struct oscar_kv_transform tf[NM];
+    struct oscar_kv_fwd_sim fs[NM];
     memset(fs, 0, sizeof fs);
-    for (int i = 0; i < 3 && st == OSCAR_OK; i++) {
+    for (int i = 0; i < NM && st == OSCAR_OK; i++) {
         st = oscar_kv_transform_preset(names[i], L, Hkv, D, 0, OSCAR_META_F32, &tr, false, rot, rot, false, NULL,
                                        NULL, &tf[i]);
         if (st == OSCAR_OK) st = oscar_kv_fwd_sim_init(&tf[i], &fs[i]);
@@ -112,7 +114,7 @@ int main(int argc, char ** argv) {
     for (int k = 0; k < n_ctx && st == OSCAR_OK; k++) {
         const int32_t T = ctxs[k], nw = T >= 16384 ? 1 : n_win;   // long windows: one each
         double base_f = 0, base_l = 0, base_s = 0;
-        for (int i = -1; i < 3 && st == OSCAR_OK; i++) {
+        for (int i = -1; i < NM && st == OSCAR_OK; i++) {
             st = oscar_fwd_set_attention(f, i < 0 ? NULL : &fs[i].desc, NULL);
             if (k == 0) {   // warm-up: kernels, workspace, the first touch of the host logits
                 time_windows(f, tok, T, 1, NULL, &st);
@@ -146,7 +148,7 @@ int main(int argc, char ** argv) {
     printf("\ndevice memory used (peak): %.2f GiB\n", (double) info.device_used_bytes / (1 << 30));
     if (st != OSCAR_OK) printf("bench-verify-device: %s\n", oscar_last_error());
     oscar_fwd_free(f);
-    for (int i = 0; i < 3; i++) oscar_kv_fwd_sim_free(&fs[i]);
+    for (int i = 0; i < NM; i++) oscar_kv_fwd_sim_free(&fs[i]);
     free(rot), free(tok), free(logits), free(scores);
     return st == OSCAR_OK ? 0 : 1;
 }

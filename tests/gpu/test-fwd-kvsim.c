@@ -11,7 +11,8 @@
 //     row transforms are lib/verify's bits on the device (eval-transform), so the two
 //     attention outputs differ only by the fp32 attention's summation order and expf:
 //     max row ||a - b|| / ||b|| <= 2e-6. Methods: naive (SYM, identity), hadamard with
-//     clips 0.95 / 0.9, oscar with per-KV-head orthogonal matrices and per-layer clips;
+//     clips 0.95 / 0.9, oscar with per-KV-head orthogonal matrices and per-layer clips, the
+//     same with a key mean (k_mean), SAW-INT4 (int4-bdh: block Hadamard of order min(128, D));
 //     decode tiering with a prompt longer than the sink, so both quantizers (sort for
 //     the prefill middle, bisection for demoted rows) are exercised; two sequences in
 //     one batch. Control: the same against the exact attention must be >= 100x the bound.
@@ -75,14 +76,16 @@ struct method {
     struct oscar_kv_sim * cpu;
 };
 
+// k_mean: NULL or [L, Hkv, D] (the artifact's key mean, OptR centering).
 static enum oscar_status method_init(struct method * me, const char * preset, const struct oscar_model_config * c,
                                      const struct oscar_tiering * tr, int32_t max_len, const float * rot,
-                                     const float * clips) {
-    me->name = preset;
+                                     const float * clips, const float * k_mean) {
+    me->name = k_mean ? "oscar-searched+k_mean" : preset;
     enum oscar_status st = oscar_kv_transform_preset(preset, c->n_layer, c->n_head_kv, c->head_dim, 0, OSCAR_META_F32,
                                                      tr, rot != NULL, rot, rot, false, clips, clips + c->n_layer,
                                                      &me->tf);
     if (st == OSCAR_OK && !strcmp(preset, "hadamard")) me->tf.k_clip = 0.95, me->tf.v_clip = 0.9;
+    if (st == OSCAR_OK) me->tf.k_mean = k_mean;
     if (st == OSCAR_OK) st = oscar_kv_fwd_sim_init(&me->tf, &me->fs);
     if (st == OSCAR_OK) st = oscar_kv_sim_init(&me->tf, c, max_len, 0, &me->cpu);
     return st;
@@ -114,15 +117,20 @@ static void layer0_case(int32_t Hq, int32_t Hkv, int32_t D, uint64_t seed) {
     float clips[4] = {0.97f, 0.93f, 0.9f, 0.95f};   // K layers 0, 1; V layers 0, 1
     hadamard_rotations(rot, (int64_t) c.n_layer * Hkv, D, seed);
     struct oscar_model * m = NULL;
-    struct method me[3];
+    enum { NM = 5 };
+    struct method me[NM];
     memset(me, 0, sizeof me);
+    float * k_mean = malloc(sizeof(float) * (size_t) c.n_layer * Hkv * D);   // a key mean of the rows' scale
+    for (int32_t i = 0; i < c.n_layer * Hkv * D; i++) k_mean[i] = 0.05f * sinf(0.37f * (float) i + 0.1f);
     enum oscar_status st = oscar_model_init_random(&c, seed, &m);
     // weights of std 0.02 make near-uniform attention; scale q/k so the scores matter
     for (int32_t l = 0; st == OSCAR_OK && l < c.n_layer; l++)
         for (size_t i = 0; i < (size_t) Hq * D * c.n_embd; i++) m->layers[l].wq[i] *= 6.0f;
-    if (st == OSCAR_OK) st = method_init(&me[0], "naive", &c, &tr, T, NULL, NULL);
-    if (st == OSCAR_OK) st = method_init(&me[1], "hadamard", &c, &tr, T, NULL, NULL);
-    if (st == OSCAR_OK) st = method_init(&me[2], "oscar-searched", &c, &tr, T, rot, clips);
+    if (st == OSCAR_OK) st = method_init(&me[0], "naive", &c, &tr, T, NULL, NULL, NULL);
+    if (st == OSCAR_OK) st = method_init(&me[1], "hadamard", &c, &tr, T, NULL, NULL, NULL);
+    if (st == OSCAR_OK) st = method_init(&me[2], "oscar-searched", &c, &tr, T, rot, clips, NULL);
+    if (st == OSCAR_OK) st = method_init(&me[3], "int4-bdh", &c, &tr, T, NULL, NULL, NULL);
+    if (st == OSCAR_OK) st = method_init(&me[4], "oscar-searched", &c, &tr, T, rot, clips, k_mean);
     int32_t * tok = malloc(sizeof(int32_t) * T), ss[3] = {0, len0, T};
     tokens(tok, T, c.n_vocab, seed);
     const size_t na = (size_t) T * Hq * D, nl = (size_t) T * c.n_vocab;
@@ -137,7 +145,7 @@ static void layer0_case(int32_t Hq, int32_t Hkv, int32_t D, uint64_t seed) {
     if (st == OSCAR_OK) st = oscar_fwd_init(m, &fp, &f);
     g.att = a_exact;
     if (st == OSCAR_OK) st = oscar_fwd_run(f, &b, NULL);
-    for (int i = 0; i < 3 && st == OSCAR_OK; i++) {
+    for (int i = 0; i < NM && st == OSCAR_OK; i++) {
         struct oscar_attention_override ov = oscar_kv_sim_override(me[i].cpu);
         g.att = a_host;
         if ((st = oscar_fwd_set_attention(f, NULL, &ov)) == OSCAR_OK) st = oscar_fwd_run(f, &b, NULL);
@@ -152,7 +160,7 @@ static void layer0_case(int32_t Hq, int32_t Hkv, int32_t D, uint64_t seed) {
         check(e <= 2e-6 && ctl >= 100 * 2e-6, fmt, e, ctl);
     }
     // (2) the shared pass, after every switch above, against a fresh pass per method
-    for (int i = 0; i < 3 && st == OSCAR_OK; i++) {
+    for (int i = 0; i < NM && st == OSCAR_OK; i++) {
         struct oscar_fwd * fresh = NULL;
         struct oscar_fwd_params p2 = fp;
         p2.hook = NULL;
@@ -174,9 +182,9 @@ static void layer0_case(int32_t Hq, int32_t Hkv, int32_t D, uint64_t seed) {
     }
     if (st != OSCAR_OK) check(0, "KVSIM_LAYER0: %.0f%.0f setup failed:", 0, 0);
     oscar_fwd_free(f);
-    for (int i = 0; i < 3; i++) method_free(&me[i]);
+    for (int i = 0; i < NM; i++) method_free(&me[i]);
     oscar_model_free(m);
-    free(rot), free(tok), free(a_dev), free(a_host), free(a_exact), free(lg_fresh), free(lg_shared);
+    free(k_mean), free(rot), free(tok), free(a_dev), free(a_host), free(a_exact), free(lg_fresh), free(lg_shared);
 }
 
 // Mean NLL of the windows of tok through f (logits to the host).
@@ -218,7 +226,7 @@ static void ppl_case(bool fp32, uint64_t seed) {
     enum oscar_status st = oscar_model_init_random(&c, seed, &m);
     for (int32_t l = 0; st == OSCAR_OK && l < c.n_layer; l++)
         for (size_t i = 0; i < (size_t) c.n_head * c.head_dim * c.n_embd; i++) m->layers[l].wq[i] *= 6.0f;
-    if (st == OSCAR_OK) st = method_init(&me, "hadamard", &c, &tr, T, NULL, NULL);
+    if (st == OSCAR_OK) st = method_init(&me, "hadamard", &c, &tr, T, NULL, NULL, NULL);
     struct oscar_fwd_params fp = oscar_fwd_default_params();
     fp.device = "cuda", fp.max_tokens = T, fp.fp32 = fp32;
     struct oscar_fwd * f = NULL;
@@ -261,7 +269,7 @@ static void score_case(bool fp32, uint64_t seed) {
     enum oscar_status st = oscar_model_init_random(&c, seed, &m);
     for (int32_t l = 0; st == OSCAR_OK && l < c.n_layer; l++)
         for (size_t i = 0; i < (size_t) c.n_head * c.head_dim * c.n_embd; i++) m->layers[l].wq[i] *= 6.0f;
-    if (st == OSCAR_OK) st = method_init(&me, "hadamard", &c, &tr, T, NULL, NULL);
+    if (st == OSCAR_OK) st = method_init(&me, "hadamard", &c, &tr, T, NULL, NULL, NULL);
     struct oscar_fwd_params fp = oscar_fwd_default_params();
     fp.device = "cuda", fp.max_tokens = T, fp.fp32 = fp32;
     struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = tok, .pos = NULL};
