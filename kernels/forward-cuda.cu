@@ -1230,13 +1230,14 @@ static enum oscar_status cuda_run_scored(void * ctx, const struct oscar_batch * 
                                          struct oscar_fwd_score * out) {
     struct cuda_fwd * f = (struct cuda_fwd *) ctx;
     const int32_t C = f->c.n_embd, V = f->c.n_vocab, T = b->seq_start[b->n_seq];
-    if ((ref_row >= 0 || save_ref) && (!f->ref_store || ref_row + n > f->ref_rows))
+    const int64_t n_all = (int64_t) b->n_seq * n;
+    if ((ref_row >= 0 || save_ref) && (!f->ref_store || ref_row + n_all > f->ref_rows))
         return osc_error(OSCAR_ERR_INVALID, "forward-cuda: reference rows [%lld, %lld) outside the store of %lld",
-                         (long long) ref_row, (long long) (ref_row + n), (long long) f->ref_rows);
-    for (int32_t i = 0; i < n; i++)
+                         (long long) ref_row, (long long) (ref_row + n_all), (long long) f->ref_rows);
+    for (int64_t i = 0; i < n_all; i++)
         if (next[i] < 0 || next[i] >= V)
-            return osc_error(OSCAR_ERR_INVALID, "forward-cuda: target %d of row %d outside the vocabulary (%d)", next[i],
-                             row0 + i, V);
+            return osc_error(OSCAR_ERR_INVALID, "forward-cuda: target %d of scored row %lld outside the vocabulary "
+                             "(%d)", next[i], (long long) i, V);
     if (!f->d_next) {
         OSCAR_CUDA_CHECK(dalloc(f, &f->d_next, (size_t) LOGIT_ROWS, false));
         OSCAR_CUDA_CHECK(dalloc(f, &f->d_scores, (size_t) LOGIT_ROWS, false));
@@ -1244,26 +1245,32 @@ static enum oscar_status cuda_run_scored(void * ctx, const struct oscar_batch * 
     enum oscar_status st = cuda_run(ctx, b, NULL);
     if (st != OSCAR_OK) return st;
     OSCAR_CUDA_CHECK(act_rmsnorm(f, f->xn, f->x, f->out_norm, T));
-    if (save_ref)
-        OSCAR_CUDA_CHECK(cudaMemcpyAsync(at(f, f->ref_store, (size_t) ref_row * C), at(f, f->xn, (size_t) row0 * C),
-                                         (size_t) n * C * f->esize, cudaMemcpyDeviceToDevice, f->stream));
-    for (int32_t r0 = 0; r0 < n; r0 += LOGIT_ROWS) {
-        const int32_t m = n - r0 < LOGIT_ROWS ? n - r0 : LOGIT_ROWS;
-        OSCAR_CUBLAS_TRY(gemm_w(f, f->logit_buf, at(f, f->xn, (size_t) (row0 + r0) * C), f->out_w, m, V, C, 0.0f));
-        if (ref_row >= 0)
-            OSCAR_CUBLAS_TRY(gemm_w(f, f->ref_buf, at(f, f->ref_store, (size_t) (ref_row + r0) * C), f->out_w, m, V, C,
-                                    0.0f));
-        OSCAR_CUDA_TRY(cudaMemcpyAsync(f->d_next, next + r0, (size_t) m * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                       f->stream));
-        OSCAR_CUDA_TRY(osc_fwd_score_rows(f->logit_buf, ref_row >= 0 ? f->ref_buf : NULL, f->d_next, m, V,
-                                          f->d_scores, f->stream));
-        OSCAR_CUDA_TRY(cudaMemcpyAsync(out + r0, f->d_scores, (size_t) m * sizeof *out, cudaMemcpyDeviceToHost,
-                                       f->stream));
-        OSCAR_CUDA_TRY(cudaStreamSynchronize(f->stream)); // the buffers are reused by the next chunk
+    for (int32_t q = 0; q < b->n_seq; q++) {
+        const size_t first = (size_t) b->seq_start[q] + (size_t) row0;   // batch row of this sequence's row0
+        const int64_t k = (int64_t) q * n;                                // its scored rows in next / out / store
+        if (save_ref)
+            OSCAR_CUDA_CHECK(cudaMemcpyAsync(at(f, f->ref_store, (size_t) (ref_row + k) * C), at(f, f->xn, first * C),
+                                             (size_t) n * C * f->esize, cudaMemcpyDeviceToDevice, f->stream));
+        for (int32_t r0 = 0; r0 < n; r0 += LOGIT_ROWS) {
+            const int32_t m = n - r0 < LOGIT_ROWS ? n - r0 : LOGIT_ROWS;
+            OSCAR_CUBLAS_TRY(gemm_w(f, f->logit_buf, at(f, f->xn, (first + r0) * C), f->out_w, m, V, C, 0.0f));
+            if (ref_row >= 0)
+                OSCAR_CUBLAS_TRY(gemm_w(f, f->ref_buf, at(f, f->ref_store, (size_t) (ref_row + k + r0) * C), f->out_w,
+                                        m, V, C, 0.0f));
+            OSCAR_CUDA_TRY(cudaMemcpyAsync(f->d_next, next + k + r0, (size_t) m * sizeof(int32_t),
+                                           cudaMemcpyHostToDevice, f->stream));
+            OSCAR_CUDA_TRY(osc_fwd_score_rows(f->logit_buf, ref_row >= 0 ? f->ref_buf : NULL, f->d_next, m, V,
+                                              f->d_scores, f->stream));
+            OSCAR_CUDA_TRY(cudaMemcpyAsync(out + k + r0, f->d_scores, (size_t) m * sizeof *out, cudaMemcpyDeviceToHost,
+                                           f->stream));
+            OSCAR_CUDA_TRY(cudaStreamSynchronize(f->stream)); // the buffers are reused by the next chunk
+        }
     }
-    for (int32_t i = 0; i < n; i++)
+    for (int64_t i = 0; i < n_all; i++)
         if (!out[i].finite)
-            return osc_error(OSCAR_ERR_NUMERIC, "forward-cuda: non-finite logit at token %d", row0 + i);
+            return osc_error(OSCAR_ERR_NUMERIC, "forward-cuda: non-finite logit in scored row %lld (sequence %lld, "
+                             "row %lld)", (long long) i, (long long) (i / (n ? n : 1)),
+                             (long long) (row0 + i % (n ? n : 1)));
 out:
     return st;
 }

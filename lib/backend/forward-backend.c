@@ -2,6 +2,7 @@
 // the CPU one). Knows nothing about CUDA (registry.c picks the vtable).
 #include "backend/forward-ops.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,10 +99,12 @@ enum oscar_status oscar_fwd_run_scored(struct oscar_fwd * f, const struct oscar_
     if (!f->ops->run_scored)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "forward (%s): no device scoring (lib/verify scores on the host)",
                          f->ops->name);
-    const int32_t T = b->n_seq > 0 ? b->seq_start[b->n_seq] : 0;
-    if (row0 < 0 || n < 0 || row0 + n > T || (save_ref && ref_row < 0))
-        return osc_error(OSCAR_ERR_INVALID, "forward: scored rows [%d, %d) of a %d-token batch (reference row %lld)",
-                         row0, row0 + n, T, (long long) ref_row);
+    int32_t shortest = b->n_seq > 0 ? INT32_MAX : 0;
+    for (int32_t q = 0; q < b->n_seq; q++)
+        if (b->seq_start[q + 1] - b->seq_start[q] < shortest) shortest = b->seq_start[q + 1] - b->seq_start[q];
+    if (row0 < 0 || n < 0 || row0 + n > shortest || (save_ref && ref_row < 0))
+        return osc_error(OSCAR_ERR_INVALID, "forward: scored rows [%d, %d) of sequences of %d tokens or more "
+                         "(reference row %lld)", row0, row0 + n, shortest, (long long) ref_row);
     return f->ops->run_scored(f->ctx, b, row0, n, next, ref_row, save_ref, out);
 }
 

@@ -134,11 +134,12 @@ struct oscar_fwd_score {
 // A store of n_rows reference rows (the final normed hidden states of a reference pass, in the
 // pass's precision) on the device. cuda only (cpu: OSCAR_ERR_UNSUPPORTED).
 enum oscar_status oscar_fwd_ref_init(struct oscar_fwd * f, int64_t n_rows);
-// Runs batch b (as oscar_fwd_run, no logits to the host) and scores its rows [row0, row0 + n):
-// row row0 + i predicts next[i]. save_ref: these rows go into the reference store at
-// [ref_row, ref_row + n) first; ref_row >= 0: each row is compared with the reference row at
-// ref_row + i (its logits recomputed by the same GEMM, so a reference scored against itself has
-// kl exactly 0). out [n] on the host. A non-finite logit fails the run (OSCAR_ERR_NUMERIC).
+// Runs batch b (as oscar_fwd_run, no logits to the host) and scores rows [row0, row0 + n) of each
+// of its sequences: row row0 + i of sequence q predicts next[q·n + i] and is scored into
+// out[q·n + i] (host, [n_seq·n]). save_ref: these rows go into the reference store at
+// [ref_row, ref_row + n_seq·n) first, in the same order; ref_row >= 0: each row is compared with
+// the reference row at ref_row + q·n + i (its logits recomputed by the same GEMM, so a reference
+// scored against itself has kl exactly 0). A non-finite logit fails the run (OSCAR_ERR_NUMERIC).
 enum oscar_status oscar_fwd_run_scored(struct oscar_fwd * f, const struct oscar_batch * b, int32_t row0, int32_t n,
                                        const int32_t * next, int64_t ref_row, bool save_ref,
                                        struct oscar_fwd_score * out);

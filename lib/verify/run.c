@@ -79,6 +79,7 @@ struct vrun {
     struct oscar_fwd * dev_f;          // with p->device: the one forward every pass runs on (one upload)
     float * wo;                        // device runs: [C, Hq D] the metrics' W_O of the current layer
     struct oscar_attention_override dev_ov;   // the host override the device pass holds (device_attention)
+    int32_t dev_windows;               // windows per device run of a method simulated inside the pass
     struct oscar_verify_method * ms;   // [nm] (owned by the report)
     float * resid_ref;                 // [L, MT, C] reference residual stream after each layer
     float * resid_cur;                 // [L, MT, C] the same under one method
@@ -87,13 +88,22 @@ struct vrun {
     // keeps what later methods compare against; nr scored rows per window from row0
     int32_t i_ref;                     // the bf16 method, -1 if not run (no KL)
     int32_t row0, nr;                  // logits rows row0 .. row0+nr-1 (targets row0+1 ..) of a window
-    float * ref_hidden;                // cpu: [n_win, nr, C] bf16's final hidden states (logits recomputed)
-    float * ref_block;                 // cpu: [LOGIT_BLOCK, V] bf16's logits of the current block
+    // cpu, one of: bf16's logits of every scored row when they fit p->ref_logits_budget, else its
+    // final hidden states, from which each block of its logits is recomputed by the same GEMM
+    float * ref_logits;                // [n_win, nr, V]
+    float * ref_hidden;                // [n_win, nr, C]
+    float * ref_block;                 // [LOGIT_BLOCK, V] bf16's logits of the current block (ref_hidden)
     struct osc_token_ref * refs;       // [n_win, nr] bf16's lse / nll / argmax per scored row
     double t_score;                    // seconds of the current method in LM head + scoring (logged)
     int32_t recall_pos[OSCAR_RECALL_MAX_PROBES]; // where each recall probe put its needle
 };
 enum { LOGIT_BLOCK = 64 };
+// Tokens of one device run of the perplexity windows (windows batched up to it; a longer window
+// runs alone): the Qwen3-8B shape at ctx 2048 runs 4 windows at a time.
+enum { DEVICE_BATCH_TOKENS = 8192 };
+// Bytes of bf16 logits the CPU keeps rather than recompute, by default (one 2048-token window of
+// SmolLM2: 402 MB).
+#define REF_LOGITS_BUDGET ((int64_t) 512 << 20)
 _Static_assert(OSCAR_VERIFY_MAX_METHODS <= OSCAR_METRICS_MAX_CACHES, "one metrics call takes every method");
 
 static bool on_device(const struct vrun * r) { return r->p->device && strcmp(r->p->device, "cpu") != 0; }
@@ -283,25 +293,32 @@ static double rows_score(const float * logits, int32_t n, int32_t V, const int32
 }
 
 // NLL of the scored targets (row0+1 .. T-1) of window w of method i from its final hidden states
-// [T, C], LOGIT_BLOCK rows at a time. The bf16 pass keeps its hidden rows; every method (bf16
-// too) recomputes bf16's logits of the block from them, by the same GEMM, for the comparison.
+// [T, C], LOGIT_BLOCK rows at a time. The bf16 pass keeps its logits (or its hidden rows, from
+// which every method, bf16 too, recomputes bf16's logits of the block by the same GEMM: the
+// same bits) for the comparison.
 static double window_nll(struct vrun * r, int32_t i, const float * hidden, const int32_t * tok, int64_t w,
                          struct osc_token_acc * acc) {
     const struct oscar_model * m = r->m;
     int32_t C = m->config.n_embd, V = m->config.n_vocab, T = r->p->ctx, nt = r->p->n_threads;
-    bool is_ref = i == r->i_ref, cmp = r->i_ref >= 0 && r->ref_hidden;
+    bool is_ref = i == r->i_ref, cmp = r->i_ref >= 0 && (r->ref_hidden || r->ref_logits);
     double nll = 0, t0 = osc_now();
     for (int32_t r0 = r->row0; r0 < T - 1; r0 += LOGIT_BLOCK) {
         int32_t nb = T - 1 - r0 < LOGIT_BLOCK ? T - 1 - r0 : LOGIT_BLOCK;
         size_t k = (size_t) w * (size_t) r->nr + (size_t) (r0 - r->row0);   // scored row of the run
         osc_sgemm(0, CblasNoTrans, CblasTrans, nb, V, C, 1.0f, hidden + (size_t) r0 * C, C, m->output,
                     C, 0.0f, r->logits, V);
-        if (is_ref && cmp) memcpy(r->ref_hidden + k * C, hidden + (size_t) r0 * C, sizeof(float) * (size_t) nb * C);
-        if (cmp)
+        const float * ref = NULL;   // bf16's logits of the block
+        if (cmp && r->ref_logits) {
+            float * kept = r->ref_logits + k * (size_t) V;
+            if (is_ref) memcpy(kept, r->logits, sizeof(float) * (size_t) nb * V);
+            ref = kept;
+        } else if (cmp) {
+            if (is_ref) memcpy(r->ref_hidden + k * C, hidden + (size_t) r0 * C, sizeof(float) * (size_t) nb * C);
             osc_sgemm(0, CblasNoTrans, CblasTrans, nb, V, C, 1.0f, r->ref_hidden + k * C, C, m->output, C, 0.0f,
                       r->ref_block, V);
-        nll += rows_score(r->logits, nb, V, tok + r0 + 1, nt, cmp ? r->ref_block : NULL, cmp ? r->refs + k : NULL,
-                          is_ref && cmp, acc);
+            ref = r->ref_block;
+        }
+        nll += rows_score(r->logits, nb, V, tok + r0 + 1, nt, ref, cmp ? r->refs + k : NULL, is_ref && cmp, acc);
     }
     r->t_score += osc_now() - t0;
     return nll;
@@ -313,31 +330,38 @@ static double window_nll(struct vrun * r, int32_t i, const float * hidden, const
 // row is scored there (oscar_fwd_run_scored), bf16's final hidden rows kept there as the reference.
 static enum oscar_status ppl_windows_device(struct vrun * r, int32_t i, int32_t k_ord, const int32_t * ids,
                                            int64_t n_win, struct osc_token_acc * acc, struct osc_progress * pg) {
-    int32_t T = r->p->ctx;
+    const int32_t T = r->p->ctx, nr = r->nr;
     struct oscar_verify_method * mt = &r->ms[i];
     const bool is_ref = i == r->i_ref, cmp = r->i_ref >= 0;
-    struct oscar_fwd_score * sc = malloc(sizeof *sc * (size_t) r->nr);
-    struct osc_token_row * rows = malloc(sizeof *rows * (size_t) r->nr);
-    enum oscar_status st = sc && rows ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "method %s: scores", mt->name);
+    // several windows per run where the pass simulates the cache itself (a host simulation is
+    // sized for one window)
+    const int32_t wpb = r->sims[i] && !r->has_fsim[i] ? 1 : r->dev_windows;
+    struct oscar_fwd_score * sc = malloc(sizeof *sc * (size_t) nr * wpb);
+    struct osc_token_row * rows = malloc(sizeof *rows * (size_t) nr);
+    int32_t * next = malloc(sizeof *next * (size_t) nr * wpb), * ss = malloc(sizeof *ss * (size_t) (wpb + 1));
+    enum oscar_status st = sc && rows && next && ss ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "method %s: scores", mt->name);
     struct oscar_fwd * f = r->dev_f;
     if (st == OSCAR_OK) st = device_attention(r, i);
-    for (int64_t w = 0; w < n_win && st == OSCAR_OK; w++) {
-        int32_t ss[2] = {0, T};
-        struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = ids + w * T, .pos = NULL};
-        const int64_t k = w * r->nr;
-        st = oscar_fwd_run_scored(f, &b, r->row0, r->nr, ids + w * T + r->row0 + 1, cmp ? k : -1, is_ref, sc);
-        if (st != OSCAR_OK) break;
-        for (int32_t j = 0; j < r->nr; j++) {   // summed in row order, as the CPU path
-            rows[j] = (struct osc_token_row){.nll = sc[j].nll, .nll_ref = sc[j].nll_ref, .kl = sc[j].kl,
-                                             .dp = sc[j].dp, .same_top = sc[j].same_top};
-            mt->nll_sum += sc[j].nll;
+    for (int64_t w0 = 0; w0 < n_win && st == OSCAR_OK; w0 += wpb) {
+        const int32_t nw = n_win - w0 < wpb ? (int32_t) (n_win - w0) : wpb;
+        for (int32_t q = 0; q <= nw; q++) ss[q] = q * T;
+        for (int32_t q = 0; q < nw; q++)
+            memcpy(next + (size_t) q * nr, ids + (w0 + q) * T + r->row0 + 1, sizeof *next * (size_t) nr);
+        struct oscar_batch b = {.n_seq = nw, .seq_start = ss, .tokens = ids + w0 * T, .pos = NULL};
+        st = oscar_fwd_run_scored(f, &b, r->row0, nr, next, cmp ? w0 * nr : -1, is_ref, sc);
+        for (int32_t q = 0; q < nw && st == OSCAR_OK; q++) {
+            for (int32_t j = 0; j < nr; j++) {   // summed in row order, as the CPU path
+                const struct oscar_fwd_score * e = &sc[(size_t) q * nr + j];
+                rows[j] = (struct osc_token_row){.nll = e->nll, .nll_ref = e->nll_ref, .kl = e->kl, .dp = e->dp,
+                                                 .same_top = e->same_top};
+                mt->nll_sum += e->nll;
+            }
+            osc_token_acc_add(acc, rows, nr);
+            mt->n_scored += nr;
         }
-        osc_token_acc_add(acc, rows, r->nr);
-        mt->n_scored += r->nr;
-        osc_progress_update(pg, ((int64_t) k_ord * n_win + w + 1) * T);
+        osc_progress_update(pg, ((int64_t) k_ord * n_win + w0 + nw) * T);
     }
-    free(sc);
-    free(rows);
+    free(sc), free(rows), free(next), free(ss);
     return st;
 }
 
@@ -355,7 +379,8 @@ static enum oscar_status ppl_method(struct vrun * r, int32_t i, int32_t k_ord, c
     bool dev = on_device(r);
     r->t_score = 0;
     struct osc_token_acc acc;
-    enum oscar_status st = osc_token_acc_init(&acc, n_win * r->nr, r->i_ref >= 0 && (r->ref_hidden || dev));
+    enum oscar_status st =
+        osc_token_acc_init(&acc, n_win * r->nr, r->i_ref >= 0 && (r->ref_hidden || r->ref_logits || dev));
     if (st == OSCAR_OK)
         st = dev ? ppl_windows_device(r, i, k_ord, ids, n_win, &acc, pg) : oscar_forward_init(r->m, &fp, &f);
     for (int64_t w = 0; w < n_win && st == OSCAR_OK && !dev; w++) {
@@ -439,9 +464,10 @@ static enum oscar_status recall_method(struct vrun * r, int32_t i, int32_t k_ord
     return st;
 }
 
-// What the bf16 pass keeps for the comparison: its final hidden states of the scored rows
-// (n_win·nr·C values; the logits are recomputed by the same GEMM), on the CPU here, on a device in
-// the pass's reference store (oscar_fwd_ref_init). Without bf16 there is no KL (warned).
+// What the bf16 pass keeps for the comparison: on the CPU its logits of the scored rows when they
+// fit p->ref_logits_budget, else its final hidden states (n_win·nr·C values; the logits are
+// recomputed by the same GEMM); on a device its hidden rows in the pass's reference store
+// (oscar_fwd_ref_init). Without bf16 there is no KL (warned).
 static enum oscar_status ref_setup(struct vrun * r, int64_t n_win) {
     const int32_t C = r->m->config.n_embd, V = r->m->config.n_vocab;
     r->row0 = r->p->score_from > 1 ? r->p->score_from - 1 : 0;
@@ -455,10 +481,15 @@ static enum oscar_status ref_setup(struct vrun * r, int64_t n_win) {
     if (on_device(r)) return OSCAR_OK;   // the device keeps bf16's rows itself (ppl_windows_device)
     size_t rows = (size_t) n_win * (size_t) r->nr;
     r->refs = malloc(rows * sizeof *r->refs);
-    r->ref_hidden = osc_alloc_large(rows * (size_t) C * sizeof(float));
-    r->ref_block = malloc(sizeof(float) * LOGIT_BLOCK * (size_t) V);
-    if (!r->refs || !r->ref_hidden || !r->ref_block)
-        return osc_error(OSCAR_ERR_NOMEM, "verify: bf16 hidden states of %zu rows for the next-token KL", rows);
+    const int64_t budget = r->p->ref_logits_budget ? r->p->ref_logits_budget : REF_LOGITS_BUDGET;
+    if (budget > 0 && (double) rows * V * sizeof(float) <= (double) budget) {
+        r->ref_logits = osc_alloc_large(rows * (size_t) V * sizeof(float));
+    } else {
+        r->ref_hidden = osc_alloc_large(rows * (size_t) C * sizeof(float));
+        r->ref_block = malloc(sizeof(float) * LOGIT_BLOCK * (size_t) V);
+    }
+    if (!r->refs || (!r->ref_logits && (!r->ref_hidden || !r->ref_block)))
+        return osc_error(OSCAR_ERR_NOMEM, "verify: bf16 rows of %zu positions for the next-token KL", rows);
     return OSCAR_OK;
 }
 
@@ -469,7 +500,11 @@ static enum oscar_status device_open(struct vrun * r, int64_t n_win) {
     const struct oscar_model_config * c = &r->m->config;
     struct oscar_fwd_params fp = oscar_fwd_default_params();
     fp.device = r->p->device, fp.n_threads = r->p->n_threads, fp.fp32 = r->p->gpu_fp32;
-    fp.max_tokens = r->p->ctx > r->MT ? r->p->ctx : r->MT;
+    r->dev_windows = DEVICE_BATCH_TOKENS / r->p->ctx;
+    if (r->dev_windows < 1) r->dev_windows = 1;
+    if (r->dev_windows > n_win) r->dev_windows = (int32_t) n_win;
+    const int32_t batch = r->dev_windows * r->p->ctx;
+    fp.max_tokens = batch > r->MT ? batch : r->MT;
     r->wo = malloc(sizeof(float) * (size_t) c->n_embd * (size_t) c->n_head * (size_t) c->head_dim);
     if (!r->wo) return osc_error(OSCAR_ERR_NOMEM, "verify: W_O buffer");
     enum oscar_status st = oscar_fwd_init(r->m, &fp, &r->dev_f);
@@ -590,6 +625,7 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
     free(r.resid_ref);
     free(r.resid_cur);
     free(r.logits);
+    free(r.ref_logits);
     free(r.ref_hidden);
     free(r.ref_block);
     free(r.refs);

@@ -73,6 +73,10 @@ struct oscar_verify_params {
                                           // pass's forward too (its metrics are computed on the host
                                           // from the layers the pass copies back).
     bool gpu_fp32;                        // device forward pass in fp32 (oscar_fwd_params.fp32)
+    int64_t ref_logits_budget;            // cpu: bytes of bf16 logits kept for the next-token comparison
+                                          // (0: 512 MiB; < 0: none): beyond it bf16's final hidden states
+                                          // are kept and its logits recomputed per block (the same bits,
+                                          // one more LM-head GEMM per method)
     int32_t score_from;                   // perplexity / next-token statistics score the targets j >=
                                           // score_from of each window (j >= 1 always); 0 <= score_from < ctx
                                           // [0: targets 1..ctx-1]. llama-perplexity's default (it scores

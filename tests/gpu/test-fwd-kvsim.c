@@ -21,7 +21,8 @@
 // (4) Device scoring (oscar_fwd_run_scored) against lib/verify's token-stats on the logits of the
 //     same pass (oscar_fwd_run: the same LM-head GEMM shapes, so the same logits): nll, kl, dp
 //     within 1e-9 relative (fp64 sums in another order), same_top equal, the reference against
-//     itself kl exactly 0 and top-1 1; fp32 and bf16 passes.
+//     itself kl exactly 0 and top-1 1; fp32 and bf16 passes. Two windows scored in one run
+//     (rows row0.. of each sequence) against each alone: within 1e-3 relative.
 // (3) Perplexity of a 4-layer model, fp32 and bf16 passes: |ln ppl(kvsim) - ln ppl(host
 //     sim)| <= 1e-3 (later layers' q/k/v move by the attention's rounding, which may flip
 //     an INT2 code; a consistency bound, not an exactness one).
@@ -298,6 +299,41 @@ static void score_case(bool fp32, uint64_t seed) {
     snprintf(fmt, sizeof fmt, "KVSIM_SCORE(%s pass, hadamard vs exact, %d rows): rows off by > 1e-9: %%.0f; mean kl "
              "%%.3e (reference vs itself: kl 0, top-1 1, dp 0 in every row)", fp32 ? "fp32" : "bf16", T);
     check(st == OSCAR_OK && bad == 0 && same_ref == T && kl_sum > 0, fmt, (double) bad, kl_sum / T);
+    // two windows in one run (oscar-verify's batching): rows [row0, row0 + n) of each sequence, in
+    // sequence order, against each window alone (cuBLAS may pick other kernels for other batch
+    // sizes: a consistency bound), the reference rows stored after the single run's
+    const int32_t half = T / 2, row0 = 5, n = half - 1 - row0;
+    int32_t ss2[3] = {0, half, T}, ss1[2] = {0, half}, * next2 = malloc(sizeof(int32_t) * 2 * n);
+    for (int32_t q = 0; q < 2; q++) memcpy(next2 + q * n, tok + q * half + row0 + 1, sizeof(int32_t) * n);
+    struct oscar_fwd * g = NULL;
+    struct oscar_fwd_score * s2 = malloc(sizeof *s2 * 2 * n), * s1 = malloc(sizeof *s1 * n);
+    if (st == OSCAR_OK) st = oscar_fwd_init(m, &fp, &g);
+    if (st == OSCAR_OK) st = oscar_fwd_ref_init(g, 4 * (int64_t) n);
+    struct oscar_batch b2 = {.n_seq = 2, .seq_start = ss2, .tokens = tok, .pos = NULL};
+    if (st == OSCAR_OK) st = oscar_fwd_run_scored(g, &b2, row0, n, next2, 0, true, s2);            // exact, batched
+    for (int32_t q = 0; q < 2 && st == OSCAR_OK; q++) {                                              // exact, alone
+        struct oscar_batch b1 = {.n_seq = 1, .seq_start = ss1, .tokens = tok + q * half, .pos = NULL};
+        st = oscar_fwd_run_scored(g, &b1, row0, n, next2 + q * n, 2 * n + q * n, true, s1);
+    }
+    if (st == OSCAR_OK) st = oscar_fwd_set_attention(g, &me.fs.desc, NULL);
+    if (st == OSCAR_OK) st = oscar_fwd_run_scored(g, &b2, row0, n, next2, 0, false, s2);             // quantized
+    double worst = 0;
+    int32_t self_bad = 0;
+    for (int32_t q = 0; q < 2 && st == OSCAR_OK; q++) {
+        struct oscar_batch b1 = {.n_seq = 1, .seq_start = ss1, .tokens = tok + q * half, .pos = NULL};
+        st = oscar_fwd_run_scored(g, &b1, row0, n, next2 + q * n, 2 * n + q * n, false, s1);
+        for (int32_t j = 0; j < n && st == OSCAR_OK; j++) {
+            const struct oscar_fwd_score * x = &s2[q * n + j], * y = &s1[j];
+            worst = fmax(worst, fabs(x->nll - y->nll) / (1.0 + fabs(y->nll)));
+            worst = fmax(worst, fabs(x->kl - y->kl) / (1e-3 + fabs(y->kl)));
+            self_bad += !(x->nll_ref > 0);
+        }
+    }
+    snprintf(fmt, sizeof fmt, "KVSIM_SCORE_BATCH(%s pass, 2 windows of %d, rows %d..%d each): batched vs alone max rel "
+             "diff %%.3e (bound 1e-3), rows without a reference %%.0f", fp32 ? "fp32" : "bf16", half, row0, row0 + n);
+    check(st == OSCAR_OK && worst <= 1e-3 && self_bad == 0, fmt, worst, (double) self_bad);
+    oscar_fwd_free(g);
+    free(next2), free(s2), free(s1);
     oscar_fwd_free(f);
     method_free(&me);
     oscar_model_free(m);

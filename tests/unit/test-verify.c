@@ -539,6 +539,12 @@ static void test_run_next_token(void ** state) {
     assert_memory_equal(&b.methods[2].tok, &a.methods[0].tok, sizeof a.methods[0].tok);
     assert_memory_equal(&b.methods[1].tok, &a.methods[2].tok, sizeof a.methods[2].tok);
     oscar_verify_report_free(&b);
+    // bf16's hidden states kept instead of its logits (recomputed by the same GEMM): the same bits
+    p.methods = "naive,bf16,kivi", p.ref_logits_budget = -1;
+    assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &b), OSCAR_OK);
+    for (int i = 0; i < 3; i++) assert_memory_equal(&b.methods[i].tok, &a.methods[i].tok, sizeof a.methods[i].tok);
+    oscar_verify_report_free(&b);
+    p.ref_logits_budget = 0, p.methods = "bf16,kivi,naive";
     // --score-from 100: targets 100..127 of both windows
     p.score_from = 100;
     assert_int_equal(oscar_verify_run(m, NULL, toks, NT, &p, &b), OSCAR_OK);
