@@ -3,6 +3,7 @@
 #define OSCAR_MODEL_LOAD_INTERNAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "model/model.h"
@@ -56,6 +57,10 @@ enum oscar_status osc_model_config_check(const struct oscar_model_config * c, co
 // truncated model. Other names pass.
 enum oscar_status osc_model_check_layer(const char * what, const char * tensor, const char * prefix,
                                         int32_t n_layer, const char * field);
+
+// Source bytes the safetensors reader converts per slice of a tensor (0: the default, 64 MiB);
+// for tests of the slicing (the result does not depend on it).
+void osc_st_set_slice_bytes(size_t bytes);
 
 // Read the config and check the layer names of a GGUF file or an HF directory,
 // set m->config and m->source_sha256, and hand back the open weight source

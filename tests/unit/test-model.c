@@ -22,6 +22,7 @@
 #include "formats/gguf-writer.h"
 #include "formats/hf-config.h"
 #include "formats/safetensors.h"
+#include "model/load-internal.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/sha256.h"
@@ -429,6 +430,16 @@ static void test_layers_on_demand(void ** state) {
                      OSCAR_ERR_INVALID);
     assert_int_equal(oscar_forward_init(lazy, &fp, &f), OSCAR_ERR_INVALID); // the host forward needs the embedding
     assert_null(f);
+    // the safetensors reader converts a tensor in slices of rows (pages dropped after each): slices
+    // of 4 KiB (many per tensor, some of one row) give the same model as whole tensors
+    struct oscar_model * sliced = NULL;
+    osc_st_set_slice_bytes(4096);
+    assert_int_equal(oscar_model_load("tests/fixtures/models/tiny-qwen2", &sliced), OSCAR_OK);
+    osc_st_set_slice_bytes(0);
+    assert_same(full->tok_embd, sliced->tok_embd, (int64_t) VC, "sliced embedding");
+    assert_same(full->output, sliced->output, (int64_t) VC, "sliced LM head");
+    for (int32_t l = 0; l < full->config.n_layer; l++) assert_same_layer(&full->config, &full->layers[l], &sliced->layers[l]);
+    oscar_model_free(sliced);
     // a loaded model's file is closed: its resident embedding is copied
     assert_int_equal(oscar_model_read_vocab(full, false, &copy), OSCAR_OK);
     assert_same(full->tok_embd, copy, (int64_t) VC, "resident embedding copy");
