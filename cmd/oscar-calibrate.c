@@ -15,6 +15,7 @@
 #include "calibrate/random-source.h"
 #include "formats/oscar-artifact.h"
 #include "hub/hub.h"
+#include "util/blas.h"
 #include "util/cli.h"
 #include "util/fs.h"
 #include "util/log.h"
@@ -451,6 +452,7 @@ static const char * dp_refusal(const struct opts * o, const struct oscar_calib_p
 }
 
 int main(int argc, char ** argv) {
+    osc_blas_select_kernels(argv);
     struct opts o = {0};
     struct oscar_calib_params p = oscar_calib_default_params();
     int rc = parse(argc, argv, &o, &p);

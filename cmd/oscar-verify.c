@@ -11,6 +11,7 @@
 
 #include "formats/oscar-artifact.h"
 #include "quant/quant.h"
+#include "util/blas.h"
 #include "util/version.h"
 #include "hub/hub.h"
 #include "model/model.h"
@@ -232,6 +233,7 @@ static const char * base_name(const char * path) {
 }
 
 int main(int argc, char ** argv) {
+    osc_blas_select_kernels(argv);
     struct opts o = {0};
     struct oscar_verify_params p = oscar_verify_default_params();
     bool quiet = false;

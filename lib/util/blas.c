@@ -2,7 +2,11 @@
 #include "util/blas.h"
 
 #include <omp.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 // Tile sizes: large enough that packing B costs ~1 % of a tile's work,
 // small enough that a 512-token batch still gives every core a tile.
@@ -11,6 +15,32 @@ enum { TILE_M = 128, TILE_N = 512 };
 // Checked on every call, not once: a caller (a benchmark) may have changed it.
 void osc_blas_init(void) {
     if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
+char * openblas_get_corename(void);   // OpenBLAS's own API (not in its cblas.h)
+
+// OpenBLAS's x86 kernel sets older than Haswell's (AVX2 + FMA): its core names.
+static bool pre_avx2_kernels(const char * core) {
+    static const char * const old[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Sandybridge",
+                                       "Atom", "Katmai", "Coppermine", "Northwood", "Banias", "Opteron",
+                                       "Opteron_SSE3", "Barcelona", "Bobcat", "Bulldozer", "Piledriver", NULL};
+    for (int i = 0; core && old[i]; i++)
+        if (!strcmp(core, old[i])) return true;
+    return false;
+}
+
+void osc_blas_select_kernels(char ** argv) {
+    if (getenv("OPENBLAS_CORETYPE") || !pre_avx2_kernels(openblas_get_corename())) return;
+    __builtin_cpu_init();
+    const char * want = NULL;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        want = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        want = "Haswell";
+    if (!want || setenv("OPENBLAS_CORETYPE", want, 1) != 0) return;
+    execv("/proc/self/exe", argv);   // returns only on failure: go on with the kernels loaded
+    unsetenv("OPENBLAS_CORETYPE");
 }
 
 static int threads(int nt) { return nt > 0 ? nt : omp_get_max_threads(); }

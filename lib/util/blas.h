@@ -16,6 +16,15 @@
 // Pins OpenBLAS to one thread (cheap when it already is).
 void osc_blas_init(void);
 
+// OpenBLAS picks its kernels by CPU model when it is loaded. The 0.3.21 of Debian 12 does not
+// know recent Xeons (Sapphire / Emerald Rapids under KVM: family 6 model 207) and falls back to
+// its SSE3 "Prescott" kernels, 3-4x slower than the AVX2 ones on the same core. It reads
+// OPENBLAS_CORETYPE only at load, so when it runs a pre-AVX2 kernel set on a CPU with AVX2 and
+// FMA, and the variable is unset, this sets it from the CPU's features (SkylakeX with AVX-512,
+// else Haswell) and runs the program again (execv of /proc/self/exe with argv). Returns
+// otherwise (also if the exec fails). Call first thing in main, before any thread starts.
+void osc_blas_select_kernels(char ** argv);
+
 // C[M, N] = alpha · op(A) · op(B) + beta · C
 void osc_sgemm(int nt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float * A,
                int lda, const float * B, int ldb, float beta, float * C, int ldc);
