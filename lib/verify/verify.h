@@ -62,16 +62,17 @@ struct oscar_verify_params {
     int64_t tokens;                       // perplexity tokens, 0 = ctx (one window)
     int32_t metric_tokens;                // tokens of the metrics / drift pass [512]
     int32_t n_threads;                    // 0 = all cores
-    const char * device;                  // perplexity passes and their quantized-cache attention on
-                                          // "cpu" (NULL: lib/model forward + the CPU simulation, with
-                                          // quantizer stats) or a backend such as "cuda" (the device
-                                          // forward pass, bf16 weights and activations, with
-                                          // lib/verify/kv-sim-device.h as its attention: write kernel +
-                                          // fused tiered decode; INT2 methods with G = D = the kernels'
-                                          // head_dim; other methods keep the CPU simulation, with a
-                                          // warning, and report kv_sim "cpu"); the metrics / drift
-                                          // pass's forward too (its metrics are computed on the host
-                                          // from the layers the pass copies back).
+    const char * device;                  // where the forward passes run: "cpu" (NULL: lib/model
+                                          // forward + the CPU simulation, with quantizer stats) or a
+                                          // backend such as "cuda": one device pass (bf16 weights and
+                                          // activations) made before any other work serves the metrics /
+                                          // drift pass (its metrics computed on the host from the layers
+                                          // it copies back), every method's perplexity (windows batched,
+                                          // scored on the device) and the recall probes. The quantized
+                                          // cache is simulated inside that pass where kv-sim-forward.h
+                                          // covers the method, else by kv-sim-device.h, else on the CPU
+                                          // (warned; kv_sim "cpu"). The model may be opened with
+                                          // oscar_model_open_lazy: nothing here reads its host weights.
     bool gpu_fp32;                        // device forward pass in fp32 (oscar_fwd_params.fp32)
     int64_t ref_logits_budget;            // cpu: bytes of bf16 logits kept for the next-token comparison
                                           // (0: 512 MiB; < 0: none): beyond it bf16's final hidden states
