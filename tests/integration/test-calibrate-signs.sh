@@ -23,7 +23,7 @@ hdr() { head -c 65536 "$1/oscar.safetensors" | tr -d '\0' | tr ',' '\n'; }
 hdr "$T/base" | grep -q 'oscar.signs":"canonical"' || fail "no oscar.signs canonical metadata"
 
 # 3. the search from the store (--json, -v after it: the table and timings stay on stderr)
-"$CAL" "${ARGS[@]}" --from-activations "$T/act.h5" --sign-search --sign-passes 1 -t 2 --json -v -o "$T/a" \
+"$CAL" "${ARGS[@]}" --from-activations "$T/act.h5" --sign-search --sign-passes 1 -t 1 --json -v -o "$T/a" \
     > "$T/a.json" 2> "$T/a.err" || fail "--sign-search failed: $(tail -3 "$T/a.err")"
 grep -q "^sign search: held-out INT2 objective" "$T/a.err" || fail "no sign-search table on stderr"
 grep -q "signs [0-9.]*s" "$T/a.err" || fail "no signs time in the timing line"
