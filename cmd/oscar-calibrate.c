@@ -1,6 +1,6 @@
 // oscar-calibrate - model + corpus -> OSCAR rotation artifact.
 // Pipeline (lib/calibrate): corpus -> plan -> one layer-major pass (covariances
-// and held-out rows) -> fit -> [OptR refinement] -> clip search -> gate -> artifact. Exit 0 ok, 1 failure
+// and held-out rows) -> fit -> [sign search] -> [OptR refinement] -> clip search -> gate -> artifact. Exit 0 ok, 1 failure
 // (including a failed gate with --strict), 2 usage error.
 #include <getopt.h>
 #include <jansson.h>
@@ -61,7 +61,11 @@ static void usage(FILE * f) {
             "                            llamacpp: one ratio for K and V searched with its Q2_0 cache, sink/recent\n"
             "                            [0, 0], qwen3 models only. Refuses what the engine cannot load\n"
             "      --clip K,V            fixed clip ratios (reference 0.96,0.92)\n"
-            "      --clip-search GRID    start:stop:step or list [1.00:0.80:0.02] (default mode)\n");
+            "      --clip-search GRID    start:stop:step or list [1.00:0.80:0.02] (default mode)\n"
+            "      --sign-search         choose each eigenvector's sign on the held-out rows (coordinate descent on\n"
+            "                            the clip search's INT2 objective at the --clip ratios) instead of the\n"
+            "                            canonical signs (largest-magnitude component positive)\n"
+            "      --sign-passes N       most passes over the eigenvectors of each rotation [2]\n");
     fprintf(f, // two strings: C11 compilers need not take one longer than 4095 bytes
             "      --refine optr         after the fit, refine the rotations per KV head with OptR (output-aware,\n"
             "                            through INT2; trained on the store's calibration rows, early-stopped on\n"
@@ -128,7 +132,7 @@ static bool hub_id_arg(const char * opt, const char * id) {
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_params * p) {
     enum { O_TOK = 256, O_HELD, O_SHORT, O_GRP, O_KOBJ, O_VOBJ, O_COMP, O_GS, O_SD, O_SINK, O_REC, O_CLIP, O_CS,
            O_CKPT, O_RES, O_STRICT, O_SEED, O_JSON, O_VER, O_JF, O_CDT, O_SAVE, O_FROM, O_DEV, O_RAND,
-           O_GPREC, O_BASE, O_DATA, O_TARGET, O_REFINE, O_OSTEPS, O_OSEQ, O_ONOCENTER };
+           O_GPREC, O_BASE, O_DATA, O_TARGET, O_REFINE, O_OSTEPS, O_OSEQ, O_ONOCENTER, O_SIGNS, O_SPASSES };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"corpus", 1, 0, 'f'}, {"out", 1, 0, 'o'}, {"tokens", 1, 0, O_TOK},
         {"seq-len", 1, 0, 'c'}, {"batch", 1, 0, 'b'}, {"heldout", 1, 0, O_HELD}, {"allow-short", 0, 0, O_SHORT},
@@ -142,7 +146,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         {"gpu-precision", 1, 0, O_GPREC}, {"base-model", 1, 0, O_BASE}, {"dataset", 1, 0, O_DATA},
         {"target", 1, 0, O_TARGET},
         {"refine", 1, 0, O_REFINE}, {"optr-steps", 1, 0, O_OSTEPS}, {"optr-train-seq", 1, 0, O_OSEQ},
-        {"no-optr-center", 0, 0, O_ONOCENTER},
+        {"no-optr-center", 0, 0, O_ONOCENTER}, {"sign-search", 0, 0, O_SIGNS}, {"sign-passes", 1, 0, O_SPASSES},
         {"version", 0, 0, O_VER}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, window_set = 0; // bits: --sink, --recent given
     while ((c = getopt_long(argc, argv, "m:f:o:c:b:t:qvh", lo, NULL)) != -1) {
@@ -237,6 +241,8 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         case O_OSTEPS: NUM(osc_parse_i32("--optr-steps", optarg, 1, 100000, &p->optr_steps)); break;
         case O_OSEQ: NUM(osc_parse_i32("--optr-train-seq", optarg, 0, MAX_BATCH * 16, &p->optr_train_seq)); break;
         case O_ONOCENTER: p->optr_center = false; break;
+        case O_SIGNS: p->sign_search = true; break;
+        case O_SPASSES: NUM(osc_parse_i32("--sign-passes", optarg, 1, 64, &p->sign_passes)); break;
         case 'h': usage(stdout); exit(0);
         case O_VER: printf("oscar-calibrate %s (%s)\n", OSCAR_VERSION, oscar_build_commit()); exit(0);
         default: usage(stderr); return 2;
@@ -294,6 +300,11 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
                         "STORE (write one with --save-activations); the layer-major pass keeps only held-out rows\n");
         return 2;
     }
+    if (p->sign_search && !oscar_composition_uses_u(p->composition)) {
+        fprintf(stderr, "oscar-calibrate: --sign-search: --composition %s has no eigenvectors to sign\n",
+                oscar_composition_name(p->composition));
+        return 2;
+    }
     if (o->save_act && p->resume) {
         fprintf(stderr, "--save-activations writes every layer from the first: not with --resume\n");
         return 2;
@@ -319,6 +330,19 @@ static void print_refine(const struct oscar_calib_refine * r) {
         fprintf(stderr, " %5d %9.4g %9.4g  %d/%d  %9.4g %9.4g  %d/%d\n", (int) l, r->k_base[l], r->k_best[l],
                 (int) r->k_kept[l], (int) r->n_head_kv, r->v_base[l], r->v_best[l], (int) r->v_kept[l],
                 (int) r->n_head_kv);
+}
+
+// The sign search's held-out objective per layer, canonical -> searched, and the flips kept.
+static void print_signs(const struct oscar_calib_signs * s, const struct oscar_calib_params * p) {
+    fprintf(stderr, "sign search: held-out INT2 objective (clip search's, at clips %.2f/%.2f), at most %d passes\n"
+                    " layer  K canonical  K searched  flips   V canonical  V searched  flips  evals\n",
+            p->k_clip, p->v_clip, (int) s->max_passes);
+    for (int32_t l = 0; l < s->n_layer; l++)
+        fprintf(stderr, " %5d  %11.5g %11.5g  %5d   %11.5g %11.5g  %5d  %5d\n", (int) l, s->k_before[l], s->k_after[l],
+                (int) s->k_flips[l], s->v_before[l], s->v_after[l], (int) s->v_flips[l], (int) s->evals[l]);
+    fprintf(stderr, "  mean  %11.5g %11.5g (%+.2f%%)  %11.5g %11.5g (%+.2f%%)\n", s->mean_k_before, s->mean_k_after,
+            s->mean_k_before > 0 ? 100.0 * (s->mean_k_after / s->mean_k_before - 1.0) : 0.0, s->mean_v_before,
+            s->mean_v_after, s->mean_v_before > 0 ? 100.0 * (s->mean_v_after / s->mean_v_before - 1.0) : 0.0);
 }
 
 // Calibration tokens per second of capture (forward + sums; held-out rows not counted).
@@ -404,8 +428,9 @@ static enum oscar_status print_json(const struct opts * o, const struct oscar_ca
                                     double rss_mb, const char * summary_json) {
     json_error_t err;
     json_t * summary = json_loads(summary_json, 0, &err);
-    json_t * timing = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "forward", t->forward,
-                                "accumulate", t->accumulate, "eigh", t->eigh, "refine", t->refine, "clip", t->clip,
+    json_t * timing = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "forward", t->forward,
+                                "accumulate", t->accumulate, "eigh", t->eigh, "signs", t->signs, "refine", t->refine,
+                                "clip", t->clip,
                                 "gate", t->gate,
                                 "heldout", t->heldout, "load", t->load, "store", t->store, "total", t->total, "tokens_per_s", capture_rate(plan, t));
     json_t * j = summary && timing
@@ -481,6 +506,7 @@ int main(int argc, char ** argv) {
     struct oscar_calib_corpus corpus = {0}; struct oscar_calib_plan plan = {0}; struct oscar_calib_heldout held = {0};
     struct oscar_calib_fit fit = {0}; struct oscar_calib_clip clip = {0}; struct oscar_calib_gate gate = {0};
     struct oscar_calib_refine refine = {0};
+    struct oscar_calib_signs signs = {0};
     struct oscar_calib_timing t = {0}; struct oscar_artifact * art = NULL; struct oscar_actstore * store = NULL;
     double t0 = osc_now();
     char * model_path = NULL;
@@ -536,6 +562,7 @@ int main(int argc, char ** argv) {
         goto out;
     }
     if (oscar_calib_fit_rotations(st, &p, &fit, &t) ||
+        (p.sign_search && oscar_calib_sign_search(&held, &p, &fit, &signs, &t)) ||
         (p.refine_optr && oscar_calib_refine_optr(store, &plan, &held, &p, &fit, &refine, &t)) ||
         oscar_calib_clip_search(&held, &fit, &p, &clip, &t) ||
         oscar_calib_gate_run(&held, &fit, &clip, &p, &gate, &t)) {
@@ -543,6 +570,7 @@ int main(int argc, char ** argv) {
         goto out;
     }
     const bool report = oscar_log_get_level() <= OSCAR_LOG_INFO; // not --quiet / --json
+    if (report && p.sign_search) print_signs(&signs, &p);
     if (report) print_gate(&gate, &clip);
     if (!gate.pass && o.strict) {
         fprintf(stderr, "oscar-calibrate: %s--strict: gate failed, nothing written\n", rank_tag);
@@ -553,7 +581,7 @@ int main(int argc, char ** argv) {
     t.total = osc_now() - t0;
     if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){eng.m, tok, &corpus, &plan,
                                                                     &base, o.datasets, o.n_datasets}, &p, &fit,
-                                   &clip, &gate, &t, &art) ||
+                                   p.sign_search ? &signs : NULL, &clip, &gate, &t, &art) ||
         oscar_artifact_write(art, o.out)) {
         fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
         goto out;
@@ -565,9 +593,10 @@ int main(int argc, char ** argv) {
     double rss = oscar_calib_peak_rss_mb();
     if (report) {
         if (p.refine_optr) print_refine(&refine);
-        fprintf(stderr, "timing: forward %.2fs  accumulate %.2fs  eigh %.2fs  refine %.2fs  clip %.2fs  gate %.2fs  "
-                "held-out %.2fs  load %.2fs  store %.2fs  total %.2fs  (capture %.1f calibration tok/s)\nwrote %s (%s)\n",
-                t.forward, t.accumulate, t.eigh, t.refine, t.clip, t.gate, t.heldout, t.load, t.store, t.total,
+        fprintf(stderr, "timing: forward %.2fs  accumulate %.2fs  eigh %.2fs  signs %.2fs  refine %.2fs  clip %.2fs  "
+                "gate %.2fs  held-out %.2fs  load %.2fs  store %.2fs  total %.2fs  (capture %.1f calibration tok/s)\n"
+                "wrote %s (%s)\n",
+                t.forward, t.accumulate, t.eigh, t.signs, t.refine, t.clip, t.gate, t.heldout, t.load, t.store, t.total,
                 capture_rate(&plan, &t), o.out, oscar_artifact_get_meta(art, "oscar.calib_tag"));
         fprintf(stderr, "peak RSS %.1f MiB\n", rss);
         if (t.device_peak_bytes)
@@ -580,6 +609,7 @@ int main(int argc, char ** argv) {
     rc = 0;
 out:
     oscar_calib_refine_free(&refine);
+    oscar_calib_signs_free(&signs);
     oscar_artifact_free(art); oscar_calib_gate_free(&gate); oscar_calib_clip_free(&clip); oscar_calib_fit_free(&fit);
     oscar_stats_free(st);
     oscar_calib_heldout_free(&held); oscar_calib_plan_free(&plan); oscar_calib_corpus_free(&corpus);

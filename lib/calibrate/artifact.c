@@ -29,6 +29,7 @@ struct oscar_calib_params oscar_calib_default_params(void) {
     p.k_clip = 0.96;
     p.v_clip = 0.92;
     p.optr_center = true;
+    p.sign_passes = 2;
     oscar_calib_parse_grid("1.00:0.80:0.02", &p);
     return p;
 }
@@ -117,9 +118,39 @@ static const char * dtype_name(enum oscar_quant_meta_dtype t) {
         if ((st = oscar_artifact_set_meta(a, key, buf)) != OSCAR_OK) goto out; \
     } while (0)
 
+// The sign search's per-layer objectives as JSON ("signs" of the summary) and one card line.
+static void summary_signs(FILE * J, FILE * M, const struct oscar_calib_signs * sg) {
+    if (!sg) {
+        fprintf(J, ", \"signs\": {\"mode\": \"canonical\"}");
+        fprintf(M, "\nEigenvector signs: canonical (each eigenvector's largest-magnitude component positive).\n");
+        return;
+    }
+    const double * arr[4] = {sg->k_before, sg->k_after, sg->v_before, sg->v_after};
+    const char * name[4] = {"k_before", "k_after", "v_before", "v_after"};
+    fprintf(J, ", \"signs\": {\"mode\": \"searched\", \"max_passes\": %d, \"objective\": \"clip_search\", "
+               "\"mean\": {\"k_before\": %.6g, \"k_after\": %.6g, \"v_before\": %.6g, \"v_after\": %.6g}",
+            (int) sg->max_passes, sg->mean_k_before, sg->mean_k_after, sg->mean_v_before, sg->mean_v_after);
+    for (int a = 0; a < 4; a++) {
+        fprintf(J, ", \"%s\": [", name[a]);
+        for (int32_t l = 0; l < sg->n_layer; l++) fprintf(J, "%s%.6g", l ? ", " : "", arr[a][l]);
+        fprintf(J, "]");
+    }
+    const int32_t * ia[3] = {sg->k_flips, sg->v_flips, sg->evals};
+    const char * iname[3] = {"k_flips", "v_flips", "evaluations"};
+    for (int a = 0; a < 3; a++) {
+        fprintf(J, ", \"%s\": [", iname[a]);
+        for (int32_t l = 0; l < sg->n_layer; l++) fprintf(J, "%s%d", l ? ", " : "", (int) ia[a][l]);
+        fprintf(J, "]");
+    }
+    fprintf(J, "}");
+    fprintf(M, "\nEigenvector signs: searched on the held-out rows (at most %d passes): mean K objective %.4g -> "
+               "%.4g, V %.4g -> %.4g.\n", (int) sg->max_passes, sg->mean_k_before, sg->mean_k_after,
+            sg->mean_v_before, sg->mean_v_after);
+}
+
 static enum oscar_status summary(const struct oscar_calib_params * p, int32_t group, const struct oscar_calib_clip * c,
-                                 const struct oscar_calib_gate * g, const struct oscar_calib_timing * t,
-                                 struct oscar_artifact * a) {
+                                 const struct oscar_calib_gate * g, const struct oscar_calib_signs * sg,
+                                 const struct oscar_calib_timing * t, struct oscar_artifact * a) {
     char * js = NULL, * md = NULL;
     size_t jn = 0, mn = 0;
     FILE * J = open_memstream(&js, &jn), * M = open_memstream(&md, &mn);
@@ -157,7 +188,9 @@ static enum oscar_status summary(const struct oscar_calib_params * p, int32_t gr
     for (size_t i = 0; i < n; i++) fprintf(J, "%s%.2f", i ? ", " : "", (double) c->k[i]);
     fprintf(J, "], \"v\": [");
     for (size_t i = 0; i < n; i++) fprintf(J, "%s%.2f", i ? ", " : "", (double) c->v[i]);
-    fprintf(J, "]}}"); // timings stay out of the artifact so that reruns are byte-identical
+    fprintf(J, "]}");
+    summary_signs(J, M, sg);
+    fprintf(J, "}"); // timings stay out of the artifact so that reruns are byte-identical
     (void) t;
     fclose(J);
     fclose(M);
@@ -193,6 +226,7 @@ static enum oscar_status set_base_model(struct oscar_artifact * a, const struct 
 
 enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance * prov,
                                              const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
+                                             const struct oscar_calib_signs * sg,
                                              const struct oscar_calib_clip * c, const struct oscar_calib_gate * g,
                                              const struct oscar_calib_timing * t, struct oscar_artifact ** out) {
     const struct oscar_model_config * mc = &prov->model->config;
@@ -257,7 +291,16 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
              (int) op.eval_every, (int) op.qwin, (int) p->optr_train_seq, p->k_clip, p->v_clip,
              f->k_mean ? "k_mean" : "none");
     }
-    st = summary(p, G, c, g, t, a);
+    if (sg) {   // what the search gained on its own objective (per layer in the summary's "signs")
+        int32_t kf = 0, vf = 0;
+        for (int32_t l = 0; l < sg->n_layer; l++) kf += sg->k_flips[l], vf += sg->v_flips[l];
+        SETF("oscar.signs", "searched passes=%d k_flips=%d v_flips=%d k_objective=%.6g->%.6g v_objective=%.6g->%.6g "
+             "clip_k=%.2f clip_v=%.2f", (int) sg->max_passes, (int) kf, (int) vf, sg->mean_k_before,
+             sg->mean_k_after, sg->mean_v_before, sg->mean_v_after, p->k_clip, p->v_clip);
+    } else {
+        SETF("oscar.signs", "%s", "canonical");
+    }
+    st = summary(p, G, c, g, sg, t, a);
 out:
     if (st != OSCAR_OK) oscar_artifact_free(a);
     else *out = a;

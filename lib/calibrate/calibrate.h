@@ -7,6 +7,7 @@
 //                between layers (layer-ckpt.c); replay.c the same from an activation store
 //   calib-verify.c  the held-out rows / methods as lib/verify inputs (every error
 //                metric is lib/verify's: logit error, post-W_O relative error)
+//   signs.c      --sign-search: eigenvector signs by coordinate descent on the held-out INT2 error
 //   clip.c       clip-ratio search per layer x {K, V} (x KV head), or model-wide for an
 //                engine target (one K + one V ratio for sglang, one shared for llamacpp)
 //   gate.c       OSCAR vs Hadamard vs naive INT2 gate table
@@ -70,6 +71,9 @@ struct oscar_calib_params {
     bool     optr_center;      // also store k_mean (key centering) [true]
     int32_t  optr_steps;       // Adam steps per phase (0 = OptR's 80)
     int32_t  optr_train_seq;   // training sequences (the first ones; 0 = all)
+    // --sign-search (signs.c): eigenvector signs chosen on the held-out rows after the fit
+    bool     sign_search;      // false: the canonical signs (rotation/fit.h)
+    int32_t  sign_passes;      // most passes over the D eigenvectors [2]
 };
 
 struct oscar_calib_params oscar_calib_default_params(void);
@@ -135,6 +139,7 @@ void oscar_calib_heldout_free(struct oscar_calib_heldout * h);
 struct oscar_calib_timing {
     double forward, accumulate, eigh, clip, gate, heldout, total;
     double refine;            // --refine optr (store reads counted in store)
+    double signs;             // --sign-search
     double load;              // reading layer weights on demand (oscar_model_open), waits for prefetch included
     double store;             // activation store writes (--save-activations) or reads (--from-activations)
     int64_t device_peak_bytes; // --device cuda: largest device memory in use seen by the forward pass
@@ -197,6 +202,10 @@ struct oscar_calib_fit {
     float * k_eig, * v_eig;             // [L, n_rot, D]
     float * k_mean;                     // [L, Hkv, D] key mean subtracted before rotation (OptR), or NULL
     double  orth_err_max;
+    // with p->sign_search: the fp64 basis the rotations were composed from (oscar_fit_stats_basis),
+    // canonical signs; the sign search reads and frees it (NULL otherwise)
+    double * k_u, * v_u;                // [L, n_rot, D, D]
+    double * k_lam, * v_lam;            // [L, n_rot, D]
 };
 enum oscar_status oscar_calib_fit_rotations(const struct oscar_stats * s, const struct oscar_calib_params * p,
                                             struct oscar_calib_fit * out, struct oscar_calib_timing * t);
@@ -220,6 +229,35 @@ enum oscar_status oscar_calib_refine_optr(struct oscar_actstore * store, const s
                                           struct oscar_calib_fit * f, struct oscar_calib_refine * out,
                                           struct oscar_calib_timing * t);
 void oscar_calib_refine_free(struct oscar_calib_refine * r);
+
+// ---- sign search (signs.c) --------------------------------------------------------------
+// Per layer, after the fit and before OptR / the clip search: the signs of the
+// canonical eigenvectors of every K and V rotation (per layer or per KV head)
+// by deterministic coordinate descent on the held-out INT2 objective of the
+// clip search (K: causal logit error, V: post-W_O error with exact attention;
+// per KV head with per-head rotations), at the fixed clips p->k_clip /
+// p->v_clip, with the target's quantizer, on p->eval_device. Eigenvector j of
+// each rotation is flipped in turn (j = 0, 1, ..., D−1, again from 0) and the
+// flip kept when the objective drops strictly; a rotation stops after D
+// rejections in a row (no single flip helps) or p->sign_passes passes. K and V
+// (and the KV heads) are searched side by side: one evaluation scores one
+// flip of each, as their objectives do not depend on each other. f's rotations
+// are recomposed from the kept signs (f->k_u .. v_lam, then freed). Refuses a
+// composition without U (pbr, h_pbr) and a fit without the basis.
+struct oscar_calib_signs {
+    int32_t  n_layer, n_rot, head_dim, max_passes;
+    int8_t * k_sign, * v_sign;          // [L, n_rot, D] kept signs relative to the canonical eigenvectors
+    double * k_before, * k_after;       // [L] K objective (Σ num / Σ den over KV heads; per-head rotations: the
+                                        // mean of the heads' objectives) canonical / searched
+    double * v_before, * v_after;       // [L] V objective (per-head rotations: the heads' errors summed)
+    int32_t * k_flips, * v_flips;       // [L] eigenvectors flipped
+    int32_t * evals;                    // [L] evaluations of the layer
+    double   mean_k_before, mean_k_after, mean_v_before, mean_v_after;
+};
+enum oscar_status oscar_calib_sign_search(const struct oscar_calib_heldout * h, const struct oscar_calib_params * p,
+                                          struct oscar_calib_fit * f, struct oscar_calib_signs * out,
+                                          struct oscar_calib_timing * t);
+void oscar_calib_signs_free(struct oscar_calib_signs * s);
 
 // ---- clip search (clip.c) ----------------------------------------------------------------
 struct oscar_calib_clip {
@@ -259,8 +297,10 @@ struct oscar_calib_provenance {
     const char * const * datasets;        // --dataset Hub ids (valid owner/name), n_datasets of them
     int32_t n_datasets;
 };
+// sg: the sign search's result (NULL: canonical signs).
 enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance * prov,
                                              const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
+                                             const struct oscar_calib_signs * sg,
                                              const struct oscar_calib_clip * c, const struct oscar_calib_gate * g,
                                              const struct oscar_calib_timing * t, struct oscar_artifact ** out);
 // "seq<T>_prompt<N>_group<G>" with the real counts.

@@ -1,9 +1,8 @@
 // eig.c - symmetric eigendecomposition for the rotation fit (method.md §3).
 //
 // fp64 LAPACKE_dsyevd on the symmetrised input: eigenvalues ascending,
-// eigenvectors in the columns of U. It does not canonicalise signs (that
-// would change R relative to the reference, method.md §22 item 7) and refuses
-// non-finite input.
+// eigenvectors in the columns of U, with LAPACK's signs (the fits make them
+// canonical afterwards: signs.c); refuses non-finite input.
 //
 // D = head_dim.
 #include "rotation/fit.h"

@@ -1,5 +1,6 @@
-// fit.c - from a covariance to a stored rotation: eigh, composition, fp32
-// cast, orthogonality report; per layer or per KV head of an accumulator.
+// fit.c - from a covariance to a stored rotation: eigh, canonical signs,
+// composition, fp32 cast, orthogonality report; per layer or per KV head of an
+// accumulator.
 //
 // Refuses unfinished accumulators and non-power-of-two head_dim for the
 // compositions that need H or P (messages name the layer and head).
@@ -27,13 +28,18 @@ double oscar_fit_orth_error_f32(int32_t D, const float * r) {
     return worst;
 }
 
-// Same as oscar_fit_rotation with caller-provided fp64 scratch [3, D, D] + [D].
+// Same as oscar_fit_rotation with caller-provided fp64 scratch [2, D, D] + [D];
+// u_out / lam_out (may be NULL) get the canonical basis.
 static enum oscar_status fit_one(int32_t D, const double * sigma, enum oscar_composition c, float * r_out,
-                                 float * eig_out, struct oscar_fit_report * rep, double * scr) {
+                                 float * eig_out, struct oscar_fit_report * rep, double * scr, double * u_out,
+                                 double * lam_out) {
     const size_t dd = (size_t) D * (size_t) D;
     double * u = scr, * r = u + dd, * ev = r + dd;
     enum oscar_status st = oscar_fit_eigh(D, sigma, ev, u);
     if (st != OSCAR_OK) return st;
+    oscar_fit_canonical_signs(D, u);
+    if (u_out) memcpy(u_out, u, dd * sizeof *u);
+    if (lam_out) memcpy(lam_out, ev, (size_t) D * sizeof *ev);
     int32_t ties = 0;
     st = oscar_fit_compose(c, D, u, ev, r, &ties);
     if (st != OSCAR_OK) return st;
@@ -54,7 +60,7 @@ enum oscar_status oscar_fit_rotation(int32_t D, const double * sigma, enum oscar
     double * scr = malloc((2 * (size_t) D * (size_t) D + (size_t) D) * sizeof *scr);
     if (!scr) return osc_error(OSCAR_ERR_NOMEM, "fit: out of memory");
     struct oscar_fit_report local;
-    enum oscar_status st = fit_one(D, sigma, c, r_out, eig_out, rep ? rep : &local, scr);
+    enum oscar_status st = fit_one(D, sigma, c, r_out, eig_out, rep ? rep : &local, scr, NULL, NULL);
     if (st == OSCAR_OK && (rep ? rep : &local)->n_ties > 0 && c != OSCAR_COMP_PLAIN) {
         osc_warn("fit: %d exactly tied eigenvalues; P_br uses the tie-break (descending λ, ascending index)",
                  (int) (rep ? rep : &local)->n_ties);
@@ -90,6 +96,13 @@ out:
 enum oscar_status oscar_fit_stats(const struct oscar_stats * s, enum oscar_stats_kind kind,
                                   enum oscar_rotation_grouping grouping, enum oscar_composition c,
                                   float * r_out, float * eig_out, struct oscar_fit_report * rep) {
+    return oscar_fit_stats_basis(s, kind, grouping, c, r_out, eig_out, rep, NULL, NULL);
+}
+
+enum oscar_status oscar_fit_stats_basis(const struct oscar_stats * s, enum oscar_stats_kind kind,
+                                        enum oscar_rotation_grouping grouping, enum oscar_composition c,
+                                        float * r_out, float * eig_out, struct oscar_fit_report * rep,
+                                        double * u_out, double * lam_out) {
     const struct oscar_stats_params p = oscar_stats_get_params(s);
     const int32_t D = p.head_dim, per = grouping == OSCAR_GROUP_HEAD ? p.n_head_kv : 1;
     const int32_t n_fit = p.n_layer * per;
@@ -121,7 +134,9 @@ enum oscar_status oscar_fit_stats(const struct oscar_stats * s, enum oscar_stats
         double * ts = scr + (size_t) omp_get_thread_num() * per_thread;
         struct oscar_fit_report local;
         enum oscar_status e = fit_one(D, sig + (size_t) i * dd, c, r_out + (size_t) i * dd,
-                                      eig_out + (size_t) i * (size_t) D, rep ? &rep[i] : &local, ts + dd);
+                                      eig_out + (size_t) i * (size_t) D, rep ? &rep[i] : &local, ts + dd,
+                                      u_out ? u_out + (size_t) i * dd : NULL,
+                                      lam_out ? lam_out + (size_t) i * (size_t) D : NULL);
         if (e != OSCAR_OK) {
 #pragma omp critical
             if (first_bad < 0 || i < first_bad) {

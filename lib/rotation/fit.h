@@ -4,8 +4,10 @@
 // Conventions (method.md §0.3, §3): row vectors, x_rot = x·R. Matrices are
 // row-major [D, D]. eigh: fp64 LAPACKE_dsyevd on the symmetrised matrix,
 // eigenvalues ascending, eigenvectors in the COLUMNS of U (U[i*D + j] is
-// component i of eigenvector j), Σ = U·diag(λ)·Uᵀ. Signs are whatever LAPACK
-// returns (no canonicalisation: method.md §22 item 7).
+// component i of eigenvector j), Σ = U·diag(λ)·Uᵀ. oscar_fit_eigh returns
+// LAPACK's signs; the fits (oscar_fit_rotation, oscar_fit_stats) make them
+// canonical first (oscar_fit_canonical_signs), so R does not depend on the
+// LAPACK build (method.md §22 item 7; the reference keeps MKL's signs).
 // P_br: s = argsort of λ descending, ties by ascending index; perm[bitrev(i)] = s[i];
 // P = I[:, perm], so (x·P)[j] = x[perm[j]]. H: normalised Sylvester Hadamard.
 //
@@ -16,6 +18,7 @@
 #ifndef OSCAR_ROTATION_FIT_H
 #define OSCAR_ROTATION_FIT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "stats/stats.h"
@@ -45,6 +48,15 @@ enum oscar_status oscar_composition_parse(const char * name, enum oscar_composit
 // failure gives OSCAR_ERR_NUMERIC. D in 1..4096.
 enum oscar_status oscar_fit_eigh(int32_t D, const double * sigma, double * evals, double * u);
 
+// Canonical signs (signs.c): every column of u [D, D] is negated where needed so
+// that its largest-magnitude component is positive (exact ties: the lowest row
+// index decides). Idempotent, and the same for any input signs.
+void oscar_fit_canonical_signs(int32_t D, double * u);
+// out = u · diag(sign): column j negated where sign[j] < 0 (exact). out must not alias u.
+void oscar_fit_apply_signs(int32_t D, const double * u, const int8_t * sign, double * out);
+// Whether composition c contains U at all (pbr and h_pbr do not: signs change nothing).
+bool oscar_composition_uses_u(enum oscar_composition c);
+
 // The bit-reversal permutation from eigenvalues in any order (see above).
 // n_ties (may be NULL) gets the number of exactly equal adjacent eigenvalues
 // in the sorted order. D must be a power of two (OSCAR_ERR_INVALID otherwise).
@@ -62,7 +74,7 @@ struct oscar_fit_report {
     int32_t n_ties;    // exact eigenvalue ties (they make P_br depend on the tie-break)
 };
 
-// Full fit of one matrix: eigh, compose, cast. r_out [D, D] fp32, eig_out [D]
+// Full fit of one matrix: eigh, canonical signs, compose, cast. r_out [D, D] fp32, eig_out [D]
 // fp32 ascending (eigh order, not permuted). Warns on ties.
 enum oscar_status oscar_fit_rotation(int32_t D, const double * sigma, enum oscar_composition c, float * r_out,
                                      float * eig_out, struct oscar_fit_report * rep);
@@ -85,5 +97,12 @@ enum oscar_rotation_grouping {
 enum oscar_status oscar_fit_stats(const struct oscar_stats * s, enum oscar_stats_kind kind,
                                   enum oscar_rotation_grouping grouping, enum oscar_composition c,
                                   float * r_out, float * eig_out, struct oscar_fit_report * rep);
+// The same, also keeping the fp64 basis each R was composed from (NULL: not kept):
+// u_out [L·n_rot, D, D] the canonical eigenvectors, lam_out [L·n_rot, D] the fp64
+// eigenvalues, so that R can be recomposed with other signs bit for bit.
+enum oscar_status oscar_fit_stats_basis(const struct oscar_stats * s, enum oscar_stats_kind kind,
+                                        enum oscar_rotation_grouping grouping, enum oscar_composition c,
+                                        float * r_out, float * eig_out, struct oscar_fit_report * rep,
+                                        double * u_out, double * lam_out);
 
 #endif

@@ -226,3 +226,49 @@ enum oscar_status oscar_eval_dev_candidates(struct oscar_eval_dev * ev, const st
     ev->t_cand += osc_now() - t0;
     return st;
 }
+
+enum oscar_status oscar_eval_dev_rotations(struct oscar_eval_dev * ev, const struct oscar_kv_transform * tf,
+                                           const float * k_rot, const float * v_rot, bool v_per_head,
+                                           double * k_num, double * k_den, double * v_num, double * v_den) {
+    const struct oscar_layer_input * in = &ev->in;
+    const int32_t l = in->layer, Hkv = tf->n_head_kv, D = tf->head_dim;
+    if (tf->rot != OSCAR_ROT_MATRIX || !k_rot || !v_rot)
+        return osc_error(OSCAR_ERR_INVALID, "layer eval: method '%s' has no rotation matrices to replace", tf->name);
+    if (l < 0 || l >= tf->n_layer)
+        return osc_error(OSCAR_ERR_INVALID, "layer eval: method '%s' does not fit layer %d", tf->name, (int) l);
+    double t0 = osc_now();
+    enum oscar_status st;
+    if (!ev->be) {   // a one-layer view of tf: layer l's clips and key mean, the given rotations
+        struct oscar_kv_transform t = *tf;
+        const size_t nc = tf->clip_per_head ? (size_t) Hkv : 1;
+        t.n_layer = 1;
+        t.k_rotation = k_rot, t.v_rotation = v_rot;
+        if (tf->k_clip_layer) t.k_clip_layer = tf->k_clip_layer + (size_t) l * nc;
+        if (tf->v_clip_layer) t.v_clip_layer = tf->v_clip_layer + (size_t) l * nc;
+        if (tf->k_mean) t.k_mean = tf->k_mean + (size_t) l * (size_t) Hkv * (size_t) D;
+        size_t n = (size_t) in->n_tokens * (size_t) in->n_head_kv * (size_t) in->head_dim + 1;
+        float * buf = realloc(ev->cpu_buf, n * 4 * sizeof(float));
+        if (!buf) return osc_error(OSCAR_ERR_NOMEM, "layer eval: %d held-out rows", (int) in->n_tokens);
+        ev->cpu_buf = buf;
+        float * k_hp = buf, * v_hp = buf + n, * kq = buf + 2 * n, * vq = buf + 3 * n;
+        st = oscar_kv_transform_layer(&t, 0, in->n_tokens, in->n_seq, in->seq_start, in->k, in->v, k_hp, v_hp, kq, vq,
+                                      ev->n_threads, NULL);
+        const float * kqs[1] = {kq}, * vqs[1] = {vq};
+        if (st == OSCAR_OK)
+            st = oscar_verify_candidate_errors(in, &t.tiers, 1, k_hp, v_hp, kqs, vqs, v_per_head, ev->n_threads, k_num,
+                                               k_den, v_num, v_den);
+        ev->t_cand += osc_now() - t0;
+        return st;
+    }
+    if ((st = check_device_tf(ev, tf)) != OSCAR_OK || (st = upload(ev, &tf->tiers)) != OSCAR_OK) return st;
+    t0 = osc_now();
+    for (int32_t h = 0; h < Hkv; h++) {
+        ev->clip_k[h] = tf_clip(tf, true, l, h);
+        ev->clip_v[h] = tf_clip(tf, false, l, h);
+    }
+    struct oscar_eval_method m = method(ev, tf);
+    m.k.rot_mat = k_rot, m.v.rot_mat = v_rot;
+    st = ev->be->eval_candidates(ev->dev, &m, 1, v_per_head, k_num, k_den, v_num, v_den);
+    ev->t_cand += osc_now() - t0;
+    return st;
+}

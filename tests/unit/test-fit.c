@@ -1,6 +1,7 @@
 // test-fit.c - rotation fit: P_br against method.md §5's worked permutations,
 // the tie-break, Hadamard, eigh reconstruction, orthogonality and shape of all
-// nine compositions, fits from an accumulator (layer and head grouping).
+// nine compositions, fits from an accumulator (layer and head grouping), the
+// canonical eigenvector signs (idempotent, independent of the input signs).
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -137,6 +138,46 @@ static void test_eigh_and_compositions(void ** state) {
     assert_int_equal(oscar_composition_parse("h_r", &bad), OSCAR_ERR_INVALID);
 }
 
+// Canonical signs: largest-|u| component of each column positive, lowest row on exact ties;
+// flipping any input columns gives the same bits; applying it twice changes nothing; the fit's R
+// is the composition of the canonical U.
+static void test_canonical_signs(void ** state) {
+    (void) state;
+    enum { D = 64 };
+    static double sig[D * D], u[D * D], c1[D * D], c2[D * D], r[D * D], ev[D];
+    static float rf[D * D], evf[D];
+    uint64_t st = seed ^ 0x5167u;
+    random_spd(D, sig, &st);
+    assert_int_equal(oscar_fit_eigh(D, sig, ev, u), OSCAR_OK);
+    memcpy(c1, u, sizeof c1);
+    oscar_fit_canonical_signs(D, c1);
+    for (int j = 0; j < D; j++) {
+        int best = 0;
+        for (int i = 1; i < D; i++)
+            if (fabs(c1[i * D + j]) > fabs(c1[best * D + j])) best = i;
+        assert_true(c1[best * D + j] > 0.0);
+        for (int i = 0; i < D; i++) assert_true(fabs(c1[i * D + j]) == fabs(u[i * D + j]));
+    }
+    memcpy(c2, c1, sizeof c2);
+    oscar_fit_canonical_signs(D, c2);
+    assert_memory_equal(c1, c2, sizeof c1);                     // idempotent
+    int8_t flip[D];
+    for (int j = 0; j < D; j++) flip[j] = (splitmix_next(&st) & 1) ? -1 : 1;
+    oscar_fit_apply_signs(D, u, flip, c2);                       // any input signs -> the same output
+    oscar_fit_canonical_signs(D, c2);
+    assert_memory_equal(c1, c2, sizeof c1);
+    // exact tie in magnitude: the lowest row index is made positive
+    double t[4] = {-0.5, 0.5, 0.5, 0.5}; // columns (-.5, .5) and (.5, .5): tie in both
+    oscar_fit_canonical_signs(2, t);
+    assert_true(t[0] == 0.5 && t[2] == -0.5 && t[1] == 0.5 && t[3] == 0.5);
+    // the fit composes the canonical U
+    assert_int_equal(oscar_fit_compose(OSCAR_COMP_R_H_PBR, D, c1, ev, r, NULL), OSCAR_OK);
+    assert_int_equal(oscar_fit_rotation(D, sig, OSCAR_COMP_R_H_PBR, rf, evf, NULL), OSCAR_OK);
+    for (int i = 0; i < D * D; i++) assert_true(rf[i] == (float) r[i]);
+    assert_true(oscar_composition_uses_u(OSCAR_COMP_R_H_PBR) && !oscar_composition_uses_u(OSCAR_COMP_PBR) &&
+                !oscar_composition_uses_u(OSCAR_COMP_H_PBR) && oscar_composition_uses_u(OSCAR_COMP_PLAIN));
+}
+
 static void test_non_pow2_and_nan(void ** state) {
     (void) state;
     double s[9] = {2, 0, 0, 0, 1, 0, 0, 0, 3}, u[9], ev[3], r[9];
@@ -201,6 +242,7 @@ int main(void) {
         cmocka_unit_test(test_pbr_tie_break),
         cmocka_unit_test(test_hadamard),
         cmocka_unit_test(test_eigh_and_compositions),
+        cmocka_unit_test(test_canonical_signs),
         cmocka_unit_test(test_non_pow2_and_nan),
         cmocka_unit_test(test_fit_stats_layer_and_head),
     };
