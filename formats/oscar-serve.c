@@ -154,9 +154,13 @@ static void sglang_recipe(const struct oscar_artifact * a, const struct oscar_ta
              (int) meta_int(a, "oscar.group_size", a->head_dim));
 }
 
+const char * oscar_serve_llamacpp_clip(const struct oscar_artifact * a) {
+    return meta_or(a, "oscar.k_clip_ratio", "0.96");
+}
+
 static void llamacpp_recipe(const struct oscar_artifact * a, const struct oscar_target_profile * t,
                             const struct oscar_serve_files * f, struct oscar_serve_recipe * r) {
-    const char * kc = meta_or(a, "oscar.k_clip_ratio", "0.96"), * vc = meta_or(a, "oscar.v_clip_ratio", kc);
+    const char * kc = oscar_serve_llamacpp_clip(a), * vc = meta_or(a, "oscar.v_clip_ratio", kc);
     env(r, "LLAMA_KV_NO_HADAMARD", "1"); // the rotation is in the graph; the quantizer must not add its own
     env(r, "LLAMA_KV_CLIP_RATIO", "%s", kc);
     env(r, "LLAMA_KV_HP_SINK", "%d", (int) meta_int(a, "oscar.sink", t->sink));

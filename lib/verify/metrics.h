@@ -132,7 +132,7 @@ struct oscar_kv_transform {
 // per-layer clips k_clip/v_clip), "oscar-lm" (Lloyd-Max, G = D), "int4-bdh"
 // (order min(128, D)), "kivi" (B = 32, Gv = 32, f16 meta), "q2_0" (the OSCAR
 // llama.cpp fork's cache: k_rot/v_rot per layer, Q2_0 for K and V with its one
-// clip 0.96, fp16 sink/recent from tiers, RING tiering; head_dim a multiple of 32
+// clip 0.96 (oscar-verify sets the artifact's oscar.k_clip_ratio, as served), fp16 sink/recent from tiers, RING tiering; head_dim a multiple of 32
 // with 128 | head_dim or n_head_kv·head_dim < 128, where the fork's row groups
 // coincide with heads), "oscar-omni" (OScaR: lib/quant oscar-omni.c, B = 32,
 // Gv = 32, bf16 meta unless f16 asked). Rotation/clip

@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/forward-backend.h"
+#include "formats/oscar-serve.h"
 #include "util/fs.h"
 #include "util/log.h"
 #include "util/mem.h"
@@ -116,6 +117,10 @@ static enum oscar_status setup_methods(struct vrun * r, const struct oscar_artif
                                        art ? art->v_rotation : NULL, art ? art->clip_per_head : false,
                                        art ? art->k_clip : NULL, art ? art->v_clip : NULL, &r->tfs[i]);
         if (st != OSCAR_OK) break;
+        // q2_0 serves the artifact's one ratio for K and V (LLAMA_KV_CLIP_RATIO of the export's
+        // recipe), read as the fork reads it (atof, then float)
+        if (art && r->tfs[i].quant == OSCAR_KVQ_Q2_0)
+            r->tfs[i].k_clip = r->tfs[i].v_clip = (float) atof(oscar_serve_llamacpp_clip(art));
         // the artifact's key mean (OptR centering) goes with its rotations
         if (art && method_table[method_index(names[i])].needs_art && !strncmp(names[i], "oscar", 5))
             r->tfs[i].k_mean = art->k_mean;

@@ -176,6 +176,23 @@ static void test_run_tiny_llama(void ** state) {
         assert_true(q->drift[l] > 0 && q->layers[l].k_rel_mse > 0 && q->layers[l].v_rel_mse > 0);
         assert_true(q->layers[l].n_rows_int2 > 0 && q->layers[l].n_rows_int2 < q->layers[l].n_rows);
     }
+    // the clip is the artifact's oscar.k_clip_ratio for K and V (LLAMA_KV_CLIP_RATIO of the recipe):
+    // 0.96 without one; V's ratio and the per-layer tensors do not reach the fork
+    const double nll_default = q->nll_sum;
+    oscar_verify_report_free(&rep);
+    assert_int_equal(oscar_artifact_set_meta(art, "oscar.k_clip_ratio", "0.96"), OSCAR_OK);
+    assert_int_equal(oscar_verify_run(m, art, toks, NT, &p, &rep), OSCAR_OK);
+    assert_true(rep.methods[1].nll_sum == nll_default);
+    oscar_verify_report_free(&rep);
+    assert_int_equal(oscar_artifact_set_meta(art, "oscar.k_clip_ratio", "0.80"), OSCAR_OK);
+    assert_int_equal(oscar_verify_run(m, art, toks, NT, &p, &rep), OSCAR_OK);
+    const double nll_080 = rep.methods[1].nll_sum;
+    assert_true(nll_080 != nll_default);
+    oscar_verify_report_free(&rep);
+    assert_int_equal(oscar_artifact_set_meta(art, "oscar.v_clip_ratio", "0.50"), OSCAR_OK);
+    for (int l = 0; l < c->n_layer; l++) art->k_clip[l] = 0.70f, art->v_clip[l] = 0.60f;
+    assert_int_equal(oscar_verify_run(m, art, toks, NT, &p, &rep), OSCAR_OK);
+    assert_true(rep.methods[1].nll_sum == nll_080);
     oscar_verify_report_free(&rep);
     // no HP buffer (the fork's default): every row of every window is Q2_0
     p.sink = 0, p.recent = 0;
