@@ -33,7 +33,7 @@ static const struct { const char * name, * preset; bool needs_art; } method_tabl
     {"bf16", "bf16", false},         {"naive", "naive", false},       {"hadamard", "hadamard", false},
     {"oscar", "oscar-searched", true}, {"oscar-fixed", "oscar", true}, {"oscar-lm", "oscar-lm", true},
     {"int4-bdh", "int4-bdh", false}, {"kivi", "kivi", false},     {"q2_0", "q2_0", true},
-    {"oscar-omni", "oscar-omni", false},
+    {"q2_0-attn-rot", "q2_0-attn-rot", true}, {"oscar-omni", "oscar-omni", false},
 };
 enum { N_METHOD_TABLE = (int) (sizeof method_table / sizeof method_table[0]) };
 
