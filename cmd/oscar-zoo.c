@@ -1,6 +1,7 @@
 // oscar-zoo - share rotation artifacts through the Hugging Face Hub.
 //
 //   oscar-zoo push DIR --repo ID [--path-in-repo P] [--revision BRANCH] [--private] [--message M] [--no-card-check]
+//                  [--layout flat|zoo] [--zoo-model NAME]
 //   oscar-zoo pull ID [--path P] [--revision R] [--local-dir D] [--cache-dir C]
 //   oscar-zoo ls ID [--path P] [--revision R]
 //   oscar-zoo list ID [--revision R] [--cache-dir C]
@@ -28,6 +29,7 @@
 #include "formats/oscar-export.h"
 #include "formats/oscar-import.h"
 #include "formats/oscar-serve.h"
+#include "formats/oscar-zoo-layout.h"
 #include "calibrate/base-model.h"
 #include "model/model.h"
 #include "hub/hub.h"
@@ -43,6 +45,7 @@ struct args {
     const char *           target; // the command's argument: DIR, ID, ARTIFACT, BASE_MODEL or SRC
     const char *           target2; // import: the V file after the K file, or NULL
     const char *           repo, * path, * revision, * local_dir, * cache_dir, * message, * token;
+    const char *           layout, * zoo_model;               // push --layout zoo
     const char *           format, * out, * base, * qk_order, * target_name; // export
     const struct oscar_target_profile * profile;              // export: --target, or the --format's engine
     const char *           author, * limit_text;              // search
@@ -65,7 +68,7 @@ struct command {
 
 enum { O_REPO = 256, O_PIR, O_REV, O_PRIV, O_MSG, O_PATH, O_LDIR, O_CDIR, O_NOCARD, O_FORMAT, O_OUT, O_BASE, O_QK,
        O_FORCE, O_AUTHOR, O_LIMIT, O_DETAILS, O_JSON, O_TOKEN, O_OFF, O_VERSION, O_MODEL, O_BASEMODEL, O_KMEAN,
-       O_KCLIP, O_VCLIP, O_TARGET };
+       O_KCLIP, O_VCLIP, O_TARGET, O_LAYOUT, O_ZOOMODEL };
 
 static const struct option global_opts[] = {
     { "json", no_argument, 0, O_JSON },   { "quiet", no_argument, 0, 'q' },      { "token", required_argument, 0, O_TOKEN },
@@ -107,6 +110,7 @@ static const struct option push_opts[] = {
     { "repo", required_argument, 0, O_REPO },   { "path-in-repo", required_argument, 0, O_PIR },
     { "revision", required_argument, 0, O_REV }, { "private", no_argument, 0, O_PRIV },
     { "message", required_argument, 0, O_MSG },  { "no-card-check", no_argument, 0, O_NOCARD },
+    { "layout", required_argument, 0, O_LAYOUT }, { "zoo-model", required_argument, 0, O_ZOOMODEL },
     { 0, 0, 0, 0 },
 };
 
@@ -115,7 +119,45 @@ static int push_check(struct args * a) {
         fputs("oscar-zoo push: --repo is required\n", stderr);
         return -1;
     }
+    if (a->layout && strcmp(a->layout, "flat") && strcmp(a->layout, "zoo")) {
+        fputs("oscar-zoo push: --layout wants flat or zoo\n", stderr);
+        return -1;
+    }
+    if (a->zoo_model && !(a->layout && !strcmp(a->layout, "zoo"))) {
+        fputs("oscar-zoo push: --zoo-model is for --layout zoo\n", stderr);
+        return -1;
+    }
     return 0;
+}
+
+// --layout zoo: DIR is an artifact; a staged copy with the .pt pair goes to
+// [P/]<Model>/seq<T>_prompt<N>_group<G> (formats/oscar-zoo-layout.h). *stage and *where are malloc'ed.
+static enum oscar_status zoo_stage(const struct args * a, char ** stage, char ** where) {
+    struct oscar_artifact *     art   = NULL;
+    struct oscar_artifact_trust trust = { 0 };
+    char                        zoo[512];
+    *stage = *where = NULL;
+    char *            tensors = osc_path_join(a->target, OSCAR_ARTIFACT_TENSORS);
+    enum oscar_status st      = tensors ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "out of memory");
+    if (st == OSCAR_OK && osc_require_regular(tensors) != OSCAR_OK) // .pt folders load too, but have nothing to upload
+        st = osc_error(OSCAR_ERR_INVALID, "%s: not an oscar artifact (no %s); --layout zoo uploads an artifact (make "
+                       "one from .pt files with oscar-zoo import)", a->target, OSCAR_ARTIFACT_TENSORS);
+    free(tensors);
+    if (st == OSCAR_OK) st = oscar_artifact_load(a->target, &trust, &art);
+    if (st == OSCAR_OK) st = oscar_zoo_layout_path(art, a->zoo_model, zoo, sizeof zoo);
+    if (st == OSCAR_OK) {
+        size_t n = strlen(zoo) + (a->path ? strlen(a->path) + 1 : 0) + 1;
+        if (!(*where = malloc(n))) st = osc_error(OSCAR_ERR_NOMEM, "out of memory");
+        else snprintf(*where, n, "%s%s%s", a->path && *a->path ? a->path : "", a->path && *a->path ? "/" : "", zoo);
+    }
+    if (st == OSCAR_OK) st = oscar_zoo_layout_stage(a->target, art, stage);
+    if (st == OSCAR_OK && !a->quiet && !a->json) fprintf(stderr, "zoo layout: %s (with the .pt pair)\n", *where);
+    oscar_artifact_free(art);
+    if (st != OSCAR_OK) {
+        free(*where);
+        *where = NULL;
+    }
+    return st;
 }
 
 static enum oscar_status push_run(struct oscar_hub * hub, const struct args * a) {
@@ -123,20 +165,28 @@ static enum oscar_status push_run(struct oscar_hub * hub, const struct args * a)
                                          .message = a->message, .is_private = a->is_private,
                                          .skip_card_check = a->no_card_check };
     struct oscar_hub_push_result res;
-    enum oscar_status            st = oscar_hub_push(hub, a->target, &o, &res);
+    char *                       stage = NULL, * where = NULL;
+    enum oscar_status            st = OSCAR_OK;
+    if (a->layout && !strcmp(a->layout, "zoo") && (st = zoo_stage(a, &stage, &where)) != OSCAR_OK) return st;
+    if (where) o.path_in_repo = where;
+    st = oscar_hub_push(hub, stage ? stage : a->target, &o, &res);
+    oscar_zoo_layout_unstage(stage);
     if (st != OSCAR_OK) {
+        free(where);
         return st;
     }
     if (a->json) {
-        print_json(json_pack("{s:s, s:s?, s:s?, s:i, s:i, s:i}", "repo", a->repo, "commit", res.commit_oid,
+        print_json(json_pack("{s:s, s:s?, s:s?, s:i, s:i, s:i, s:s, s:s}", "repo", a->repo, "commit", res.commit_oid,
                              "url", res.commit_url, "regular", res.n_regular, "lfs", res.n_lfs, "unchanged",
-                             res.n_unchanged));
+                             res.n_unchanged, "layout", where ? "zoo" : "flat", "path_in_repo",
+                             o.path_in_repo ? o.path_in_repo : ""));
     } else if (res.commit_oid) {
         printf("%s\n", res.commit_url ? res.commit_url : res.commit_oid);
     } else {
         printf("no changes (%d files already up to date)\n", res.n_unchanged);
     }
     oscar_hub_push_result_free(&res);
+    free(where);
     return OSCAR_OK;
 }
 
@@ -635,7 +685,12 @@ static const struct command commands[] = {
       "  --revision BRANCH     branch to commit to (default main); a new branch is made from main's head first\n"
       "  --private             make a new repo private\n"
       "  --message TEXT        commit summary\n"
-      "  --no-card-check       push without a README.md model card with valid YAML front matter\n",
+      "  --no-card-check       push without a README.md model card with valid YAML front matter\n"
+      "  --layout flat|zoo     flat (default): DIR as it is; zoo: DIR is an oscar artifact, uploaded to\n"
+      "                        [P/]<Model>/seq<T>_prompt<N>_group<G>/ (the published OSCAR rotation zoo's layout)\n"
+      "                        with k_rotation_<objective>.pt and v_rotation_<objective>.pt beside oscar.safetensors;\n"
+      "                        <Model> is the base model's Hub name, the leaf its oscar.calib_tag\n"
+      "  --zoo-model NAME      the <Model> folder instead of the base model's name\n",
       push_opts, push_check, push_run, 1 },
     { "pull", "ID [options]", "download files into the shared HF cache (or --local-dir)",
       "  --path P              a folder or file of the repo (default: everything)\n"
@@ -754,6 +809,8 @@ static void set_option(struct args * a, int c, char * arg) {
         case O_BASE: a->base = arg; break;
         case O_QK: a->qk_order = arg; break;
         case O_TARGET: a->target_name = arg; break;
+        case O_LAYOUT: a->layout = arg; break;
+        case O_ZOOMODEL: a->zoo_model = arg; break;
         case O_FORCE: a->force = 1; break;
         case O_AUTHOR: a->author = arg; break;
         case O_LIMIT: a->limit_text = arg; break;

@@ -154,10 +154,19 @@ static void sglang_recipe(const struct oscar_artifact * a, const struct oscar_ta
              (int) meta_int(a, "oscar.group_size", a->head_dim));
 }
 
+const char * oscar_serve_llamacpp_clip(const struct oscar_artifact * a) {
+    return meta_or(a, "oscar.k_clip_ratio", "0.96");
+}
+
 static void llamacpp_recipe(const struct oscar_artifact * a, const struct oscar_target_profile * t,
                             const struct oscar_serve_files * f, struct oscar_serve_recipe * r) {
-    const char * kc = meta_or(a, "oscar.k_clip_ratio", "0.96"), * vc = meta_or(a, "oscar.v_clip_ratio", kc);
+    const char * kc = oscar_serve_llamacpp_clip(a), * vc = meta_or(a, "oscar.v_clip_ratio", kc);
     env(r, "LLAMA_KV_NO_HADAMARD", "1"); // the rotation is in the graph; the quantizer must not add its own
+    // nor the attention: upstream llama.cpp rotates Q/K (H_128 at head_dim 128) and V (H_64) of a
+    // quantized cache again after the model's rotation (src/llama-kv-cache.cpp attn_rot_k/_v), which
+    // undoes what the calibration chose (served-engine check: ppl 12068 with it, 1443 without);
+    // oscar-verify's q2_0 is this recipe, q2_0-attn-rot the fork's default
+    env(r, "LLAMA_ATTN_ROT_DISABLE", "1");
     env(r, "LLAMA_KV_CLIP_RATIO", "%s", kc);
     env(r, "LLAMA_KV_HP_SINK", "%d", (int) meta_int(a, "oscar.sink", t->sink));
     env(r, "LLAMA_KV_HP_RECENT", "%d", (int) meta_int(a, "oscar.recent", t->recent));

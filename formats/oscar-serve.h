@@ -60,6 +60,11 @@ struct oscar_serve_recipe {
     char notes[OSCAR_SERVE_MAX_NOTES][480]; // where serving differs from what oscar measured
 };
 
+// The llama.cpp fork's one clip ratio for K and V (LLAMA_KV_CLIP_RATIO, which the fork reads with
+// atof): the artifact's oscar.k_clip_ratio as written in it, "0.96" (the fork's README) when absent.
+// The recipe exports it and oscar-verify's q2_0 simulates it.
+const char * oscar_serve_llamacpp_clip(const struct oscar_artifact * a);
+
 // The recipe of an artifact that passed oscar_serve_check for t (sglang or llamacpp; the oscar
 // target has none: OSCAR_ERR_INVALID).
 enum oscar_status oscar_serve_recipe(const struct oscar_artifact * a, const struct oscar_target_profile * t,

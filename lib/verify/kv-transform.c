@@ -83,9 +83,24 @@ static void rotate(const struct oscar_kv_transform * tf, bool is_k, int32_t laye
         memcpy(y, x, sizeof(float) * (size_t) n * D);
         for (int64_t r = 0; r < n; r++) oscar_fwht_f32(y + (size_t) r * D, D);
         break;
-    case OSCAR_ROT_MATRIX:
-        oscar_kv_rotate_rows(rot_matrix(tf, is_k, layer, h), D, n, x, (size_t) D, y, (size_t) D, inverse);
+    case OSCAR_ROT_MATRIX: {
+        const int32_t b = is_k ? tf->k_engine_hadamard : tf->v_engine_hadamard;
+        const float * R = rot_matrix(tf, is_k, layer, h);
+        if (!b) {
+            oscar_kv_rotate_rows(R, D, n, x, (size_t) D, y, (size_t) D, inverse);
+        } else if (!inverse) {   // x·R, then the engine's diag(H_b) (self-inverse)
+            oscar_kv_rotate_rows(R, D, n, x, (size_t) D, y, (size_t) D, false);
+            oscar_fwht_block_rows(y, n, D, b);
+        } else {                 // diag(H_b) first, then Rᵀ; row by row (same bits as in a block)
+            float t[OSCAR_MAX_HEAD_DIM];
+            for (int64_t r = 0; r < n; r++) {
+                memcpy(t, x + (size_t) r * D, sizeof(float) * (size_t) D);
+                oscar_fwht_block_rows(t, 1, D, b);
+                oscar_kv_rotate_rows(R, D, 1, t, (size_t) D, y + (size_t) r * D, (size_t) D, true);
+            }
+        }
         break;
+    }
     }
 }
 
@@ -179,20 +194,29 @@ enum oscar_status oscar_kv_transform_preset(const char * name, int32_t n_layer, 
     } else if (!strcmp(name, "kivi")) {
         t.quant = OSCAR_KVQ_KIVI, t.tiers.block = t.kivi.k_block_tokens;
         t.kivi.meta_dtype = meta_dtype == OSCAR_META_F32 ? OSCAR_META_F16 : meta_dtype;
-    } else if (!strcmp(name, "q2_0")) {
+    } else if (!strcmp(name, "q2_0") || !strcmp(name, "q2_0-attn-rot")) {
         // The fork's README recipe: LLAMA_KV_NO_HADAMARD=1 (the rotation is in-graph),
-        // LLAMA_KV_CLIP_RATIO=0.96 (one ratio for K and V), HP buffer in F16.
+        // LLAMA_KV_CLIP_RATIO (one ratio for K and V; oscar-verify sets the artifact's), HP buffer in
+        // F16; "q2_0" as the export's recipe serves it (LLAMA_ATTN_ROT_DISABLE=1), "q2_0-attn-rot" with
+        // the attention rotation the fork's upstream applies to quantized caches when that is unset
+        // (src/llama-kv-cache.cpp build_input_k_rot / _v_rot: K and Q by H_b, b the largest power of
+        // two >= 64 dividing head_dim, V by H_64 blocks, after the model's own rotation).
         t.quant = OSCAR_KVQ_Q2_0, t.rot = OSCAR_ROT_MATRIX, t.hp_bf16 = false;
         t.rot_per_head = rot_per_head, t.k_rotation = k_rot, t.v_rotation = v_rot;
         t.k_clip = t.v_clip = 0.96;
         t.tiers.mode = OSCAR_TIERS_RING, t.tiers.n_flush = 1;
+        if (!strcmp(name, "q2_0-attn-rot") && head_dim % 64 == 0) {
+            int32_t b = 64;
+            while (head_dim % (2 * b) == 0) b *= 2;
+            t.k_engine_hadamard = b, t.v_engine_hadamard = 64;
+        }
     } else if (!strcmp(name, "oscar-omni")) {   // OScaR: the release stores bf162 meta (f16 on request)
         t.quant = OSCAR_KVQ_OMNI, t.rot = OSCAR_ROT_HADAMARD, t.tiers.block = t.kivi.k_block_tokens;
         t.kivi.meta_dtype = meta_dtype == OSCAR_META_F16 ? OSCAR_META_F16 : OSCAR_META_BF16;
     } else {
         return osc_error(OSCAR_ERR_INVALID,
                          "unknown method '%s' (bf16, naive, hadamard, oscar, oscar-searched, oscar-lm, int4-bdh, kivi, "
-                         "q2_0, oscar-omni)",
+                         "q2_0, q2_0-attn-rot, oscar-omni)",
                          name);
     }
     enum oscar_status st = oscar_kv_transform_check(&t);

@@ -112,6 +112,9 @@ struct oscar_kv_transform {
     bool rot_per_head;              // matrices per (layer, KV head) instead of per layer
     const float * k_rotation;       // [L, R, D, D], R = rot_per_head ? Hkv : 1 (not owned)
     const float * v_rotation;       // same
+    int32_t k_engine_hadamard;      // 0, or b: the engine rotates the rotated row again by the block-
+    int32_t v_engine_hadamard;      // diagonal Hadamard diag(H_b, ...) before quantizing (x·R·H): the
+                                    // llama.cpp fork's attn_rot (q2_0; b = 128 for K at head_dim 128, 64 for V)
     struct oscar_int2_params int2;  // scheme, group size, meta dtype, prefill clip algo,
                                     // bf16_dequant; clip_ratio is ignored (see below)
     enum oscar_clip_algo demote_clip_algo;
@@ -132,9 +135,10 @@ struct oscar_kv_transform {
 // per-layer clips k_clip/v_clip), "oscar-lm" (Lloyd-Max, G = D), "int4-bdh"
 // (order min(128, D)), "kivi" (B = 32, Gv = 32, f16 meta), "q2_0" (the OSCAR
 // llama.cpp fork's cache: k_rot/v_rot per layer, Q2_0 for K and V with its one
-// clip 0.96, fp16 sink/recent from tiers, RING tiering; head_dim a multiple of 32
+// clip 0.96 (oscar-verify sets the artifact's oscar.k_clip_ratio, as served), fp16 sink/recent from tiers, RING tiering; head_dim a multiple of 32
 // with 128 | head_dim or n_head_kv·head_dim < 128, where the fork's row groups
-// coincide with heads), "oscar-omni" (OScaR: lib/quant oscar-omni.c, B = 32,
+// coincide with heads), "q2_0-attn-rot" (q2_0 plus the fork's attn_rot Hadamard,
+// k_engine_hadamard / v_engine_hadamard), "oscar-omni" (OScaR: lib/quant oscar-omni.c, B = 32,
 // Gv = 32, bf16 meta unless f16 asked). Rotation/clip
 // arrays may be NULL for methods that do not use them (else INVALID).
 // group_size 0 = D. Tiering is copied from tiers.

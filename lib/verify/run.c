@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/forward-backend.h"
+#include "formats/oscar-serve.h"
 #include "util/fs.h"
 #include "util/log.h"
 #include "util/mem.h"
@@ -32,7 +33,7 @@ static const struct { const char * name, * preset; bool needs_art; } method_tabl
     {"bf16", "bf16", false},         {"naive", "naive", false},       {"hadamard", "hadamard", false},
     {"oscar", "oscar-searched", true}, {"oscar-fixed", "oscar", true}, {"oscar-lm", "oscar-lm", true},
     {"int4-bdh", "int4-bdh", false}, {"kivi", "kivi", false},     {"q2_0", "q2_0", true},
-    {"oscar-omni", "oscar-omni", false},
+    {"q2_0-attn-rot", "q2_0-attn-rot", true}, {"oscar-omni", "oscar-omni", false},
 };
 enum { N_METHOD_TABLE = (int) (sizeof method_table / sizeof method_table[0]) };
 
@@ -128,6 +129,10 @@ static enum oscar_status setup_methods(struct vrun * r, const struct oscar_artif
                                        art ? art->v_rotation : NULL, art ? art->clip_per_head : false,
                                        art ? art->k_clip : NULL, art ? art->v_clip : NULL, &r->tfs[i]);
         if (st != OSCAR_OK) break;
+        // q2_0 serves the artifact's one ratio for K and V (LLAMA_KV_CLIP_RATIO of the export's
+        // recipe), read as the fork reads it (atof, then float)
+        if (art && r->tfs[i].quant == OSCAR_KVQ_Q2_0)
+            r->tfs[i].k_clip = r->tfs[i].v_clip = (float) atof(oscar_serve_llamacpp_clip(art));
         // the artifact's key mean (OptR centering) goes with its rotations
         if (art && method_table[method_index(names[i])].needs_art && !strncmp(names[i], "oscar", 5))
             r->tfs[i].k_mean = art->k_mean;

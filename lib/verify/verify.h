@@ -40,9 +40,11 @@
 //   int4-bdh     SAW-INT4: block Hadamard + per-row INT4
 //   kivi         KIVI INT2: per-channel K over 32-token blocks, per-token V
 //   q2_0         the OSCAR llama.cpp fork's cache: the artifact's per-layer rotations,
-//                Q2_0 K and V, one clip 0.96, fp16 sink/recent ring (not in the defaults)
+//                Q2_0 K and V, one clip (the artifact's oscar.k_clip_ratio, as served), fp16 sink/recent ring (not in the defaults)
+//   q2_0-attn-rot  q2_0 with the fork's default attention Hadamard after the rotation (served
+//                unless LLAMA_ATTN_ROT_DISABLE=1, which the export's recipe sets)
 //   oscar-omni   OScaR: Hadamard + omni-token K scaling, KIVI-granularity INT2 (not in the defaults)
-// The oscar* methods and q2_0 need an artifact.
+// The oscar* methods and q2_0(-attn-rot) need an artifact.
 #define OSCAR_VERIFY_METHODS_ALL "bf16,naive,hadamard,oscar,oscar-fixed,oscar-lm,int4-bdh,kivi"
 #define OSCAR_VERIFY_METHODS_NO_ARTIFACT "bf16,naive,hadamard,int4-bdh,kivi"
 

@@ -28,7 +28,7 @@ cat > "$T/bin/python" <<'EOF'
 #!/bin/sh
 echo "argv: $*"; env | grep -E '^(SGLANG_|MODEL=)' | sort
 EOF
-cp "$T/bin/python" "$T/bin/llama-cli" && sed -i 's/SGLANG_|MODEL=/LLAMA_KV_/' "$T/bin/llama-cli"
+cp "$T/bin/python" "$T/bin/llama-cli" && sed -i 's/SGLANG_|MODEL=/LLAMA_KV_|LLAMA_ATTN_/' "$T/bin/llama-cli"
 chmod +x "$T/bin/python" "$T/bin/llama-cli"
 
 # ---- calibrate --target ----
@@ -138,7 +138,7 @@ $ZOO export "$T/artq" --format gguf --base "$T/qwen3.gguf" --out "$T/ll/m-oscar.
     || fail "bake into qwen3"
 cmp -s "$T/llout.txt" "$T/ll/serve.env" || fail "llama.cpp stdout differs from serve.env"
 (LLAMA_CPP_BIN="$T/bin" bash "$T/ll/serve.env") > "$T/llran.txt" || fail "running the llama.cpp serve.env"
-for l in "argv: -m $T/ll/m-oscar.gguf --cache-type-k q2_0 --cache-type-v q2_0 -fa on" "LLAMA_KV_NO_HADAMARD=1" \
+for l in "argv: -m $T/ll/m-oscar.gguf --cache-type-k q2_0 --cache-type-v q2_0 -fa on" "LLAMA_KV_NO_HADAMARD=1" "LLAMA_ATTN_ROT_DISABLE=1" \
          "LLAMA_KV_CLIP_RATIO=0.96" "LLAMA_KV_HP_SINK=64" "LLAMA_KV_HP_RECENT=256"; do
     grep -qxF "$l" "$T/llran.txt" || fail "llama-cli did not see '$l': $(cat "$T/llran.txt")"
 done

@@ -91,6 +91,7 @@ static void test_recipes(void ** state) {
     assert_int_equal(oscar_serve_recipe(a, T(OSCAR_TARGET_LLAMACPP), &f, &r), OSCAR_OK);
     assert_string_equal(env_of(&r, "LLAMA_KV_CLIP_RATIO"), "0.94");
     assert_string_equal(env_of(&r, "LLAMA_KV_NO_HADAMARD"), "1");
+    assert_string_equal(env_of(&r, "LLAMA_ATTN_ROT_DISABLE"), "1"); // no second (upstream) Hadamard
     assert_string_equal(env_of(&r, "LLAMA_KV_HP_SINK"), "32");
     assert_null(env_of(&r, "SGLANG_OSCAR_K_CLIP_RATIO"));
     assert_int_equal(r.n_notes, 3);

@@ -92,6 +92,63 @@ static void test_row_transform(void ** state) {
     free(kr), free(vr);
 }
 
+// q2_0-attn-rot: the fork's default attention rotation (upstream llama.cpp's attn_rot for quantized
+// caches) after the model's: x·R·diag(H_b), b = 128 for K and 64 for V at head_dim 128; the inverse
+// applies diag(H_b) first. Recomputed from the public pieces (oscar_fwht_block_rows: natural-order
+// normalized Hadamard, the fork's ggml_gen_hadamard).
+static void test_row_transform_attn_rot(void ** state) {
+    (void) state;
+    enum { L = 1, HKV = 2, D = 128 };
+    float * kr = malloc(sizeof(float) * L * D * D), * vr = malloc(sizeof(float) * L * D * D);
+    random_orthogonal(kr, D), random_orthogonal(vr, D);
+    struct oscar_kv_transform tf, plain;
+    assert_int_equal(oscar_kv_transform_preset("q2_0-attn-rot", L, HKV, D, 0, OSCAR_META_F32, &ring, false, kr, vr,
+                                               false, NULL, NULL, &tf), OSCAR_OK);
+    assert_int_equal(oscar_kv_transform_preset("q2_0", L, HKV, D, 0, OSCAR_META_F32, &ring, false, kr, vr, false,
+                                               NULL, NULL, &plain), OSCAR_OK);
+    assert_int_equal(tf.k_engine_hadamard, 128);
+    assert_int_equal(tf.v_engine_hadamard, 64);
+    assert_int_equal(plain.k_engine_hadamard, 0);
+    const struct oscar_q2_0_params qp = {.hadamard = false, .clip_ratio = 0.96f};
+    for (int trial = 0; trial < 8; trial++) {
+        bool is_k = trial % 2 == 0;
+        int h = (trial / 2) % HKV, b = is_k ? 128 : 64;
+        float x[D], y[D], t[D], want_hp[D], want_q[D], hp[D], q[D], q_plain[D];
+        uint8_t blocks[D / 32 * 12];
+        for (int d = 0; d < D; d++) x[d] = (float) (nrand() * (1 + d % 5));
+        oscar_kv_rotate_row(is_k ? kr : vr, D, x, y, false);
+        assert_int_equal(oscar_fwht_block_rows(y, 1, D, b), OSCAR_OK);
+        for (int d = 0; d < D; d++) t[d] = oscar_f16_to_f32(oscar_f32_to_f16(y[d]));
+        assert_int_equal(oscar_fwht_block_rows(t, 1, D, b), OSCAR_OK);
+        oscar_kv_rotate_row(is_k ? kr : vr, D, t, want_hp, true);
+        struct oscar_quant_stats st = {0};
+        assert_int_equal(oscar_q2_0_quantize_row(&qp, y, D, blocks, &st), OSCAR_OK);
+        assert_int_equal(oscar_q2_0_dequantize_row(&qp, blocks, D, t), OSCAR_OK);
+        assert_int_equal(oscar_fwht_block_rows(t, 1, D, b), OSCAR_OK);
+        oscar_kv_rotate_row(is_k ? kr : vr, D, t, want_q, true);
+        assert_int_equal(oscar_kv_transform_row(&tf, is_k, 0, h, true, x, hp, q, NULL), OSCAR_OK);
+        assert_memory_equal(hp, want_hp, sizeof hp);
+        assert_memory_equal(q, want_q, sizeof q);
+        assert_int_equal(oscar_kv_transform_row(&plain, is_k, 0, h, true, x, hp, q_plain, NULL), OSCAR_OK);
+        assert_memory_not_equal(q, q_plain, sizeof q);   // the extra rotation changes what is quantized
+    }
+    // the fork's block sizes at other head dims: the largest power of two >= 64 dividing D for K, 64 for
+    // V; none below 64 (its attn_rot needs head_dim % 64 == 0)
+    float * R = calloc((size_t) 256 * 256, sizeof(float));
+    assert_int_equal(oscar_kv_transform_preset("q2_0-attn-rot", 1, 1, 256, 0, OSCAR_META_F32, &ring, false, R, R,
+                                               false, NULL, NULL, &tf), OSCAR_OK);
+    assert_int_equal(tf.k_engine_hadamard, 256);
+    assert_int_equal(tf.v_engine_hadamard, 64);
+    assert_int_equal(oscar_kv_transform_preset("q2_0-attn-rot", 1, 1, 64, 0, OSCAR_META_F32, &ring, false, R, R,
+                                               false, NULL, NULL, &tf), OSCAR_OK);
+    assert_int_equal(tf.k_engine_hadamard, 64);
+    assert_int_equal(oscar_kv_transform_preset("q2_0-attn-rot", 1, 2, 32, 0, OSCAR_META_F32, &ring, false, R, R,
+                                               false, NULL, NULL, &tf), OSCAR_OK);
+    assert_int_equal(tf.k_engine_hadamard, 0);
+    assert_int_equal(tf.v_engine_hadamard, 0);
+    free(R), free(kr), free(vr);
+}
+
 // The fork (llama-kv-cache.cpp): sinks pos < P and the ring of the R latest positions are
 // F16; each query sees every other key as Q2_0.
 static void test_ring_rule(void ** state) {
@@ -176,6 +233,23 @@ static void test_run_tiny_llama(void ** state) {
         assert_true(q->drift[l] > 0 && q->layers[l].k_rel_mse > 0 && q->layers[l].v_rel_mse > 0);
         assert_true(q->layers[l].n_rows_int2 > 0 && q->layers[l].n_rows_int2 < q->layers[l].n_rows);
     }
+    // the clip is the artifact's oscar.k_clip_ratio for K and V (LLAMA_KV_CLIP_RATIO of the recipe):
+    // 0.96 without one; V's ratio and the per-layer tensors do not reach the fork
+    const double nll_default = q->nll_sum;
+    oscar_verify_report_free(&rep);
+    assert_int_equal(oscar_artifact_set_meta(art, "oscar.k_clip_ratio", "0.96"), OSCAR_OK);
+    assert_int_equal(oscar_verify_run(m, art, toks, NT, &p, &rep), OSCAR_OK);
+    assert_true(rep.methods[1].nll_sum == nll_default);
+    oscar_verify_report_free(&rep);
+    assert_int_equal(oscar_artifact_set_meta(art, "oscar.k_clip_ratio", "0.80"), OSCAR_OK);
+    assert_int_equal(oscar_verify_run(m, art, toks, NT, &p, &rep), OSCAR_OK);
+    const double nll_080 = rep.methods[1].nll_sum;
+    assert_true(nll_080 != nll_default);
+    oscar_verify_report_free(&rep);
+    assert_int_equal(oscar_artifact_set_meta(art, "oscar.v_clip_ratio", "0.50"), OSCAR_OK);
+    for (int l = 0; l < c->n_layer; l++) art->k_clip[l] = 0.70f, art->v_clip[l] = 0.60f;
+    assert_int_equal(oscar_verify_run(m, art, toks, NT, &p, &rep), OSCAR_OK);
+    assert_true(rep.methods[1].nll_sum == nll_080);
     oscar_verify_report_free(&rep);
     // no HP buffer (the fork's default): every row of every window is Q2_0
     p.sink = 0, p.recent = 0;
@@ -195,7 +269,8 @@ static void test_run_tiny_llama(void ** state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_row_transform), cmocka_unit_test(test_ring_rule),
+        cmocka_unit_test(test_row_transform), cmocka_unit_test(test_row_transform_attn_rot),
+        cmocka_unit_test(test_ring_rule),
         cmocka_unit_test(test_bpe_and_shapes), cmocka_unit_test(test_run_tiny_llama),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
