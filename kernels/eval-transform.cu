@@ -211,6 +211,69 @@ template <int VPL> static __device__ void int4_quant_dequant(const struct osc_ev
     block_fwht_prescaled<VPL>(x, b, inv, lane);   // diag(H_b) is its own inverse
 }
 
+// lib/quant kivi.c kivi_group's scale and bias of values in [m, M] (already min / max), rounded
+// to the metadata dtype, and the integer zero point (degenerate: scale 0, codes 0, bias m).
+struct kivi_q { float scale, zero_q, sq, bq; bool flat; };
+static __device__ kivi_q kivi_params(float m, float M, int dtype) {
+    m = __fadd_rn(m, 0.0f), M = __fadd_rn(M, 0.0f);   // canonical zero sign
+    if (m == 0.0f && M == 0.0f) m = -1.0f, M = 1.0f;
+    kivi_q k;
+    k.flat = m == M;
+    k.scale = k.flat ? 0.0f : __fdiv_rn(__fsub_rn(M, m), 3.0f);
+    k.zero_q = k.flat ? 0.0f : rintf(__fdiv_rn(-m, k.scale));
+    const float bias = k.flat ? m : __fmul_rn(-k.zero_q, k.scale);
+    k.sq = meta_round(k.scale, dtype), k.bq = meta_round(bias, dtype);
+    return k;
+}
+static __device__ __forceinline__ float kivi_value(float x, const kivi_q & k) {
+    float c = 0.0f;
+    if (!k.flat) {
+        const float t = rintf(__fadd_rn(__fdiv_rn(x, k.scale), k.zero_q));   // nearbyintf: half to even
+        c = t <= 0.0f ? 0.0f : t >= 3.0f ? 3.0f : truncf(t);
+    }
+    return __fadd_rn(__fmul_rn(c, k.sq), k.bq);
+}
+
+// KIVI V of one row in place: groups of G channels (kivi.c quantize_v_rows + dequantize_v_rows).
+template <int VPL> static __device__ void kivi_v_dequant(const struct osc_eval_transform & a, Row<VPL> & x, int lane) {
+    const int G = a.kivi_group, ng = 32 * VPL / G;
+    for (int g = 0; g < ng; g++) {
+        float m = INFINITY, M = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < VPL; k++) {
+            if ((lane + 32 * k) / G != g) continue;
+            m = fminf(m, x.v[k]), M = fmaxf(M, x.v[k]);
+        }
+        const kivi_q kq = kivi_params(warp_min(m), warp_max(M), a.meta_dtype);
+#pragma unroll
+        for (int k = 0; k < VPL; k++)
+            if ((lane + 32 * k) / G == g) x.v[k] = kivi_value(x.v[k], kq);
+    }
+}
+
+// One thread per (block, KV head, channel): the block's B values of that channel.
+__global__ void kivi_k_kernel(const float * __restrict__ hp, float * __restrict__ q, const int32_t * __restrict__ blocks,
+                              int32_t n_blocks, int32_t B, int32_t Hkv, int32_t D, int32_t meta_dtype) {
+    const int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x, per = (int64_t) Hkv * D;
+    if (i >= (int64_t) n_blocks * per) return;
+    const int64_t b = blocks[i / per], col = i % per;   // col = h * D + d
+    const float * x = hp + b * per + col;
+    float m = x[0], M = x[0];
+    for (int32_t t = 1; t < B; t++) m = fminf(m, x[(int64_t) t * per]), M = fmaxf(M, x[(int64_t) t * per]);
+    const kivi_q kq = kivi_params(m, M, meta_dtype);
+    for (int32_t t = 0; t < B; t++) q[(b + t) * per + col] = kivi_value(x[(int64_t) t * per], kq);
+}
+
+enum oscar_status osc_cuda_kivi_k_blocks(const float * hp, float * q, const int32_t * blocks, int32_t n_blocks,
+                                         int32_t B, int32_t Hkv, int32_t D, int32_t meta_dtype, void * stream) {
+    const int64_t n = (int64_t) n_blocks * Hkv * D;
+    if (n <= 0) return OSCAR_OK;
+    kivi_k_kernel<<<(unsigned) ((n + 255) / 256), 256, 0, (cudaStream_t) stream>>>(hp, q, blocks, n_blocks, B, Hkv, D,
+                                                                                    meta_dtype);
+    OSCAR_CUDA_CHECK_LAUNCH();
+    return OSCAR_OK;
+}
+
 template <int VPL> static __device__ void add_mean(Row<VPL> & x, const float * mu, int lane) {
     if (!mu) return;
 #pragma unroll
@@ -259,7 +322,8 @@ template <int VPL> __global__ void __launch_bounds__(TF_WARPS * 32) transform_ke
         for (int c = 0; c < a.n_cand; c++) {
             Row<VPL> q = y;
             if (a.int4_order > 0) int4_quant_dequant<VPL>(a, q, lane);
-            else quant_dequant<VPL>(a, q, a.clip_idx[c * a.n_head_kv + h], a.bisect || mode == 2, lane);
+            else if (a.kivi_group > 0) kivi_v_dequant<VPL>(a, q, lane);
+            else if (!a.hp_only) quant_dequant<VPL>(a, q, a.clip_idx[c * a.n_head_kv + h], a.bisect || mode == 2, lane);
             Row<VPL> val = rotate<VPL>(a, q, a.Rt + rm, lane);
             add_mean<VPL>(val, mu, lane);
             store<VPL>(a, c, r, val, x, lane);

@@ -32,6 +32,10 @@ struct osc_eval_transform {
     // 0: the INT2 quantizer above; > 0: SAW-INT4 instead (lib/quant int4-bdh.c): the block
     // Hadamard of this order on the row, bf16, per-row min/max INT4, dequantized and rotated back
     int32_t int4_order;
+    int32_t kivi_group;         // > 0: KIVI's V quantizer instead (lib/quant kivi.c): per-row groups of
+                                // this many channels, integer zero point (meta_dtype its metadata)
+    int32_t hp_only;            // 1: every row's quantized value is its HP value (KIVI K, whose INT2
+                                // values come per block: osc_cuda_kivi_k_blocks)
     const float * mu;           // device [Hkv, D] or NULL: the key mean, subtracted before the
                                 // rotation and added back to every output (kv-transform.c)
     int32_t diff;               // 1: out = value - x
@@ -41,5 +45,11 @@ struct osc_eval_transform {
 };
 
 enum oscar_status osc_cuda_eval_transform(const struct osc_eval_transform * a, void * stream);
+
+// KIVI K (lib/quant kivi.c quantize_k_block + dequantize_k_block, bit for bit): for every block
+// start blocks[i] (device; rows [b, b + B) of a [rows, Hkv, D] batch), KV head and channel, the
+// B values of hp quantized per channel and their dequantized values written into q.
+enum oscar_status osc_cuda_kivi_k_blocks(const float * hp, float * q, const int32_t * blocks, int32_t n_blocks,
+                                         int32_t B, int32_t Hkv, int32_t D, int32_t meta_dtype, void * stream);
 
 #endif

@@ -26,13 +26,15 @@ struct osc_kvsim {
     int32_t * lo, * hi;               // device [max_tokens]
     uint8_t * h_mode;                 // host staging
     int32_t * h_lo, * h_hi;
+    int32_t * kblocks, * h_kblocks;   // KIVI: device / host [max_tokens] first rows of the K blocks
+    int32_t n_kblocks;
 };
 
 void osc_kvsim_free(struct osc_kvsim * k) {
     if (!k) return;
     cudaFree(k->rot[0]), cudaFree(k->rot[1]), cudaFree(k->clip_idx), cudaFree(k->k_mean);
-    cudaFree(k->k_hp), cudaFree(k->rows_bf16), cudaFree(k->mode), cudaFree(k->lo);
-    free(k->h_mode), free(k->h_lo);
+    cudaFree(k->k_hp), cudaFree(k->rows_bf16), cudaFree(k->mode), cudaFree(k->lo), cudaFree(k->kblocks);
+    free(k->h_mode), free(k->h_lo), free(k->h_kblocks);
     cudaGetLastError();
     free(k);
 }
@@ -80,11 +82,14 @@ enum oscar_status osc_kvsim_open(const struct oscar_fwd_kvsim * d, const struct 
     const int32_t G = d->int2.group_size > 0 ? d->int2.group_size : D;
     if (D != 32 && D != 64 && D != 128 && D != 256)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: simulated cache at head_dim %d (32, 64, 128, 256)", D);
-    if (d->int4_order > 0 ? (d->int4_order & (d->int4_order - 1)) || D % d->int4_order
-                          : (d->int2.scheme != OSCAR_INT2_ASYM && d->int2.scheme != OSCAR_INT2_SYM) ||
-                                d->int2.bf16_dequant || G <= 0 || D % G != 0)
+    const bool kivi = d->kivi.k_block_tokens > 0;
+    if (kivi ? d->kivi.v_group_size <= 0 || D % d->kivi.v_group_size != 0
+             : d->int4_order > 0 ? (d->int4_order & (d->int4_order - 1)) || D % d->int4_order
+                                 : (d->int2.scheme != OSCAR_INT2_ASYM && d->int2.scheme != OSCAR_INT2_SYM) ||
+                                       d->int2.bf16_dequant || G <= 0 || D % G != 0)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: simulated cache needs INT2 ASYM or SYM (groups dividing "
-                         "head_dim, no bf16 dequantization) or SAW-INT4 (a power-of-two order dividing head_dim)");
+                         "head_dim, no bf16 dequantization), SAW-INT4 (a power-of-two order dividing head_dim) or "
+                         "KIVI (V groups dividing head_dim)");
     if (!d->int2_range || !d->from_prefill)
         return osc_error(OSCAR_ERR_INVALID, "forward-cuda: simulated cache without a tier rule");
     enum oscar_status st = check_side(&d->k, "K", Hkv);
@@ -97,7 +102,9 @@ enum oscar_status osc_kvsim_open(const struct oscar_fwd_kvsim * d, const struct 
     int32_t * hc = (int32_t *) malloc(2 * (size_t) L * Hkv * sizeof(int32_t));
     k->h_mode = (uint8_t *) malloc((size_t) max_tokens);
     k->h_lo = (int32_t *) malloc(2 * (size_t) max_tokens * sizeof(int32_t));
-    if (!hc || !k->h_mode || !k->h_lo) st = osc_error(OSCAR_ERR_NOMEM, "forward-cuda: simulated cache");
+    if (kivi) k->h_kblocks = (int32_t *) malloc((size_t) max_tokens * sizeof(int32_t));
+    if (!hc || !k->h_mode || !k->h_lo || (kivi && !k->h_kblocks))
+        st = osc_error(OSCAR_ERR_NOMEM, "forward-cuda: simulated cache");
     if (st == OSCAR_OK) st = upload_rot(k, 0, &d->k);
     if (st == OSCAR_OK) st = upload_rot(k, 1, &d->v);
     if (st == OSCAR_OK) {
@@ -120,6 +127,7 @@ enum oscar_status osc_kvsim_open(const struct oscar_fwd_kvsim * d, const struct 
         if (e == cudaSuccess) e = cudaMalloc((void **) &k->k_hp, 4 * rows * sizeof(float));
         if (e == cudaSuccess) e = cudaMalloc((void **) &k->mode, (size_t) max_tokens);
         if (e == cudaSuccess) e = cudaMalloc((void **) &k->lo, 2 * (size_t) max_tokens * sizeof(int32_t));
+        if (e == cudaSuccess && kivi) e = cudaMalloc((void **) &k->kblocks, (size_t) max_tokens * sizeof(int32_t));
         if (e != cudaSuccess) st = osc_cuda_error(e, "simulated cache buffers", __func__, __FILE__, __LINE__);
         else k->v_hp = k->k_hp + rows, k->k_q = k->k_hp + 2 * rows, k->v_q = k->k_hp + 3 * rows, k->hi = k->lo + max_tokens;
     }
@@ -136,6 +144,7 @@ enum oscar_status osc_kvsim_plan(struct osc_kvsim * k, const struct oscar_batch 
     const int32_t T = b->seq_start[b->n_seq];
     if (T > k->max_tokens) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: %d tokens > %d", T, k->max_tokens);
     const uint8_t pre = bisects(k->d.int2.clip_algo, k->D) ? 2 : 1, dem = bisects(k->d.demote_clip_algo, k->D) ? 2 : 1;
+    int32_t n_kb = 0;
     for (int32_t q = 0; q < b->n_seq; q++) {
         const int32_t s0 = b->seq_start[q], len = b->seq_start[q + 1] - s0;
         if (b->pos)
@@ -153,7 +162,13 @@ enum oscar_status osc_kvsim_plan(struct osc_kvsim * k, const struct oscar_batch 
         // the INT2 rows: the last query's set, the largest (lo, hi of t = len - 1 above)
         for (int32_t p = 0; p < len; p++)
             k->h_mode[s0 + p] = p < lo || p >= hi ? 0 : k->d.from_prefill(k->d.user, p, len) ? pre : dem;
+        // KIVI K: the full blocks of that set, from lo (lib/verify kv-transform.c kivi_k_seq)
+        for (int64_t b0 = lo, B = k->d.kivi.k_block_tokens; k->h_kblocks && b0 + B <= hi; b0 += B)
+            k->h_kblocks[n_kb++] = s0 + (int32_t) b0;
     }
+    k->n_kblocks = n_kb;
+    if (n_kb) OSCAR_CUDA_CHECK(cudaMemcpyAsync(k->kblocks, k->h_kblocks, (size_t) n_kb * sizeof(int32_t),
+                                               cudaMemcpyHostToDevice, s));
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(k->mode, k->h_mode, (size_t) T, cudaMemcpyHostToDevice, s));
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(k->lo, k->h_lo, (size_t) T * sizeof(int32_t), cudaMemcpyHostToDevice, s));
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(k->hi, k->h_hi, (size_t) T * sizeof(int32_t), cudaMemcpyHostToDevice, s));
@@ -179,6 +194,10 @@ static enum oscar_status transform(struct osc_kvsim * k, int side, int32_t l, co
     a.hp_bf16 = k->d.hp_bf16, a.meta_dtype = (int32_t) k->d.int2.meta_dtype;
     a.group_size = k->d.int2.group_size > 0 ? k->d.int2.group_size : k->D;
     a.int4_order = k->d.int4_order;
+    if (k->d.kivi.k_block_tokens > 0) {   // V per token in groups; K's INT2 values come per block
+        a.kivi_group = side ? k->d.kivi.v_group_size : 0, a.hp_only = side == 0;
+        a.meta_dtype = (int32_t) k->d.kivi.meta_dtype;
+    }
     a.mu = side == 0 && k->k_mean ? k->k_mean + (size_t) l * k->Hkv * k->D : NULL;
     a.out = q, a.out_hp = hp, a.out_stride = (int64_t) T * k->Hkv * k->D, a.n_rows = (int64_t) T * k->Hkv;
     return osc_cuda_eval_transform(&a, s);
@@ -189,6 +208,9 @@ enum oscar_status osc_kvsim_attend(struct osc_kvsim * k, int32_t l, const float 
                                    int32_t n_blocks, void * out, bool out_f32, cudaStream_t s) {
     enum oscar_status st = transform(k, 0, l, kx, T, k->k_hp, k->k_q, s);
     if (st == OSCAR_OK) st = transform(k, 1, l, vx, T, k->v_hp, k->v_q, s);
+    if (st == OSCAR_OK && k->n_kblocks)
+        st = osc_cuda_kivi_k_blocks(k->k_hp, k->k_q, k->kblocks, k->n_kblocks, k->d.kivi.k_block_tokens, k->Hkv, k->D,
+                                    (int32_t) k->d.kivi.meta_dtype, s);
     if (st != OSCAR_OK) return st;
     if (qb && !out_f32 && osc_fwd_attention_tc_ok(k->D)) {   // the bf16 pass: tensor cores, as its exact attention
         const size_t rows = (size_t) k->max_tokens * k->Hkv * k->D, n = (size_t) T * k->Hkv * k->D;

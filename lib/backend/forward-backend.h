@@ -81,6 +81,10 @@ struct oscar_fwd_kvsim {
     int32_t int4_order;                     // > 0: SAW-INT4 of this block-Hadamard order instead of INT2
                                             // (int2.meta_dtype its metadata; no clips)
     const float * k_mean;                   // host [L, Hkv, D] key mean (read at set_attention) or NULL
+    // KIVI instead of INT2 (kivi.k_block_tokens > 0): V rows per token in groups, K per channel over
+    // blocks of k_block_tokens rows, the full blocks of the last query's INT2 range of each sequence
+    // (the tier rule is then block-aligned); every other K row keeps its HP value
+    struct oscar_kivi_params kivi;
     bool hp_bf16;
     struct oscar_fwd_kvsim_side k, v;
     void (*int2_range)(const void * user, int64_t t, int64_t len, int64_t * lo, int64_t * hi);

@@ -35,9 +35,10 @@ enum oscar_status oscar_kv_fwd_sim_init(const struct oscar_kv_transform * tf, st
     if (st != OSCAR_OK) return st;
     const bool int2 = tf->quant == OSCAR_KVQ_INT2 &&
                       (tf->int2.scheme == OSCAR_INT2_ASYM || tf->int2.scheme == OSCAR_INT2_SYM) && !tf->int2.bf16_dequant;
-    if ((!int2 && tf->quant != OSCAR_KVQ_INT4_BDH) || tf->tiers.block > 1)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "device cache simulation: method '%s' is not INT2 ASYM/SYM or SAW-INT4 "
-                         "with per-token quantizers", tf->name);
+    const bool kivi = tf->quant == OSCAR_KVQ_KIVI;
+    if ((!int2 && tf->quant != OSCAR_KVQ_INT4_BDH && !kivi) || (tf->tiers.block > 1 && !kivi))
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "device cache simulation: method '%s' is not INT2 ASYM/SYM, SAW-INT4 "
+                         "or KIVI", tf->name);
     const int32_t D = tf->head_dim;
     if (D != 32 && D != 64 && D != 128 && D != 256)   // the device row transform's sizes (eval-transform.cuh)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "device cache simulation: head_dim %d (32, 64, 128, 256)", D);
@@ -48,6 +49,7 @@ enum oscar_status oscar_kv_fwd_sim_init(const struct oscar_kv_transform * tf, st
     d->int2 = tf->int2, d->demote_clip_algo = tf->demote_clip_algo, d->hp_bf16 = tf->hp_bf16;
     d->int4_order = tf->quant == OSCAR_KVQ_INT4_BDH ? tf->int4_order : 0;
     d->k_mean = tf->k_mean;
+    if (kivi) d->kivi = tf->kivi;
     d->k = side_of(tf, true, out->clip);
     d->v = side_of(tf, false, out->clip + (size_t) tf->n_layer * nc);
     d->int2_range = tier_range, d->from_prefill = tier_from_prefill, d->user = &tf->tiers;

@@ -12,7 +12,7 @@
 // oscar-verify --device cuda runs), and with the [T, V] fp32 logits copied to the host
 // (the path before device scoring), each as a ratio to the exact pass. Methods: naive (SYM INT2),
 // hadamard (ASYM INT2), oscar (ASYM INT2 with per-layer orthogonal matrices, clips 0.96 / 0.92),
-// int4-bdh (SAW-INT4, block Hadamard of order 128); decode tiering sink 32,
+// int4-bdh (SAW-INT4, block Hadamard of order 128), kivi (KIVI INT2, f16 metadata); decode tiering sink 32,
 // recent 128, page 64 (oscar-verify's defaults).
 #include <math.h>
 #include <stdio.h>
@@ -76,8 +76,8 @@ int main(int argc, char ** argv) {
                                .prompt_len = 32, .block = 1};
     float * rot = malloc(sizeof(float) * (size_t) L * D * D);
     hadamard_rotations(rot, L, D, 88172645463325252ull);
-    enum { NM = 4 };
-    const char * names[NM] = {"naive", "hadamard", "oscar", "int4-bdh"};
+    enum { NM = 5 };
+    const char * names[NM] = {"naive", "hadamard", "oscar", "int4-bdh", "kivi"};
     struct oscar_kv_transform tf[NM];
     struct oscar_kv_fwd_sim fs[NM];
     memset(fs, 0, sizeof fs);
@@ -131,7 +131,8 @@ int main(int argc, char ** argv) {
             fflush(stdout);
         }
         if (host && k == 0 && st == OSCAR_OK) {   // the host path this replaces: one window
-            for (int i = 1; i < 3 && st == OSCAR_OK; i++) {
+            for (int i = 1; i < NM && st == OSCAR_OK; i++) {
+                if (i == 3) continue;   // hadamard, oscar, kivi
                 struct oscar_kv_sim * cpu = NULL;
                 st = oscar_kv_sim_init(&tf[i], &c, T, 0, &cpu);
                 struct oscar_attention_override ov = {0};

@@ -12,7 +12,8 @@
 //     attention outputs differ only by the fp32 attention's summation order and expf:
 //     max row ||a - b|| / ||b|| <= 2e-6. Methods: naive (SYM, identity), hadamard with
 //     clips 0.95 / 0.9, oscar with per-KV-head orthogonal matrices and per-layer clips, the
-//     same with a key mean (k_mean), SAW-INT4 (int4-bdh: block Hadamard of order min(128, D));
+//     same with a key mean (k_mean), SAW-INT4 (int4-bdh: block Hadamard of order min(128, D)),
+//     KIVI (K per channel over 32-token blocks, V per token in groups of 32, f16 metadata);
 //     decode tiering with a prompt longer than the sink, so both quantizers (sort for
 //     the prefill middle, bisection for demoted rows) are exercised; two sequences in
 //     one batch. Control: the same against the exact attention must be >= 100x the bound.
@@ -118,7 +119,7 @@ static void layer0_case(int32_t Hq, int32_t Hkv, int32_t D, uint64_t seed) {
     float clips[4] = {0.97f, 0.93f, 0.9f, 0.95f};   // K layers 0, 1; V layers 0, 1
     hadamard_rotations(rot, (int64_t) c.n_layer * Hkv, D, seed);
     struct oscar_model * m = NULL;
-    enum { NM = 5 };
+    enum { NM = 6 };
     struct method me[NM];
     memset(me, 0, sizeof me);
     float * k_mean = malloc(sizeof(float) * (size_t) c.n_layer * Hkv * D);   // a key mean of the rows' scale
@@ -132,6 +133,7 @@ static void layer0_case(int32_t Hq, int32_t Hkv, int32_t D, uint64_t seed) {
     if (st == OSCAR_OK) st = method_init(&me[2], "oscar-searched", &c, &tr, T, rot, clips, NULL);
     if (st == OSCAR_OK) st = method_init(&me[3], "int4-bdh", &c, &tr, T, NULL, NULL, NULL);
     if (st == OSCAR_OK) st = method_init(&me[4], "oscar-searched", &c, &tr, T, rot, clips, k_mean);
+    if (st == OSCAR_OK) st = method_init(&me[5], "kivi", &c, &tr, T, NULL, NULL, NULL);
     int32_t * tok = malloc(sizeof(int32_t) * T), ss[3] = {0, len0, T};
     tokens(tok, T, c.n_vocab, seed);
     const size_t na = (size_t) T * Hq * D, nl = (size_t) T * c.n_vocab;

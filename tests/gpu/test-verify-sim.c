@@ -175,13 +175,14 @@ int main(int argc, char ** argv) {
            fwd_d + 4e-3, st ? " " : "", st ? oscar_last_error() : "");
     fail |= !ok;
     // oscar_verify_run end to end, --device cuda --gpu-precision fp32 vs the CPU (see
-    // verify_run_compare): INT2 and SAW-INT4 on the CUDA simulation (D 128 GQA 4; D 64 GQA 3
-    // as in SmolLM2), then two fallbacks to the CPU simulation under the device forward: a
-    // quantizer the kernels lack (KIVI's per-channel K blocks), a head_dim they lack.
+    // verify_run_compare): INT2, SAW-INT4 and KIVI on the CUDA simulation (D 128 GQA 4; D 64
+    // GQA 3 as in SmolLM2), then two fallbacks to the CPU simulation under the device forward: a
+    // quantizer the kernels lack (OScaR's omni-token K), a head_dim they lack.
     if (st == OSCAR_OK) {
         fail |= !verify_run_compare(model, tok, N, "bf16,hadamard", "cuda", 4e-3);
         fail |= !verify_run_compare(model, tok, N, "bf16,int4-bdh", "cuda", 4e-3);
-        fail |= !verify_run_compare(model, tok, N, "bf16,kivi", "cpu", 1e-3);
+        fail |= !verify_run_compare(model, tok, N, "bf16,kivi", "cuda", 4e-3);
+        fail |= !verify_run_compare(model, tok, N, "bf16,oscar-omni", "cpu", 1e-3);
         const struct { int32_t n_head, head_dim; const char * name, * methods, * sim; double bound; } shapes[2] = {
             { 6, 64, "random-llama-d64-gqa3", "bf16,hadamard", "cuda", 4e-3 },
             { 4, 48, "random-llama-d48", "bf16,naive", "cpu", 1e-3 } };   // 48: no device transform, no Hadamard
