@@ -4,34 +4,10 @@
 // equal lib/verify's CPU transform on the same inputs.
 #include "kernels/eval-transform.cuh"
 #include "kernels/cuda-common.cuh"
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "kernels/warp-row.cuh"
 
 #define TF_WARPS 8
-#define FULL     0xffffffffu
-
-template <int VPL> struct Row {
-    float v[VPL];
-};
-
-static __device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
-    return v;
-}
-static __device__ __forceinline__ float warp_min(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fminf(v, __shfl_xor_sync(FULL, v, o));
-    return v;
-}
-
-static __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-
-// The value the metadata dtype stores (enum oscar_quant_meta_dtype: 0 f32, 1 f16, 2 bf16).
-static __device__ __forceinline__ float meta_round(float x, int dtype) {
-    if (dtype == 1) return __half2float(__float2half_rn(x));
-    if (dtype == 2) return bf16_round(x);
-    return x;
-}
+#define FULL     WARP_FULL
 
 // y = x.R with fp64 sums over i ascending (oscar_kv_rotate_row): fma(x_i, R_ij, s) equals
 // s + x_i * R_ij because the product of two floats is exact in fp64.
@@ -55,47 +31,38 @@ template <int VPL> static __device__ Row<VPL> rotate_matrix(const Row<VPL> & x, 
     return y;
 }
 
-// oscar_fwht_f32: stages h = 1, 2, ..., D/2 of x[i] = lo + up, x[i+h] = lo - up, then * s.
-template <int VPL> static __device__ Row<VPL> fwht(Row<VPL> x, float s, int lane) {
-    for (int h = 1; h < 32; h <<= 1) {
-#pragma unroll
-        for (int k = 0; k < VPL; k++) {
-            const float p = __shfl_xor_sync(FULL, x.v[k], h);
-            x.v[k] = (lane & h) ? __fsub_rn(p, x.v[k]) : __fadd_rn(x.v[k], p);
-        }
+// y = x.R, then the engine's diag(H_b) when it rotates again (the llama.cpp fork's attn_rot).
+template <int VPL> static __device__ Row<VPL> rotate_fwd(const struct osc_eval_transform & a, const Row<VPL> & x,
+                                                         const float * R, int lane) {
+    if (a.rot == OSCAR_EVAL_ROT_MATRIX) {
+        Row<VPL> y = rotate_matrix<VPL>(x, R, lane);
+        if (a.engine_hadamard) block_fwht<VPL>(y, a.engine_hadamard, lane);
+        return y;
     }
-#pragma unroll
-    for (int m = 1; m < VPL; m <<= 1) {
-#pragma unroll
-        for (int k = 0; k < VPL; k++) {
-            if (k & m) continue;
-            const float lo = x.v[k], up = x.v[k + m];
-            x.v[k] = __fadd_rn(lo, up);
-            x.v[k + m] = __fsub_rn(lo, up);
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < VPL; k++) x.v[k] = __fmul_rn(x.v[k], s);
-    return x;
-}
-
-template <int VPL> static __device__ Row<VPL> rotate(const struct osc_eval_transform & a, const Row<VPL> & x,
-                                                     const float * R, int lane) {
-    if (a.rot == OSCAR_EVAL_ROT_MATRIX) return rotate_matrix<VPL>(x, R, lane);
     if (a.rot == OSCAR_EVAL_ROT_HADAMARD) return fwht<VPL>(x, a.had_scale, lane);
     return x;
 }
 
-// sort(|x|)[idx] exactly: the largest bit pattern t with #{|x| < t} <= idx.
-template <int VPL> static __device__ float clip_tau_sort(const Row<VPL> & x, int idx) {
-    uint32_t a[VPL], ans = 0;
-#pragma unroll
-    for (int k = 0; k < VPL; k++) a[k] = __float_as_uint(x.v[k]) & 0x7fffffffu;
+// The inverse of rotate_fwd (Rt: the transposes): diag(H_b) (its own inverse) first, then .R^T.
+template <int VPL> static __device__ Row<VPL> rotate_back(const struct osc_eval_transform & a, Row<VPL> x,
+                                                          const float * Rt, int lane) {
+    if (a.rot == OSCAR_EVAL_ROT_MATRIX) {
+        if (a.engine_hadamard) block_fwht<VPL>(x, a.engine_hadamard, lane);
+        return rotate_matrix<VPL>(x, Rt, lane);
+    }
+    if (a.rot == OSCAR_EVAL_ROT_HADAMARD) return fwht<VPL>(x, a.had_scale, lane);
+    return x;
+}
+
+// sort(|x|)[idx] over the values k0 <= k < k0 + kn of every lane, exactly: the largest bit
+// pattern t with #{|x| < t} <= idx.
+template <int VPL> static __device__ float order_stat_abs(const Row<VPL> & x, int idx, int k0, int kn) {
+    uint32_t ans = 0;
     for (int b = 30; b >= 0; b--) {
         const uint32_t t = ans | (1u << b);
         int c = 0;
 #pragma unroll
-        for (int k = 0; k < VPL; k++) c += a[k] < t;
+        for (int k = 0; k < VPL; k++) c += k >= k0 && k < k0 + kn && (__float_as_uint(x.v[k]) & 0x7fffffffu) < t;
         if (__reduce_add_sync(FULL, c) <= idx) ans = t;
     }
     return __uint_as_float(ans);
@@ -124,13 +91,41 @@ static __device__ __forceinline__ float code_trunc3(float t) {
     return (float) ((t >= 1.0f) + (t >= 2.0f) + (t >= 3.0f));
 }
 
-// Clip, quantize and dequantize one row in place (lib/quant int2.c quantize_row + dequant_row).
+// lib/quant lloyd-max.c on one clipped row (one group): the fp64 sequential mean and deviation,
+// three thresholds on z = (x - mu) / sigma, stored as (scale, zero), dequantized as (c - zero) * scale.
+template <int VPL> static __device__ void lloyd_max_dequant(const struct osc_eval_transform & a, Row<VPL> & x) {
+    constexpr int D = 32 * VPL;
+    const float mu = __double2float_rn(__ddiv_rn(row_sum_f64<VPL>(x), (double) D));
+    double v = 0.0;
+#pragma unroll
+    for (int k = 0; k < VPL; k++)
+        for (int src = 0; src < 32; src++) {
+            const double e = __dsub_rn((double) __shfl_sync(FULL, x.v[k], src), (double) mu);
+            v = __dadd_rn(v, __dmul_rn(e, e));
+        }
+    const float sigma = __double2float_rn(__dsqrt_rn(__dadd_rn(__ddiv_rn(v, (double) D), 1e-8)));
+    const float scale = __fmul_rn(a.lm_k, sigma), zero = __fsub_rn(a.lm_z0, __fdiv_rn(mu, scale));
+    const float sq = meta_round(scale, a.meta_dtype), zq = meta_round(zero, a.meta_dtype);
+#pragma unroll
+    for (int k = 0; k < VPL; k++) {
+        const float z = __fdiv_rn(__fsub_rn(x.v[k], mu), sigma);
+        const int c = (z >= -a.lm_t) + (z >= 0.0f) + (z >= a.lm_t);
+        x.v[k] = __fmul_rn(__fsub_rn((float) c, zq), sq);
+    }
+}
+
+// Clip, quantize and dequantize one row in place (lib/quant int2.c quantize_row + dequant_row);
+// lloyd: the Lloyd-Max scheme after the clip.
 template <int VPL> static __device__ void quant_dequant(const struct osc_eval_transform & a, Row<VPL> & x, int idx,
-                                                       bool bisect, int lane) {
+                                                       bool bisect, bool lloyd, int lane) {
     if (!a.sym && idx >= 0) {
-        const float tau = bisect ? clip_tau_bisect<VPL>(x, idx) : clip_tau_sort<VPL>(x, idx);
+        const float tau = bisect ? clip_tau_bisect<VPL>(x, idx) : order_stat_abs<VPL>(x, idx, 0, VPL);
 #pragma unroll
         for (int k = 0; k < VPL; k++) x.v[k] = x.v[k] < -tau ? -tau : x.v[k] > tau ? tau : x.v[k];
+    }
+    if (lloyd) {
+        lloyd_max_dequant<VPL>(a, x);
+        return;
     }
     const int G = a.group_size, ng = 32 * VPL / G;
     for (int g = 0; g < ng; g++) {
@@ -160,29 +155,11 @@ template <int VPL> static __device__ void quant_dequant(const struct osc_eval_tr
     }
 }
 
-// oscar_int4_bdh_rotate_row: every element times (float) (1/sqrt(b)) first, then the
-// butterflies of stages h < b (pairs stay inside aligned blocks of b), lane l holding l + 32k.
+// oscar_int4_bdh_rotate_row: every element times (float) (1/sqrt(b)) first, then the butterflies
+// of stages h < b.
 template <int VPL> static __device__ void block_fwht_prescaled(Row<VPL> & x, int b, float inv, int lane) {
-#pragma unroll
-    for (int k = 0; k < VPL; k++) x.v[k] = __fmul_rn(x.v[k], inv);
-    for (int h = 1; h < 32 && h < b; h <<= 1) {
-#pragma unroll
-        for (int k = 0; k < VPL; k++) {
-            const float p = __shfl_xor_sync(FULL, x.v[k], h);
-            x.v[k] = (lane & h) ? __fsub_rn(p, x.v[k]) : __fadd_rn(x.v[k], p);
-        }
-    }
-#pragma unroll
-    for (int m = 1; m < VPL; m <<= 1) {
-        if (32 * m >= b) break;
-#pragma unroll
-        for (int k = 0; k < VPL; k++) {
-            if (k & m) continue;
-            const float lo = x.v[k], up = x.v[k + m];
-            x.v[k] = __fadd_rn(lo, up);
-            x.v[k + m] = __fsub_rn(lo, up);
-        }
-    }
+    row_scale<VPL>(x, inv);
+    butterflies<VPL>(x, b, lane);
 }
 
 // SAW-INT4 of one row in place (lib/quant int4-bdh.c quantize + dequantize with unrotate).
@@ -246,14 +223,58 @@ template <int VPL> static __device__ void kivi_v_dequant(const struct osc_eval_t
         }
         const kivi_q kq = kivi_params(warp_min(m), warp_max(M), a.meta_dtype);
 #pragma unroll
-        for (int k = 0; k < VPL; k++)
-            if ((lane + 32 * k) / G == g) x.v[k] = kivi_value(x.v[k], kq);
+        for (int k = 0; k < VPL; k++) {
+            if ((lane + 32 * k) / G != g) continue;
+            x.v[k] = kivi_value(x.v[k], kq);
+            if (a.kivi_round_values) x.v[k] = meta_round(x.v[k], a.meta_dtype);
+        }
     }
 }
 
-// One thread per (block, KV head, channel): the block's B values of that channel.
-__global__ void kivi_k_kernel(const float * __restrict__ hp, float * __restrict__ q, const int32_t * __restrict__ blocks,
-                              int32_t n_blocks, int32_t B, int32_t Hkv, int32_t D, int32_t meta_dtype) {
+// lib/quant q2-0.c on one head's row, which is one fork row here (kv_transform_check's shapes),
+// without the in-quant Hadamard: per group of 128 values (one 32-block when D < 128) the
+// sequential fp32 mean, the clip at the order statistic idx of |x - mean| (-1: none), then per
+// 32-block its sigma, the codes, and L[c] * f16(sigma) + f16(mean).
+template <int VPL> static __device__ void q2_0_dequant(const struct osc_eval_transform & a, Row<VPL> & x, int idx) {
+    constexpr int KB = VPL >= 4 ? 4 : 1;   // 32-blocks per group
+#pragma unroll
+    for (int k0 = 0; k0 < VPL; k0 += KB) {
+        float s = 0.0f;
+#pragma unroll
+        for (int k = k0; k < k0 + KB; k++)
+            for (int src = 0; src < 32; src++) s = __fadd_rn(s, __shfl_sync(FULL, x.v[k], src));
+        const float mean = __fdiv_rn(s, (float) (32 * KB));
+#pragma unroll
+        for (int k = k0; k < k0 + KB; k++) x.v[k] = __fsub_rn(x.v[k], mean);
+        if (idx >= 0) {
+            const float thr = order_stat_abs<VPL>(x, idx, k0, KB);
+#pragma unroll
+            for (int k = k0; k < k0 + KB; k++) {
+                const float c = x.v[k] > thr ? thr : x.v[k];
+                x.v[k] = c < -thr ? -thr : c;
+            }
+        }
+        const float m16 = f16_round(mean);
+#pragma unroll
+        for (int k = k0; k < k0 + KB; k++) {
+            float ss = 0.0f;
+            for (int src = 0; src < 32; src++) {
+                const float v = __shfl_sync(FULL, x.v[k], src);
+                ss = __fadd_rn(ss, __fmul_rn(v, v));
+            }
+            const float sigma = __fsqrt_rn(__fdiv_rn(ss, 32.0f));
+            const float inv = sigma > 1e-8f ? __fdiv_rn(1.0f, sigma) : 0.0f;
+            const float vs = __fmul_rn(x.v[k], inv);
+            const int c = (vs >= -a.q2_t) + (vs >= 0.0f) + (vs >= a.q2_t);
+            x.v[k] = __fadd_rn(__fmul_rn(a.q2_levels[c], f16_round(sigma)), m16);
+        }
+    }
+}
+
+// One thread per (block, KV head, channel): the block's B values of that channel (in place when
+// q == hp: each thread reads its values before it writes them).
+__global__ void kivi_k_kernel(const float * hp, float * q, const int32_t * __restrict__ blocks, int32_t n_blocks,
+                              int32_t B, int32_t Hkv, int32_t D, int32_t meta_dtype, int32_t round_values) {
     const int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x, per = (int64_t) Hkv * D;
     if (i >= (int64_t) n_blocks * per) return;
     const int64_t b = blocks[i / per], col = i % per;   // col = h * D + d
@@ -261,15 +282,19 @@ __global__ void kivi_k_kernel(const float * __restrict__ hp, float * __restrict_
     float m = x[0], M = x[0];
     for (int32_t t = 1; t < B; t++) m = fminf(m, x[(int64_t) t * per]), M = fmaxf(M, x[(int64_t) t * per]);
     const kivi_q kq = kivi_params(m, M, meta_dtype);
-    for (int32_t t = 0; t < B; t++) q[(b + t) * per + col] = kivi_value(x[(int64_t) t * per], kq);
+    for (int32_t t = 0; t < B; t++) {
+        const float v = kivi_value(x[(int64_t) t * per], kq);
+        q[(b + t) * per + col] = round_values ? meta_round(v, meta_dtype) : v;
+    }
 }
 
 enum oscar_status osc_cuda_kivi_k_blocks(const float * hp, float * q, const int32_t * blocks, int32_t n_blocks,
-                                         int32_t B, int32_t Hkv, int32_t D, int32_t meta_dtype, void * stream) {
+                                         int32_t B, int32_t Hkv, int32_t D, int32_t meta_dtype, bool round_values,
+                                         void * stream) {
     const int64_t n = (int64_t) n_blocks * Hkv * D;
     if (n <= 0) return OSCAR_OK;
     kivi_k_kernel<<<(unsigned) ((n + 255) / 256), 256, 0, (cudaStream_t) stream>>>(hp, q, blocks, n_blocks, B, Hkv, D,
-                                                                                    meta_dtype);
+                                                                                    meta_dtype, round_values);
     OSCAR_CUDA_CHECK_LAUNCH();
     return OSCAR_OK;
 }
@@ -295,36 +320,40 @@ template <int VPL> __global__ void __launch_bounds__(TF_WARPS * 32) transform_ke
         const int h = (int) (r % a.n_head_kv);
         const size_t rm = (size_t) (a.n_rot > 1 ? h : 0) * D * D;
         const float * mu = a.mu ? a.mu + (size_t) h * D : NULL;
-        Row<VPL> x, xc;
+        const Row<VPL> x = row_load<VPL>(a.x + r * D, lane);
+        Row<VPL> xc = x;
+        if (mu) {
 #pragma unroll
-        for (int k = 0; k < VPL; k++) {
-            x.v[k] = a.x[r * D + lane + 32 * k];
-            xc.v[k] = mu ? __fsub_rn(x.v[k], mu[lane + 32 * k]) : x.v[k];
+            for (int k = 0; k < VPL; k++) xc.v[k] = __fsub_rn(x.v[k], mu[lane + 32 * k]);
         }
-        Row<VPL> y = rotate<VPL>(a, xc, a.R + rm, lane);
+        Row<VPL> y = rotate_fwd<VPL>(a, xc, a.R + rm, lane);
         if (a.hp_bf16) {
 #pragma unroll
             for (int k = 0; k < VPL; k++) y.v[k] = bf16_round(y.v[k]);
         }
-        const int mode = a.int2_row[r / a.n_head_kv];
-        if (!mode || a.out_hp) {
-            Row<VPL> hp = rotate<VPL>(a, y, a.Rt + rm, lane);
-            add_mean<VPL>(hp, mu, lane);
-            if (a.out_hp) {
+        const int mode = a.int2_row[r / a.n_head_kv], tier = mode & 3;
+        if (!tier || a.out_hp) {
+            Row<VPL> hy = y;
+            if (a.hp_f16) {
 #pragma unroll
-                for (int k = 0; k < VPL; k++) a.out_hp[r * D + lane + 32 * k] = hp.v[k];
+                for (int k = 0; k < VPL; k++) hy.v[k] = f16_round(y.v[k]);
             }
-            if (!mode) {
+            Row<VPL> hp = rotate_back<VPL>(a, hy, a.Rt + rm, lane);
+            add_mean<VPL>(hp, mu, lane);
+            if (a.out_hp) row_store<VPL>(a.out_hp + r * D, hp, lane);
+            if (!tier) {
                 for (int c = 0; c < a.n_cand; c++) store<VPL>(a, c, r, hp, x, lane);
                 continue;
             }
         }
         for (int c = 0; c < a.n_cand; c++) {
             Row<VPL> q = y;
+            const int idx = a.clip_idx[c * a.n_head_kv + h];
             if (a.int4_order > 0) int4_quant_dequant<VPL>(a, q, lane);
             else if (a.kivi_group > 0) kivi_v_dequant<VPL>(a, q, lane);
-            else if (!a.hp_only) quant_dequant<VPL>(a, q, a.clip_idx[c * a.n_head_kv + h], a.bisect || mode == 2, lane);
-            Row<VPL> val = rotate<VPL>(a, q, a.Rt + rm, lane);
+            else if (a.q2_0) q2_0_dequant<VPL>(a, q, idx);
+            else if (!a.hp_only) quant_dequant<VPL>(a, q, idx, a.bisect || tier == 2, a.lloyd_max && (mode & 4), lane);
+            Row<VPL> val = rotate_back<VPL>(a, q, a.Rt + rm, lane);
             add_mean<VPL>(val, mu, lane);
             store<VPL>(a, c, r, val, x, lane);
         }

@@ -26,17 +26,61 @@ struct osc_kvsim {
     int32_t * lo, * hi;               // device [max_tokens]
     uint8_t * h_mode;                 // host staging
     int32_t * h_lo, * h_hi;
-    int32_t * kblocks, * h_kblocks;   // KIVI: device / host [max_tokens] first rows of the K blocks
+    int32_t * kblocks, * h_kblocks;   // KIVI, OScaR: device / host [max_tokens] first rows of the K blocks
     int32_t n_kblocks;
+    float * omni_y, * omni_norm;      // OScaR: device [max_tokens, Hkv, D] scaled K, [max_tokens] norms
 };
 
 void osc_kvsim_free(struct osc_kvsim * k) {
     if (!k) return;
     cudaFree(k->rot[0]), cudaFree(k->rot[1]), cudaFree(k->clip_idx), cudaFree(k->k_mean);
     cudaFree(k->k_hp), cudaFree(k->rows_bf16), cudaFree(k->mode), cudaFree(k->lo), cudaFree(k->kblocks);
+    cudaFree(k->omni_y);
     free(k->h_mode), free(k->h_lo), free(k->h_kblocks);
     cudaGetLastError();
     free(k);
+}
+
+static bool k_blocks(const struct oscar_fwd_kvsim * d) {
+    return d->quant == OSCAR_FWD_KVQ_KIVI || d->quant == OSCAR_FWD_KVQ_OMNI;
+}
+
+// The clip index of ratio r: oscar_clip_index's, or Q2_0's within its group of n (q2-0.c: fp32
+// product, truncated; clips only strictly inside (0, 1)).
+static int32_t clip_index(const struct oscar_fwd_kvsim * d, double r, int32_t D) {
+    if (d->quant == OSCAR_FWD_KVQ_Q2_0) {
+        const float cr = (float) r;
+        const int32_t n = D >= OSCAR_Q2_0_GROUP ? OSCAR_Q2_0_GROUP : OSCAR_Q2_0_BLOCK;
+        if (!(cr > 0.0f && cr < 1.0f)) return -1;
+        const int32_t idx = (int32_t) (cr * (float) n);
+        return idx < n ? idx : n - 1;
+    }
+    return d->int2.scheme == OSCAR_INT2_SYM ? -1 : oscar_clip_index(r, D);
+}
+
+// What the device transform has (else UNSUPPORTED, naming it).
+static enum oscar_status check_quant(const struct oscar_fwd_kvsim * d, int32_t D) {
+    const int32_t G = d->int2.group_size > 0 ? d->int2.group_size : D;
+    bool ok = false;
+    switch (d->quant) {
+    case OSCAR_FWD_KVQ_INT2:
+        ok = !d->int2.bf16_dequant && G > 0 && D % G == 0 &&
+             (d->int2.scheme == OSCAR_INT2_ASYM || d->int2.scheme == OSCAR_INT2_SYM ||
+              (d->int2.scheme == OSCAR_INT2_LLOYD_MAX && G == D));
+        break;
+    case OSCAR_FWD_KVQ_INT4_BDH: ok = d->int4_order > 0 && !(d->int4_order & (d->int4_order - 1)) && D % d->int4_order == 0; break;
+    case OSCAR_FWD_KVQ_KIVI:
+    case OSCAR_FWD_KVQ_OMNI: ok = d->kivi.k_block_tokens > 0 && d->kivi.v_group_size > 0 && D % d->kivi.v_group_size == 0; break;
+    case OSCAR_FWD_KVQ_Q2_0: ok = D % OSCAR_Q2_0_BLOCK == 0; break;
+    }
+    if (d->quant == OSCAR_FWD_KVQ_OMNI && (d->k.rot != OSCAR_EVAL_ROT_HADAMARD || d->v.rot != OSCAR_EVAL_ROT_HADAMARD))
+        ok = false;
+    if (!ok)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: simulated cache: quantizer %d with these parameters (INT2 "
+                         "ASYM / SYM / Lloyd-Max with groups dividing head_dim and no bf16 dequantization, SAW-INT4 of a "
+                         "power-of-two order dividing head_dim, KIVI or OScaR with V groups dividing head_dim, Q2_0)",
+                         (int) d->quant);
+    return OSCAR_OK;
 }
 
 // oscar_clip_tau's rule for a clip algorithm at head_dim D.
@@ -79,20 +123,14 @@ enum oscar_status osc_kvsim_open(const struct oscar_fwd_kvsim * d, const struct 
     (void) s;
     *out = NULL;
     const int32_t D = c->head_dim, Hkv = c->n_head_kv, L = c->n_layer;
-    const int32_t G = d->int2.group_size > 0 ? d->int2.group_size : D;
     if (D != 32 && D != 64 && D != 128 && D != 256)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: simulated cache at head_dim %d (32, 64, 128, 256)", D);
-    const bool kivi = d->kivi.k_block_tokens > 0;
-    if (kivi ? d->kivi.v_group_size <= 0 || D % d->kivi.v_group_size != 0
-             : d->int4_order > 0 ? (d->int4_order & (d->int4_order - 1)) || D % d->int4_order
-                                 : (d->int2.scheme != OSCAR_INT2_ASYM && d->int2.scheme != OSCAR_INT2_SYM) ||
-                                       d->int2.bf16_dequant || G <= 0 || D % G != 0)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: simulated cache needs INT2 ASYM or SYM (groups dividing "
-                         "head_dim, no bf16 dequantization), SAW-INT4 (a power-of-two order dividing head_dim) or "
-                         "KIVI (V groups dividing head_dim)");
+    enum oscar_status st = check_quant(d, D);
+    if (st != OSCAR_OK) return st;
+    const bool blocks = k_blocks(d), omni = d->quant == OSCAR_FWD_KVQ_OMNI;
     if (!d->int2_range || !d->from_prefill)
         return osc_error(OSCAR_ERR_INVALID, "forward-cuda: simulated cache without a tier rule");
-    enum oscar_status st = check_side(&d->k, "K", Hkv);
+    st = check_side(&d->k, "K", Hkv);
     if (st == OSCAR_OK) st = check_side(&d->v, "V", Hkv);
     if (st != OSCAR_OK) return st;
     struct osc_kvsim * k = (struct osc_kvsim *) calloc(1, sizeof *k);
@@ -102,8 +140,8 @@ enum oscar_status osc_kvsim_open(const struct oscar_fwd_kvsim * d, const struct 
     int32_t * hc = (int32_t *) malloc(2 * (size_t) L * Hkv * sizeof(int32_t));
     k->h_mode = (uint8_t *) malloc((size_t) max_tokens);
     k->h_lo = (int32_t *) malloc(2 * (size_t) max_tokens * sizeof(int32_t));
-    if (kivi) k->h_kblocks = (int32_t *) malloc((size_t) max_tokens * sizeof(int32_t));
-    if (!hc || !k->h_mode || !k->h_lo || (kivi && !k->h_kblocks))
+    if (blocks) k->h_kblocks = (int32_t *) malloc((size_t) max_tokens * sizeof(int32_t));
+    if (!hc || !k->h_mode || !k->h_lo || (blocks && !k->h_kblocks))
         st = osc_error(OSCAR_ERR_NOMEM, "forward-cuda: simulated cache");
     if (st == OSCAR_OK) st = upload_rot(k, 0, &d->k);
     if (st == OSCAR_OK) st = upload_rot(k, 1, &d->v);
@@ -114,7 +152,7 @@ enum oscar_status osc_kvsim_open(const struct oscar_fwd_kvsim * d, const struct 
             for (int32_t l = 0; l < L; l++)
                 for (int32_t h = 0; h < Hkv; h++) {
                     const double r = sd->clip[(size_t) l * sd->n_clip + (sd->n_clip > 1 ? h : 0)];
-                    hc[((size_t) side * L + l) * Hkv + h] = d->int2.scheme == OSCAR_INT2_SYM ? -1 : oscar_clip_index(r, D);
+                    hc[((size_t) side * L + l) * Hkv + h] = clip_index(d, r, D);
                 }
         }
         const size_t rows = (size_t) max_tokens * Hkv * D;
@@ -127,9 +165,11 @@ enum oscar_status osc_kvsim_open(const struct oscar_fwd_kvsim * d, const struct 
         if (e == cudaSuccess) e = cudaMalloc((void **) &k->k_hp, 4 * rows * sizeof(float));
         if (e == cudaSuccess) e = cudaMalloc((void **) &k->mode, (size_t) max_tokens);
         if (e == cudaSuccess) e = cudaMalloc((void **) &k->lo, 2 * (size_t) max_tokens * sizeof(int32_t));
-        if (e == cudaSuccess && kivi) e = cudaMalloc((void **) &k->kblocks, (size_t) max_tokens * sizeof(int32_t));
+        if (e == cudaSuccess && blocks) e = cudaMalloc((void **) &k->kblocks, (size_t) max_tokens * sizeof(int32_t));
+        if (e == cudaSuccess && omni) e = cudaMalloc((void **) &k->omni_y, (rows + (size_t) max_tokens) * sizeof(float));
         if (e != cudaSuccess) st = osc_cuda_error(e, "simulated cache buffers", __func__, __FILE__, __LINE__);
         else k->v_hp = k->k_hp + rows, k->k_q = k->k_hp + 2 * rows, k->v_q = k->k_hp + 3 * rows, k->hi = k->lo + max_tokens;
+        if (omni && e == cudaSuccess) k->omni_norm = k->omni_y + rows;
     }
     free(hc);
     if (st != OSCAR_OK) {
@@ -161,9 +201,9 @@ enum oscar_status osc_kvsim_plan(struct osc_kvsim * k, const struct oscar_batch 
         }
         // the INT2 rows: the last query's set, the largest (lo, hi of t = len - 1 above)
         for (int32_t p = 0; p < len; p++)
-            k->h_mode[s0 + p] = p < lo || p >= hi ? 0 : k->d.from_prefill(k->d.user, p, len) ? pre : dem;
-        // KIVI K: the full blocks of that set, from lo (lib/verify kv-transform.c kivi_k_seq)
-        for (int64_t b0 = lo, B = k->d.kivi.k_block_tokens; k->h_kblocks && b0 + B <= hi; b0 += B)
+            k->h_mode[s0 + p] = p < lo || p >= hi ? 0 : k->d.from_prefill(k->d.user, p, len) ? 4 | pre : dem;
+        // KIVI / OScaR K: the full blocks of that set, from lo (lib/verify kv-transform.c kivi_k_seq)
+        for (int64_t b0 = lo, B = k->d.kivi.k_block_tokens; k_blocks(&k->d) && b0 + B <= hi; b0 += B)
             k->h_kblocks[n_kb++] = s0 + (int32_t) b0;
     }
     k->n_kblocks = n_kb;
@@ -190,27 +230,56 @@ static enum oscar_status transform(struct osc_kvsim * k, int side, int32_t l, co
         a.Rt = k->rot[side] + (n + (size_t) l * a.n_rot) * DD;
     }
     a.x = x, a.int2_row = k->mode, a.clip_idx = k->clip_idx + ((size_t) side * k->L + l) * k->Hkv, a.n_cand = 1;
-    a.sym = k->d.int2.scheme == OSCAR_INT2_SYM, a.bisect = 0;   // per row: mode 2 bisects
-    a.hp_bf16 = k->d.hp_bf16, a.meta_dtype = (int32_t) k->d.int2.meta_dtype;
-    a.group_size = k->d.int2.group_size > 0 ? k->d.int2.group_size : k->D;
-    a.int4_order = k->d.int4_order;
-    if (k->d.kivi.k_block_tokens > 0) {   // V per token in groups; K's INT2 values come per block
-        a.kivi_group = side ? k->d.kivi.v_group_size : 0, a.hp_only = side == 0;
-        a.meta_dtype = (int32_t) k->d.kivi.meta_dtype;
+    const struct oscar_fwd_kvsim * d = &k->d;
+    a.sym = d->int2.scheme == OSCAR_INT2_SYM, a.bisect = 0;   // per row: mode 2 bisects
+    a.hp_bf16 = d->hp_bf16, a.meta_dtype = (int32_t) d->int2.meta_dtype;
+    a.group_size = d->int2.group_size > 0 ? d->int2.group_size : k->D;
+    a.engine_hadamard = sd->engine_hadamard;
+    switch (d->quant) {
+    case OSCAR_FWD_KVQ_INT2:
+        a.lloyd_max = d->int2.scheme == OSCAR_INT2_LLOYD_MAX;
+        oscar_lloyd_max_constants(&a.lm_t, &a.lm_k, &a.lm_z0);
+        break;
+    case OSCAR_FWD_KVQ_INT4_BDH: a.int4_order = d->int4_order; break;
+    case OSCAR_FWD_KVQ_KIVI:
+    case OSCAR_FWD_KVQ_OMNI:   // V per token in groups; K's INT2 values come per block
+        a.kivi_group = side ? d->kivi.v_group_size : 0, a.hp_only = side == 0;
+        a.meta_dtype = (int32_t) d->kivi.meta_dtype;
+        a.kivi_round_values = d->quant == OSCAR_FWD_KVQ_OMNI;
+        break;
+    case OSCAR_FWD_KVQ_Q2_0:   // the fork's HP buffer is F16; Q2_0 quantizes the fp32 row
+        a.q2_0 = 1, a.hp_f16 = 1;
+        oscar_q2_0_constants(a.q2_levels, &a.q2_t);
+        break;
     }
     a.mu = side == 0 && k->k_mean ? k->k_mean + (size_t) l * k->Hkv * k->D : NULL;
     a.out = q, a.out_hp = hp, a.out_stride = (int64_t) T * k->Hkv * k->D, a.n_rows = (int64_t) T * k->Hkv;
     return osc_cuda_eval_transform(&a, s);
 }
 
+// OScaR K (lib/verify kv-omni.c): every row's HP value per token, the K blocks quantized in the
+// scaled basis and multiplied back by each token's norm; the other rows keep their HP value.
+static enum oscar_status omni_k(struct osc_kvsim * k, const float * kx, int32_t T, cudaStream_t s) {
+    const size_t n = (size_t) T * k->Hkv * k->D;
+    const int32_t B = k->d.kivi.k_block_tokens;
+    enum oscar_status st = osc_cuda_omni_k_tokens(kx, k->omni_y, k->omni_norm, k->k_hp, T, k->Hkv, k->D, s);
+    if (st != OSCAR_OK) return st;
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(k->k_q, k->k_hp, n * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    st = osc_cuda_kivi_k_blocks(k->omni_y, k->omni_y, k->kblocks, k->n_kblocks, B, k->Hkv, k->D,
+                                (int32_t) k->d.kivi.meta_dtype, true, s);
+    if (st == OSCAR_OK)
+        st = osc_cuda_omni_k_unscale(k->omni_y, k->omni_norm, k->kblocks, k->n_kblocks, B, k->Hkv, k->D, k->k_q, s);
+    return st;
+}
+
 enum oscar_status osc_kvsim_attend(struct osc_kvsim * k, int32_t l, const float * q, const osc_bf16 * qb,
                                    const float * kx, const float * vx, int32_t T, const struct osc_att_block * blocks,
                                    int32_t n_blocks, void * out, bool out_f32, cudaStream_t s) {
-    enum oscar_status st = transform(k, 0, l, kx, T, k->k_hp, k->k_q, s);
+    enum oscar_status st = k->d.quant == OSCAR_FWD_KVQ_OMNI ? omni_k(k, kx, T, s) : transform(k, 0, l, kx, T, k->k_hp, k->k_q, s);
     if (st == OSCAR_OK) st = transform(k, 1, l, vx, T, k->v_hp, k->v_q, s);
-    if (st == OSCAR_OK && k->n_kblocks)
+    if (st == OSCAR_OK && k->n_kblocks && k->d.quant == OSCAR_FWD_KVQ_KIVI)
         st = osc_cuda_kivi_k_blocks(k->k_hp, k->k_q, k->kblocks, k->n_kblocks, k->d.kivi.k_block_tokens, k->Hkv, k->D,
-                                    (int32_t) k->d.kivi.meta_dtype, s);
+                                    (int32_t) k->d.kivi.meta_dtype, false, s);
     if (st != OSCAR_OK) return st;
     if (qb && !out_f32 && osc_fwd_attention_tc_ok(k->D)) {   // the bf16 pass: tensor cores, as its exact attention
         const size_t rows = (size_t) k->max_tokens * k->Hkv * k->D, n = (size_t) T * k->Hkv * k->D;

@@ -17,14 +17,14 @@ extern "C" {
 
 struct osc_kvsim;
 
-// Checks what the device transform supports (head_dim 32/64/128/256; INT2 ASYM/SYM with G | D
-// and no bf16 dequantization, SAW-INT4, or KIVI), uploads the rotations (and their transposes),
-// clip indices and key mean of every layer and sizes the row sets for max_tokens rows.
+// Checks what the device transform supports (head_dim 32/64/128/256; check_quant's quantizers),
+// uploads the rotations (and their transposes), clip indices and key mean of every layer and sizes
+// the row sets for max_tokens rows.
 enum oscar_status osc_kvsim_open(const struct oscar_fwd_kvsim * d, const struct oscar_model_config * c,
                                  int32_t max_tokens, cudaStream_t s, struct osc_kvsim ** out);
 void osc_kvsim_free(struct osc_kvsim * k);
 // The tier plan of a batch (every sequence starting at position 0): lo/hi of every query row,
-// the quantizer of every INT2 row and (KIVI) the first rows of the K blocks, on the device.
+// the quantizer of every INT2 row and (KIVI, OScaR) the first rows of the K blocks, on the device.
 enum oscar_status osc_kvsim_plan(struct osc_kvsim * k, const struct oscar_batch * b, cudaStream_t s);
 // Layer l of the planned batch: out [T, Hq, D] (bf16, or fp32 when out_f32) = the attention of
 // q over the transformed k/v [T, Hkv, D]. With qb (the bf16 copy of q) and a bf16 out, the

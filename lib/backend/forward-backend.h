@@ -64,7 +64,7 @@ struct oscar_fwd_params oscar_fwd_default_params(void);
 // lib/verify's one-pass simulation (verify/metrics.h, oscar_kv_sim): per layer every K/V row
 // gets its HP value y·Rᵀ, y = bf16(x·R) (hp_bf16), and, if some query of its sequence reads it
 // as INT2, its INT2 value Q(y)·Rᵀ (lib/verify kv-transform.c's bits: fp64 rotation sums, the
-// lib/quant clip rules and ASYM/SYM quantizer); query t of a sequence of len tokens reads key p's
+// lib/quant clip rules and quantizers, quant below); query t of a sequence of len tokens reads key p's
 // INT2 value iff lo <= p < hi from int2_range(t, len), else its HP value (fp32 attention). Row p
 // is quantized with int2.clip_algo if from_prefill(p, len), else with demote_clip_algo. The
 // INT2 rows are the largest set, that of the last query (the tier rules only grow it).
@@ -74,17 +74,29 @@ struct oscar_fwd_kvsim_side {
     int32_t n_rot;              // 1 (per layer) or Hkv (per KV head)
     const double * clip;        // host [L, n_clip] clip ratios (<= 0: none)
     int32_t n_clip;             // 1 or Hkv
+    int32_t engine_hadamard;    // 0, or b: the rotated row is rotated again by diag(H_b, ...) (the
+                                // llama.cpp fork's attn_rot, lib/verify's k/v_engine_hadamard)
+};
+// What writes the INT2-tier rows.
+enum oscar_fwd_kvq {
+    OSCAR_FWD_KVQ_INT2 = 0,     // int2: ASYM or SYM; LLOYD_MAX: Lloyd-Max prefill rows, ASYM demoted rows
+    OSCAR_FWD_KVQ_INT4_BDH,     // SAW-INT4 of block-Hadamard order int4_order (int2.meta_dtype; no clips)
+    // KIVI: V rows per token in groups, K per channel over blocks of kivi.k_block_tokens rows, the
+    // full blocks of the last query's INT2 range of each sequence (the tier rule is then block-
+    // aligned); every other K row keeps its HP value
+    OSCAR_FWD_KVQ_KIVI,
+    OSCAR_FWD_KVQ_OMNI,         // OScaR (lib/quant oscar-omni.c): KIVI's granularity after the Hadamard,
+                                // K scaled by each token's norm over all KV heads (rot: Hadamard)
+    OSCAR_FWD_KVQ_Q2_0,         // the llama.cpp fork's Q2_0 (lib/quant q2-0.c) on the rotated fp32 row,
+                                // HP rows fp16 (not hp_bf16); the clips are its ratios
 };
 struct oscar_fwd_kvsim {
-    struct oscar_int2_params int2;          // ASYM or SYM, group size, meta dtype, prefill clip algo
+    enum oscar_fwd_kvq quant;
+    struct oscar_int2_params int2;          // scheme, group size, meta dtype, prefill clip algo
     enum oscar_clip_algo demote_clip_algo;
-    int32_t int4_order;                     // > 0: SAW-INT4 of this block-Hadamard order instead of INT2
-                                            // (int2.meta_dtype its metadata; no clips)
+    int32_t int4_order;                     // INT4_BDH
     const float * k_mean;                   // host [L, Hkv, D] key mean (read at set_attention) or NULL
-    // KIVI instead of INT2 (kivi.k_block_tokens > 0): V rows per token in groups, K per channel over
-    // blocks of k_block_tokens rows, the full blocks of the last query's INT2 range of each sequence
-    // (the tier rule is then block-aligned); every other K row keeps its HP value
-    struct oscar_kivi_params kivi;
+    struct oscar_kivi_params kivi;          // KIVI, OMNI
     bool hp_bf16;
     struct oscar_fwd_kvsim_side k, v;
     void (*int2_range)(const void * user, int64_t t, int64_t len, int64_t * lo, int64_t * hi);

@@ -19,11 +19,16 @@
 #define LM_SPAN   3.0191171169281006
 #define LM_RATIO  1.16
 
+void oscar_lloyd_max_constants(float * threshold, float * scale_per_sigma, float * zero0) {
+    *threshold       = (float) LM_T;
+    *scale_per_sigma = (float) (LM_SPAN / 3.0 * LM_RATIO);
+    *zero0           = (float) (-LM_C0_EFF / (LM_SPAN / 3.0));
+}
+
 int osc_lloyd_max_row(const float * x, int32_t D, uint8_t * codes, float * scale_out,
                       float * zero_out) {
-    const float t  = (float) LM_T;
-    const float k  = (float) (LM_SPAN / 3.0 * LM_RATIO);
-    const float z0 = (float) (-LM_C0_EFF / (LM_SPAN / 3.0));
+    float t, k, z0;
+    oscar_lloyd_max_constants(&t, &k, &z0);
     double s = 0.0;
     float  m = x[0], M = x[0];
     for (int32_t d = 0; d < D; d++) {

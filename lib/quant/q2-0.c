@@ -16,6 +16,11 @@
 static const float Q2_LEVELS[4] = {-0.9816f, -0.4528f, 0.4528f, 0.9816f};
 #define Q2_T 0.6745f
 
+void oscar_q2_0_constants(float levels[4], float * threshold) {
+    memcpy(levels, Q2_LEVELS, sizeof Q2_LEVELS);
+    *threshold = Q2_T;
+}
+
 size_t oscar_q2_0_row_bytes(int64_t k) {
     return (size_t) (k / OSCAR_Q2_0_BLOCK) * OSCAR_Q2_0_BLOCK_BYTES;
 }

@@ -128,6 +128,9 @@ enum oscar_status oscar_int2_quantize_rows(const struct oscar_int2_params * p,
 enum oscar_status oscar_int2_dequantize_rows(const struct oscar_int2_params * p,
                                              const uint8_t * codes, const void * meta,
                                              int64_t n_rows, float * out);
+// The Lloyd-Max scheme's fp32 constants (lloyd-max.c): threshold T, scale per sigma, zero at mu = 0,
+// for a quantizer written elsewhere (the CUDA simulation) to use the same bits.
+void oscar_lloyd_max_constants(float * threshold, float * scale_per_sigma, float * zero0);
 // Unpacked code of dim d from one packed row (0..3).
 static inline int oscar_int2_code_at(const uint8_t * row_codes, int32_t D, int32_t d) {
     int32_t q = D / 4;
@@ -207,6 +210,8 @@ struct oscar_q2_0_params {
     float clip_ratio;    // LLAMA_KV_CLIP_RATIO (fp32, as atof -> float); clips only in (0, 1)
 };
 size_t oscar_q2_0_row_bytes(int64_t k);    // k / 32 * 12
+// The levels L and the threshold T above (for the CUDA simulation).
+void oscar_q2_0_constants(float levels[4], float * threshold);
 // x [k] -> out [oscar_q2_0_row_bytes(k)]. INVALID for bad k / ratio (or a Hadamard over a
 // last group of 96, which the fork computes out of bounds), NUMERIC for NaN/Inf.
 enum oscar_status oscar_q2_0_quantize_row(const struct oscar_q2_0_params * p, const float * x, int64_t k,

@@ -26,19 +26,35 @@ static struct oscar_fwd_kvsim_side side_of(const struct oscar_kv_transform * tf,
     for (int64_t i = 0; i < (int64_t) tf->n_layer * nc; i++) clip[i] = arr ? (double) arr[i] : is_k ? tf->k_clip : tf->v_clip;
     return (struct oscar_fwd_kvsim_side){
         .rot = eval_rot(tf->rot), .rot_mat = is_k ? tf->k_rotation : tf->v_rotation,
-        .n_rot = tf->rot_per_head ? tf->n_head_kv : 1, .clip = clip, .n_clip = nc};
+        .n_rot = tf->rot_per_head ? tf->n_head_kv : 1, .clip = clip, .n_clip = nc,
+        .engine_hadamard = is_k ? tf->k_engine_hadamard : tf->v_engine_hadamard};
+}
+
+static enum oscar_fwd_kvq fwd_quant(const struct oscar_kv_transform * tf, bool * ok) {
+    *ok = true;
+    switch (tf->quant) {
+    case OSCAR_KVQ_INT2: *ok = !tf->int2.bf16_dequant; return OSCAR_FWD_KVQ_INT2;
+    case OSCAR_KVQ_INT4_BDH: return OSCAR_FWD_KVQ_INT4_BDH;
+    case OSCAR_KVQ_KIVI: return OSCAR_FWD_KVQ_KIVI;
+    case OSCAR_KVQ_OMNI: return OSCAR_FWD_KVQ_OMNI;
+    case OSCAR_KVQ_Q2_0: return OSCAR_FWD_KVQ_Q2_0;
+    case OSCAR_KVQ_IDENTITY:
+    case OSCAR_KVQ_BF16: break;
+    }
+    *ok = false;
+    return OSCAR_FWD_KVQ_INT2;
 }
 
 enum oscar_status oscar_kv_fwd_sim_init(const struct oscar_kv_transform * tf, struct oscar_kv_fwd_sim * out) {
     memset(out, 0, sizeof *out);
     enum oscar_status st = oscar_kv_transform_check(tf);
     if (st != OSCAR_OK) return st;
-    const bool int2 = tf->quant == OSCAR_KVQ_INT2 &&
-                      (tf->int2.scheme == OSCAR_INT2_ASYM || tf->int2.scheme == OSCAR_INT2_SYM) && !tf->int2.bf16_dequant;
-    const bool kivi = tf->quant == OSCAR_KVQ_KIVI;
-    if ((!int2 && tf->quant != OSCAR_KVQ_INT4_BDH && !kivi) || (tf->tiers.block > 1 && !kivi))
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "device cache simulation: method '%s' is not INT2 ASYM/SYM, SAW-INT4 "
-                         "or KIVI", tf->name);
+    bool ok;
+    const enum oscar_fwd_kvq q = fwd_quant(tf, &ok);
+    const bool blocks = q == OSCAR_FWD_KVQ_KIVI || q == OSCAR_FWD_KVQ_OMNI;   // block-aligned tier rule
+    if (!ok || (tf->tiers.block > 1 && !blocks))
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "device cache simulation: method '%s' (a quantizer or tiering the "
+                         "device transform does not have)", tf->name);
     const int32_t D = tf->head_dim;
     if (D != 32 && D != 64 && D != 128 && D != 256)   // the device row transform's sizes (eval-transform.cuh)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "device cache simulation: head_dim %d (32, 64, 128, 256)", D);
@@ -46,10 +62,8 @@ enum oscar_status oscar_kv_fwd_sim_init(const struct oscar_kv_transform * tf, st
     out->clip = malloc(2 * sizeof(double) * (size_t) tf->n_layer * (size_t) nc);
     if (!out->clip) return osc_error(OSCAR_ERR_NOMEM, "device cache simulation: clips");
     struct oscar_fwd_kvsim * d = &out->desc;
-    d->int2 = tf->int2, d->demote_clip_algo = tf->demote_clip_algo, d->hp_bf16 = tf->hp_bf16;
-    d->int4_order = tf->quant == OSCAR_KVQ_INT4_BDH ? tf->int4_order : 0;
-    d->k_mean = tf->k_mean;
-    if (kivi) d->kivi = tf->kivi;
+    d->quant = q, d->int2 = tf->int2, d->demote_clip_algo = tf->demote_clip_algo, d->hp_bf16 = tf->hp_bf16;
+    d->int4_order = tf->int4_order, d->kivi = tf->kivi, d->k_mean = tf->k_mean;
     d->k = side_of(tf, true, out->clip);
     d->v = side_of(tf, false, out->clip + (size_t) tf->n_layer * nc);
     d->int2_range = tier_range, d->from_prefill = tier_from_prefill, d->user = &tf->tiers;

@@ -1,10 +1,10 @@
 // kv-sim-forward.h - a method's simulated quantized cache as the forward backend
 // runs it on the device (backend/forward-backend.h, struct oscar_fwd_kvsim):
 // the same transform and tier rule as metrics.h's oscar_kv_sim, with q/k/v never
-// leaving the device. Covers INT2 ASYM / SYM (naive, hadamard, oscar, oscar-fixed), SAW-INT4
-// (int4-bdh) and KIVI, with the artifact's key mean (k_mean) where it has one, head_dim
-// 32/64/128/256; oscar-omni, q2_0 and oscar-lm's Lloyd-Max prefill are refused
-// (OSCAR_ERR_UNSUPPORTED, with the reason) and keep a host simulation.
+// leaving the device. Covers every quantized method (INT2 ASYM / SYM / Lloyd-Max prefill rows,
+// SAW-INT4, KIVI, OScaR, the llama.cpp fork's Q2_0 with or without its attention Hadamard), with
+// the artifact's key mean (k_mean) where it has one, at head_dim 32/64/128/256; other head dims are
+// refused (OSCAR_ERR_UNSUPPORTED, with the reason) and keep a host simulation.
 #ifndef OSCAR_VERIFY_KV_SIM_FORWARD_H
 #define OSCAR_VERIFY_KV_SIM_FORWARD_H
 

@@ -16,7 +16,6 @@
 #include "util/fs.h"
 #include "util/log.h"
 #include "util/mem.h"
-#include "verify/kv-sim-device.h"
 #include "verify/kv-sim-forward.h"
 #include "verify/plot.h"
 #include "verify/token-stats.h"
@@ -73,7 +72,6 @@ struct vrun {
     int32_t nm, L, C, MT;
     struct oscar_kv_transform tfs[OSCAR_VERIFY_MAX_METHODS];
     struct oscar_kv_sim * sims[OSCAR_VERIFY_MAX_METHODS];
-    struct oscar_kv_sim_dev * dsims[OSCAR_VERIFY_MAX_METHODS]; // with p->device: the backend's simulation
     // with p->device: the cache simulated inside the device forward (perplexity), when it covers the method
     struct oscar_kv_fwd_sim fsims[OSCAR_VERIFY_MAX_METHODS];
     bool has_fsim[OSCAR_VERIFY_MAX_METHODS];
@@ -146,15 +144,11 @@ static enum oscar_status setup_methods(struct vrun * r, const struct oscar_artif
             st = oscar_kv_sim_init(&r->tfs[i], c, maxT, p->n_threads, &r->sims[i]);
         if (st == OSCAR_OK && r->sims[i]) snprintf(mt->kv_sim, sizeof mt->kv_sim, "cpu");
         if (st == OSCAR_OK && r->sims[i] && be) {
-            // Inside the device forward where it covers the method, else through the backend's
-            // decode kernel; what neither covers (other quantizers, head_dim) keeps the CPU
-            // simulation as its attention. The forward passes stay on the device.
+            // Inside the device forward where it covers the method; what it does not cover (a
+            // head_dim) keeps the CPU simulation as its attention. The forward passes stay on
+            // the device.
             st = oscar_kv_fwd_sim_init(&r->tfs[i], &r->fsims[i]);
             r->has_fsim[i] = st == OSCAR_OK;
-            if (st == OSCAR_ERR_UNSUPPORTED) {
-                osc_debug("verify: method %s: %s", names[i], oscar_last_error());
-                st = oscar_kv_sim_dev_init(p->device, &r->tfs[i], c, maxT, &r->dsims[i]);
-            }
             if (st == OSCAR_ERR_UNSUPPORTED) {
                 osc_warn("verify: method %s: %s; its quantized cache is simulated on the CPU", names[i],
                          oscar_last_error());
@@ -169,10 +163,8 @@ static enum oscar_status setup_methods(struct vrun * r, const struct oscar_artif
     return st;
 }
 
-// The attention a quantized method runs through: the backend's simulation when
-// a device was asked for, else the CPU one. Zero (exact attention) for bf16.
+// The host attention of a quantized method: the CPU simulation. Zero (exact attention) for bf16.
 static struct oscar_attention_override method_override(const struct vrun * r, int32_t i) {
-    if (r->dsims[i]) return oscar_kv_sim_dev_override(r->dsims[i]);
     if (r->sims[i]) return oscar_kv_sim_override(r->sims[i]);
     return (struct oscar_attention_override){0};
 }
@@ -414,7 +406,7 @@ static enum oscar_status ppl_method(struct vrun * r, int32_t i, int32_t k_ord, c
         if (mt->tok.has_ref) mt->tok.dppl = mt->ppl - r->ms[r->i_ref].ppl;
     }
     osc_token_acc_free(&acc);
-    if (r->sims[i] && !r->dsims[i]) oscar_kv_sim_stats(r->sims[i], &mt->k_stats, &mt->v_stats);
+    if (r->sims[i]) oscar_kv_sim_stats(r->sims[i], &mt->k_stats, &mt->v_stats);
     oscar_forward_free(f);
     return st;
 }
@@ -622,7 +614,6 @@ enum oscar_status oscar_verify_run(const struct oscar_model * m, const struct os
              p->scale_dtype == OSCAR_META_F16 ? "float16" : p->scale_dtype == OSCAR_META_BF16 ? "bfloat16" : "float32");
     for (int32_t i = 0; i < OSCAR_VERIFY_MAX_METHODS; i++) {
         oscar_kv_sim_free(r.sims[i]);
-        oscar_kv_sim_dev_free(r.dsims[i]);
         oscar_kv_fwd_sim_free(&r.fsims[i]);
     }
     oscar_fwd_free(r.dev_f);

@@ -72,8 +72,9 @@ struct oscar_verify_params {
                                           // it copies back), every method's perplexity (windows batched,
                                           // scored on the device) and the recall probes. The quantized
                                           // cache is simulated inside that pass where kv-sim-forward.h
-                                          // covers the method, else by kv-sim-device.h, else on the CPU
-                                          // (warned; kv_sim "cpu"). The model may be opened with
+                                          // covers the method (every quantized method at head_dim
+                                          // 32/64/128/256), else on the CPU (warned; kv_sim "cpu").
+                                          // The model may be opened with
                                           // oscar_model_open_lazy: nothing here reads its host weights.
     bool gpu_fp32;                        // device forward pass in fp32 (oscar_fwd_params.fp32)
     int64_t ref_logits_budget;            // cpu: bytes of bf16 logits kept for the next-token comparison

@@ -12,8 +12,9 @@
 // oscar-verify --device cuda runs), and with the [T, V] fp32 logits copied to the host
 // (the path before device scoring), each as a ratio to the exact pass. Methods: naive (SYM INT2),
 // hadamard (ASYM INT2), oscar (ASYM INT2 with per-layer orthogonal matrices, clips 0.96 / 0.92),
-// int4-bdh (SAW-INT4, block Hadamard of order 128), kivi (KIVI INT2, f16 metadata); decode tiering sink 32,
-// recent 128, page 64 (oscar-verify's defaults).
+// int4-bdh (SAW-INT4, block Hadamard of order 128), kivi (KIVI INT2, f16 metadata), oscar-lm (Lloyd-Max
+// prefill rows), oscar-omni (OScaR), q2_0 and q2_0-attn-rot (the llama.cpp fork's cache); decode tiering
+// sink 32, recent 128, page 64 (oscar-verify's defaults; q2_0 keeps the fork's ring of 128).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,8 +77,9 @@ int main(int argc, char ** argv) {
                                .prompt_len = 32, .block = 1};
     float * rot = malloc(sizeof(float) * (size_t) L * D * D);
     hadamard_rotations(rot, L, D, 88172645463325252ull);
-    enum { NM = 5 };
-    const char * names[NM] = {"naive", "hadamard", "oscar", "int4-bdh", "kivi"};
+    enum { NM = 9 };
+    const char * names[NM] = {"naive", "hadamard", "oscar", "int4-bdh", "kivi", "oscar-lm", "oscar-omni", "q2_0",
+                              "q2_0-attn-rot"};
     struct oscar_kv_transform tf[NM];
     struct oscar_kv_fwd_sim fs[NM];
     memset(fs, 0, sizeof fs);
@@ -131,7 +133,7 @@ int main(int argc, char ** argv) {
             fflush(stdout);
         }
         if (host && k == 0 && st == OSCAR_OK) {   // the host path this replaces: one window
-            for (int i = 1; i < NM && st == OSCAR_OK; i++) {
+            for (int i = 1; i < 5 && st == OSCAR_OK; i++) {
                 if (i == 3) continue;   // hadamard, oscar, kivi
                 struct oscar_kv_sim * cpu = NULL;
                 st = oscar_kv_sim_init(&tf[i], &c, T, 0, &cpu);

@@ -77,7 +77,7 @@ check test-eval-device
 memcheck "$logdir/memcheck-eval.log" ./build/test-eval-device --small "${seed_args[@]}" \
     && result "memcheck test-eval-device --small" PASS \
     || result "memcheck test-eval-device --small (see $logdir/memcheck-eval.log)" FAIL
-echo "gpu-check: test-verify-sim (kv sim through the CUDA kernels vs the CPU sim)"
+echo "gpu-check: test-verify-sim (oscar_verify_run --device cuda vs the CPU run)"
 check test-verify-sim
 echo "gpu-check: test-verify-kl-device (next-token KL against bf16 through the device paths)"
 check test-verify-kl-device

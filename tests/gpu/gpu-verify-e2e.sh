@@ -24,7 +24,7 @@ python3 tests/gpu/make-hf-checkpoint.py "$work/q8b-hf" --shape qwen3-8b 2>&1 | t
 timeout 300 build/bin/oscar-calibrate --device cuda -m "$work/q8b-hf" -f "$corpus" --tokens 8192 -c 2048 -b 4 \
     --heldout 1 --clip 0.96,0.92 -o "$work/art" -q || fail "calibration"
 for ctx in 2048 32768; do
-    tokens=$((ctx == 2048 ? 4096 : 32768)); methods=bf16,naive,hadamard,oscar,int4-bdh,kivi
+    tokens=$((ctx == 2048 ? 4096 : 32768)); methods=bf16,naive,hadamard,oscar,int4-bdh,kivi,oscar-lm,oscar-omni,q2_0
     echo "== oscar-verify --device cuda --ctx $ctx --tokens $tokens --methods $methods"
     /usr/bin/time -v timeout 500 build/bin/oscar-verify --device cuda -m "$work/q8b-hf" --rotations "$work/art" \
         -f "$corpus" --ctx $ctx --tokens $tokens --metric-tokens 512 --methods $methods -o "$work/v$ctx" \
@@ -34,6 +34,9 @@ for ctx in 2048 32768; do
     python3 - "$logdir/report-$ctx.json" $ctx <<'PY' || fail "report ctx $ctx"
 import json, sys
 r = json.load(open(sys.argv[1])); T = int(sys.argv[2])
+host = [m["name"] for m in r["methods"] if m["name"] != "bf16" and m["kv_sim"] != "cuda"]
+if host:
+    sys.exit(f"simulated on the host, not in the device pass: {host}")
 for m in r["methods"]:
     n, s = m["n_scored"], m["seconds"]
     kl = m.get("next_token", {}).get("kl_mean")

@@ -13,7 +13,11 @@
 //     max row ||a - b|| / ||b|| <= 2e-6. Methods: naive (SYM, identity), hadamard with
 //     clips 0.95 / 0.9, oscar with per-KV-head orthogonal matrices and per-layer clips, the
 //     same with a key mean (k_mean), SAW-INT4 (int4-bdh: block Hadamard of order min(128, D)),
-//     KIVI (K per channel over 32-token blocks, V per token in groups of 32, f16 metadata);
+//     KIVI (K per channel over 32-token blocks, V per token in groups of 32, f16 metadata),
+//     oscar-lm (Lloyd-Max prefill rows, ASYM demoted rows), the llama.cpp fork's q2_0 (per-
+//     layer matrices, fp16 HP rows; not at D 64 GQA 3, whose fork groups cross heads) and
+//     q2_0-attn-rot (its attention Hadamard after the rotation), OScaR (oscar-omni: omni-token
+//     K norm over the KV heads, KIVI granularity, bf16 metadata);
 //     decode tiering with a prompt longer than the sink, so both quantizers (sort for
 //     the prefill middle, bisection for demoted rows) are exercised; two sequences in
 //     one batch. Control: the same against the exact attention must be >= 100x the bound.
@@ -78,14 +82,15 @@ struct method {
     struct oscar_kv_sim * cpu;
 };
 
-// k_mean: NULL or [L, Hkv, D] (the artifact's key mean, OptR centering).
+// rot: NULL, [L, Hkv, D, D] (per_head) or [L, D, D]; k_mean: NULL or [L, Hkv, D] (the artifact's
+// key mean, OptR centering).
 static enum oscar_status method_init(struct method * me, const char * preset, const struct oscar_model_config * c,
-                                     const struct oscar_tiering * tr, int32_t max_len, const float * rot,
+                                     const struct oscar_tiering * tr, int32_t max_len, const float * rot, bool per_head,
                                      const float * clips, const float * k_mean) {
     me->name = k_mean ? "oscar-searched+k_mean" : preset;
     enum oscar_status st = oscar_kv_transform_preset(preset, c->n_layer, c->n_head_kv, c->head_dim, 0, OSCAR_META_F32,
-                                                     tr, rot != NULL, rot, rot, false, clips, clips + c->n_layer,
-                                                     &me->tf);
+                                                     tr, per_head, rot, rot, false, clips,
+                                                     clips ? clips + c->n_layer : NULL, &me->tf);
     if (st == OSCAR_OK && !strcmp(preset, "hadamard")) me->tf.k_clip = 0.95, me->tf.v_clip = 0.9;
     if (st == OSCAR_OK) me->tf.k_mean = k_mean;
     if (st == OSCAR_OK) st = oscar_kv_fwd_sim_init(&me->tf, &me->fs);
@@ -116,10 +121,12 @@ static void layer0_case(int32_t Hq, int32_t Hkv, int32_t D, uint64_t seed) {
     struct oscar_tiering tr = {.mode = OSCAR_TIERS_DECODE, .n_sink = 8, .n_recent = 40, .n_flush = 8,
                                .prompt_len = 150, .block = 1};
     float * rot = malloc(sizeof(float) * (size_t) c.n_layer * Hkv * D * D);
+    float * rot_layer = malloc(sizeof(float) * (size_t) c.n_layer * D * D);
     float clips[4] = {0.97f, 0.93f, 0.9f, 0.95f};   // K layers 0, 1; V layers 0, 1
     hadamard_rotations(rot, (int64_t) c.n_layer * Hkv, D, seed);
+    hadamard_rotations(rot_layer, c.n_layer, D, seed + 7);
     struct oscar_model * m = NULL;
-    enum { NM = 6 };
+    enum { NM = 10 };
     struct method me[NM];
     memset(me, 0, sizeof me);
     float * k_mean = malloc(sizeof(float) * (size_t) c.n_layer * Hkv * D);   // a key mean of the rows' scale
@@ -128,12 +135,19 @@ static void layer0_case(int32_t Hq, int32_t Hkv, int32_t D, uint64_t seed) {
     // weights of std 0.02 make near-uniform attention; scale q/k so the scores matter
     for (int32_t l = 0; st == OSCAR_OK && l < c.n_layer; l++)
         for (size_t i = 0; i < (size_t) Hq * D * c.n_embd; i++) m->layers[l].wq[i] *= 6.0f;
-    if (st == OSCAR_OK) st = method_init(&me[0], "naive", &c, &tr, T, NULL, NULL, NULL);
-    if (st == OSCAR_OK) st = method_init(&me[1], "hadamard", &c, &tr, T, NULL, NULL, NULL);
-    if (st == OSCAR_OK) st = method_init(&me[2], "oscar-searched", &c, &tr, T, rot, clips, NULL);
-    if (st == OSCAR_OK) st = method_init(&me[3], "int4-bdh", &c, &tr, T, NULL, NULL, NULL);
-    if (st == OSCAR_OK) st = method_init(&me[4], "oscar-searched", &c, &tr, T, rot, clips, k_mean);
-    if (st == OSCAR_OK) st = method_init(&me[5], "kivi", &c, &tr, T, NULL, NULL, NULL);
+    if (st == OSCAR_OK) st = method_init(&me[0], "naive", &c, &tr, T, NULL, false, NULL, NULL);
+    if (st == OSCAR_OK) st = method_init(&me[1], "hadamard", &c, &tr, T, NULL, false, NULL, NULL);
+    if (st == OSCAR_OK) st = method_init(&me[2], "oscar-searched", &c, &tr, T, rot, true, clips, NULL);
+    if (st == OSCAR_OK) st = method_init(&me[3], "int4-bdh", &c, &tr, T, NULL, false, NULL, NULL);
+    if (st == OSCAR_OK) st = method_init(&me[4], "oscar-searched", &c, &tr, T, rot, true, clips, k_mean);
+    if (st == OSCAR_OK) st = method_init(&me[5], "kivi", &c, &tr, T, NULL, false, NULL, NULL);
+    if (st == OSCAR_OK) st = method_init(&me[6], "oscar-lm", &c, &tr, T, rot, true, NULL, NULL);
+    if (st == OSCAR_OK) st = method_init(&me[7], "oscar-omni", &c, &tr, T, NULL, false, NULL, NULL);
+    // the fork's Q2_0 groups of 128 cross heads of 64 with 3 KV heads: the preset refuses the shape
+    const bool q2 = D % 128 == 0;
+    if (st == OSCAR_OK && q2) st = method_init(&me[8], "q2_0", &c, &tr, T, rot_layer, false, NULL, NULL);
+    if (st == OSCAR_OK && q2) st = method_init(&me[9], "q2_0-attn-rot", &c, &tr, T, rot_layer, false, NULL, NULL);
+    const int n_methods = q2 ? NM : NM - 2;
     int32_t * tok = malloc(sizeof(int32_t) * T), ss[3] = {0, len0, T};
     tokens(tok, T, c.n_vocab, seed);
     const size_t na = (size_t) T * Hq * D, nl = (size_t) T * c.n_vocab;
@@ -148,7 +162,7 @@ static void layer0_case(int32_t Hq, int32_t Hkv, int32_t D, uint64_t seed) {
     if (st == OSCAR_OK) st = oscar_fwd_init(m, &fp, &f);
     g.att = a_exact;
     if (st == OSCAR_OK) st = oscar_fwd_run(f, &b, NULL);
-    for (int i = 0; i < NM && st == OSCAR_OK; i++) {
+    for (int i = 0; i < n_methods && st == OSCAR_OK; i++) {
         struct oscar_attention_override ov = oscar_kv_sim_override(me[i].cpu);
         g.att = a_host;
         if ((st = oscar_fwd_set_attention(f, NULL, &ov)) == OSCAR_OK) st = oscar_fwd_run(f, &b, NULL);
@@ -163,7 +177,7 @@ static void layer0_case(int32_t Hq, int32_t Hkv, int32_t D, uint64_t seed) {
         check(e <= 2e-6 && ctl >= 100 * 2e-6, fmt, e, ctl);
     }
     // (2) the shared pass, after every switch above, against a fresh pass per method
-    for (int i = 0; i < NM && st == OSCAR_OK; i++) {
+    for (int i = 0; i < n_methods && st == OSCAR_OK; i++) {
         struct oscar_fwd * fresh = NULL;
         struct oscar_fwd_params p2 = fp;
         p2.hook = NULL;
@@ -187,7 +201,7 @@ static void layer0_case(int32_t Hq, int32_t Hkv, int32_t D, uint64_t seed) {
     oscar_fwd_free(f);
     for (int i = 0; i < NM; i++) method_free(&me[i]);
     oscar_model_free(m);
-    free(k_mean), free(rot), free(tok), free(a_dev), free(a_host), free(a_exact), free(lg_fresh), free(lg_shared);
+    free(k_mean), free(rot), free(rot_layer), free(tok), free(a_dev), free(a_host), free(a_exact), free(lg_fresh), free(lg_shared);
 }
 
 // Mean NLL of the windows of tok through f (logits to the host).
@@ -229,7 +243,7 @@ static void ppl_case(bool fp32, uint64_t seed) {
     enum oscar_status st = oscar_model_init_random(&c, seed, &m);
     for (int32_t l = 0; st == OSCAR_OK && l < c.n_layer; l++)
         for (size_t i = 0; i < (size_t) c.n_head * c.head_dim * c.n_embd; i++) m->layers[l].wq[i] *= 6.0f;
-    if (st == OSCAR_OK) st = method_init(&me, "hadamard", &c, &tr, T, NULL, NULL, NULL);
+    if (st == OSCAR_OK) st = method_init(&me, "hadamard", &c, &tr, T, NULL, false, NULL, NULL);
     struct oscar_fwd_params fp = oscar_fwd_default_params();
     fp.device = "cuda", fp.max_tokens = T, fp.fp32 = fp32;
     struct oscar_fwd * f = NULL;
@@ -272,7 +286,7 @@ static void score_case(bool fp32, uint64_t seed) {
     enum oscar_status st = oscar_model_init_random(&c, seed, &m);
     for (int32_t l = 0; st == OSCAR_OK && l < c.n_layer; l++)
         for (size_t i = 0; i < (size_t) c.n_head * c.head_dim * c.n_embd; i++) m->layers[l].wq[i] *= 6.0f;
-    if (st == OSCAR_OK) st = method_init(&me, "hadamard", &c, &tr, T, NULL, NULL, NULL);
+    if (st == OSCAR_OK) st = method_init(&me, "hadamard", &c, &tr, T, NULL, false, NULL, NULL);
     struct oscar_fwd_params fp = oscar_fwd_default_params();
     fp.device = "cuda", fp.max_tokens = T, fp.fp32 = fp32;
     struct oscar_batch b = {.n_seq = 1, .seq_start = ss, .tokens = tok, .pos = NULL};
