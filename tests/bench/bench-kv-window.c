@@ -9,6 +9,10 @@
 //
 //   bench-kv-window MODEL.gguf CORPUS.txt [--ctx N] [--sink N] [--recent N] [--page N] [-t THREADS]
 //                   [--no-steps]   (skip the one-forward-per-token path, O(ctx) forwards)
+//                   [--methods LIST]  (a comma list of the methods below; default all)
+//   bench-kv-window --random L [options]   (instead of MODEL and CORPUS: SmolLM2-135M's widths, C 576,
+//                   9/3 heads of 64, FF 1536, with L layers, a 4096-token vocabulary, random weights and
+//                   tokens, n_ctx_train = ctx: long contexts at a cost a CPU can time)
 //
 // "oscar" uses identity rotations with the reference clips: the cost of a
 // rotated ASYM INT2 cache, not a calibrated artifact's accuracy.
@@ -18,6 +22,7 @@
 #include <string.h>
 
 #include "calibrate/calibrate.h"
+#include "calibrate/random-source.h"
 #include "util/cli.h"
 #include "util/log.h"
 #include "verify/kv-decode.h"
@@ -26,8 +31,8 @@ static const char * const methods[] = {"bf16", "naive", "hadamard", "oscar", "in
 enum { N_METHODS = sizeof methods / sizeof methods[0] };
 
 struct opts {
-    const char * model, * corpus;
-    int32_t ctx, sink, recent, page, n_threads;
+    const char * model, * corpus, * methods;
+    int32_t ctx, sink, recent, page, n_threads, random_layers;
     bool steps;
 };
 
@@ -42,17 +47,57 @@ static int parse(int argc, char ** argv, struct opts * o) {
         else if (!strcmp(a, "--page") && i + 1 < argc) st = osc_parse_i32(a, argv[++i], 1, 1 << 16, &o->page);
         else if (!strcmp(a, "-t") && i + 1 < argc) st = osc_parse_threads(a, argv[++i], &o->n_threads);
         else if (!strcmp(a, "--no-steps")) o->steps = false;
+        else if (!strcmp(a, "--methods") && i + 1 < argc) o->methods = argv[++i];
+        else if (!strcmp(a, "--random") && i + 1 < argc) st = osc_parse_i32(a, argv[++i], 1, 64, &o->random_layers);
         else if (!o->model) o->model = a;
         else if (!o->corpus) o->corpus = a;
         else st = osc_error(OSCAR_ERR_INVALID, "unexpected argument '%s'", a);
         if (st != OSCAR_OK) return fprintf(stderr, "bench-kv-window: %s\n", oscar_last_error()), 2;
     }
-    if (!o->model || !o->corpus) {
-        fprintf(stderr, "usage: bench-kv-window MODEL CORPUS [--ctx N] [--sink N] [--recent N] [--page N] "
-                        "[-t THREADS] [--no-steps]\n");
+    if (!o->random_layers == !(o->model && o->corpus)) {
+        fprintf(stderr, "usage: bench-kv-window MODEL CORPUS | --random L  [--ctx N] [--sink N] [--recent N] "
+                        "[--page N] [-t THREADS] [--no-steps] [--methods LIST]\n");
         return 2;
     }
     return 0;
+}
+
+// Is method k in the --methods list (NULL: all)? Unknown names are refused in main.
+static bool wanted(const char * list, const char * name) {
+    if (!list) return true;
+    const size_t n = strlen(name);
+    for (const char * p = list; *p;) {
+        const char * e = strchr(p, ',');
+        const size_t len = e ? (size_t) (e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return true;
+        p += len + (e != NULL);
+    }
+    return false;
+}
+
+// Every name of the list known, none twice (each known name matches at most one item).
+static int check_methods(const char * list) {
+    int n = 0;
+    for (int k = 0; k < N_METHODS; k++) n += wanted(list, methods[k]);
+    int items = 0;
+    for (const char * p = list; p && *p; p++) items += *p == ',';
+    if (list && n != items + 1) {
+        fprintf(stderr, "bench-kv-window: --methods %s: a name is unknown or repeated (bf16, naive, hadamard, oscar, "
+                        "int4-bdh, kivi)\n", list);
+        return 2;
+    }
+    return 0;
+}
+
+// The --random model: SmolLM2-135M's widths with L layers and a small vocabulary, and ctx tokens.
+static enum oscar_status random_model(int32_t L, int32_t ctx, struct oscar_model ** m, struct oscar_calib_corpus * cp) {
+    struct oscar_model_config c = {.arch = OSCAR_ARCH_LLAMA, .n_layer = L, .n_embd = 576, .n_head = 9, .n_head_kv = 3,
+                                   .head_dim = 64, .n_ff = 1536, .n_vocab = 4096, .n_ctx_train = ctx,
+                                   .rope_theta = 1e5f, .rms_eps = 1e-5f};
+    snprintf(c.name, sizeof c.name, "random-smollm2-widths-l%d", L);
+    enum oscar_status st = oscar_model_init_random(&c, 1, m);
+    if (st == OSCAR_OK) st = oscar_calib_synthetic_corpus(ctx, c.n_vocab, 7, cp);
+    return st;
 }
 
 static double max_diff(const double * a, const double * b, int32_t n) {
@@ -87,13 +132,17 @@ int main(int argc, char ** argv) {
     struct oscar_model * m = NULL;
     struct oscar_tokenizer * tok = NULL;
     struct oscar_calib_corpus cp = {0};
-    if (oscar_model_load(o.model, &m) || oscar_tokenizer_load(o.model, &tok) ||
-        oscar_calib_corpus_load(tok, o.corpus, NULL, o.ctx, &cp)) {
+    if (check_methods(o.methods)) return 2;
+    if (o.random_layers ? random_model(o.random_layers, o.ctx, &m, &cp) != OSCAR_OK
+                        : oscar_model_load(o.model, &m) || oscar_tokenizer_load(o.model, &tok) ||
+                              oscar_calib_corpus_load(tok, o.corpus, NULL, o.ctx, &cp)) {
         fprintf(stderr, "bench-kv-window: %s\n", oscar_last_error());
         return 1;
     }
     if (cp.n < (int64_t) o.ctx) return fprintf(stderr, "bench-kv-window: %s has %lld tokens\n", o.corpus,
                                                (long long) cp.n), 1;
+    if (o.ctx > m->config.n_ctx_train)
+        return fprintf(stderr, "bench-kv-window: --ctx %d beyond the model's %d\n", o.ctx, m->config.n_ctx_train), 2;
     const struct oscar_model_config * c = &m->config;
     const size_t L = (size_t) c->n_layer, D = (size_t) c->head_dim;
     float * eye = calloc(L * D * D, sizeof(float));
@@ -113,6 +162,7 @@ int main(int argc, char ** argv) {
     double t_bf16 = 0;
     int bad = 0;
     for (int k = 0; k < N_METHODS; k++) {
+        if (!wanted(o.methods, methods[k])) continue;
         struct oscar_kv_transform tf;
         if (oscar_kv_transform_preset(methods[k], c->n_layer, c->n_head_kv, c->head_dim, 0, OSCAR_META_F32, &tiers,
                                       false, eye, eye, false, kc, vc, &tf) != OSCAR_OK) {
@@ -123,7 +173,7 @@ int main(int argc, char ** argv) {
         const double t1 = timed(m, &tf, OSCAR_KV_ONE_PASS, cp.tokens, n, t, ll[0]);
         const double t2 = timed(m, &tf, OSCAR_KV_DECODE_BATCH, cp.tokens, n, t, ll[1]);
         const double t3 = o.steps ? timed(m, &tf, OSCAR_KV_DECODE_STEPS, cp.tokens, n, t, ll[2]) : (double) NAN;
-        if (k == 0) t_bf16 = t1;
+        if (t_bf16 == 0) t_bf16 = t1;   // the first method run (bf16 when listed)
         const double db = max_diff(ll[0], ll[1], n - 1), ds = o.steps ? max_diff(ll[0], ll[2], n - 1) : (double) NAN;
         bad |= db != 0.0; // the same schedule and arithmetic: bitwise equal (kv-decode.h)
         printf("| %s | %.3f | %.0f | %.2fx | %.3f | %.3f | %.1fx | %.3g | %.3g | %d / %d |\n", methods[k], t1,
