@@ -22,7 +22,8 @@ struct osc_kvsim {
     float * k_mean;                   // device [L, Hkv, D] or NULL
     float * k_hp, * v_hp, * k_q, * v_q; // device [max_tokens, Hkv, D]
     osc_bf16 * rows_bf16;             // device [4][max_tokens, Hkv, D]: the same, for the tensor cores (lazy)
-    uint8_t * mode;                   // device [max_tokens]: 0 HP only, 1 INT2 by sort, 2 INT2 by bisection
+    uint8_t * mode;                   // device [max_tokens]: 0 HP only, 1 INT2 by sort, 2 INT2 by bisection;
+                                      // | 4: written by the prefill path
     int32_t * lo, * hi;               // device [max_tokens]
     uint8_t * h_mode;                 // host staging
     int32_t * h_lo, * h_hi;
@@ -68,9 +69,13 @@ static enum oscar_status check_quant(const struct oscar_fwd_kvsim * d, int32_t D
              (d->int2.scheme == OSCAR_INT2_ASYM || d->int2.scheme == OSCAR_INT2_SYM ||
               (d->int2.scheme == OSCAR_INT2_LLOYD_MAX && G == D));
         break;
-    case OSCAR_FWD_KVQ_INT4_BDH: ok = d->int4_order > 0 && !(d->int4_order & (d->int4_order - 1)) && D % d->int4_order == 0; break;
+    case OSCAR_FWD_KVQ_INT4_BDH:
+        ok = d->int4_order > 0 && !(d->int4_order & (d->int4_order - 1)) && D % d->int4_order == 0;
+        break;
     case OSCAR_FWD_KVQ_KIVI:
-    case OSCAR_FWD_KVQ_OMNI: ok = d->kivi.k_block_tokens > 0 && d->kivi.v_group_size > 0 && D % d->kivi.v_group_size == 0; break;
+    case OSCAR_FWD_KVQ_OMNI:
+        ok = d->kivi.k_block_tokens > 0 && d->kivi.v_group_size > 0 && D % d->kivi.v_group_size == 0;
+        break;
     case OSCAR_FWD_KVQ_Q2_0: ok = D % OSCAR_Q2_0_BLOCK == 0; break;
     }
     if (d->quant == OSCAR_FWD_KVQ_OMNI && (d->k.rot != OSCAR_EVAL_ROT_HADAMARD || d->v.rot != OSCAR_EVAL_ROT_HADAMARD))
@@ -275,7 +280,8 @@ static enum oscar_status omni_k(struct osc_kvsim * k, const float * kx, int32_t 
 enum oscar_status osc_kvsim_attend(struct osc_kvsim * k, int32_t l, const float * q, const osc_bf16 * qb,
                                    const float * kx, const float * vx, int32_t T, const struct osc_att_block * blocks,
                                    int32_t n_blocks, void * out, bool out_f32, cudaStream_t s) {
-    enum oscar_status st = k->d.quant == OSCAR_FWD_KVQ_OMNI ? omni_k(k, kx, T, s) : transform(k, 0, l, kx, T, k->k_hp, k->k_q, s);
+    enum oscar_status st = k->d.quant == OSCAR_FWD_KVQ_OMNI ? omni_k(k, kx, T, s)
+                                                            : transform(k, 0, l, kx, T, k->k_hp, k->k_q, s);
     if (st == OSCAR_OK) st = transform(k, 1, l, vx, T, k->v_hp, k->v_q, s);
     if (st == OSCAR_OK && k->n_kblocks && k->d.quant == OSCAR_FWD_KVQ_KIVI)
         st = osc_cuda_kivi_k_blocks(k->k_hp, k->k_q, k->kblocks, k->n_kblocks, k->d.kivi.k_block_tokens, k->Hkv, k->D,
