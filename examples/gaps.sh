@@ -5,7 +5,8 @@
 #   examples/gaps.sh MODEL ARTIFACT KIND:LABEL=PATH... [-- oscar-verify options]
 # KIND is 'in' (the calibration domain, held-out text: e.g. Persuasion for an
 # Austen calibration) or 'out' (text of a domain never calibrated on: e.g. whole
-# Brown genres). The verify options default to --ctx 1024 --tokens 1024
+# Brown genres). A PATH ending in .json is a report oscar-verify already wrote
+# (--report DIR's report.json or --json output): read, not run again. The verify options default to --ctx 1024 --tokens 1024
 # --metric-tokens 16 --methods bf16,hadamard,oscar; the ones given replace them.
 # GAPS_JSON=FILE also writes every run's report plus the table as JSON.
 set -euo pipefail
@@ -29,9 +30,13 @@ for s in "${sets[@]}"; do
         echo "$0: '$s' is not in|out:LABEL=PATH" >&2; exit 2
     fi
     [ -e "$path" ] || { echo "$0: $label: no such corpus: $path" >&2; exit 1; }
-    echo "== gaps: $label ($kind-domain): oscar-verify on $path" >&2
-    "$B/bin/oscar-verify" --model "$model" --rotations "$art" --corpus "$path" "${extra[@]}" --json \
-        > "$tmp/$i.json"
+    if [[ "$path" == *.json ]]; then
+        cp "$path" "$tmp/$i.json"
+    else
+        echo "== gaps: $label (${kind/out/out-of}-domain): oscar-verify on $path" >&2
+        "$B/bin/oscar-verify" --model "$model" --rotations "$art" --corpus "$path" "${extra[@]}" --json \
+            > "$tmp/$i.json"
+    fi
     printf '%s\t%s\t%s\n' "$kind" "$label" "$tmp/$i.json" >> "$tmp/index"
     i=$((i + 1))
 done
@@ -46,7 +51,7 @@ for line in open(sys.argv[1]):
         sys.exit("gaps.sh: the methods need bf16 (the reference of the ratios)")
     rows.append((kind, label, r["corpus_tokens"], ppl))
     runs.append({"kind": kind, "label": label, "report": r})
-methods = [m for m in rows[0][3] if m != "bf16"]
+methods = [m for m in rows[0][3] if m != "bf16" and all(m in r[3] for r in rows)]  # the ones every run has
 print("| held-out set | domain | tokens | bf16 ppl | " + " | ".join("%s ppl (x bf16)" % m for m in methods) + " |")
 print("|---|---|---:|---:|" + "---:|" * len(methods))
 gap = {}
@@ -58,7 +63,7 @@ for kind, label, n, ppl in rows:
 # The mean ratio per domain: what 'in-domain gap' and 'out-of-domain gap' mean here
 for kind in ("in", "out"):
     if any(k == kind for k, _ in gap):
-        print("| **mean %s-domain** | %s | | | " % (kind, kind)
+        print("| **mean %s** | %s | | | " % ("in-domain" if kind == "in" else "out-of-domain", kind)
               + " | ".join("(%.4f)" % (sum(gap[(kind, m)]) / len(gap[(kind, m)])) for m in methods) + " |")
 if sys.argv[2]:
     table = {"%s/%s" % k: sum(v) / len(v) for k, v in gap.items()}

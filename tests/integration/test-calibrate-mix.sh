@@ -8,7 +8,9 @@
 #     oscar.json, the card and --json; other shares give other rotations;
 #  3. --save-activations then --from-activations on a mix: identical artifact
 #     (the source list survives the store);
-#  4. refusals: missing file, bad share, repeated source, shares on some only,
+#  4. --resume of a killed mix run: refused on other shares (the corpus sha256 covers
+#     them), completes on the same mix with the same source list;
+#  5. refusals: missing file, bad share, repeated source, shares on some only,
 #     a source too short for its share, --allow-short with a mix, each naming it.
 set -u
 . "$(dirname "$0")/common.sh"
@@ -67,7 +69,17 @@ for f in oscar.safetensors oscar.json README.md; do
     cmp -s "$T/s1/$f" "$T/s2/$f" || fail "$f differs between the mix and its store replay"
 done
 
-# 4. refusals: exit status, the message names the culprit, nothing written
+# 4. resume: a run killed after its first checkpoint
+"$CAL" "${ARGS[@]}" -t 2 "${MIX[@]}" -b 1 --checkpoint-every 64 -o "$T/r" & pid=$!
+for _ in $(seq 1 600); do [ -f "$T/r.ckpt" ] && break; sleep 0.1; done
+kill -9 $pid 2> /dev/null; wait $pid 2> /dev/null
+[ -f "$T/r.ckpt" ] || fail "no checkpoint appeared"
+"$CAL" "${ARGS[@]}" -t 2 -f "$CORPUS@1" -f "$P@1" -f "$AUSTEN/emma.txt@1" -b 1 -o "$T/r" --resume 2> "$T/err"
+[ $? -eq 1 ] && grep -q "corpus" "$T/err" && [ ! -e "$T/r" ] || fail "resume on other shares: $(cat "$T/err")"
+"$CAL" "${ARGS[@]}" -t 2 "${MIX[@]}" -b 1 -o "$T/r" --resume 2> "$T/err" || fail "resume on the same mix: $(cat "$T/err")"
+[ "$(meta "$T/r" oscar.calib_corpus_sources)" = "$(meta "$T/m1" oscar.calib_corpus_sources)" ] || fail "resume: other sources"
+
+# 5. refusals: exit status, the message names the culprit, nothing written
 refuse() { # want_rc needle args...
     local want=$1 needle=$2; shift 2
     "$CAL" "${ARGS[@]}" -t 2 "$@" -o "$T/bad" 2> "$T/err"; local rc=$?
