@@ -23,11 +23,13 @@
 #define MAX_DATASETS 32
 
 struct opts {
-    const char * model, * corpus, * jsonl_field, * out, * save_act, * from_act;
+    const char * model, * jsonl_field, * out, * save_act, * from_act;
     const char * device, * random_init; // device NULL: cpu
     const char * base_model;            // --base-model OWNER/NAME (validated)
     const char * datasets[MAX_DATASETS]; // --dataset ids (validated, no repeats)
     int32_t n_datasets;
+    struct oscar_calib_source corpus[OSCAR_CALIB_MAX_SOURCES]; // --corpus, in order
+    int32_t n_corpus;
     bool strict, json, gpu_fp32;        // gpu_fp32: --gpu-precision fp32
     const char * capture_dtype;         // --capture-dtype as given, or NULL
 };
@@ -37,7 +39,12 @@ static void usage(FILE * f) {
             "Usage: oscar-calibrate --model M --corpus C --out DIR [options]\n"
             "  -m, --model PATH|ID       .gguf file, HF model directory, or Hub owner/name[@rev][:path]\n"
             "                            (pulled into the shared HF cache; HF_HUB_OFFLINE=1 uses the cache)\n"
-            "  -f, --corpus PATH         text file, .jsonl, or directory of them (not with --from-activations)\n"
+            "  -f, --corpus PATH[@SHARE] text file, .jsonl, or directory of them (not with --from-activations);\n"
+            "                            repeatable: a mix, each source giving its SHARE of --tokens and of the\n"
+            "                            held-out sequences in whole --seq-len sequences (shares normalised; all\n"
+            "                            or none given, none = equal), e.g. -f pp.txt@0.5 -f news.txt@0.25\n"
+            "                            -f learned.txt@0.25. SHARE is what follows the last '@' when it is a\n"
+            "                            number (a path ending in '@NUMBER' needs an explicit share after it)\n"
             "      --jsonl-field NAME    the field of each JSONL record; every file is then JSONL [*.jsonl: text]\n"
             "  -o, --out DIR             artifact directory: new, or an artifact to replace (checked before any compute)\n"
             "      --base-model ID       the model's Hub id OWNER/NAME for the card's base_model [from --model when\n"
@@ -98,6 +105,9 @@ static void usage(FILE * f) {
 }
 
 static bool on_cuda(const struct opts * o) { return o->device && strcmp(o->device, "cuda") == 0; }
+// Several --corpus, or one with a share: the mix loader (one plain --corpus keeps
+// the single-corpus provenance, so its artifacts are what they always were).
+static bool mixed(const struct opts * o) { return o->n_corpus > 1 || (o->n_corpus == 1 && o->corpus[0].share > 0); }
 
 // Upper bounds of the numeric options: far beyond any real run, low enough that
 // no product of them (tokens + held-out rows, batch x seq-len) overflows.
@@ -152,7 +162,11 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
     while ((c = getopt_long(argc, argv, "m:f:o:c:b:t:qvh", lo, NULL)) != -1) {
         switch (c) {
         case 'm': o->model = optarg; break;
-        case 'f': o->corpus = optarg; break;
+        case 'f':
+            if (o->n_corpus == OSCAR_CALIB_MAX_SOURCES)
+                return fprintf(stderr, "oscar-calibrate: more than %d --corpus sources\n", OSCAR_CALIB_MAX_SOURCES), 2;
+            NUM(oscar_calib_source_parse(optarg, &o->corpus[o->n_corpus++]));
+            break;
         case 'o': o->out = optarg; break;
         case O_JF: o->jsonl_field = optarg; break;
         case O_TOK: NUM(osc_parse_i64("--tokens", optarg, 1, MAX_TOKENS, &p->n_tokens)); break;
@@ -252,7 +266,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
     if (tp->has_window && !(window_set & 1)) p->sink = tp->sink;     // the engine's own defaults
     if (tp->has_window && !(window_set & 2)) p->recent = tp->recent;
     if (o->random_init) {
-        if (o->model || o->corpus || o->from_act) {
+        if (o->model || o->n_corpus || o->from_act) {
             fprintf(stderr, "--random-init replaces --model, --corpus and --from-activations\n");
             return 2;
         }
@@ -274,8 +288,8 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
                 (long long) p->batch * p->seq_len, MAX_SEQ);
         return 2;
     }
-    if ((!o->random_init && (!o->model || (!o->corpus == !o->from_act))) || !o->out || optind != argc) {
-        if (o->corpus && o->from_act) fprintf(stderr, "--corpus and --from-activations exclude each other\n");
+    if ((!o->random_init && (!o->model || (!o->n_corpus == !o->from_act))) || !o->out || optind != argc) {
+        if (o->n_corpus && o->from_act) fprintf(stderr, "--corpus and --from-activations exclude each other\n");
         usage(stderr);
         return 2;
     }
@@ -362,7 +376,8 @@ static enum oscar_status from_forward(const struct opts * o, const struct oscar_
     const int64_t need = p->n_tokens + (int64_t) p->n_heldout * p->seq_len;
     const struct oscar_model * m = e->m;
     enum oscar_status rc = o->random_init ? oscar_calib_synthetic_corpus(need, m->config.n_vocab, p->seed, corpus)
-                                          : oscar_calib_corpus_load(tok, o->corpus, o->jsonl_field, need, corpus);
+                         : mixed(o) ? oscar_calib_corpus_load_mix(tok, o->corpus, o->n_corpus, o->jsonl_field, p, corpus)
+                                    : oscar_calib_corpus_load(tok, o->corpus[0].path, o->jsonl_field, need, corpus);
     if (rc == OSCAR_OK) rc = oscar_calib_plan_make(corpus, p, plan);
     if (rc != OSCAR_OK) return rc;
     if (o->save_act) {
@@ -376,6 +391,10 @@ static enum oscar_status from_forward(const struct opts * o, const struct oscar_
                  (unsigned long long) oscar_tokenizer_hash_fnv1a64(tok));
         snprintf(in.corpus, sizeof(in.corpus), "%s", corpus->name);
         snprintf(in.corpus_sha256, sizeof(in.corpus_sha256), "%s", corpus->sha256);
+        if (corpus->sources && strlen(corpus->sources) >= sizeof in.corpus_sources)
+            return osc_error(OSCAR_ERR_INVALID, "--save-activations: the --corpus list is too long to store (%zu bytes "
+                             "of JSON, at most %zu)", strlen(corpus->sources), sizeof in.corpus_sources - 1);
+        snprintf(in.corpus_sources, sizeof in.corpus_sources, "%s", corpus->sources ? corpus->sources : "");
         snprintf(in.oscar_version, sizeof(in.oscar_version), "%s", OSCAR_CALIBRATE_VERSION);
         if ((rc = oscar_actstore_create(o->save_act, &in, &w)) != OSCAR_OK) return rc;
         p->act_out = w;
@@ -411,6 +430,8 @@ static enum oscar_status from_store(const struct opts * o, const struct oscar_mo
                          in->tokenizer_hash, th);
     snprintf(corpus->name, sizeof(corpus->name), "%s", in->corpus);
     snprintf(corpus->sha256, sizeof(corpus->sha256), "%s", in->corpus_sha256);
+    if (in->corpus_sources[0] && !(corpus->sources = strdup(in->corpus_sources)))
+        return osc_error(OSCAR_ERR_NOMEM, "out of memory");
     p->seq_len = in->seq_len;
     p->capture_bf16 = in->bf16;
     if ((rc = oscar_calib_check_tiers(p)) != OSCAR_OK) return osc_error_prefix(rc, "%s", o->from_act);
@@ -423,7 +444,14 @@ static enum oscar_status from_store(const struct opts * o, const struct oscar_mo
 }
 
 // --json: the run's summary on stdout (jansson, so any path is valid JSON).
-static enum oscar_status print_json(const struct opts * o, const struct oscar_calib_plan * plan,
+// The calibration data's provenance for --json: name, sha256 and, for a mix, its sources.
+static json_t * corpus_json(const struct oscar_calib_corpus * c) {
+    json_t * src = c->sources ? json_loads(c->sources, 0, NULL) : json_array();
+    return src ? json_pack("{s:s, s:s, s:o}", "name", c->name, "sha256", c->sha256, "sources", src) : NULL;
+}
+
+static enum oscar_status print_json(const struct opts * o, const struct oscar_calib_corpus * corpus,
+                                    const struct oscar_calib_plan * plan,
                                     const struct oscar_calib_fit * fit, const struct oscar_calib_timing * t,
                                     double rss_mb, const char * summary_json) {
     json_error_t err;
@@ -433,15 +461,16 @@ static enum oscar_status print_json(const struct opts * o, const struct oscar_ca
                                 "clip", t->clip,
                                 "gate", t->gate,
                                 "heldout", t->heldout, "load", t->load, "store", t->store, "total", t->total, "tokens_per_s", capture_rate(plan, t));
-    json_t * j = summary && timing
-                     ? json_pack("{s:s, s:s, s:I, s:i, s:f, s:f, s:f, s:o, s:o}", "out", o->out, "source",
-                                 o->from_act ? "activations" : on_cuda(o) ? "cuda" : "forward", "tokens",
+    json_t * cj = corpus_json(corpus);
+    json_t * j = summary && timing && cj
+                     ? json_pack("{s:s, s:s, s:o, s:I, s:i, s:f, s:f, s:f, s:o, s:o}", "out", o->out, "source",
+                                 o->from_act ? "activations" : on_cuda(o) ? "cuda" : "forward", "corpus", cj, "tokens",
                                  (json_int_t) plan->n_tokens, "sequences", (int) plan->n_seq, "orth_err_max",
                                  fit->orth_err_max, "peak_rss_mb", rss_mb, "device_peak_gib",
                                  (double) t->device_peak_bytes / 1073741824.0, "timing_s", timing, "summary", summary)
                      : NULL;
     if (!j) {
-        json_decref(summary), json_decref(timing);
+        json_decref(summary), json_decref(timing), json_decref(cj);
         if (!summary) // the artifact's own summary text: a bug, not the user's input
             return osc_error(OSCAR_ERR_FORMAT, "--json: the artifact summary is not JSON: %s", err.text);
         return osc_error(OSCAR_ERR_NOMEM, "--json: out of memory building the summary");
@@ -602,7 +631,7 @@ int main(int argc, char ** argv) {
         if (t.device_peak_bytes)
             fprintf(stderr, "peak device memory in use %.2f GiB\n", (double) t.device_peak_bytes / 1073741824.0);
     }
-    if (o.json && print_json(&o, &plan, &fit, &t, rss, art->summary_json) != OSCAR_OK) {
+    if (o.json && print_json(&o, &corpus, &plan, &fit, &t, rss, art->summary_json) != OSCAR_OK) {
         fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
         goto out;
     }

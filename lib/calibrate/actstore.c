@@ -159,6 +159,7 @@ static herr_t put_info(hid_t f, const struct oscar_actstore_info * in) {
     r |= put_str(f, "tokenizer_hash", in->tokenizer_hash);
     r |= put_str(f, "corpus", in->corpus);
     r |= put_str(f, "corpus_sha256", in->corpus_sha256);
+    if (in->corpus_sources[0]) r |= put_str(f, "corpus_sources", in->corpus_sources); // absent: one corpus
     r |= put_str(f, "oscar_version", in->oscar_version);
     r |= put_str(f, "dtype", in->bf16 ? "bfloat16" : "float32");
     r |= put_num(f, "n_layer", H5T_NATIVE_INT32, &in->n_layer);
@@ -417,6 +418,9 @@ static enum oscar_status read_info(struct oscar_actstore * s) {
               get_num(f, "n_embd", H5T_NATIVE_INT32, &in->n_embd) && get_num(f, "seq_len", H5T_NATIVE_INT32, &in->seq_len) &&
               get_num(f, "rope_theta", H5T_NATIVE_DOUBLE, &in->rope_theta);
     if (!ok) return osc_error(OSCAR_ERR_FORMAT, "%s: provenance attributes missing or malformed", s->path);
+    in->corpus_sources[0] = '\0';
+    if (H5Aexists(f, "corpus_sources") > 0 && !get_str(f, "corpus_sources", in->corpus_sources, sizeof in->corpus_sources))
+        return osc_error(OSCAR_ERR_FORMAT, "%s: attribute corpus_sources malformed", s->path);
     if (strcmp(dtype, "bfloat16") && strcmp(dtype, "float32"))
         return osc_error(OSCAR_ERR_FORMAT, "%s: unknown dtype '%s'", s->path, dtype);
     in->bf16 = !strcmp(dtype, "bfloat16");

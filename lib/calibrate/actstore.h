@@ -5,7 +5,8 @@
 //   /                      attributes: format, format_version, model, model_sha256,
 //                          tokenizer_hash, corpus, corpus_sha256, n_layer, n_head,
 //                          n_head_kv, head_dim, n_embd, seq_len, rope_theta,
-//                          oscar_version, dtype ("bfloat16" | "float32")
+//                          oscar_version, dtype ("bfloat16" | "float32"),
+//                          corpus_sources (a --corpus mix's source list, JSON; only for a mix)
 //   /layer_%03d/{q,k,v}    [T, H, D] calibration rows of pass 1, H = n_head for q,
 //                          n_head_kv for k/v; attribute dtype; chunked (~1 MiB
 //                          chunks of whole rows), shuffle + zstd (filter 32015,
@@ -31,6 +32,7 @@ struct oscar_actstore_info {
     char model[256], model_sha256[65], tokenizer_hash[17], corpus[256], corpus_sha256[65], oscar_version[32];
     int32_t n_layer, n_head, n_head_kv, head_dim, n_embd, seq_len;
     double rope_theta;
+    char corpus_sources[8192]; // oscar_calib_corpus.sources, "" for one corpus
     bool bf16;   // rows stored as bfloat16 (exact only for bf16-rounded activations)
 };
 

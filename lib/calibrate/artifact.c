@@ -270,6 +270,9 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
     if ((st = oscar_artifact_set_meta(a, "oscar.calib_tag", buf)) != OSCAR_OK) goto out;
     SETF("oscar.calib_corpus", "%s", prov->corpus->name);
     SETF("oscar.calib_sha256", "%s", prov->corpus->sha256);
+    if (prov->corpus->sources && // a mix: the list (longer than buf, so set as is)
+        (st = oscar_artifact_set_meta(a, "oscar.calib_corpus_sources", prov->corpus->sources)) != OSCAR_OK)
+        goto out;
     SETF("oscar.calib_tokens", "%lld", (long long) prov->plan->n_tokens);
     SETF("oscar.capture_dtype", "%s", p->capture_bf16 ? "bfloat16" : "float32"); // of the q/k/v the sums saw
     SETF("oscar.calib_sequences", "%d", (int) prov->plan->n_seq);

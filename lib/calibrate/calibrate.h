@@ -98,6 +98,8 @@ struct oscar_calib_corpus {
     char      name[256];    // file name(s), for metadata
     int64_t   n_docs;       // paragraphs / JSONL records tokenized
     uint64_t  tokenizer_hash; // of the tokenizer that made the tokens (0: synthetic tokens)
+    char *    sources;      // a mix's sources, compact JSON [{name, share, sha256, tokens,
+                            // heldout_tokens}] (owned; NULL for one corpus)
 };
 // Tokenizes the corpus until max_tokens tokens are produced (0 = all). path:
 // a text file (paragraphs split at blank lines), a .jsonl file (jsonl_field of
@@ -106,6 +108,29 @@ struct oscar_calib_corpus {
 enum oscar_status oscar_calib_corpus_load(struct oscar_tokenizer * tok, const char * path, const char * jsonl_field,
                                           int64_t max_tokens, struct oscar_calib_corpus * out);
 void oscar_calib_corpus_free(struct oscar_calib_corpus * c);
+
+// ---- several sources (corpus-mix.c) ---------------------------------------------------
+#define OSCAR_CALIB_MAX_SOURCES 32
+struct oscar_calib_source {
+    const char * path;     // as given (not owned); with a share, the path is its first path_len bytes
+    size_t       path_len; // 0: all of path
+    double       share;    // > 0 as given (not normalised); 0: none given
+};
+// "PATH" or "PATH@SHARE": the share is the text after the last '@' when it is
+// made of number characters only (so 'a@b.txt' is a path). A share that is not
+// a finite number > 0: OSCAR_ERR_INVALID naming the argument.
+enum oscar_status oscar_calib_source_parse(const char * arg, struct oscar_calib_source * out);
+// Tokenizes each source for its share of p->n_tokens (whole p->seq_len sequences
+// by largest remainder; only the last calibration sequence may be short) and of
+// the p->n_heldout held-out sequences, and lays the stream out as all calibration
+// parts in source order, then all held-out parts, so oscar_calib_plan_make cuts
+// it as usual. Shares: all given or none (equal); normalised. out->sources lists
+// them, out->sha256 is the SHA-256 of that list (each source's own sha256 in it)
+// and out->name "a.txt@0.5+b.txt@0.5". A missing, repeated or short source, mixed
+// given/absent shares or p->allow_short: OSCAR_ERR_INVALID naming it.
+enum oscar_status oscar_calib_corpus_load_mix(struct oscar_tokenizer * tok, const struct oscar_calib_source * src,
+                                              int32_t n_src, const char * jsonl_field,
+                                              const struct oscar_calib_params * p, struct oscar_calib_corpus * out);
 
 // ---- plan ------------------------------------------------------------------------------
 struct oscar_calib_plan {

@@ -39,6 +39,7 @@ enum oscar_status oscar_calib_corpus_load(struct oscar_tokenizer * tok, const ch
 
 void oscar_calib_corpus_free(struct oscar_calib_corpus * c) {
     free(c->tokens);
+    free(c->sources);
     memset(c, 0, sizeof(*c));
 }
 
