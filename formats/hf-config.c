@@ -85,6 +85,13 @@ static enum oscar_status check_type(const char * name, json_t * root, int * ti) 
     for (int i = 0; i < (int) (sizeof TYPES / sizeof TYPES[0]); i++) {
         if (strcmp(mt, TYPES[i].model_type) == 0) *ti = i;
     }
+    // Gemma configs parse like Llama's but compute differently (issue 14): refuse them by family, naming
+    // what is missing, so nobody reads "not supported" as a typo in model_type.
+    if (*ti < 0 && strncmp(mt, "gemma", 5) == 0) {
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: model_type \"%.64s\" (Gemma) is not supported yet: its (1 + w) "
+                         "RMSNorms, sandwich norms, GELU-tanh MLP, sqrt(hidden)-scaled embedding, "
+                         "query_pre_attn_scalar and per-layer local/global RoPE bases are not implemented", name, mt);
+    }
     if (*ti < 0) {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: model_type \"%.64s\" is not supported (llama, mistral, qwen2, "
                          "qwen3, phi3, qwen2_moe, qwen3_moe, mixtral are)", name, mt);

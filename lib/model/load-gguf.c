@@ -207,7 +207,11 @@ static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_con
     else if (alen && strcmp(arch, "qwen3") == 0) c->arch = OSCAR_ARCH_QWEN3;
     else if (alen && strcmp(arch, "qwen2moe") == 0) c->arch = OSCAR_ARCH_QWEN2_MOE;
     else if (alen && strcmp(arch, "qwen3moe") == 0) c->arch = OSCAR_ARCH_QWEN3_MOE;
-    else {
+    else if (alen && strncmp(arch, "gemma", 5) == 0) { // as hf-config.c: name what Gemma needs (issue 14)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: GGUF architecture '%s' (Gemma) is not supported yet: its "
+                         "(1 + w) RMSNorms, sandwich norms, GELU-tanh MLP, sqrt(hidden)-scaled embedding, "
+                         "query_pre_attn_scalar and per-layer local/global RoPE bases are not implemented", path, arch);
+    } else {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: GGUF architecture '%.*s' is not supported (llama, qwen2, qwen3, "
                          "qwen2moe, qwen3moe are)", path, (int) (alen > 64 ? 64 : alen), a);
     }

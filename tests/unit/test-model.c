@@ -604,6 +604,11 @@ static void test_hf_config_rope_window(void ** state) {
     // unknown architectures name the field and the value
     assert_int_equal(parse_with("gemma2", 2, "", &c), OSCAR_ERR_UNSUPPORTED);
     assert_error_names("model_type", "gemma2");
+    // Gemma 3 (issue 14) is refused by family, naming what is not implemented
+    assert_int_equal(parse_with("gemma3_text", 2, "\"query_pre_attn_scalar\":16", &c), OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("\"gemma3_text\" (Gemma)", "(1 + w) RMSNorms");
+    assert_int_equal(parse_with("gemma3", 2, "", &c), OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("\"gemma3\" (Gemma)", "local/global RoPE");
     assert_int_equal(parse_with("phi3", 2, "\"architectures\":[\"Phi3SmallForCausalLM\"]", &c), OSCAR_ERR_UNSUPPORTED);
     assert_error_names("architecture", "Phi3SmallForCausalLM");
 
@@ -741,6 +746,30 @@ static void test_gguf_moe_errors(void ** state) {
 
 
 static void expect_load_error(const char * path, enum oscar_status want, const char * msg1, const char * msg2);
+
+// A GGUF whose general.architecture is "gemma" (tiny-llama's, 5 letters overwritten in place) is refused
+// naming the Gemma family, not read as llama with its keys missing.
+static void test_gguf_gemma_refused(void ** state) {
+    (void) state;
+    char * data = NULL;
+    size_t n = 0;
+    assert_int_equal(osc_read_file("tests/fixtures/model/tiny-llama.gguf", 1 << 20, &data, &n), OSCAR_OK);
+    const char * key = "general.architecture";
+    char * k = memmem(data, n, key, strlen(key));
+    assert_non_null(k);
+    uint32_t type;
+    uint64_t len;
+    memcpy(&type, k + strlen(key), 4);
+    memcpy(&len, k + strlen(key) + 4, 8);
+    assert_int_equal(type, 8); // GGUF string
+    assert_int_equal(len, 5);
+    memcpy(k + strlen(key) + 12, "gemma", 5);
+    char * p = osc_path_join(tmpdir, "gemma.gguf");
+    assert_int_equal(osc_write_file_atomic(p, data, n), OSCAR_OK);
+    free(data);
+    expect_load_error(p, OSCAR_ERR_UNSUPPORTED, "GGUF architecture 'gemma' (Gemma)", "sandwich norms");
+    free(p);
+}
 
 // A copy of the tiny-llama3 GGUF with a string key and/or a float key added, without rope_freqs.weight
 // when drop_freqs.
@@ -957,6 +986,7 @@ int main(void) {
         cmocka_unit_test(test_config_overflow),
         cmocka_unit_test(test_hf_config_moe),
         cmocka_unit_test(test_gguf_moe_errors),
+        cmocka_unit_test(test_gguf_gemma_refused),
         cmocka_unit_test(test_moe_streamed_threads),
         cmocka_unit_test(test_fifo_model),
     };
