@@ -56,7 +56,8 @@ static int parse(int argc, char ** argv, struct opts * o) {
         else st = osc_error(OSCAR_ERR_INVALID, "unexpected argument '%s'", a);
         if (st != OSCAR_OK) return fprintf(stderr, "bench-kv-window: %s\n", oscar_last_error()), 2;
     }
-    if (!o->random_layers == !(o->model && o->corpus)) {
+    // --random replaces MODEL and CORPUS: a stray word beside it is refused, not read as a path
+    if (o->random_layers ? o->model || o->corpus : !o->model || !o->corpus) {
         fprintf(stderr, "usage: bench-kv-window MODEL CORPUS | --random L  [--ctx N] [--sink N] [--recent N] "
                         "[--page N] [-t THREADS] [--no-steps] [--one-pass] [--methods LIST]\n");
         return 2;
