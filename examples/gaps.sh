@@ -67,5 +67,9 @@ for kind in ("in", "out"):
               + " | ".join("(%.4f)" % (sum(gap[(kind, m)]) / len(gap[(kind, m)])) for m in methods) + " |")
 if sys.argv[2]:
     table = {"%s/%s" % k: sum(v) / len(v) for k, v in gap.items()}
-    json.dump({"runs": runs, "mean_ratio_to_bf16": table}, open(sys.argv[2], "w"), indent=1)
+    import os
+    tmp = sys.argv[2] + ".tmp"   # written whole, then renamed: never a half-written GAPS_JSON
+    with open(tmp, "w") as f:
+        json.dump({"runs": runs, "mean_ratio_to_bf16": table}, f, indent=1)
+    os.replace(tmp, sys.argv[2])
 PY
