@@ -162,6 +162,12 @@ static enum oscar_status check_header(const struct ckpt_header * hd, size_t size
         return osc_error(OSCAR_ERR_FORMAT, "stats checkpoint: bad header (size %u, block %d, phase %d)",
                          (unsigned) hd->header_size, (int) hd->block, (int) hd->phase);
     }
+    for (size_t i = 0; i < sizeof hd->reserved; i++) {
+        if (hd->reserved[i] != 0) { // a reader that ignored them would accept bytes it cannot write back
+            return osc_error(OSCAR_ERR_FORMAT, "stats checkpoint: reserved header byte %zu is %u, not 0", i,
+                             (unsigned) hd->reserved[i]);
+        }
+    }
     if (hd->payload_size != size - sizeof *hd) {
         return osc_error(OSCAR_ERR_FORMAT, "stats checkpoint: %zu payload bytes, header says %llu (truncated?)",
                          size - sizeof *hd, (unsigned long long) hd->payload_size);
