@@ -53,23 +53,33 @@ bool osc_ggml_type_info(enum osc_ggml_type type, size_t * block_bytes, int64_t *
     return true;
 }
 
+// Every type id of ggml's enum ggml_type (ggml.h), supported here or not, so a refusal can
+// name what the file holds; ids ggml removed keep their old names.
+static const char * const ggml_type_names[] = {
+    [0] = "F32",      [1] = "F16",      [2] = "Q4_0",     [3] = "Q4_1",     [4] = "Q4_2 (removed from ggml)",
+    [5] = "Q4_3 (removed from ggml)",   [6] = "Q5_0",     [7] = "Q5_1",     [8] = "Q8_0",     [9] = "Q8_1",
+    [10] = "Q2_K",    [11] = "Q3_K",    [12] = "Q4_K",    [13] = "Q5_K",    [14] = "Q6_K",    [15] = "Q8_K",
+    [16] = "IQ2_XXS", [17] = "IQ2_XS",  [18] = "IQ3_XXS", [19] = "IQ1_S",   [20] = "IQ4_NL",  [21] = "IQ3_S",
+    [22] = "IQ2_S",   [23] = "IQ4_XS",  [24] = "I8",      [25] = "I16",     [26] = "I32",     [27] = "I64",
+    [28] = "F64",     [29] = "IQ1_M",   [30] = "BF16",    [31] = "Q4_0_4_4 (removed from ggml)",
+    [32] = "Q4_0_4_8 (removed from ggml)", [33] = "Q4_0_8_8 (removed from ggml)", [34] = "TQ1_0",
+    [35] = "TQ2_0",   [36] = "IQ4_NL_4_4 (removed from ggml)", [37] = "IQ4_NL_4_8 (removed from ggml)",
+    [38] = "IQ4_NL_8_8 (removed from ggml)", [39] = "MXFP4", [40] = "NVFP4", [41] = "Q1_0",
+    [42] = "Q2_0 (the OSCAR llama.cpp fork's KV-cache type)",
+};
+
+const char * osc_ggml_type_id_name(uint32_t id) {
+    return id < sizeof ggml_type_names / sizeof ggml_type_names[0] ? ggml_type_names[id] : NULL;
+}
+
+// What osc_ggml_type_info accepts, in id order (test-gguf checks the two agree).
+const char * osc_ggml_supported_types(void) {
+    return "F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16";
+}
+
 const char * osc_ggml_type_name(enum osc_ggml_type type) {
-    switch (type) {
-    case OSC_GGML_F32:  return "F32";
-    case OSC_GGML_F16:  return "F16";
-    case OSC_GGML_BF16: return "BF16";
-    case OSC_GGML_Q4_0: return "Q4_0";
-    case OSC_GGML_Q4_1: return "Q4_1";
-    case OSC_GGML_Q5_0: return "Q5_0";
-    case OSC_GGML_Q5_1: return "Q5_1";
-    case OSC_GGML_Q8_0: return "Q8_0";
-    case OSC_GGML_Q2_K: return "Q2_K";
-    case OSC_GGML_Q3_K: return "Q3_K";
-    case OSC_GGML_Q4_K: return "Q4_K";
-    case OSC_GGML_Q5_K: return "Q5_K";
-    case OSC_GGML_Q6_K: return "Q6_K";
-    }
-    return "unknown";
+    const char * n = osc_ggml_type_id_name((uint32_t) type);
+    return n ? n : "unknown";
 }
 
 // IEEE half -> float, exact for every input (subnormals, inf, NaN payload).
@@ -297,7 +307,8 @@ enum oscar_status osc_ggml_dequantize(enum osc_ggml_type type, const void * src,
     size_t bb;
     int64_t be;
     if (!osc_ggml_type_info(type, &bb, &be)) {
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "dequantize: unsupported ggml type %d", (int) type);
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "dequantize: unsupported ggml type %s (%d)", osc_ggml_type_name(type),
+                         (int) type);
     }
     if (n < 0 || n % be != 0) {
         return osc_error(OSCAR_ERR_INVALID, "dequantize: %lld elements is not a multiple of the %s block size %lld",

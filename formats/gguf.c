@@ -275,8 +275,14 @@ static enum oscar_status parse_tensor_info(struct cursor * c, struct osc_gguf_te
     size_t bb;
     int64_t be;
     if (!osc_ggml_type_info((enum osc_ggml_type) type, &bb, &be)) {
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: tensor '%s': unsupported ggml type %u", c->path, t->name,
-                         type);
+        const char * tn = osc_ggml_type_id_name(type);
+        if (!tn) {
+            return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: tensor '%s': unknown ggml type %u (newer than this build, or "
+                             "a corrupt file)", c->path, t->name, type);
+        }
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: tensor '%s': ggml type %s (%u) is not supported; oscar reads %s "
+                         "(re-quantize the model to one of them)", c->path, t->name, tn, type,
+                         osc_ggml_supported_types());
     }
     t->type = (enum osc_ggml_type) type;
     if (t->ne[0] % be != 0) {

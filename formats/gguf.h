@@ -117,6 +117,10 @@ const struct osc_gguf_tensor * osc_gguf_find_tensor(const struct osc_gguf * g, c
 // Bytes per block and elements per block of a type; false for unknown types.
 bool osc_ggml_type_info(enum osc_ggml_type type, size_t * block_bytes, int64_t * block_elems);
 const char * osc_ggml_type_name(enum osc_ggml_type type);
+// ggml's name for any type id of its enum (IQ2_XXS, TQ1_0, MXFP4, ...), supported or not; NULL past it.
+const char * osc_ggml_type_id_name(uint32_t id);
+// "F32, F16, BF16, Q4_0, ...": the types osc_ggml_type_info accepts, for refusals.
+const char * osc_ggml_supported_types(void);
 // Dequantizes n elements (a multiple of the block size) to fp32.
 enum oscar_status osc_ggml_dequantize(enum osc_ggml_type type, const void * src, float * dst, int64_t n);
 

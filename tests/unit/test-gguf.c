@@ -235,6 +235,22 @@ static void test_type_info(void ** state) {
     assert_int_equal(be, 256);
     assert_false(osc_ggml_type_info((enum osc_ggml_type) 4, &bb, &be));  // removed Q4_2
     assert_false(osc_ggml_type_info((enum osc_ggml_type) 42, &bb, &be)); // fork Q2_0
+    // the refusal's list of readable types is exactly what type_info accepts, each named
+    char list[256];
+    snprintf(list, sizeof list, ", %s,", osc_ggml_supported_types());
+    int n_ok = 0;
+    for (uint32_t id = 0; id < 64; id++) {
+        const char * name = osc_ggml_type_id_name(id);
+        const bool ok = osc_ggml_type_info((enum osc_ggml_type) id, NULL, NULL);
+        char item[64];
+        snprintf(item, sizeof item, ", %s,", name ? name : "?");
+        if (ok != (name && strstr(list, item) != NULL)) fail_msg("type %u (%s): readable %d, listed %d", id, name, ok, !ok);
+        n_ok += ok;
+    }
+    assert_int_equal(n_ok, 13);
+    assert_string_equal(osc_ggml_type_id_name(16), "IQ2_XXS");
+    assert_string_equal(osc_ggml_type_id_name(39), "MXFP4");
+    assert_null(osc_ggml_type_id_name(9999));
     float y[32];
     assert_int_equal(osc_ggml_dequantize(OSC_GGML_Q8_0, y, y, 31), OSCAR_ERR_INVALID);
     assert_int_equal(osc_ggml_dequantize((enum osc_ggml_type) 99, y, y, 32), OSCAR_ERR_UNSUPPORTED);
@@ -390,9 +406,15 @@ static void test_malformed_headers(void ** state) {
     build(&b, 3, 32, 2, ne, OSC_GGML_F32, 1, 512);
     expect_error(&b, OSCAR_ERR_FORMAT, "alignment");
     build(&b, 3, 32, 2, ne, 4, 0, 256);
-    expect_error(&b, OSCAR_ERR_UNSUPPORTED, "unsupported ggml type 4");
+    expect_error(&b, OSCAR_ERR_UNSUPPORTED, "ggml type Q4_2 (removed from ggml) (4) is not supported");
+    build(&b, 3, 32, 2, ne, 16, 0, 256); // the types people meet: named, with what would work
+    expect_error(&b, OSCAR_ERR_UNSUPPORTED, "ggml type IQ2_XXS (16) is not supported; oscar reads F32, F16,");
+    build(&b, 3, 32, 2, ne, 34, 0, 256);
+    expect_error(&b, OSCAR_ERR_UNSUPPORTED, "ggml type TQ1_0 (34)");
+    build(&b, 3, 32, 2, ne, 39, 0, 256);
+    expect_error(&b, OSCAR_ERR_UNSUPPORTED, "ggml type MXFP4 (39)");
     build(&b, 3, 32, 2, ne, 9999, 0, 256);
-    expect_error(&b, OSCAR_ERR_UNSUPPORTED, "ggml type");
+    expect_error(&b, OSCAR_ERR_UNSUPPORTED, "unknown ggml type 9999");
     build(&b, 3, 32, 5, ne, OSC_GGML_F32, 0, 256);
     expect_error(&b, OSCAR_ERR_FORMAT, "n_dims");
     build(&b, 3, 32, 0, ne, OSC_GGML_F32, 0, 256);
