@@ -10,10 +10,12 @@
 #     python3 tests/oracle/make_glm4moe_fixtures.py --out DIR
 #
 # then copy DIR/models/* to tests/fixtures/models/ and DIR/forward/* to tests/fixtures/forward/.
-# Without torch, `--no-torch` writes the same safetensors (config.json written here, not by transformers) and
-# GGUF from the numpy weights (no forward fixtures), checks that the GGUF and the safetensors give the same
-# numpy forward to 1e-10, that every GLM feature switched off moves the logits, and that no routing decision
-# of the fixture sequences is within 1e-3 of a tie (a check of the script only).
+# (The H200 machine: PYTHONPATH=.devcarry/py python3 tests/oracle/make_glm4moe_fixtures.py --out /tmp/g4.)
+# Without torch, `--no-torch` writes the same model directory and GGUF from the numpy weights (no forward
+# fixtures; with torch 2.15 + transformers 5.17 all three files came out byte-identical to the torch mode's),
+# checks that the GGUF and the safetensors give the same numpy forward to 1e-10, that every GLM feature
+# switched off moves the logits, and that no routing decision of the fixture sequences is within 1e-3 of a
+# tie (a check of the script only).
 #
 # What it writes (under DIR):
 #   models/tiny-glm4-moe/{config.json,model.safetensors}   float32, as transformers 5's Glm4MoeForCausalLM saves
@@ -38,10 +40,9 @@
 #       q/k bias, q_norm / k_norm and partial RoPE (before the attention scale), v<l>.f32 [T, Hkv, D] (with
 #       bias), for layers 0 (dense), 1 and 3 (MoE).
 #   The numpy reference (glm4moe_forward below) recomputes every fixture from the written files: from
-#   config.json + safetensors with transformers' rules, and from the GGUF with llama.cpp's rules (groups not
-#   chosen excluded instead of filled with 0, weight sum clamped instead of + 1e-20: the same here because
-#   every biased score is > 0); the script fails if either misses transformers' outputs by more than 1e-5
-#   relative L2.
+#   config.json + safetensors with transformers' rules, and from the GGUF with llama.cpp's rules (its keys and
+#   defaults; the routing weights' sum clamped below instead of + 1e-20); the script fails if either misses
+#   transformers' outputs by more than 1e-5 relative L2.
 import argparse
 import json
 import math
@@ -346,11 +347,10 @@ def route(spec, lw, h):
         keep = np.zeros((T, G), bool)
         np.put_along_axis(keep, order[:, :spec["groups_used"]], True, -1)
         keep = np.repeat(keep, E // G, axis=1)
-        if spec["rules"] == "transformers":  # masked_fill(0.0): only equal to exclusion when scores > 0
-            assert (choice > 0).all()
-            choice = np.where(keep, choice, 0.0)
-        else:  # llama.cpp picks among the chosen groups' experts only
-            choice = np.where(keep, choice, -np.inf)
+        # transformers 5.17 fills the other groups with -inf, llama.cpp picks among the chosen groups only: the
+        # same; transformers before 5 filled with 0.0, the same only while every biased score is > 0
+        assert (choice > 0).all()
+        choice = np.where(keep, choice, -np.inf)
     idx = np.argsort(-choice, axis=-1, kind="stable")
     cs = np.take_along_axis(choice, idx, -1)
     if k < E:
@@ -436,11 +436,11 @@ def check(name, spec, w, seqs, logits, qkv, tol=TOL):
 
 
 def hf_config(kw):
-    """config.json as transformers 5.17 saves this config (the --no-torch stand-in; torch mode saves its own)."""
-    cfg = {k: v for k, v in kw.items() if k != "partial_rotary_factor"}
-    cfg["rope_parameters"] = dict(kw["rope_parameters"], partial_rotary_factor=kw["partial_rotary_factor"])
+    """config.json as transformers 5.17 saves this config (the --no-torch stand-in; torch mode saves its own and
+    reports any difference): partial_rotary_factor both top-level and in rope_parameters."""
+    cfg = dict(kw, rope_parameters=dict(kw["rope_parameters"], partial_rotary_factor=kw["partial_rotary_factor"]))
     cfg.update(architectures=["Glm4MoeForCausalLM"], model_type="glm4_moe", attention_dropout=0.0,
-               initializer_range=0.02, use_cache=True, dtype="float32")
+               initializer_range=0.02, use_cache=True, dtype="float32", transformers_version="5.17.0")
     return dict(sorted(cfg.items()))
 
 
@@ -532,6 +532,9 @@ def make_with_torch(out):
             os.remove(os.path.join(mdir, extra))
     with open(os.path.join(mdir, "config.json")) as f:
         saved = json.load(f)
+    want = hf_config(TINY)
+    diff = {k: (saved.get(k), want.get(k)) for k in saved.keys() | want.keys() if saved.get(k) != want.get(k)}
+    print(f"config.json differences from the --no-torch stand-in: {diff or 'none'}", file=sys.stderr)
     logits, qkv = run(model, seqs)
     # the saved directory reproduces them
     again = AutoModelForCausalLM.from_pretrained(mdir, attn_implementation="eager", dtype=torch.float32).eval()
@@ -576,7 +579,7 @@ def make_without_torch(out):
     os.makedirs(mdir, exist_ok=True)
     save_file(sd, os.path.join(mdir, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(mdir, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
+        json.dump(cfg, f, indent=2, sort_keys=True)  # as transformers writes it
         f.write("\n")
     back = load_file(os.path.join(mdir, "model.safetensors"))
     assert back.keys() == sd.keys() and all(np.array_equal(back[k], sd[k]) for k in sd)
@@ -636,6 +639,11 @@ def main():
     if a.no_torch:
         make_without_torch(a.out)
     else:
+        try:
+            import torch, transformers  # noqa: E401, F401
+        except ImportError as e:
+            sys.exit(f"make_glm4moe_fixtures.py: the torch mode needs torch and transformers ({e}); "
+                     "without them run it with --no-torch")
         make_with_torch(a.out)
 
 
