@@ -551,7 +551,13 @@ def make_with_torch(out):
         for j, c in enumerate("qkv"):
             write_raw(os.path.join(fdir, f"{c}{l}.f32"), qkv[l][j], np.float32)
 
-    # what oscar will read: the saved files, through transformers' rules and (GGUF) llama.cpp's
+    # what oscar will read: the saved files, through transformers' rules and (GGUF) llama.cpp's, against the
+    # fixture files as written
+    rd = lambda n, shape: np.fromfile(os.path.join(fdir, n), "<f4").reshape(shape)  # noqa: E731
+    T, Hq, Hkv, D = sum(SEQ_LENS), TINY["num_attention_heads"], TINY["num_key_value_heads"], TINY["head_dim"]
+    logits = rd("logits.f32", (T, TINY["vocab_size"]))
+    qkv = {l: (rd(f"q{l}.f32", (T, Hq, D)), rd(f"k{l}.f32", (T, Hkv, D)), rd(f"v{l}.f32", (T, Hkv, D)))
+           for l in LAYERS}
     ssd = load_file(os.path.join(mdir, "model.safetensors"))
     spec = spec_from_hf(saved)
     assert (spec["D"], spec["n_rot"], spec["groups"], spec["routed_scale"]) == (32, 16, 2, 2.5), spec
