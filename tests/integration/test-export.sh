@@ -142,6 +142,9 @@ expect_fail "per-KV-head rotations \[2,16,16\]; the llama.cpp fork creates blk.N
 expect_fail "centres keys on k_mean \[2,2,16\]; the llama.cpp fork reads no key-mean tensor" \
     "$T/o7.gguf" $ZOO export "$T/artlm" --format gguf --target oscar --out "$T/o7.gguf"
 expect_fail "centres keys on k_mean" "$T/o8.gguf" $ZOO export "$T/artlm" --format gguf --out "$T/o8.gguf"
+mkdir -p "$T/o9/k_mean_decode.pt" # the third file cannot be written: the first two must not stay
+expect_fail "o9/k_mean_decode.pt: rename failed" "$T/o9/k_rotation_perhead.pt" $ZOO export "$T/artm" --format pt --target oscar --out "$T/o9"
+[ "$(ls -A "$T/o9")" = k_mean_decode.pt ] || fail "a failed k_mean write left: $(ls -A "$T/o9")"
 $ZOO export "$T/art" --format pt 2>/dev/null; [ $? = 2 ] || fail "export without --out: want 2"
 $ZOO export "$T/art" --format onnx --out x 2>/dev/null; [ $? = 2 ] || fail "bad --format: want 2"
 $ZOO export "$T/art" --format pt --base x --out x 2>/dev/null; [ $? = 2 ] || fail "--base with pt: want 2"
