@@ -62,7 +62,8 @@ static void test_checks(void ** state) {
     oscar_artifact_free(a);
 
     a = artifact("qwen3", true, 2, 64);
-    refused(oscar_serve_check(a, T(OSCAR_TARGET_SGLANG), NULL), "--target oscar: k_rotation_perhead.pt, format_version 2");
+    refused(oscar_serve_check(a, T(OSCAR_TARGET_SGLANG), NULL),
+            "--target oscar: k_rotation_perhead.pt, format_version 2");
     refused(oscar_serve_check(a, T(OSCAR_TARGET_LLAMACPP), &q3), "per-KV-head rotations [2,64,64]");
     assert_int_equal(oscar_serve_check(a, T(OSCAR_TARGET_OSCAR), NULL), OSCAR_OK);
     oscar_artifact_free(a);
