@@ -518,24 +518,27 @@ static enum oscar_status serve(const struct oscar_artifact * art, const struct a
 }
 
 static enum oscar_status export_pt(const struct oscar_artifact * art, const struct args * a) {
-    char *            kp = NULL, * vp = NULL;
+    char *            kp = NULL, * vp = NULL, * mp = NULL;
     enum oscar_status st = oscar_serve_check(art, a->profile, NULL);
-    if (st == OSCAR_OK) st = oscar_export_pt(art, a->out, &kp, &vp);
+    if (st == OSCAR_OK) st = oscar_export_pt_all(art, a->out, &kp, &vp, &mp);
     if (st != OSCAR_OK) {
         return st;
     }
-    char * kabs = realpath(kp, NULL), * vabs = realpath(vp, NULL);
-    json_t * j = json_pack("{s:s, s:s, s:s, s:i}", "format", "pt", "k_rotation", kabs ? kabs : kp, "v_rotation",
-                           vabs ? vabs : vp, "format_version", art->per_head ? 2 : 1);
+    char * kabs = realpath(kp, NULL), * vabs = realpath(vp, NULL), * mabs = mp ? realpath(mp, NULL) : NULL;
+    json_t * j = json_pack("{s:s, s:s, s:s, s:i, s:s?}", "format", "pt", "k_rotation", kabs ? kabs : kp, "v_rotation",
+                           vabs ? vabs : vp, "format_version", art->per_head ? 2 : 1, "k_mean", mabs ? mabs : mp);
     if (!a->quiet && !a->json) fprintf(stderr, "wrote %s\nwrote %s\n", kp, vp);
+    if (!a->quiet && !a->json && mp) fprintf(stderr, "wrote %s\n", mp);
     struct oscar_serve_files f = { .k_pt = kabs ? kabs : kp, .v_pt = vabs ? vabs : vp };
     st = j ? serve(art, a, &f, j) : osc_error(OSCAR_ERR_NOMEM, "out of memory");
     if (st == OSCAR_OK && a->json) print_json(j);
     else json_decref(j);
     free(kabs);
     free(vabs);
+    free(mabs);
     free(kp);
     free(vp);
+    free(mp);
     return st;
 }
 
@@ -729,7 +732,8 @@ static const struct command commands[] = {
       "  --target llamacpp             the OSCAR llama.cpp fork: --format gguf --base (the default of gguf)\n"
       "  --target oscar                no engine's limits: per-KV-head .pt (format_version 2), standalone or\n"
       "                                non-qwen3 GGUF; no serve recipe\n"
-      "  --format pt --out DIR         k_rotation_<obj>.pt + v_rotation_<obj>.pt (+ serve.env)\n"
+      "  --format pt --out DIR         k_rotation_<obj>.pt + v_rotation_<obj>.pt (+ serve.env); per KV\n"
+      "                                head k/v_rotation_perhead.pt; k_mean_decode.pt if keys are centred\n"
       "  --format gguf --out FILE      rotation tensors as blk.N.attn_{k,v}_rot.weight (+ serve.env beside it)\n"
       "  --base MODEL.gguf             (gguf) bake them into a copy of MODEL.gguf\n"
       "  --qk-order auto|hf|ggml       (gguf) K rotation order (auto: ggml for llama-arch targets)\n"

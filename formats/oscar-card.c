@@ -153,6 +153,20 @@ static void serve_section(FILE * m, const struct oscar_artifact * a) {
         fprintf(m, "%s (`--target %s`):\n\n```sh\n%s```\n\n", t->engine, t->name, text);
         free(text);
     }
+    // No target profile covers the OptR engine (formats/README.md): say which files and variables it reads.
+    if (a->per_head || a->k_mean) {
+        fprintf(m, "- the OptR SGLang engine (daniel-eai/Output-Aware-INT2-KV-Cache-Quantization) loads %s: "
+                   "`oscar-zoo export <repo>:<path> --target oscar --format pt --out rot/` writes %s%s; set "
+                   "`SGLANG_OSCAR_K_ROTATION_PATH` / `SGLANG_OSCAR_V_ROTATION_PATH` to the two rotation files%s "
+                   "(oscar checks no limit of that engine)\n\n",
+                a->per_head && a->k_mean ? "per-KV-head rotations and the key mean"
+                                         : a->per_head ? "per-KV-head rotations" : "the key mean",
+                a->per_head ? "`rot/k_rotation_perhead.pt`, `rot/v_rotation_perhead.pt`"
+                            : "the rotation pair",
+                a->k_mean ? " and `rot/k_mean_decode.pt`" : "",
+                a->k_mean ? ", and `SGLANG_OSCAR_K_MEAN_PATH` to `k_mean_decode.pt` with "
+                            "`SGLANG_OSCAR_K_MEAN_IN_POOL=1`" : "");
+    }
 }
 
 static void files_section(FILE * m, const struct oscar_artifact * a) {

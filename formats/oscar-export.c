@@ -1,9 +1,9 @@
 // oscar-export.c - artifact -> reference .pt pair / llama.cpp-fork GGUF (see oscar-export.h).
 //
 // Refuses: artifacts whose K rotations are not in HF order (oscar.qk_order),
-// per-head artifacts for GGUF, a base GGUF whose layer count or head_dim does
-// not match the artifact, and a base that already carries rotation tensors
-// or oscar.* keys.
+// per-head or k_mean artifacts for GGUF (the llama.cpp fork reads neither), a
+// base GGUF whose layer count or head_dim does not match the artifact, and a
+// base that already carries rotation tensors or oscar.* keys.
 #include "formats/oscar-export.h"
 
 #include <stdio.h>
@@ -39,23 +39,47 @@ static enum oscar_status check_hf_order(const struct oscar_artifact * a) {
     return OSCAR_OK;
 }
 
-enum oscar_status oscar_export_pt(const struct oscar_artifact * a, const char * out_dir, char ** k_path,
-                                  char ** v_path) {
+// Per-layer pairs keep the reference names k_rotation_<objective>.pt (the OSCAR SGLang fork's zoo
+// folders, export_rot_kv_gguf.py); per-KV-head pairs take the zoo's per-head names, so a folder
+// never offers a [Hkv,D,D] file under the name the per-layer loaders look for (formats/README.md).
+static void pair_names(const struct oscar_artifact * a, const char * ko, const char * vo, char * kn, char * vn,
+                       size_t n) {
+    if (a->per_head) {
+        snprintf(kn, n, "%s", OSCAR_EXPORT_K_PERHEAD_PT);
+        snprintf(vn, n, "%s", OSCAR_EXPORT_V_PERHEAD_PT);
+    } else {
+        snprintf(kn, n, "k_rotation_%s.pt", ko);
+        snprintf(vn, n, "v_rotation_%s.pt", vo);
+    }
+}
+
+static enum oscar_status write_k_mean(const struct oscar_artifact * a, const char * path) {
+    struct oscar_pt_k_mean m = {
+        .note = "oscar-calibrate key mean per (layer, KV head): post-RoPE, unrotated basis, Hugging Face "
+                "head-dim order; subtract before the K rotation",
+        .n_layer = a->n_layer, .n_head_kv = a->n_head_kv, .head_dim = a->head_dim, .mu = a->k_mean,
+    };
+    return oscar_pt_write_k_mean(path, &m);
+}
+
+enum oscar_status oscar_export_pt_all(const struct oscar_artifact * a, const char * out_dir, char ** k_path,
+                                      char ** v_path, char ** mean_path) {
     const char * ko = oscar_artifact_get_meta(a, "oscar.k_objective");
     const char * vo = oscar_artifact_get_meta(a, "oscar.v_objective");
-    char *       kp = NULL, * vp = NULL, name[256];
+    char *       kp = NULL, * vp = NULL, * mp = NULL, kn[256], vn[256];
     enum oscar_status st;
     if (k_path) *k_path = NULL;
     if (v_path) *v_path = NULL;
+    if (mean_path) *mean_path = NULL;
     if ((st = check_objective("oscar.k_objective", ko)) != OSCAR_OK ||
         (st = check_objective("oscar.v_objective", vo)) != OSCAR_OK || (st = check_hf_order(a)) != OSCAR_OK)
         return st;
     if ((st = osc_mkdirs(out_dir)) != OSCAR_OK) return st;
-    snprintf(name, sizeof name, "k_rotation_%s.pt", ko);
-    kp = osc_path_join(out_dir, name);
-    snprintf(name, sizeof name, "v_rotation_%s.pt", vo);
-    vp = osc_path_join(out_dir, name);
-    if (!kp || !vp) {
+    pair_names(a, ko, vo, kn, vn, sizeof kn);
+    kp = osc_path_join(out_dir, kn);
+    vp = osc_path_join(out_dir, vn);
+    if (a->k_mean) mp = osc_path_join(out_dir, OSCAR_EXPORT_K_MEAN_PT);
+    if (!kp || !vp || (a->k_mean && !mp)) {
         st = osc_error(OSCAR_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -72,12 +96,24 @@ enum oscar_status oscar_export_pt(const struct oscar_artifact * a, const char * 
         unlink(kp); // do not leave a K file without its V partner
         goto out;
     }
+    if (mp && (st = write_k_mean(a, mp)) != OSCAR_OK) {
+        unlink(kp); // the rotations were chosen for centred keys: not without their mean
+        unlink(vp);
+        goto out;
+    }
     if (k_path) { *k_path = kp; kp = NULL; }
     if (v_path) { *v_path = vp; vp = NULL; }
+    if (mean_path) { *mean_path = mp; mp = NULL; }
 out:
     free(kp);
     free(vp);
+    free(mp);
     return st;
+}
+
+enum oscar_status oscar_export_pt(const struct oscar_artifact * a, const char * out_dir, char ** k_path,
+                                  char ** v_path) {
+    return oscar_export_pt_all(a, out_dir, k_path, v_path, NULL);
 }
 
 void oscar_export_rot_to_ggml(const float * src, float * dst, int32_t D, bool permute) {
@@ -150,9 +186,17 @@ enum oscar_status oscar_export_gguf(const struct oscar_artifact * a, const char 
     char                     arch_buf[64];
     enum oscar_status        st;
     if (a->per_head)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "artifact has per-KV-head rotations; the llama.cpp fork takes one "
-                         "[D,D] rotation per layer (no engine loads per-KV-head rotations today: calibrate with --rotation-grouping layer; "
-                         "--format pt --target oscar writes them as format_version 2)");
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "artifact has per-KV-head rotations [%d,%d,%d]; the llama.cpp fork "
+                         "creates blk.N.attn_k_rot/attn_v_rot as one [D,D] tensor per layer (src/models/qwen3.cpp) "
+                         "and has no per-head form: calibrate with --rotation-grouping layer, or export --format pt "
+                         "(k_rotation_perhead.pt, format_version 2, which the OptR SGLang engine loads)",
+                         (int) a->n_head_kv, (int) a->head_dim, (int) a->head_dim);
+    if (a->k_mean)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "artifact centres keys on k_mean [%d,%d,%d]; the llama.cpp fork "
+                         "reads no key-mean tensor (src/models/qwen3.cpp creates only blk.N.attn_k_rot/attn_v_rot; "
+                         "its q2_0 subtracts each row's own mean) and would serve uncentred keys: calibrate with "
+                         "--no-optr-center, or export --format pt (k_mean_decode.pt, which the OptR SGLang "
+                         "engine loads)", (int) a->n_layer, (int) a->n_head_kv, (int) a->head_dim);
     if ((st = check_hf_order(a)) != OSCAR_OK) return st;
     if (o->base) {
         if ((st = osc_gguf_open(o->base, &g)) != OSCAR_OK) return osc_error_prefix(st, "--base");

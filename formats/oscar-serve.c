@@ -37,8 +37,14 @@ enum oscar_status oscar_serve_check(const struct oscar_artifact * a, const struc
                          (int) a->n_head_kv, (int) a->head_dim, (int) a->head_dim, t->engine,
                          t->id == OSCAR_TARGET_SGLANG ? " (load_oscar_rotations raises ValueError on any other shape)"
                                                       : " (blk.N.attn_k_rot)",
-                         t->id == OSCAR_TARGET_SGLANG ? " (or export --format pt --target oscar: format_version 2, "
-                                                        "which no engine loads today)" : "");
+                         t->id == OSCAR_TARGET_SGLANG ? " (or export --format pt --target oscar: "
+                                                        "k_rotation_perhead.pt, format_version 2, which the OptR "
+                                                        "SGLang engine loads)" : "");
+    if (a->k_mean && t->id == OSCAR_TARGET_LLAMACPP)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "target %s: the artifact centres keys on k_mean and %s reads no "
+                         "key-mean tensor (src/models/qwen3.cpp: blk.N.attn_k_rot/attn_v_rot only), so it would "
+                         "serve uncentred keys; calibrate with --no-optr-center, or export --format pt "
+                         "(k_mean_decode.pt, which the OptR SGLang engine loads)", t->name, t->engine);
     int32_t sink = meta_int(a, "oscar.sink", t->sink), recent = meta_int(a, "oscar.recent", t->recent);
     if (sink % t->window_align || recent % t->window_align)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "target %s: the artifact was measured with sink %d / recent %d, and %s "
@@ -122,8 +128,9 @@ static void common_notes(const struct oscar_artifact * a, const struct oscar_tar
              "clips searched for this engine", c->name, oscar_target_clips_name(c->clips), t->engine,
              oscar_target_clips_name(t->clips), t->name);
     if (a->k_mean)
-        note(r, "the artifact centres keys on k_mean, which this export does not carry: the engine serves "
-             "uncentred keys");
+        note(r, "the artifact centres keys on k_mean: the export writes it to k_mean_decode.pt, which only the OptR "
+             "SGLang engine reads (SGLANG_OSCAR_K_MEAN_PATH with SGLANG_OSCAR_K_MEAN_IN_POOL=1); %s does not, "
+             "and serves uncentred keys", t->engine);
     if (oscar_artifact_get_meta(a, "oscar.imported_from"))
         note(r, "imported rotations: sink/recent/group come from the import (%s)",
              meta_or(a, "oscar.imported_from", "?"));

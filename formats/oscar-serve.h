@@ -33,7 +33,7 @@ struct oscar_serve_gguf {
 };
 
 // Refuses (OSCAR_ERR_UNSUPPORTED, a message naming the target, why, and what would work) what
-// target t cannot load: per-KV-head rotations (sglang, llamacpp), a sink/recent off the engine's
+// target t cannot load: per-KV-head rotations (sglang, llamacpp), a k_mean (llamacpp), a sink/recent off the engine's
 // alignment (sglang), an architecture whose graph does not apply the rotations (llamacpp: the
 // artifact's and the base GGUF's), a standalone GGUF (llamacpp reads the tensors from the model).
 // The oscar target refuses nothing. g: NULL unless the export is a GGUF.

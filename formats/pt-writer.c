@@ -346,34 +346,34 @@ static enum oscar_status check_args(const char * path, const struct oscar_pt_rot
     return OSCAR_OK;
 }
 
-enum oscar_status oscar_pt_write_rotations(const char * path, const struct oscar_pt_rotations * r) {
-    enum oscar_status     st = check_args(path, r);
-    struct pbuf           pk = { 0 };
-    struct zwriter        z  = { 0 };
-    struct osc_atomic_file f = { 0 };
-    char *                stem = NULL;
-    if (st != OSCAR_OK) return st;
-    stem = file_stem(path);
-    pk_rotations(&pk, r);
-    if (!stem || pk.oom) {
-        st = osc_error(OSCAR_ERR_NOMEM, "out of memory");
-        goto out;
+// One storage record per tensor, keyed "0", "1", ... in the order the pickle names them.
+struct pt_storage {
+    const void * data;
+    uint64_t     size;
+};
+
+// The archive around pickle `pk` with storages s[0..n): torch.save's record order.
+static enum oscar_status write_archive(const char * path, const struct pbuf * pk, const struct pt_storage * s,
+                                       size_t n) {
+    struct zwriter         z    = { 0 };
+    struct osc_atomic_file f    = { 0 };
+    char *                 stem = file_stem(path);
+    enum oscar_status      st;
+    if (!stem || pk->oom) {
+        free(stem);
+        return osc_error(OSCAR_ERR_NOMEM, "out of memory");
     }
     if ((st = osc_atomic_open(&f, path)) != OSCAR_OK) goto out;
     z.fp   = f.fp;
     z.path = path;
-    size_t  D = (size_t) r->head_dim, R = (size_t) r->n_rot;
-    char    sid[48];
-    zw_record(&z, stem, "data.pkl", pk.p, pk.n);
+    char sid[48], key[32];
+    zw_record(&z, stem, "data.pkl", pk->p, pk->n);
     zw_record(&z, stem, ".format_version", "1", 1);
     zw_record(&z, stem, ".storage_alignment", "64", 2);
     zw_record(&z, stem, "byteorder", "little", 6);
-    char key[32];
-    for (int32_t l = 0; l < r->n_layer && z.st == OSCAR_OK; l++) {
-        snprintf(key, sizeof key, "data/%d", (int) (2 * l));
-        zw_record(&z, stem, key, r->rotation + (size_t) l * R * D * D, R * D * D * sizeof(float));
-        snprintf(key, sizeof key, "data/%d", (int) (2 * l + 1));
-        zw_record(&z, stem, key, r->eigenvalues + (size_t) l * R * D, R * D * sizeof(float));
+    for (size_t i = 0; i < n && z.st == OSCAR_OK; i++) {
+        snprintf(key, sizeof key, "data/%zu", i);
+        zw_record(&z, stem, key, s[i].data, s[i].size);
     }
     zw_record(&z, stem, "version", "3\n", 2);
     // Deterministic id: digits of the CRC of the pickle and of the first storage.
@@ -389,7 +389,74 @@ enum oscar_status oscar_pt_write_rotations(const char * path, const struct oscar
 out:
     for (uint32_t i = 0; i < z.n; i++) free(z.rec[i].name);
     free(z.rec);
-    free(pk.p);
     free(stem);
+    return st;
+}
+
+enum oscar_status oscar_pt_write_rotations(const char * path, const struct oscar_pt_rotations * r) {
+    enum oscar_status st = check_args(path, r);
+    if (st != OSCAR_OK) return st;
+    size_t              D = (size_t) r->head_dim, R = (size_t) r->n_rot, L = (size_t) r->n_layer;
+    struct pt_storage * s = malloc(2 * L * sizeof *s);
+    struct pbuf         pk = { 0 };
+    if (!s) return osc_error(OSCAR_ERR_NOMEM, "out of memory");
+    for (size_t l = 0; l < L; l++) {
+        s[2 * l]     = (struct pt_storage) { r->rotation + l * R * D * D, R * D * D * sizeof(float) };
+        s[2 * l + 1] = (struct pt_storage) { r->eigenvalues + l * R * D, R * D * sizeof(float) };
+    }
+    pk_rotations(&pk, r);
+    st = write_archive(path, &pk, s, 2 * L);
+    free(pk.p);
+    free(s);
+    return st;
+}
+
+// ---- the key-mean file -------------------------------------------------------
+
+// {"format_version": 1, "note": note, "layers": {i: {"layer_id": i, "mu": [Hkv, D]}}}
+static void pk_k_mean(struct pbuf * b, const struct oscar_pt_k_mean * m) {
+    struct pk_globals g     = { -1, -1, -1, 0 };
+    int64_t           ms[2] = { m->n_head_kv, m->head_dim };
+    put_u8(b, PK_PROTO);
+    put_u8(b, 2);
+    put_u8(b, PK_EMPTY_DICT);
+    put_u8(b, PK_MARK);
+    pk_str(b, "format_version");
+    pk_int(b, 1);
+    pk_str(b, "note");
+    pk_str(b, m->note);
+    pk_str(b, "layers");
+    put_u8(b, PK_EMPTY_DICT);
+    put_u8(b, PK_MARK);
+    for (int32_t l = 0; l < m->n_layer; l++) {
+        pk_int(b, l);
+        put_u8(b, PK_EMPTY_DICT);
+        put_u8(b, PK_MARK);
+        pk_str(b, "layer_id");
+        pk_int(b, l);
+        pk_str(b, "mu");
+        pk_tensor(b, &g, l, 2, ms);
+        put_u8(b, PK_SETITEMS);
+    }
+    put_u8(b, PK_SETITEMS); // layers
+    put_u8(b, PK_SETITEMS); // top level
+    put_u8(b, PK_STOP);
+}
+
+enum oscar_status oscar_pt_write_k_mean(const char * path, const struct oscar_pt_k_mean * m) {
+    if (m->n_layer < 1 || m->n_head_kv < 1 || m->head_dim < 1 || !m->mu || !m->note)
+        return osc_error(OSCAR_ERR_INVALID, "%s: bad k_mean shape L=%d Hkv=%d D=%d", path, (int) m->n_layer,
+                         (int) m->n_head_kv, (int) m->head_dim);
+    const uint16_t one = 1;
+    if (*(const uint8_t *) &one != 1) return osc_error(OSCAR_ERR_UNSUPPORTED, "big-endian hosts are not supported");
+    size_t              HD = (size_t) m->n_head_kv * (size_t) m->head_dim, L = (size_t) m->n_layer;
+    struct pt_storage * s  = malloc(L * sizeof *s);
+    struct pbuf         pk = { 0 };
+    if (!s) return osc_error(OSCAR_ERR_NOMEM, "out of memory");
+    for (size_t l = 0; l < L; l++) s[l] = (struct pt_storage) { m->mu + l * HD, HD * sizeof(float) };
+    pk_k_mean(&pk, m);
+    enum oscar_status st = write_archive(path, &pk, s, L);
+    free(pk.p);
+    free(s);
     return st;
 }

@@ -39,4 +39,18 @@ struct oscar_pt_rotations {
 // Writes the rotation dict to `path` (the zip folder is the file stem).
 enum oscar_status oscar_pt_write_rotations(const char * path, const struct oscar_pt_rotations * r);
 
+// The key-mean file of the OptR pipeline (rotation/compute_k_mean.py writes it, the OptR SGLang
+// engine's unified_kv_pool.py _load_oscar_k_means reads it; formats/README.md):
+//   {"format_version": 1, "note": str, "layers": {int i: {"layer_id": i, "mu": f32 [Hkv,D]}}}
+struct oscar_pt_k_mean {
+    const char *  note;      // what the mean is (free text)
+    int32_t       n_layer;   // L
+    int32_t       n_head_kv; // Hkv
+    int32_t       head_dim;  // D
+    const float * mu;        // [L, Hkv, D]
+};
+
+// Writes the key-mean dict to `path`, atomically like the rotations.
+enum oscar_status oscar_pt_write_k_mean(const char * path, const struct oscar_pt_k_mean * m);
+
 #endif

@@ -3,7 +3,10 @@
 #  1. refused without --from-activations (exit 2, says why), and an unknown --refine;
 #  2. from a store: per-KV-head rotations [3,64,64] and layers.{i}.k_mean in the artifact,
 #     oscar.refine metadata, the OptR table and timing on stderr; --no-optr-center: no k_mean;
-#  3. -t 1 and -t 2 write byte-identical artifacts (fixed-order sums).
+#  3. -t 1 and -t 2 write byte-identical artifacts (fixed-order sums);
+#  4. that artifact exported (--format pt --target oscar): k/v_rotation_perhead.pt and k_mean_decode.pt
+#     as the OptR engine's loaders read them (tests/oracle/check_pt_export.py), imported back bit for
+#     bit; GGUF refuses it, naming what the llama.cpp fork lacks.
 set -u
 . "$(dirname "$0")/common.sh"
 need_smollm2
@@ -36,4 +39,35 @@ hdr "$T/n" | grep -q 'k_mean' && fail "--no-optr-center wrote a k_mean"
 "$CAL" -m "$MODEL" --sink 8 --recent 16 --clip 0.96,0.92 --from-activations "$T/act.h5" --refine optr \
     --optr-steps 3 -t 1 -q -o "$T/b" || fail "-t 1 failed"
 cmp -s "$T/a/oscar.safetensors" "$T/b/oscar.safetensors" || fail "-t 1 and -t 2 artifacts differ"
+
+# 4. export for the OptR engine, and back
+ZOO=$B/bin/oscar-zoo
+"$ZOO" export "$T/a" --format pt --target oscar --out "$T/pt" -q >/dev/null 2>"$T/err" || fail "export pt: $(cat "$T/err")"
+[ "$(ls "$T/pt" | tr '\n' ' ')" = "k_mean_decode.pt k_rotation_perhead.pt v_rotation_perhead.pt " ] \
+    || fail "exported files: $(ls "$T/pt")"
+if [ -x "$PY" ] && "$PY" -c 'import numpy' 2>/dev/null; then
+    "$PY" tests/oracle/check_pt_export.py "$T/a" "$T/pt" >/dev/null || fail "the export does not read back as the OptR loaders read it"
+fi
+"$ZOO" import "$T/pt" --model "$MODEL" --out "$T/imp" -q >/dev/null 2>"$T/err" || fail "import the export: $(cat "$T/err")"
+for t in k_rotation v_rotation k_mean; do
+    for l in 0 29; do
+        [ "$(hdr "$T/imp" | grep -c "\"layers.$l.$t\"")" = 1 ] || fail "import lacks layers.$l.$t"
+    done
+done
+if [ -x "$PY" ] && "$PY" -c 'import numpy' 2>/dev/null; then
+    "$PY" - tests/oracle "$T/a" "$T/imp" <<'PY' || fail "export -> import changed a tensor"
+import sys
+sys.path.insert(0, sys.argv[1])
+from check_pt_export import read_artifact
+a, _ = read_artifact(sys.argv[2])
+b, _ = read_artifact(sys.argv[3])
+names = [k for k in a if k.endswith(("_rotation", "_eigenvalues", ".k_mean"))]
+assert len(names) == 30 * 5, len(names)
+for k in names:
+    assert a[k].shape == b[k].shape and a[k].tobytes() == b[k].tobytes(), k
+PY
+fi
+"$ZOO" export "$T/a" --format gguf --target oscar --out "$T/x.gguf" 2>"$T/err" >/dev/null; rc=$?
+[ $rc = 1 ] && grep -q "per-KV-head rotations \[3,64,64\]; the llama.cpp fork creates" "$T/err" && [ ! -e "$T/x.gguf" ] \
+    || fail "GGUF of a per-head artifact: rc $rc $(cat "$T/err")"
 echo "ok"

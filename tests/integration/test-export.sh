@@ -5,7 +5,9 @@
 #  - GGUF standalone (--target oscar: no engine loads it): llama arch -> K rows in ggml order (method.md §1.1),
 #    qwen3 -> HF order, --qk-order; engine targets are test-targets.sh's;
 #  - GGUF bake into the SmolLM2 GGUF (when present): base tensors byte-identical, oscar's reader opens it;
-#  - bad input: missing/corrupt artifact, unwritable --out, --base not a GGUF, per-head to GGUF:
+#  - per KV head: k/v_rotation_perhead.pt; a k_mean: k_mean_decode.pt, read as the OptR engine's loaders
+#    read it, imported back bit for bit; the OSCAR fork's recipe notes it serves uncentred keys;
+#  - bad input: missing/corrupt artifact, unwritable --out, --base not a GGUF, per-head or k_mean to GGUF:
 #    clear error, nothing (half-)written;
 #  - integrity (the loader oscar-verify uses): a flipped rotation bit, a missing oscar.json: exit 1,
 #    nothing written; --force exports with a warning;
@@ -41,6 +43,42 @@ $ZOO export "$T/arth" --format pt --target oscar --out "$T/pth" >/dev/null 2>&1 
 "$VENV_PY" "$ORA/check_pt_export.py" "$T/arth" "$T/pth" || fail "pt check (per head)"
 [ ! -e "$T/pth/serve.env" ] || fail "target oscar wrote a serve recipe"
 ok "per-head pt pair is format_version 2 with [Hkv,D,D] (--target oscar; no serve.env)"
+[ "$(ls "$T/pth")" = "$(printf 'k_rotation_perhead.pt\nv_rotation_perhead.pt')" ] || fail "per-head names: $(ls "$T/pth")"
+ok "per-head pair is named k/v_rotation_perhead.pt (the zoo's per-head names), no k_mean file without a k_mean"
+
+# ---- k_mean (OptR centring): k_mean_decode.pt, read back bit for bit ----
+"$MK" "$T/artm" 3 8 2 16 1m 14 llama 2>/dev/null || fail "make per-head + k_mean artifact"
+$ZOO export "$T/artm" --format pt --target oscar --out "$T/ptm" --json > "$T/jm.json" 2>/dev/null || fail "export pt with k_mean"
+"$VENV_PY" "$ORA/check_pt_export.py" "$T/artm" "$T/ptm" || fail "pt check (per head + k_mean)"
+"$VENV_PY" - "$T/jm.json" "$T/ptm/k_mean_decode.pt" <<'PY' || fail "--json k_mean: $(cat "$T/jm.json")"
+import json, os, sys
+d = json.load(open(sys.argv[1]))
+assert d["k_mean"] == os.path.realpath(sys.argv[2]) and d["format_version"] == 2, d
+PY
+"$MK" "$T/artm2" 3 8 2 16 1m 15 llama 2>/dev/null || fail "make a second k_mean artifact"
+"$VENV_PY" "$ORA/check_pt_export.py" "$T/artm2" "$T/ptm" >/dev/null && fail "the check accepted another artifact's files"
+ok "per head + k_mean: k_mean_decode.pt as the OptR loaders read it (layers{i}{mu} [Hkv,D] f32), bit-exact; --json names it"
+$ZOO import "$T/ptm" --out "$T/ptm-imp" -q >/dev/null 2>"$T/err" || fail "import the export: $(cat "$T/err")"
+"$VENV_PY" - "$ORA" "$T/artm" "$T/ptm-imp" <<'PY' || fail "export -> import is not the identity"
+import sys
+sys.path.insert(0, sys.argv[1])
+from check_pt_export import read_artifact
+a, ma = read_artifact(sys.argv[2])
+b, mb = read_artifact(sys.argv[3])
+L = int(ma["oscar.num_layers"])
+names = [f"layers.{i}.{t}" for i in range(L) for t in ("k_rotation", "v_rotation", "k_eigenvalues", "v_eigenvalues", "k_mean")]
+for k in names:
+    assert k in b and a[k].shape == b[k].shape and a[k].tobytes() == b[k].tobytes(), k
+assert mb["oscar.source_grouping"] == "kv_head" and mb["oscar.imported_k_mean"].split()[0].endswith("k_mean_decode.pt"), mb
+PY
+ok "export -> oscar-zoo import: per-head R, eigenvalues and k_mean identical bit for bit"
+"$MK" "$T/artlm" 2 4 2 16 0m 16 qwen3 2>/dev/null || fail "make per-layer + k_mean artifact"
+$ZOO export "$T/artlm" --format pt --out "$T/ptlm" > "$T/envlm.txt" 2>/dev/null || fail "export pt sglang with k_mean"
+"$VENV_PY" "$ORA/check_pt_export.py" "$T/artlm" "$T/ptlm" >/dev/null || fail "pt check (per layer + k_mean)"
+grep -q "^# note: .*k_mean_decode.pt, which only the OptR SGLang engine reads (SGLANG_OSCAR_K_MEAN_PATH with SGLANG_OSCAR_K_MEAN_IN_POOL=1); the SGLang OSCAR fork does not, and serves uncentred keys" "$T/ptlm/serve.env" \
+    || fail "serve.env lacks the k_mean note: $(cat "$T/ptlm/serve.env")"
+grep -q "K_MEAN" <(grep -v '^#' "$T/ptlm/serve.env") && fail "the OSCAR fork's recipe sets a k_mean variable it does not read"
+ok "per layer + k_mean, target sglang: k_mean_decode.pt written, the recipe says the OSCAR fork serves uncentred keys"
 cmp -s "$T/pt/k_rotation_qqt_r_h_pbr.pt" <($ZOO export "$T/art" --format pt --out "$T/pt2" >/dev/null 2>&1; cat "$T/pt2/k_rotation_qqt_r_h_pbr.pt") \
     || fail "pt export is not deterministic"
 ok "pt export is byte-deterministic"
@@ -99,7 +137,14 @@ printf 'not a gguf at all' > "$T/notgguf.gguf"
 expect_fail "notgguf.gguf" "$T/notgguf.gguf/pt/k_rotation_qqt_r_h_pbr.pt" $ZOO export "$T/art" --format pt --out "$T/notgguf.gguf/pt"
 expect_fail "notgguf.gguf" "$T/notgguf.gguf/x.gguf" $ZOO export "$T/art" --format gguf --target oscar --out "$T/notgguf.gguf/x.gguf"
 expect_fail "base" "$T/o4.gguf" $ZOO export "$T/art" --format gguf --target oscar --base "$T/notgguf.gguf" --out "$T/o4.gguf"
-expect_fail "per-KV-head" "$T/o5.gguf" $ZOO export "$T/arth" --format gguf --out "$T/o5.gguf"
+expect_fail "per-KV-head rotations \[2,16,16\]; the llama.cpp fork creates blk.N.attn_k_rot/attn_v_rot as one \[D,D\] tensor per layer" \
+    "$T/o5.gguf" $ZOO export "$T/arth" --format gguf --out "$T/o5.gguf"
+expect_fail "centres keys on k_mean \[2,2,16\]; the llama.cpp fork reads no key-mean tensor" \
+    "$T/o7.gguf" $ZOO export "$T/artlm" --format gguf --target oscar --out "$T/o7.gguf"
+expect_fail "centres keys on k_mean" "$T/o8.gguf" $ZOO export "$T/artlm" --format gguf --out "$T/o8.gguf"
+mkdir -p "$T/o9/k_mean_decode.pt" # the third file cannot be written: the first two must not stay
+expect_fail "o9/k_mean_decode.pt: rename failed" "$T/o9/k_rotation_perhead.pt" $ZOO export "$T/artm" --format pt --target oscar --out "$T/o9"
+[ "$(ls -A "$T/o9")" = k_mean_decode.pt ] || fail "a failed k_mean write left: $(ls -A "$T/o9")"
 $ZOO export "$T/art" --format pt 2>/dev/null; [ $? = 2 ] || fail "export without --out: want 2"
 $ZOO export "$T/art" --format onnx --out x 2>/dev/null; [ $? = 2 ] || fail "bad --format: want 2"
 $ZOO export "$T/art" --format pt --base x --out x 2>/dev/null; [ $? = 2 ] || fail "--base with pt: want 2"

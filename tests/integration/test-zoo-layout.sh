@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test-zoo-layout.sh - oscar-zoo push --layout zoo against the Hub emulator:
 #  - an artifact lands in <Model>/seq<T>_prompt<N>_group<G>/ (the published OSCAR rotation zoo's
-#    layout) with k_rotation_qqt_r_h_pbr.pt and v_rotation_sst_r_h_pbr.pt beside oscar.safetensors,
+#    layout) with k_rotation_qqt_r_h_pbr.pt and v_rotation_sst_r_h_pbr.pt (per KV head:
+#    k/v_rotation_perhead.pt; with a k_mean also k_mean_decode.pt) beside oscar.safetensors,
 #    oscar.json and README.md; --path-in-repo is the prefix above <Model>, --zoo-model names it;
 #  - pull of that folder gives the artifact's files byte for byte, and the .pt pair imports to the
 #    artifact's rotations and eigenvalues bitwise (per layer and per KV head);
@@ -19,7 +20,7 @@ n=0
 ok() { n=$((n + 1)); echo "ok $n - $*"; }
 start_emulator
 
-# same_tensors A B: rotations and eigenvalues of two artifacts are bitwise equal
+# same_tensors A B: rotations, eigenvalues (and k_mean when A has one) of two artifacts are bitwise equal
 same_tensors() {
     "$VENV_PY" - "$ROOT/tests/oracle" "$1" "$2" <<'PY'
 import sys
@@ -27,16 +28,21 @@ sys.path.insert(0, sys.argv[1])
 from torch_pt_oracle import read_artifact
 a, ma = read_artifact(sys.argv[2])
 b, mb = read_artifact(sys.argv[3])
-names = [k for k in a if k.endswith(("_rotation", "_eigenvalues"))]
-assert names and len(names) == int(ma["oscar.num_layers"]) * 4, names
+names = [k for k in a if k.endswith(("_rotation", "_eigenvalues", "k_mean"))]
+assert names and len(names) == int(ma["oscar.num_layers"]) * (5 if "layers.0.k_mean" in a else 4), names
 for k in names:
     assert a[k].shape == b[k].shape and a[k].tobytes() == b[k].tobytes(), k
 PY
 }
 
 Z=synthetic/seq0_prompt0_group64
-PT="k_rotation_qqt_r_h_pbr.pt v_rotation_sst_r_h_pbr.pt"
-for ph in 0 1; do
+for ph in 0 1 1m; do
+    # per layer: the reference names; per KV head: the zoo's per-head names (+ the OptR key mean)
+    case $ph in
+        0) PT="k_rotation_qqt_r_h_pbr.pt v_rotation_sst_r_h_pbr.pt" ;;
+        1) PT="k_rotation_perhead.pt v_rotation_perhead.pt" ;;
+        1m) PT="k_rotation_perhead.pt v_rotation_perhead.pt k_mean_decode.pt" ;;
+    esac
     "$MK" "$T/art$ph" 4 8 2 64 $ph 11 llama 2>/dev/null || fail "make artifact (per head $ph)"
     $ZOO push "$T/art$ph" --repo me/zoo$ph --layout zoo --json > "$T/push.json" 2>"$T/err" || fail "push --layout zoo: $(cat "$T/err")"
     grep -q "\"path_in_repo\": \"$Z\"" "$T/push.json" || fail "push --json: $(cat "$T/push.json")"
@@ -48,14 +54,14 @@ for ph in 0 1; do
     for f in README.md oscar.json oscar.safetensors; do
         cmp -s "$T/art$ph/$f" "$T/pulled$ph/$Z/$f" || fail "$f differs after push/pull"
     done
-    $ZOO import "$T/pulled$ph/$Z/k_rotation_qqt_r_h_pbr.pt" "$T/pulled$ph/$Z/v_rotation_sst_r_h_pbr.pt" --out "$T/imp$ph" -q \
-        >/dev/null 2>"$T/err" || fail "import the pulled pair: $(cat "$T/err")"
+    [ "$(grep -c '\.pt$' "$T/ls")" = "$(echo $PT | wc -w)" ] || fail "other .pt files in $Z: $(cat "$T/ls")"
+    $ZOO import "$T/pulled$ph/$Z" --out "$T/imp$ph" -q >/dev/null 2>"$T/err" || fail "import the pulled folder: $(cat "$T/err")"
     same_tensors "$T/art$ph" "$T/imp$ph" || fail "the pulled .pt pair does not hold the artifact's tensors (per head $ph)"
 done
 mkdir -p "$T/tmp"
 TMPDIR="$T/tmp" $ZOO push "$T/art0" --repo me/zoo0 --layout zoo --revision other -q >/dev/null || fail "push with TMPDIR"
 [ -z "$(ls -A "$T/tmp")" ] || fail "the staging folder was left behind: $(ls -A "$T/tmp")"
-ok "push --layout zoo -> pull: artifact files byte-identical, the .pt pair imports to identical tensors (per layer, per KV head); no staging folder left"
+ok "push --layout zoo -> pull: artifact files byte-identical, the .pt files import to identical tensors (per layer, per KV head, per KV head + k_mean_decode.pt); no staging folder left"
 
 $ZOO push "$T/art0" --repo me/zoo0 --layout zoo --path-in-repo rotations --zoo-model "Qwen3 0.6B" -q >/dev/null \
     || fail "push with prefix and --zoo-model"

@@ -1,7 +1,15 @@
 #!/usr/bin/env python3
-"""check_pt_export.py - checks an `oscar-zoo export --format pt` pair against its artifact.
+"""check_pt_export.py - checks an `oscar-zoo export --format pt` pair (+ key mean) against its artifact.
 
 Usage: check_pt_export.py ARTIFACT_DIR PT_DIR
+
+File names (formats/README.md): per layer k_rotation_<k_objective>.pt / v_rotation_<v_objective>.pt,
+per KV head k_rotation_perhead.pt / v_rotation_perhead.pt; k_mean_decode.pt exactly when the
+artifact has layers.{i}.k_mean. Besides the schema checks below, each file is read the way its
+consumer does (the OptR SGLang engine, daniel-eai/Output-Aware-INT2-KV-Cache-Quantization @ cc0f61af:
+mem_cache/memory_pool.py load_oscar_rotations, mem_cache/unified_kv_pool.py _load_oscar_k_means):
+every layer in [0, L) under an int or str key, "rotation" (D, D) or (num_kv_heads, D, D),
+"mu" 2-D with shape[1] == D (and num_kv_heads rows: TP 1), then compared bit for bit.
 
 1. Always (CI venv: numpy + safetensors only): opens each .pt with zipfile and a
    restricted pickle.Unpickler whose find_class allows only
@@ -147,15 +155,96 @@ def check_obj(obj, tensors, meta, which, path, as_np):
             fail(f"{path}: layer {i} rotation shape")
 
 
+def consumer_layer(state, path, lid):
+    """The engine loaders' lookup: a 'layers' dict, the layer under an int or a str key."""
+    if "layers" not in state:
+        fail(f"{path}: no 'layers' key (the loader raises ValueError)")
+    ent = state["layers"].get(lid, state["layers"].get(str(lid)))
+    if ent is None:
+        fail(f"{path}: missing layer {lid} (the loader raises ValueError)")
+    return ent
+
+
+def consumer_rotations(state, path, L, D, hkv, as_np):
+    """As load_oscar_rotations(path, layer_num=L, start_layer=0, head_dim=D, num_heads=hkv)."""
+    out, headwise = [], None
+    for lid in range(L):
+        r = as_np(consumer_layer(state, path, lid)["rotation"])
+        this = r.ndim == 3
+        if r.shape[-2:] != (D, D) or r.ndim not in (2, 3) or (this and r.shape[0] != hkv):
+            fail(f"{path}: layer {lid} rotation {r.shape} is neither ({D},{D}) nor ({hkv},{D},{D})")
+        if headwise is not None and headwise != this:
+            fail(f"{path}: mixes layerwise and headwise layers")
+        headwise = this
+        out.append(r)
+    return np.stack(out), headwise
+
+
+def consumer_k_means(state, path, L, D, hkv, as_np):
+    """As _load_oscar_k_means(path, layer_num=L, start_layer=0, head_dim=D, num_heads=hkv)."""
+    out = []
+    for lid in range(L):
+        mu = as_np(consumer_layer(state, path, lid)["mu"])
+        if mu.ndim != 2 or mu.shape[1] != D or mu.shape[0] != hkv:
+            fail(f"{path}: layer {lid} mu {mu.shape}, the loader wants [{hkv}, {D}]")
+        out.append(mu)
+    return np.stack(out)
+
+
+def check_k_mean(obj, tensors, meta, path, as_np):
+    L, D, hkv = int(meta["oscar.num_layers"]), int(meta["oscar.head_dim"]), int(meta["oscar.num_kv_heads"])
+    if set(obj) != {"format_version", "note", "layers"} or obj["format_version"] != 1 or not isinstance(obj["note"], str):
+        fail(f"{path}: top level {sorted(obj)} (want compute_k_mean.py's format_version/note/layers)")
+    if sorted(obj["layers"]) != list(range(L)) or not all(type(k) is int for k in obj["layers"]):
+        fail(f"{path}: layer keys {list(obj['layers'])[:5]}")
+    for i in range(L):
+        ent = obj["layers"][i]
+        if set(ent) != {"layer_id", "mu"} or ent["layer_id"] != i:
+            fail(f"{path}: layer {i} entry {sorted(ent)}")
+    mu = consumer_k_means(obj, path, L, D, hkv, as_np)
+    for i in range(L):
+        ref = tensors[f"layers.{i}.k_mean"]
+        if mu[i].dtype != np.float32 or mu[i].tobytes() != ref.tobytes():
+            fail(f"{path}: layer {i} mu differs from layers.{i}.k_mean")
+
+
+def check_consumer(obj, tensors, meta, which, path, as_np):
+    L, D, hkv = int(meta["oscar.num_layers"]), int(meta["oscar.head_dim"]), int(meta["oscar.num_kv_heads"])
+    rot, headwise = consumer_rotations(obj, path, L, D, hkv, as_np)
+    if headwise != (meta["oscar.source_grouping"] == "kv_head"):
+        fail(f"{path}: the loader sees headwise={headwise}")
+    ref = np.stack([tensors[f"layers.{i}.{which}_rotation"] for i in range(L)])
+    if rot.tobytes() != ref.tobytes():
+        fail(f"{path}: the loader's stacked rotations differ from the artifact's")
+
+
+def export_files(pt_dir, meta):
+    import os
+    per_head = meta["oscar.source_grouping"] == "kv_head"
+    files = {"k": f"{pt_dir}/k_rotation_{'perhead' if per_head else meta['oscar.k_objective']}.pt",
+             "v": f"{pt_dir}/v_rotation_{'perhead' if per_head else meta['oscar.v_objective']}.pt"}
+    pts = sorted(f for f in os.listdir(pt_dir) if f.endswith(".pt"))
+    return files, pts
+
+
 def main():
     art, pt_dir = sys.argv[1], sys.argv[2]
     tensors, meta = read_artifact(art)
-    files = {"k": f"{pt_dir}/k_rotation_{meta['oscar.k_objective']}.pt",
-             "v": f"{pt_dir}/v_rotation_{meta['oscar.v_objective']}.pt"}
+    files, pts = export_files(pt_dir, meta)
+    has_mean = "layers.0.k_mean" in tensors
+    mean_path = f"{pt_dir}/k_mean_decode.pt"
+    want = sorted([p.rsplit("/", 1)[-1] for p in files.values()] + (["k_mean_decode.pt"] if has_mean else []))
+    if pts != want:
+        fail(f"{pt_dir}: .pt files {pts}, want {want}")
     for which, path in files.items():
         obj = load_restricted(path)
         check_obj(obj, tensors, meta, which, path, lambda x: x)
-        print(f"ok restricted-unpickler {path}: {len(obj['layers'])} layers, format_version {obj['format_version']}")
+        check_consumer(obj, tensors, meta, which, path, lambda x: x)
+        print(f"ok restricted-unpickler {path}: {len(obj['layers'])} layers, format_version {obj['format_version']}, "
+              "as load_oscar_rotations reads it")
+    if has_mean:
+        check_k_mean(load_restricted(mean_path), tensors, meta, mean_path, lambda x: x)
+        print(f"ok restricted-unpickler {mean_path}: mu [Hkv, D] per layer, as _load_oscar_k_means reads it")
     try:
         import torch
     except ImportError:
@@ -164,7 +253,11 @@ def main():
     for which, path in files.items():
         obj = torch.load(path, weights_only=True)
         check_obj(obj, tensors, meta, which, path, lambda x: x.numpy())
+        check_consumer(obj, tensors, meta, which, path, lambda x: x.numpy())
         print(f"ok torch {torch.__version__} torch.load(weights_only=True) {path}")
+    if has_mean:
+        check_k_mean(torch.load(mean_path, weights_only=True), tensors, meta, mean_path, lambda x: x.numpy())
+        print(f"ok torch {torch.__version__} torch.load(weights_only=True) {mean_path}")
 
 
 if __name__ == "__main__":

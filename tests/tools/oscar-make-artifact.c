@@ -1,7 +1,9 @@
 // oscar-make-artifact - writes a synthetic oscar artifact for export tests.
 //
-//   oscar-make-artifact OUT_DIR L HQ HKV D PER_HEAD(0|1) SEED [ARCH [BASE_SHA256]]
+//   oscar-make-artifact OUT_DIR L HQ HKV D PER_HEAD(0|1)[m] SEED [ARCH [BASE_SHA256]]
 //
+// A trailing 'm' on PER_HEAD (0m, 1m) adds a key mean layers.{i}.k_mean [HKV,D] (Gaussian),
+// as oscar-calibrate --refine optr stores when it centres keys.
 // Rotations are random orthogonal matrices (products of D Householder
 // reflections of Gaussian vectors, fp64, stored fp32), eigenvalues a random
 // ascending sequence, clip ratios in [0.8, 1]. Every required metadata key is
@@ -9,6 +11,7 @@
 // names the model the artifact should pass for). Prints the seed. Test-only:
 // not installed.
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,10 +57,11 @@ int main(int argc, char ** argv) {
         return 2;
     }
     int  L = atoi(argv[2]), Hq = atoi(argv[3]), Hkv = atoi(argv[4]), D = atoi(argv[5]), ph = atoi(argv[6]);
+    bool mean = strchr(argv[6], 'm') != NULL;
     rng_state = strtoull(argv[7], NULL, 10);
     fprintf(stderr, "oscar-make-artifact: seed %llu\n", (unsigned long long) rng_state);
     struct oscar_artifact * a = NULL;
-    if (oscar_artifact_init(L, Hq, Hkv, D, ph != 0, ph != 0, false, &a) != OSCAR_OK) goto fail;
+    if (oscar_artifact_init(L, Hq, Hkv, D, ph != 0, ph != 0, mean, &a) != OSCAR_OK) goto fail;
     int      R = ph ? Hkv : 1;
     double * q = malloc(sizeof(double) * (size_t) (D * D + D));
     for (int l = 0; l < L; l++)
@@ -73,6 +77,7 @@ int main(int argc, char ** argv) {
             a->v_clip[l * R + h] = (float) (0.8 + 0.2 * urand());
         }
     free(q);
+    for (size_t i = 0; mean && i < (size_t) L * (size_t) Hkv * (size_t) D; i++) a->k_mean[i] = (float) grand();
     static const char * const kv[][2] = {
         { "oscar.k_objective", "qqt_r_h_pbr" }, { "oscar.v_objective", "sst_r_h_pbr" }, { "oscar.composition", "r_h_pbr" },
         { "oscar.base_model", "synthetic" }, { "oscar.base_model_sha256", "0" }, { "oscar.bits", "2" },

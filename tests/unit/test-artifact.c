@@ -451,7 +451,20 @@ static void test_card(void ** state) {
     has(c, "not: an id", false);
     has(c, "license: other\n", true);
     has(c, "licence of the base model not recorded; check the base model's card", true);
+    has(c, "OptR", false); // per layer, no key mean: both forks' recipes cover it
     free(c);
+    // per KV head with a key mean: neither fork serves it, the card names what the OptR engine reads
+    struct oscar_artifact * h = make(true);
+    h->k_mean = calloc((size_t) L * HKV * D, sizeof(float));
+    assert_non_null(h->k_mean);
+    c = card_of(h, "card-perhead");
+    has(c, "- the SGLang OSCAR fork: not servable: target sglang: the artifact has per-KV-head rotations", true);
+    has(c, "- the OptR SGLang engine (daniel-eai/Output-Aware-INT2-KV-Cache-Quantization) loads per-KV-head "
+           "rotations and the key mean: `oscar-zoo export <repo>:<path> --target oscar --format pt --out rot/` "
+           "writes `rot/k_rotation_perhead.pt`, `rot/v_rotation_perhead.pt` and `rot/k_mean_decode.pt`", true);
+    has(c, "`SGLANG_OSCAR_K_MEAN_PATH` to `k_mean_decode.pt` with `SGLANG_OSCAR_K_MEAN_IN_POOL=1`", true);
+    free(c);
+    oscar_artifact_free(h);
     oscar_artifact_free(a);
     oscar_artifact_free(b);
 }

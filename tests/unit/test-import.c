@@ -154,6 +154,38 @@ static void test_round_trip_per_head_and_model(void ** state) {
     free(dir), free(kp), free(vp);
 }
 
+// A key mean goes out as k_mean_decode.pt beside the per-head pair and comes back bit for bit.
+static void test_round_trip_k_mean(void ** state) {
+    (void) state;
+    struct oscar_artifact * a = make(2, 4, 2, 4, true), * b = NULL;
+    size_t                  n = 2 * 2 * 4;
+    a->k_mean                 = malloc(n * sizeof(float));
+    assert_non_null(a->k_mean);
+    for (size_t i = 0; i < n; i++) a->k_mean[i] = (float) i * 0.375f - 2.0f;
+    char * dir = path_in("km"), * kp = NULL, * vp = NULL, * mp = NULL;
+    assert_int_equal(oscar_export_pt_all(a, dir, &kp, &vp, &mp), OSCAR_OK);
+    assert_non_null(strstr(kp, "/km/k_rotation_perhead.pt"));
+    assert_non_null(strstr(vp, "/km/v_rotation_perhead.pt"));
+    assert_non_null(strstr(mp, "/km/k_mean_decode.pt"));
+    assert_int_equal(oscar_import_source(dir, NULL, NULL, &b), OSCAR_OK);
+    same_tensors(a, b);
+    assert_non_null(b->k_mean);
+    assert_memory_equal(a->k_mean, b->k_mean, n * sizeof(float));
+    assert_non_null(strstr(oscar_artifact_get_meta(b, "oscar.imported_k_mean"), "k_mean_decode.pt sha256:"));
+    oscar_artifact_free(b);
+    // without a key mean: no file, no path
+    free(a->k_mean);
+    a->k_mean = NULL;
+    char * dir2 = path_in("nokm"), * kp2 = NULL, * vp2 = NULL, * mp2 = dir2; // must come back NULL
+    assert_int_equal(oscar_export_pt_all(a, dir2, &kp2, &vp2, &mp2), OSCAR_OK);
+    assert_null(mp2);
+    assert_int_equal(oscar_import_source(dir2, NULL, NULL, &b), OSCAR_OK);
+    assert_null(b->k_mean);
+    oscar_artifact_free(b);
+    oscar_artifact_free(a);
+    free(dir), free(kp), free(vp), free(mp), free(dir2), free(kp2), free(vp2);
+}
+
 static void test_bad_sources(void ** state) {
     (void) state;
     struct oscar_artifact * a = make(2, 2, 1, 4, false), * b = make(3, 2, 1, 4, false), * c = NULL;
@@ -208,6 +240,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_per_layer),
         cmocka_unit_test(test_round_trip_per_head_and_model),
+        cmocka_unit_test(test_round_trip_k_mean),
         cmocka_unit_test(test_bad_sources),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

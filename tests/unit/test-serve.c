@@ -62,9 +62,26 @@ static void test_checks(void ** state) {
     oscar_artifact_free(a);
 
     a = artifact("qwen3", true, 2, 64);
-    refused(oscar_serve_check(a, T(OSCAR_TARGET_SGLANG), NULL), "--target oscar: format_version 2");
+    refused(oscar_serve_check(a, T(OSCAR_TARGET_SGLANG), NULL),
+            "--target oscar: k_rotation_perhead.pt, format_version 2");
     refused(oscar_serve_check(a, T(OSCAR_TARGET_LLAMACPP), &q3), "per-KV-head rotations [2,64,64]");
     assert_int_equal(oscar_serve_check(a, T(OSCAR_TARGET_OSCAR), NULL), OSCAR_OK);
+    oscar_artifact_free(a);
+
+    // a key mean: llama.cpp has no tensor for it (refused); the SGLang fork loads the rest (a note)
+    a = artifact("qwen3", false, 2, 64);
+    a->k_mean = calloc(2 * 2 * 64, sizeof(float));
+    assert_non_null(a->k_mean);
+    refused(oscar_serve_check(a, T(OSCAR_TARGET_LLAMACPP), &q3), "centres keys on k_mean and the OSCAR llama.cpp "
+            "fork reads no key-mean tensor");
+    assert_int_equal(oscar_serve_check(a, T(OSCAR_TARGET_SGLANG), NULL), OSCAR_OK);
+    struct oscar_serve_files f = {.k_pt = "/r/k.pt", .v_pt = "/r/v.pt"};
+    struct oscar_serve_recipe r;
+    assert_int_equal(oscar_serve_recipe(a, T(OSCAR_TARGET_SGLANG), &f, &r), OSCAR_OK);
+    assert_int_equal(r.n_notes, 1);
+    assert_non_null(strstr(r.notes[0], "k_mean_decode.pt, which only the OptR SGLang engine reads"));
+    assert_non_null(strstr(r.notes[0], "the SGLang OSCAR fork does not, and serves uncentred keys"));
+    assert_null(env_of(&r, "SGLANG_OSCAR_K_MEAN_PATH")); // a variable that fork does not read
     oscar_artifact_free(a);
 
     a = artifact("qwen3", false, 1, 48); // 48 values per token: not whole Q2_0 blocks
