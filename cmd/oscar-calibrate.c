@@ -372,7 +372,8 @@ static enum oscar_status from_forward(const struct opts * o, const struct oscar_
                                       struct oscar_tokenizer * tok,
                                       struct oscar_calib_params * p, struct oscar_calib_corpus * corpus,
                                       struct oscar_calib_plan * plan, struct oscar_calib_heldout * held,
-                                      struct oscar_stats ** st, struct oscar_calib_timing * t) {
+                                      struct oscar_calib_finisher * fin, struct oscar_stats ** st,
+                                      struct oscar_calib_timing * t) {
     struct oscar_actstore * w = NULL;
     const int64_t need = p->n_tokens + (int64_t) p->n_heldout * p->seq_len;
     const struct oscar_model * m = e->m;
@@ -400,7 +401,7 @@ static enum oscar_status from_forward(const struct opts * o, const struct oscar_
         if ((rc = oscar_actstore_create(o->save_act, &in, &w)) != OSCAR_OK) return rc;
         p->act_out = w;
     }
-    if ((rc = oscar_calib_capture(e, plan, p, st, held, t)) == OSCAR_OK && w) {
+    if ((rc = oscar_calib_capture(e, plan, p, fin, st, held, t)) == OSCAR_OK && w) {
         double t0 = osc_now();
         rc = oscar_actstore_commit(w);   // frees w
         t->store += osc_now() - t0;
@@ -534,9 +535,11 @@ int main(int argc, char ** argv) {
     if (p.checkpoint_every > 0 || p.resume) p.checkpoint_path = ckpt;
     struct oscar_calib_engine eng = {0}; struct oscar_tokenizer * tok = NULL; struct oscar_stats * st = NULL;
     struct oscar_calib_corpus corpus = {0}; struct oscar_calib_plan plan = {0}; struct oscar_calib_heldout held = {0};
-    struct oscar_calib_fit fit = {0}; struct oscar_calib_clip clip = {0}; struct oscar_calib_gate gate = {0};
-    struct oscar_calib_refine refine = {0};
-    struct oscar_calib_signs signs = {0};
+    struct oscar_calib_finisher fin = {0};
+    const struct oscar_calib_fit * fit = &fin.fit;
+    const struct oscar_calib_signs * signs = &fin.signs;
+    const struct oscar_calib_clip * clip = &fin.clip;
+    const struct oscar_calib_gate * gate = &fin.gate;
     struct oscar_calib_timing t = {0}; struct oscar_artifact * art = NULL; struct oscar_actstore * store = NULL;
     double t0 = osc_now();
     char * model_path = NULL;
@@ -582,8 +585,12 @@ int main(int argc, char ** argv) {
         goto out;
     }
     eng.dp = dp;
-    if ((o.from_act ? from_store(&o, eng.m, tok, &p, &store, &corpus, &plan, &held, &st, &t)
-                    : from_forward(&o, &eng, tok, &p, &corpus, &plan, &held, &st, &t))) {
+    // the pass, each layer finished (fit, signs, OptR, clips, gate) as its sums end; from a store the
+    // same finisher over the stored layers
+    if ((o.from_act ? from_store(&o, eng.m, tok, &p, &store, &corpus, &plan, &held, &st, &t) ||
+                          oscar_calib_finish_begin(&fin, &p, &held, store, &plan, &t) ||
+                          oscar_calib_finish_all(&fin, st, &held)
+                    : from_forward(&o, &eng, tok, &p, &corpus, &plan, &held, &fin, &st, &t))) {
         fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
         goto out;
     }
@@ -591,27 +598,19 @@ int main(int argc, char ** argv) {
         rc = 0;
         goto out;
     }
-    if (oscar_calib_fit_rotations(st, &p, &fit, &t) ||
-        (p.sign_search && oscar_calib_sign_search(&held, &p, &fit, &signs, &t)) ||
-        (p.refine_optr && oscar_calib_refine_optr(store, &plan, &held, &p, &fit, &refine, &t)) ||
-        oscar_calib_clip_search(&held, &fit, &p, &clip, &t) ||
-        oscar_calib_gate_run(&held, &fit, &clip, &p, &gate, &t)) {
-        fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
-        goto out;
-    }
     const bool report = oscar_log_get_level() <= OSCAR_LOG_INFO; // not --quiet / --json
-    if (report && p.sign_search) print_signs(&signs, &p);
-    if (report) print_gate(&gate, &clip);
-    if (!gate.pass && o.strict) {
+    if (report && p.sign_search) print_signs(signs, &p);
+    if (report) print_gate(gate, clip);
+    if (!gate->pass && o.strict) {
         fprintf(stderr, "oscar-calibrate: %s--strict: gate failed, nothing written\n", rank_tag);
         goto out;
     }
-    if (!gate.pass) osc_warn("the gate FAILED (OSCAR mean %.4g vs Hadamard %.4g, naive %.4g); writing the artifact marked FAILED (--strict writes nothing)",
-                             gate.mean_oscar, gate.mean_hadamard, gate.mean_naive);
+    if (!gate->pass) osc_warn("the gate FAILED (OSCAR mean %.4g vs Hadamard %.4g, naive %.4g); writing the artifact marked FAILED (--strict writes nothing)",
+                             gate->mean_oscar, gate->mean_hadamard, gate->mean_naive);
     t.total = osc_now() - t0;
     if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){eng.m, tok, &corpus, &plan,
-                                                                    &base, o.datasets, o.n_datasets}, &p, &fit,
-                                   p.sign_search ? &signs : NULL, &clip, &gate, &t, &art) ||
+                                                                    &base, o.datasets, o.n_datasets}, &p, fit,
+                                   p.sign_search ? signs : NULL, clip, gate, &t, &art) ||
         oscar_artifact_write(art, o.out)) {
         fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
         goto out;
@@ -622,7 +621,7 @@ int main(int argc, char ** argv) {
     }
     double rss = oscar_calib_peak_rss_mb();
     if (report) {
-        if (p.refine_optr) print_refine(&refine);
+        if (p.refine_optr) print_refine(&fin.refine);
         fprintf(stderr, "timing: forward %.2fs  accumulate %.2fs  eigh %.2fs  signs %.2fs  refine %.2fs  clip %.2fs  "
                 "gate %.2fs  held-out %.2fs  load %.2fs  store %.2fs  total %.2fs  (capture %.1f calibration tok/s)\n"
                 "wrote %s (%s)\n",
@@ -632,15 +631,13 @@ int main(int argc, char ** argv) {
         if (t.device_peak_bytes)
             fprintf(stderr, "peak device memory in use %.2f GiB\n", (double) t.device_peak_bytes / 1073741824.0);
     }
-    if (o.json && print_json(&o, &corpus, &plan, &fit, &t, rss, art->summary_json) != OSCAR_OK) {
+    if (o.json && print_json(&o, &corpus, &plan, fit, &t, rss, art->summary_json) != OSCAR_OK) {
         fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
         goto out;
     }
     rc = 0;
 out:
-    oscar_calib_refine_free(&refine);
-    oscar_calib_signs_free(&signs);
-    oscar_artifact_free(art); oscar_calib_gate_free(&gate); oscar_calib_clip_free(&clip); oscar_calib_fit_free(&fit);
+    oscar_artifact_free(art); oscar_calib_finish_free(&fin);
     oscar_stats_free(st);
     oscar_calib_heldout_free(&held); oscar_calib_plan_free(&plan); oscar_calib_corpus_free(&corpus);
     oscar_tokenizer_free(tok); oscar_actstore_free(store);
