@@ -18,6 +18,12 @@ void oscar_calib_finish_free(struct oscar_calib_finisher * fin) {
     memset(fin, 0, sizeof(*fin));
 }
 
+// The evaluator, opened when first needed: a resume's checkpoint checks (say, of the device) come first.
+static enum oscar_status need_eval(struct oscar_calib_finisher * fin, const struct oscar_calib_heldout * h) {
+    const struct oscar_calib_params * p = fin->p;
+    return fin->ev ? OSCAR_OK : osc_calib_eval_open(h, p, p->clip_search && p->n_grid > 1 ? p->n_grid : 1, &fin->ev);
+}
+
 bool oscar_calib_finish_gate_at_end(const struct oscar_calib_params * p) {
     return p->clip_search && oscar_target_get(p->target)->clips != OSCAR_TARGET_CLIPS_LAYER;
 }
@@ -29,13 +35,11 @@ enum oscar_status oscar_calib_finish_begin(struct oscar_calib_finisher * fin, co
     fin->p = p, fin->store = store, fin->plan = plan, fin->t = t;
     fin->n_layer = h->n_layer, fin->n_head_kv = h->n_head_kv;
     fin->gate_at_end = oscar_calib_finish_gate_at_end(p);
-    const int32_t max_cand = p->clip_search && p->n_grid > 1 ? p->n_grid : 1;
     enum oscar_status st = oscar_calib_fit_alloc(p, h->n_layer, h->n_head_kv, h->head_dim, &fin->fit);
     if (st == OSCAR_OK && p->sign_search) st = oscar_calib_signs_alloc(p, &fin->fit, h->n_head_kv, &fin->signs);
     if (st == OSCAR_OK && p->refine_optr) st = oscar_calib_refine_alloc(store, h, p, &fin->fit, &fin->refine);
     if (st == OSCAR_OK) st = oscar_calib_clip_alloc(p, &fin->fit, h->n_head_kv, &fin->clip);
     if (st == OSCAR_OK) st = oscar_calib_gate_alloc(h->n_layer, &fin->gate);
-    if (st == OSCAR_OK) st = osc_calib_eval_open(h, p, max_cand, &fin->ev);
     if (st != OSCAR_OK) oscar_calib_finish_free(fin);
     return st;
 }
@@ -49,7 +53,8 @@ enum oscar_status oscar_calib_finish_layer(struct oscar_calib_finisher * fin, co
                          (int) fin->n_done, (int) fin->n_layer);
     // every stage below evaluates this layer's held-out rows: set them once
     const struct oscar_layer_input in = osc_calib_layer_input(h, l);
-    enum oscar_status st = oscar_calib_fit_layer(s, p, l, &fin->fit, fin->t);
+    enum oscar_status st = need_eval(fin, h);
+    if (st == OSCAR_OK) st = oscar_calib_fit_layer(s, p, l, &fin->fit, fin->t);
     if (st == OSCAR_OK) st = oscar_eval_dev_layer(fin->ev, &in);
     if (st == OSCAR_OK && p->sign_search) st = oscar_calib_signs_layer(fin->ev, p, Hkv, l, &fin->fit, &fin->signs, fin->t);
     if (st == OSCAR_OK) oscar_calib_fit_spread_heads(p, Hkv, l, &fin->fit);
@@ -69,7 +74,7 @@ enum oscar_status oscar_calib_finish_end(struct oscar_calib_finisher * fin, cons
     if (p->sign_search) oscar_calib_signs_end(&fin->fit, &fin->signs);
     oscar_calib_clip_end(p, &fin->clip);
     osc_debug("after the clip search: peak RSS %.1f MiB", oscar_calib_peak_rss_mb());
-    enum oscar_status st = OSCAR_OK;
+    enum oscar_status st = fin->gate_at_end ? need_eval(fin, h) : OSCAR_OK;
     for (int32_t l = 0; fin->gate_at_end && l < fin->n_layer && st == OSCAR_OK; l++) {   // at the shared ratio
         const struct oscar_layer_input in = osc_calib_layer_input(h, l);
         if ((st = oscar_eval_dev_layer(fin->ev, &in)) == OSCAR_OK)

@@ -231,16 +231,16 @@ static enum oscar_status check_source(const char * path, const struct ckpt_heade
                          path, (long long) hd->n_tokens, (int) hd->seq_len, (int) hd->batch, (int) hd->n_heldout,
                          hd->kinds, hd->capture_bf16 ? "bf16" : "fp32", (long long) now->n_tokens, (int) now->seq_len,
                          (int) now->batch, (int) now->n_heldout, now->kinds, now->capture_bf16 ? "bf16" : "fp32");
+    if (strncmp(hd->device, now->device, sizeof hd->device) != 0 || hd->fp32 != now->fp32)
+        return osc_error(OSCAR_ERR_INVALID, "%s: checkpoint was made on --device %.16s%s; this run uses %.16s%s (the "
+                         "sums of one backend do not continue on another)", path, hd->device,
+                         hd->fp32 ? " (fp32)" : "", now->device, now->fp32 ? " (fp32)" : "");
     if (hd->finish != now->finish)
         return osc_error(OSCAR_ERR_INVALID, "%s: checkpoint was made %s finishing layers as they end; this run %s", path,
                          hd->finish ? "with" : "without", now->finish ? "finishes them" : "does not");
     if (strcmp(hd->finish_params, now->finish_params) != 0)
         return osc_error(OSCAR_ERR_INVALID, "%s: checkpoint's finished layers were made with settings '%s'; this run "
                          "has '%s'", path, hd->finish_params, now->finish_params);
-    if (strncmp(hd->device, now->device, sizeof hd->device) != 0 || hd->fp32 != now->fp32)
-        return osc_error(OSCAR_ERR_INVALID, "%s: checkpoint was made on --device %.16s%s; this run uses %.16s%s (the "
-                         "sums of one backend do not continue on another)", path, hd->device,
-                         hd->fp32 ? " (fp32)" : "", now->device, now->fp32 ? " (fp32)" : "");
     return OSCAR_OK;
 }
 
