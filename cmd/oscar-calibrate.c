@@ -372,7 +372,8 @@ static enum oscar_status from_forward(const struct opts * o, const struct oscar_
                                       struct oscar_tokenizer * tok,
                                       struct oscar_calib_params * p, struct oscar_calib_corpus * corpus,
                                       struct oscar_calib_plan * plan, struct oscar_calib_heldout * held,
-                                      struct oscar_stats ** st, struct oscar_calib_timing * t) {
+                                      struct oscar_calib_finisher * fin, struct oscar_stats ** st,
+                                      struct oscar_calib_timing * t) {
     struct oscar_actstore * w = NULL;
     const int64_t need = p->n_tokens + (int64_t) p->n_heldout * p->seq_len;
     const struct oscar_model * m = e->m;
@@ -400,7 +401,7 @@ static enum oscar_status from_forward(const struct opts * o, const struct oscar_
         if ((rc = oscar_actstore_create(o->save_act, &in, &w)) != OSCAR_OK) return rc;
         p->act_out = w;
     }
-    if ((rc = oscar_calib_capture(e, plan, p, st, held, t)) == OSCAR_OK && w) {
+    if ((rc = oscar_calib_capture(e, plan, p, fin, st, held, t)) == OSCAR_OK && w) {
         double t0 = osc_now();
         rc = oscar_actstore_commit(w);   // frees w
         t->store += osc_now() - t0;
@@ -506,146 +507,169 @@ static const char * dp_refusal(const struct opts * o, const struct oscar_calib_p
     return NULL;
 }
 
+// Everything one run holds, from the model to the artifact (freed by run_free).
+struct run {
+    struct opts o;
+    struct oscar_calib_params p;
+    struct osc_dp * dp;
+    char rank_tag[64];
+    char ckpt[4096];
+    struct oscar_hub hub;
+    bool hub_open;
+    char * model_path;
+    const char * model_arg;          // --model as given: a Hub spec names the base model
+    struct oscar_base_model base;
+    struct oscar_model shape;        // the random-init model's description (no host weights)
+    struct oscar_calib_engine eng;
+    struct oscar_tokenizer * tok;
+    struct oscar_actstore * store;
+    struct oscar_calib_corpus corpus;
+    struct oscar_calib_plan plan;
+    struct oscar_calib_heldout held;
+    struct oscar_stats * st;
+    struct oscar_calib_finisher fin;
+    struct oscar_calib_timing t;
+    struct oscar_artifact * art;
+    double t0;
+};
+
+static int fail_msg(const struct run * r, const char * what, int rc) {
+    fprintf(stderr, "oscar-calibrate: %s%s%s\n", r->rank_tag, what, oscar_last_error());
+    return rc;
+}
+
+// 1. The model (a Hub id resolved in the local cache, a file, or --random-init's shape), its base
+//    model's identity for the card, the tokenizer; the target checked against the architecture.
+static int step_open_model(struct run * r) {
+    struct opts * o = &r->o;
+    if (o->random_init) {
+        if (oscar_calib_random_config(o->random_init, &r->shape.config) != OSCAR_OK) return fail_msg(r, "--random-init: ", 2);
+        snprintf(r->shape.config.name, sizeof r->shape.config.name, "random-init:%s", o->random_init);
+    } else {
+        if (oscar_hub_resolve_local(&r->hub, o->model, &r->model_path) != OSCAR_OK) return fail_msg(r, "--model: ", 1);
+        if (strcmp(r->model_path, o->model)) osc_info("--model %s -> %s", o->model, r->model_path);
+        o->model = r->model_path;
+    }
+    if (oscar_base_model_detect(o->base_model, r->model_arg, r->model_path, &r->base) != OSCAR_OK)
+        return fail_msg(r, "--model: ", 1);
+    if (r->base.id[0]) osc_info("base model %s (from %s)", r->base.id, r->base.id_from);
+    else osc_info("no Hub id known for the base model (the card will say so; --base-model OWNER/NAME sets one)");
+    if (open_model(o, &r->shape, r->p.seed, &r->eng, &r->tok) ||
+        oscar_calib_check_target(&r->p, oscar_arch_name(r->eng.m->config.arch)))
+        return fail_msg(r, "", 1);
+    r->eng.dp = r->dp;
+    return 0;
+}
+
+// 2 + 3. The corpus and plan, then the layer-major pass with the finisher (each layer fitted,
+//    sign-searched, refined, clip-searched and gated as its sums end); from a store its plan,
+//    rows and sums, and the same finisher over the stored layers.
+static int step_pass(struct run * r) {
+    struct opts * o = &r->o;
+    if (o->from_act ? from_store(o, r->eng.m, r->tok, &r->p, &r->store, &r->corpus, &r->plan, &r->held, &r->st, &r->t) ||
+                          oscar_calib_finish_begin(&r->fin, &r->p, &r->held, r->store, &r->plan, &r->t) ||
+                          oscar_calib_finish_all(&r->fin, r->st, &r->held)
+                    : from_forward(o, &r->eng, r->tok, &r->p, &r->corpus, &r->plan, &r->held, &r->fin, &r->st, &r->t))
+        return fail_msg(r, "", 1);
+    return 0;
+}
+
+// 4. The tables, the gate's verdict (--strict), the artifact written; the checkpoint removed.
+static int step_artifact(struct run * r) {
+    const struct oscar_calib_params * p = &r->p;
+    const struct oscar_calib_gate * gate = &r->fin.gate;
+    const bool report = oscar_log_get_level() <= OSCAR_LOG_INFO; // not --quiet / --json
+    if (report && p->sign_search) print_signs(&r->fin.signs, p);
+    if (report) print_gate(gate, &r->fin.clip);
+    if (!gate->pass && r->o.strict) {
+        fprintf(stderr, "oscar-calibrate: %s--strict: gate failed, nothing written\n", r->rank_tag);
+        return 1;
+    }
+    if (!gate->pass) osc_warn("the gate FAILED (OSCAR mean %.4g vs Hadamard %.4g, naive %.4g); writing the artifact marked FAILED (--strict writes nothing)",
+                              gate->mean_oscar, gate->mean_hadamard, gate->mean_naive);
+    r->t.total = osc_now() - r->t0;
+    if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){r->eng.m, r->tok, &r->corpus, &r->plan, &r->base,
+                                                                    r->o.datasets, r->o.n_datasets},
+                                   p, &r->fin.fit, p->sign_search ? &r->fin.signs : NULL, &r->fin.clip, gate, &r->t,
+                                   &r->art) ||
+        oscar_artifact_write(r->art, r->o.out))
+        return fail_msg(r, "", 1);
+    if (p->checkpoint_path) {
+        remove(r->ckpt);
+        osc_remove_stale_temps(r->ckpt);
+    }
+    return 0;
+}
+
+// 5. Timings, peak memory and (--json) the summary on stdout.
+static int step_report(struct run * r) {
+    const struct oscar_calib_timing * t = &r->t;
+    double rss = oscar_calib_peak_rss_mb();
+    if (oscar_log_get_level() <= OSCAR_LOG_INFO) {
+        if (r->p.refine_optr) print_refine(&r->fin.refine);
+        fprintf(stderr, "timing: forward %.2fs  accumulate %.2fs  eigh %.2fs  signs %.2fs  refine %.2fs  clip %.2fs  "
+                "gate %.2fs  held-out %.2fs  load %.2fs  store %.2fs  total %.2fs  (capture %.1f calibration tok/s)\n"
+                "wrote %s (%s)\n",
+                t->forward, t->accumulate, t->eigh, t->signs, t->refine, t->clip, t->gate, t->heldout, t->load, t->store,
+                t->total, capture_rate(&r->plan, t), r->o.out, oscar_artifact_get_meta(r->art, "oscar.calib_tag"));
+        fprintf(stderr, "peak RSS %.1f MiB\n", rss);
+        if (t->device_peak_bytes)
+            fprintf(stderr, "peak device memory in use %.2f GiB\n", (double) t->device_peak_bytes / 1073741824.0);
+    }
+    if (r->o.json && print_json(&r->o, &r->corpus, &r->plan, &r->fin.fit, t, rss, r->art->summary_json) != OSCAR_OK)
+        return fail_msg(r, "", 1);
+    return 0;
+}
+
+static void run_free(struct run * r) {
+    oscar_artifact_free(r->art); oscar_calib_finish_free(&r->fin);
+    oscar_stats_free(r->st);
+    oscar_calib_heldout_free(&r->held); oscar_calib_plan_free(&r->plan); oscar_calib_corpus_free(&r->corpus);
+    oscar_tokenizer_free(r->tok); oscar_actstore_free(r->store);
+    if (!r->eng.random_on_device) oscar_model_free(r->eng.m); // else the shape in r
+    if (r->hub_open) oscar_hub_free(&r->hub);
+    free(r->model_path);
+}
+
 int main(int argc, char ** argv) {
     osc_blas_select_kernels(argv);
-    struct opts o = {0};
-    struct oscar_calib_params p = oscar_calib_default_params();
-    int rc = parse(argc, argv, &o, &p);
+    static struct run r; // large (paths, the hub); zeroed
+    r.p = oscar_calib_default_params();
+    int rc = parse(argc, argv, &r.o, &r.p);
     if (rc) return rc;
     // Under mpirun: the ranks split the layer-major pass; rank 0 prints, reports and writes
-    struct osc_dp * dp = NULL;
-    char rank_tag[64] = "";
-    if (osc_dp_open(&argc, &argv, &dp) != OSCAR_OK) {
+    if (osc_dp_open(&argc, &argv, &r.dp) != OSCAR_OK) {
         fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
         return 1;
     }
+    struct osc_dp * dp = r.dp;
     if (dp->size > 1) {
-        snprintf(rank_tag, sizeof rank_tag, "rank %d of %d: ", (int) dp->rank, (int) dp->size);
-        const char * no = dp_refusal(&o, &p);
+        snprintf(r.rank_tag, sizeof r.rank_tag, "rank %d of %d: ", (int) dp->rank, (int) dp->size);
+        const char * no = dp_refusal(&r.o, &r.p);
         if (no) {
             if (dp->rank == 0) fprintf(stderr, "oscar-calibrate: %s is not available under mpirun (one process only)\n", no);
             osc_dp_close(dp);
             return 2;
         }
-        if (dp->rank != 0) oscar_log_set_level(OSCAR_LOG_ERROR), o.json = false;
+        if (dp->rank != 0) oscar_log_set_level(OSCAR_LOG_ERROR), r.o.json = false;
     }
-    char ckpt[4096];
-    snprintf(ckpt, sizeof(ckpt), "%s.ckpt", o.out);
-    if (p.checkpoint_every > 0 || p.resume) p.checkpoint_path = ckpt;
-    struct oscar_calib_engine eng = {0}; struct oscar_tokenizer * tok = NULL; struct oscar_stats * st = NULL;
-    struct oscar_calib_corpus corpus = {0}; struct oscar_calib_plan plan = {0}; struct oscar_calib_heldout held = {0};
-    struct oscar_calib_fit fit = {0}; struct oscar_calib_clip clip = {0}; struct oscar_calib_gate gate = {0};
-    struct oscar_calib_refine refine = {0};
-    struct oscar_calib_signs signs = {0};
-    struct oscar_calib_timing t = {0}; struct oscar_artifact * art = NULL; struct oscar_actstore * store = NULL;
-    double t0 = osc_now();
-    char * model_path = NULL;
-    const char * model_arg = o.model; // as given: a Hub spec names the base model
-    struct oscar_base_model base;
-    struct oscar_hub hub;
-    rc = 1;
-    if (oscar_hub_init(&hub) != OSCAR_OK) {
-        fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
+    snprintf(r.ckpt, sizeof(r.ckpt), "%s.ckpt", r.o.out);
+    if (r.p.checkpoint_every > 0 || r.p.resume) r.p.checkpoint_path = r.ckpt;
+    r.t0 = osc_now();
+    r.model_arg = r.o.model;
+    if (oscar_hub_init(&r.hub) != OSCAR_OK) {
+        fprintf(stderr, "oscar-calibrate: %s%s\n", r.rank_tag, oscar_last_error());
         if (dp->size > 1) dp->ops->abort(dp, 1);
         osc_dp_close(dp);
         return 1;
     }
-    if (dp->rank == 0 && oscar_artifact_check_dest(o.out) != OSCAR_OK) { // fail before hours of compute
-        fprintf(stderr, "oscar-calibrate: %s--out: %s\n", rank_tag, oscar_last_error());
-        goto out;
-    }
-    struct oscar_model shape = {0}; // the random-init model's description (no host weights)
-    if (o.random_init) {
-        if (oscar_calib_random_config(o.random_init, &shape.config) != OSCAR_OK) {
-            fprintf(stderr, "oscar-calibrate: %s--random-init: %s\n", rank_tag, oscar_last_error());
-            rc = 2;
-            goto out;
-        }
-        snprintf(shape.config.name, sizeof shape.config.name, "random-init:%s", o.random_init);
-    } else {
-        if (oscar_hub_resolve_local(&hub, o.model, &model_path) != OSCAR_OK) {
-            fprintf(stderr, "oscar-calibrate: %s--model: %s\n", rank_tag, oscar_last_error());
-            goto out;
-        }
-        if (strcmp(model_path, o.model)) osc_info("--model %s -> %s", o.model, model_path);
-        o.model = model_path;
-    }
-    if (oscar_base_model_detect(o.base_model, model_arg, model_path, &base) != OSCAR_OK) {
-        fprintf(stderr, "oscar-calibrate: %s--model: %s\n", rank_tag, oscar_last_error());
-        goto out;
-    }
-    if (base.id[0]) osc_info("base model %s (from %s)", base.id, base.id_from);
-    else osc_info("no Hub id known for the base model (the card will say so; --base-model OWNER/NAME sets one)");
-    if (open_model(&o, &shape, p.seed, &eng, &tok) ||
-        oscar_calib_check_target(&p, oscar_arch_name(eng.m->config.arch))) {
-        fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
-        goto out;
-    }
-    eng.dp = dp;
-    if ((o.from_act ? from_store(&o, eng.m, tok, &p, &store, &corpus, &plan, &held, &st, &t)
-                    : from_forward(&o, &eng, tok, &p, &corpus, &plan, &held, &st, &t))) {
-        fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
-        goto out;
-    }
-    if (dp->rank != 0) { // its share of the pass is in rank 0's sums
-        rc = 0;
-        goto out;
-    }
-    if (oscar_calib_fit_rotations(st, &p, &fit, &t) ||
-        (p.sign_search && oscar_calib_sign_search(&held, &p, &fit, &signs, &t)) ||
-        (p.refine_optr && oscar_calib_refine_optr(store, &plan, &held, &p, &fit, &refine, &t)) ||
-        oscar_calib_clip_search(&held, &fit, &p, &clip, &t) ||
-        oscar_calib_gate_run(&held, &fit, &clip, &p, &gate, &t)) {
-        fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
-        goto out;
-    }
-    const bool report = oscar_log_get_level() <= OSCAR_LOG_INFO; // not --quiet / --json
-    if (report && p.sign_search) print_signs(&signs, &p);
-    if (report) print_gate(&gate, &clip);
-    if (!gate.pass && o.strict) {
-        fprintf(stderr, "oscar-calibrate: %s--strict: gate failed, nothing written\n", rank_tag);
-        goto out;
-    }
-    if (!gate.pass) osc_warn("the gate FAILED (OSCAR mean %.4g vs Hadamard %.4g, naive %.4g); writing the artifact marked FAILED (--strict writes nothing)",
-                             gate.mean_oscar, gate.mean_hadamard, gate.mean_naive);
-    t.total = osc_now() - t0;
-    if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){eng.m, tok, &corpus, &plan,
-                                                                    &base, o.datasets, o.n_datasets}, &p, &fit,
-                                   p.sign_search ? &signs : NULL, &clip, &gate, &t, &art) ||
-        oscar_artifact_write(art, o.out)) {
-        fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
-        goto out;
-    }
-    if (p.checkpoint_path) {
-        remove(ckpt);
-        osc_remove_stale_temps(ckpt);
-    }
-    double rss = oscar_calib_peak_rss_mb();
-    if (report) {
-        if (p.refine_optr) print_refine(&refine);
-        fprintf(stderr, "timing: forward %.2fs  accumulate %.2fs  eigh %.2fs  signs %.2fs  refine %.2fs  clip %.2fs  "
-                "gate %.2fs  held-out %.2fs  load %.2fs  store %.2fs  total %.2fs  (capture %.1f calibration tok/s)\n"
-                "wrote %s (%s)\n",
-                t.forward, t.accumulate, t.eigh, t.signs, t.refine, t.clip, t.gate, t.heldout, t.load, t.store, t.total,
-                capture_rate(&plan, &t), o.out, oscar_artifact_get_meta(art, "oscar.calib_tag"));
-        fprintf(stderr, "peak RSS %.1f MiB\n", rss);
-        if (t.device_peak_bytes)
-            fprintf(stderr, "peak device memory in use %.2f GiB\n", (double) t.device_peak_bytes / 1073741824.0);
-    }
-    if (o.json && print_json(&o, &corpus, &plan, &fit, &t, rss, art->summary_json) != OSCAR_OK) {
-        fprintf(stderr, "oscar-calibrate: %s%s\n", rank_tag, oscar_last_error());
-        goto out;
-    }
-    rc = 0;
-out:
-    oscar_calib_refine_free(&refine);
-    oscar_calib_signs_free(&signs);
-    oscar_artifact_free(art); oscar_calib_gate_free(&gate); oscar_calib_clip_free(&clip); oscar_calib_fit_free(&fit);
-    oscar_stats_free(st);
-    oscar_calib_heldout_free(&held); oscar_calib_plan_free(&plan); oscar_calib_corpus_free(&corpus);
-    oscar_tokenizer_free(tok); oscar_actstore_free(store);
-    if (!eng.random_on_device) oscar_model_free(eng.m); // else the shape on the stack
-    oscar_hub_free(&hub); free(model_path);
+    r.hub_open = true;
+    rc = 1;
+    if (dp->rank == 0 && oscar_artifact_check_dest(r.o.out) != OSCAR_OK) // fail before hours of compute
+        rc = fail_msg(&r, "--out: ", 1);
+    else if (!(rc = step_open_model(&r)) && !(rc = step_pass(&r)) && dp->rank == 0) // other ranks: done
+        if (!(rc = step_artifact(&r))) rc = step_report(&r);
+    run_free(&r);
     if (rc && dp->size > 1) dp->ops->abort(dp, rc); // a failed rank ends every rank, before anything is written
     osc_dp_close(dp);
     return rc;

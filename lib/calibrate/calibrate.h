@@ -156,7 +156,9 @@ struct oscar_calib_heldout {
     float ** k;              // [L][T_h, Hkv, D]
     float ** v;              // [L][T_h, Hkv, D]
     const float ** wo;       // [L] -> W_O [C, Hq*D]: the model's, or a copy in wo_block
-    float * wo_block;        // [L, C, Hq*D] owned copies when the rows outlive the model's layers, or NULL
+    float * wo_block;        // [n_slot or L, C, Hq*D] owned copies when the rows outlive the model's layers, or NULL
+    int32_t n_slot;          // 1: every layer's q/k/v/wo point at one slot, the layer being finished
+                             // (the layer-major pass with a finisher); 0: each layer its own rows
 };
 void oscar_calib_heldout_free(struct oscar_calib_heldout * h);
 
@@ -202,9 +204,18 @@ struct oscar_calib_engine {
 // writes the checkpoints (all hidden states gathered, the single-process file)
 // and a resume hands every rank its rows back. Fewer batches than ranks:
 // OSCAR_ERR_INVALID.
+//
+// fin (rank 0; NULL: no finishing, every layer's held-out rows returned): begun
+// here, each layer is finished (finish.c) as soon as its sums end and its rows
+// are captured, then its rows are dropped: *held has ONE layer slot, unless the
+// finisher's gate waits for a model-wide clip (fin->gate_at_end), which needs
+// every layer's rows at the end; the pass ends the finisher too.
+// Checkpoints hold the finished layers' results, so a resume needs no earlier rows.
+struct oscar_calib_finisher;
 enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const struct oscar_calib_plan * plan,
-                                      const struct oscar_calib_params * p, struct oscar_stats ** stats,
-                                      struct oscar_calib_heldout * held, struct oscar_calib_timing * t);
+                                      const struct oscar_calib_params * p, struct oscar_calib_finisher * fin,
+                                      struct oscar_stats ** stats, struct oscar_calib_heldout * held,
+                                      struct oscar_calib_timing * t);
 // ---- from an activation store (replay.c; actstore.h) ------------------------------------
 // The plan (sequence boundaries of the stored calibration and held-out rows),
 // the held-out rows (W_O from m, whose shapes must match the store) and both
@@ -232,8 +243,18 @@ struct oscar_calib_fit {
     double * k_u, * v_u;                // [L, n_rot, D, D]
     double * k_lam, * v_lam;            // [L, n_rot, D]
 };
-enum oscar_status oscar_calib_fit_rotations(const struct oscar_stats * s, const struct oscar_calib_params * p,
-                                            struct oscar_calib_fit * out, struct oscar_calib_timing * t);
+// Rotations fitted per layer: p->grouping's (1 or Hkv); f->n_rot is Hkv with --refine optr.
+int32_t oscar_calib_fit_n_fitted(const struct oscar_calib_params * p, int32_t n_head_kv);
+// The result arrays of every layer (zero; with --refine optr per KV head and k_mean when centring;
+// with --sign-search the basis).
+enum oscar_status oscar_calib_fit_alloc(const struct oscar_calib_params * p, int32_t n_layer, int32_t n_head_kv,
+                                        int32_t head_dim, struct oscar_calib_fit * f);
+// Layer l's rotations from s, whose layer l has ended both passes (later layers need not).
+enum oscar_status oscar_calib_fit_layer(const struct oscar_stats * s, const struct oscar_calib_params * p, int32_t l,
+                                        struct oscar_calib_fit * f, struct oscar_calib_timing * t);
+// --refine optr: layer l's fitted rotation (head 0) copied into its other KV heads.
+void oscar_calib_fit_spread_heads(const struct oscar_calib_params * p, int32_t n_head_kv, int32_t l,
+                                  struct oscar_calib_fit * f);
 void oscar_calib_fit_free(struct oscar_calib_fit * f);
 
 // ---- OptR refinement (refine.c) ----------------------------------------------------------
@@ -249,10 +270,15 @@ struct oscar_calib_refine {
     double  * k_base, * k_best;        // [L] held-out K loss (mean over heads) at R_base / as kept
     double  * v_base, * v_best;        // [L] the same for V
 };
-enum oscar_status oscar_calib_refine_optr(struct oscar_actstore * store, const struct oscar_calib_plan * plan,
-                                          const struct oscar_calib_heldout * h, const struct oscar_calib_params * p,
-                                          struct oscar_calib_fit * f, struct oscar_calib_refine * out,
-                                          struct oscar_calib_timing * t);
+// The result arrays; refuses a missing store, or one (or a fit) of another shape than h's.
+enum oscar_status oscar_calib_refine_alloc(struct oscar_actstore * store, const struct oscar_calib_heldout * h,
+                                           const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
+                                           struct oscar_calib_refine * out);
+// Layer l (f per KV head, its base rotations in place): refined rotations and k_mean into f.
+enum oscar_status oscar_calib_refine_layer(struct oscar_actstore * store, const struct oscar_calib_plan * plan,
+                                           const struct oscar_calib_heldout * h, const struct oscar_calib_params * p,
+                                           int32_t l, struct oscar_calib_fit * f, struct oscar_calib_refine * out,
+                                           struct oscar_calib_timing * t);
 void oscar_calib_refine_free(struct oscar_calib_refine * r);
 
 // ---- sign search (signs.c) --------------------------------------------------------------
@@ -279,9 +305,17 @@ struct oscar_calib_signs {
     int32_t * evals;                    // [L] evaluations of the layer
     double   mean_k_before, mean_k_after, mean_v_before, mean_v_after;
 };
-enum oscar_status oscar_calib_sign_search(const struct oscar_calib_heldout * h, const struct oscar_calib_params * p,
-                                          struct oscar_calib_fit * f, struct oscar_calib_signs * out,
-                                          struct oscar_calib_timing * t);
+struct oscar_eval_dev;
+// Validates (a composition with U, a fit with the basis) and allocates; n_rot = the fitted rotations.
+enum oscar_status oscar_calib_signs_alloc(const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
+                                          int32_t n_head_kv, struct oscar_calib_signs * out);
+// Layer l on ev (its held-out rows set by oscar_eval_dev_layer): f's fitted rotations of layer l
+// become the searched ones.
+enum oscar_status oscar_calib_signs_layer(struct oscar_eval_dev * ev, const struct oscar_calib_params * p,
+                                          int32_t n_head_kv, int32_t l, struct oscar_calib_fit * f,
+                                          struct oscar_calib_signs * out, struct oscar_calib_timing * t);
+// After every layer: the means; f's basis is freed (consumed).
+void oscar_calib_signs_end(struct oscar_calib_fit * f, struct oscar_calib_signs * out);
 void oscar_calib_signs_free(struct oscar_calib_signs * s);
 
 // ---- clip search (clip.c) ----------------------------------------------------------------
@@ -292,10 +326,20 @@ struct oscar_calib_clip {
     double * k_err1, * v_err1;      // [L, n_clip] objective at ratio 1.0 (no clip)
     double k_global, v_global;      // engine-wide values: the model-wide choice for a target that shares
                                     // clips, else the median over layers
+    int32_t n_grid;                 // a target sharing clips: the grid size of the arrays below, else 0
+    double * grid_k, * grid_v;      // [L, n_grid] each layer's relative K / V objective per candidate (the
+                                    // model-wide choice at the end picks from these), or NULL
 };
-enum oscar_status oscar_calib_clip_search(const struct oscar_calib_heldout * h, const struct oscar_calib_fit * f,
-                                          const struct oscar_calib_params * p, struct oscar_calib_clip * out,
-                                          struct oscar_calib_timing * t);
+// The result arrays (fixed clips: filled). Refuses shared clips with per-head rotations.
+enum oscar_status oscar_calib_clip_alloc(const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
+                                         int32_t n_head_kv, struct oscar_calib_clip * c);
+// Layer l's candidates on ev (its rows set) and its per-layer choice; a no-op for fixed clips.
+enum oscar_status oscar_calib_clip_layer(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
+                                         const struct oscar_calib_params * p, int32_t n_head_kv, int32_t l,
+                                         struct oscar_calib_clip * c, struct oscar_calib_timing * t);
+// After every layer: the model-wide choice of a target sharing clips (each layer's record
+// replaced by it), else the medians.
+void oscar_calib_clip_end(const struct oscar_calib_params * p, struct oscar_calib_clip * c);
 void oscar_calib_clip_free(struct oscar_calib_clip * c);
 
 // ---- gate (gate.c) ---------------------------------------------------------------------------
@@ -305,10 +349,53 @@ struct oscar_calib_gate {
     double mean_naive, mean_hadamard, mean_oscar;
     bool   pass;                           // mean_oscar < mean_hadamard && < mean_naive
 };
-enum oscar_status oscar_calib_gate_run(const struct oscar_calib_heldout * h, const struct oscar_calib_fit * f,
-                                       const struct oscar_calib_clip * c, const struct oscar_calib_params * p,
-                                       struct oscar_calib_gate * out, struct oscar_calib_timing * t);
+enum oscar_status oscar_calib_gate_alloc(int32_t n_layer, struct oscar_calib_gate * g);
+// Layer l on ev (its rows set), at c's clips of layer l (final for that layer).
+enum oscar_status oscar_calib_gate_layer(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
+                                         const struct oscar_calib_clip * c, const struct oscar_calib_params * p,
+                                         int32_t n_head_kv, int32_t l, struct oscar_calib_gate * g,
+                                         struct oscar_calib_timing * t);
+// After every layer: the means (layers in order) and the pass flag.
+void oscar_calib_gate_end(struct oscar_calib_gate * g);
 void oscar_calib_gate_free(struct oscar_calib_gate * g);
+
+// ---- the finisher (finish.c) ----------------------------------------------------------------
+// The stages after the sums, one layer at a time as the layer-major pass ends
+// each layer: fit, --sign-search, --refine optr (store path), clip search,
+// gate; then end() makes what needs every layer (a shared clip choice, the
+// means, the medians). One evaluator (p->eval_device) serves every stage.
+// A target sharing clips model-wide runs the gate in end(), on every layer's
+// held-out rows at the final ratio: its caller keeps them all.
+struct oscar_calib_finisher {
+    const struct oscar_calib_params * p;
+    struct oscar_actstore * store;          // --refine optr's training rows (not owned), or NULL
+    const struct oscar_calib_plan * plan;   // their sequences
+    int32_t n_layer, n_head_kv;
+    struct oscar_calib_fit    fit;
+    struct oscar_calib_signs  signs;        // with p->sign_search
+    struct oscar_calib_refine refine;       // with p->refine_optr
+    struct oscar_calib_clip   clip;
+    struct oscar_calib_gate   gate;
+    bool    gate_at_end;                    // clips shared over the model: the gate waits for end()
+    int32_t n_done;                         // layers 0 .. n_done-1 are finished
+    struct oscar_eval_dev * ev;
+    struct oscar_calib_timing * t;
+};
+// Whether p's gate waits for end() (clips shared model-wide: every layer's rows needed then).
+bool oscar_calib_finish_gate_at_end(const struct oscar_calib_params * p);
+// h: the held-out rows' shape and sequences (its rows may come later, a layer at a time).
+enum oscar_status oscar_calib_finish_begin(struct oscar_calib_finisher * fin, const struct oscar_calib_params * p,
+                                           const struct oscar_calib_heldout * h, struct oscar_actstore * store,
+                                           const struct oscar_calib_plan * plan, struct oscar_calib_timing * t);
+// Layer l (the next one, n_done) from its ended sums in s and its held-out rows h->q[l] ...
+enum oscar_status oscar_calib_finish_layer(struct oscar_calib_finisher * fin, const struct oscar_stats * s,
+                                           const struct oscar_calib_heldout * h, int32_t l);
+// After every layer (h: every layer's rows when fin->gate_at_end, else unused).
+enum oscar_status oscar_calib_finish_end(struct oscar_calib_finisher * fin, const struct oscar_calib_heldout * h);
+// Every layer of s and h, then end (the store path: all rows at hand).
+enum oscar_status oscar_calib_finish_all(struct oscar_calib_finisher * fin, const struct oscar_stats * s,
+                                         const struct oscar_calib_heldout * h);
+void oscar_calib_finish_free(struct oscar_calib_finisher * fin);
 
 // ---- artifact (artifact.c) -------------------------------------------------------------------
 struct oscar_artifact;

@@ -27,6 +27,7 @@
 
 void oscar_calib_clip_free(struct oscar_calib_clip * c) {
     free(c->k); free(c->v); free(c->k_err); free(c->v_err); free(c->k_err1); free(c->v_err1);
+    free(c->grid_k); free(c->grid_v);
     memset(c, 0, sizeof(*c));
 }
 
@@ -106,108 +107,108 @@ static bool errors_init(struct clip_errors * s, int32_t Hkv, int32_t G) {
     return s->ek && s->kref && s->ev;
 }
 
-enum oscar_status oscar_calib_clip_search(const struct oscar_calib_heldout * h, const struct oscar_calib_fit * f,
-                                          const struct oscar_calib_params * p, struct oscar_calib_clip * c,
-                                          struct oscar_calib_timing * t) {
-    double t0 = osc_now();
-    int32_t L = h->n_layer, Hkv = h->n_head_kv, NC = f->n_rot > 1 ? Hkv : 1, G = p->n_grid;
+enum oscar_status oscar_calib_clip_alloc(const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
+                                         int32_t n_head_kv, struct oscar_calib_clip * c) {
+    const int32_t L = f->n_layer, NC = f->n_rot > 1 ? n_head_kv : 1, G = p->n_grid;
+    const struct oscar_target_profile * prof = oscar_target_get(p->target);
+    const bool shared = p->clip_search && prof->clips != OSCAR_TARGET_CLIPS_LAYER;
     memset(c, 0, sizeof(*c));
+    if (shared && NC > 1)
+        return osc_error(OSCAR_ERR_INVALID, "clip search: target %s shares clips over the model, but the rotations "
+                         "are per KV head (calibrate with --rotation-grouping layer)", prof->name);
     c->n_layer = L;
     c->n_clip = NC;
-    size_t n = (size_t) L * (size_t) NC;
+    const size_t n = (size_t) L * (size_t) NC;
     c->k = calloc(n, sizeof(float)); c->v = calloc(n, sizeof(float));
     c->k_err = calloc(n, sizeof(double)); c->v_err = calloc(n, sizeof(double));
     c->k_err1 = calloc(n, sizeof(double)); c->v_err1 = calloc(n, sizeof(double));
-    struct clip_errors s = {0};
-    struct shared_errors se = {0};
-    struct oscar_eval_dev * ev = NULL;
-    const struct oscar_target_profile * prof = oscar_target_get(p->target);
-    const bool shared = prof->clips != OSCAR_TARGET_CLIPS_LAYER;
-    enum oscar_status st = OSCAR_OK;
-    if (!c->k || !c->v || !c->k_err || !c->v_err || !c->k_err1 || !c->v_err1) {
-        st = osc_error(OSCAR_ERR_NOMEM, "clip search: out of memory");
-        goto out;
+    bool ok = c->k && c->v && c->k_err && c->v_err && c->k_err1 && c->v_err1;
+    if (shared) {
+        c->n_grid = G;
+        c->grid_k = calloc((size_t) L * (size_t) G, sizeof(double));
+        c->grid_v = calloc((size_t) L * (size_t) G, sizeof(double));
+        ok = ok && c->grid_k && c->grid_v;
     }
-    if (!p->clip_search) {
+    if (!ok) {
+        oscar_calib_clip_free(c);
+        return osc_error(OSCAR_ERR_NOMEM, "clip search: out of memory");
+    }
+    if (!p->clip_search) {   // fixed ratios: nothing to search
         for (size_t i = 0; i < n; i++) {
             c->k[i] = (float) p->k_clip;
             c->v[i] = (float) p->v_clip;
         }
         c->k_global = p->k_clip;
         c->v_global = p->v_clip;
-        goto out;
     }
-    if (shared && NC > 1) {
-        st = osc_error(OSCAR_ERR_INVALID, "clip search: target %s shares clips over the model, but the rotations "
-                       "are per KV head (calibrate with --rotation-grouping layer)", prof->name);
-        goto out;
-    }
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_calib_clip_layer(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
+                                         const struct oscar_calib_params * p, int32_t n_head_kv, int32_t l,
+                                         struct oscar_calib_clip * c, struct oscar_calib_timing * t) {
+    if (!p->clip_search) return OSCAR_OK;
+    double t0 = osc_now();
+    const int32_t Hkv = n_head_kv, NC = c->n_clip, G = p->n_grid, L = f->n_layer;
+    const struct oscar_target_profile * prof = oscar_target_get(p->target);
+    struct clip_errors s = {0};
     struct oscar_kv_transform tf;
-    if ((st = osc_calib_transform(prof->clip_quant, p, f, NULL, L, Hkv, h->head_dim, &tf)) != OSCAR_OK) goto out;
+    enum oscar_status st = osc_calib_transform(prof->clip_quant, p, f, NULL, L, Hkv, f->head_dim, &tf);
+    if (st != OSCAR_OK) goto out;
     tf.tiers = osc_calib_tiering(p); // the held-out tiering whatever the preset's (q2_0: its ring)
     tf.tiers.block = 1;
-    if (shared && (!(se.rk = calloc((size_t) L * (size_t) G, sizeof(double))) ||
-                   !(se.rv = calloc((size_t) L * (size_t) G, sizeof(double))))) {
-        st = osc_error(OSCAR_ERR_NOMEM, "clip search: out of memory");
-        goto out;
-    }
     if (!errors_init(&s, Hkv, G)) {
         st = osc_error(OSCAR_ERR_NOMEM, "clip search: out of memory");
         goto out;
     }
-    if ((st = osc_calib_eval_open(h, p, G, &ev)) != OSCAR_OK) goto out;
-    struct osc_progress pr;
-    osc_progress_init(&pr, "clip search", "layer", L);
-    for (int32_t l = 0; l < L && st == OSCAR_OK; l++) {
-        struct oscar_layer_input in = osc_calib_layer_input(h, l);
-        if ((st = oscar_eval_dev_layer(ev, &in)) != OSCAR_OK ||
-            (st = oscar_eval_dev_candidates(ev, &tf, G, p->grid, NC > 1, s.ek, s.kref, s.ev, &s.vref)) != OSCAR_OK)
-            break;
-        if (NC == 1) { // pool K heads; V: all heads together
-            double kr = 0.0;
-            for (int32_t hh = 0; hh < Hkv; hh++) kr += s.kref[hh];
-            for (int32_t g = 0; g < G; g++) {
-                double sum = 0.0;
-                for (int32_t hh = 0; hh < Hkv; hh++) sum += s.ek[(size_t) g * (size_t) Hkv + (size_t) hh];
-                s.ek[(size_t) g * (size_t) Hkv] = sum;
-            }
-            for (int32_t g = 0; shared && g < G; g++) {
-                se.rk[(size_t) l * (size_t) G + (size_t) g] = rel(s.ek[(size_t) g * (size_t) Hkv], kr);
-                se.rv[(size_t) l * (size_t) G + (size_t) g] =
-                    rel(s.ev[(size_t) g * (size_t) (Hkv + 1) + (size_t) Hkv], s.vref);
-            }
-            pick(p, s.ek, Hkv, 0, kr, &c->k[l], &c->k_err[l], &c->k_err1[l]);
-            pick(p, s.ev, Hkv + 1, Hkv, s.vref, &c->v[l], &c->v_err[l], &c->v_err1[l]);
-        } else {
-            for (int32_t hh = 0; hh < Hkv; hh++) {
-                size_t i = (size_t) l * (size_t) Hkv + (size_t) hh;
-                pick(p, s.ek, Hkv, hh, s.kref[hh], &c->k[i], &c->k_err[i], &c->k_err1[i]);
-                pick(p, s.ev, Hkv + 1, hh, s.vref, &c->v[i], &c->v_err[i], &c->v_err1[i]);
-            }
+    if ((st = oscar_eval_dev_candidates(ev, &tf, G, p->grid, NC > 1, s.ek, s.kref, s.ev, &s.vref)) != OSCAR_OK)
+        goto out;
+    if (NC == 1) { // pool K heads; V: all heads together
+        double kr = 0.0;
+        for (int32_t hh = 0; hh < Hkv; hh++) kr += s.kref[hh];
+        for (int32_t g = 0; g < G; g++) {
+            double sum = 0.0;
+            for (int32_t hh = 0; hh < Hkv; hh++) sum += s.ek[(size_t) g * (size_t) Hkv + (size_t) hh];
+            s.ek[(size_t) g * (size_t) Hkv] = sum;
         }
-        osc_debug("clip layer %d: K %.2f V %.2f", (int) l, (double) c->k[(size_t) l * (size_t) NC],
-                  (double) c->v[(size_t) l * (size_t) NC]);
-        osc_progress_update(&pr, l + 1);
+        for (int32_t g = 0; c->grid_k && g < G; g++) {
+            c->grid_k[(size_t) l * (size_t) G + (size_t) g] = rel(s.ek[(size_t) g * (size_t) Hkv], kr);
+            c->grid_v[(size_t) l * (size_t) G + (size_t) g] =
+                rel(s.ev[(size_t) g * (size_t) (Hkv + 1) + (size_t) Hkv], s.vref);
+        }
+        pick(p, s.ek, Hkv, 0, kr, &c->k[l], &c->k_err[l], &c->k_err1[l]);
+        pick(p, s.ev, Hkv + 1, Hkv, s.vref, &c->v[l], &c->v_err[l], &c->v_err1[l]);
+    } else {
+        for (int32_t hh = 0; hh < Hkv; hh++) {
+            size_t i = (size_t) l * (size_t) Hkv + (size_t) hh;
+            pick(p, s.ek, Hkv, hh, s.kref[hh], &c->k[i], &c->k_err[i], &c->k_err1[i]);
+            pick(p, s.ev, Hkv + 1, hh, s.vref, &c->v[i], &c->v_err[i], &c->v_err1[i]);
+        }
     }
-    osc_progress_finish(&pr);
-    osc_debug("after the clip search: peak RSS %.1f MiB", oscar_calib_peak_rss_mb());
-    if (st == OSCAR_OK && prof->clips == OSCAR_TARGET_CLIPS_KV) {
+    osc_debug("clip layer %d: K %.2f V %.2f", (int) l, (double) c->k[(size_t) l * (size_t) NC],
+              (double) c->v[(size_t) l * (size_t) NC]);
+out:
+    errors_free(&s);
+    if (t) t->clip += osc_now() - t0;
+    return st;
+}
+
+void oscar_calib_clip_end(const struct oscar_calib_params * p, struct oscar_calib_clip * c) {
+    if (!p->clip_search) return;   // the fixed ratios, set at allocation
+    const struct oscar_target_profile * prof = oscar_target_get(p->target);
+    const int32_t L = c->n_layer, G = p->n_grid;
+    const struct shared_errors se = {.rk = c->grid_k, .rv = c->grid_v};
+    if (prof->clips == OSCAR_TARGET_CLIPS_KV) {
         apply_shared(p, &se, L, pick_shared(&se, L, G, 1.0, 0.0), pick_shared(&se, L, G, 0.0, 1.0), c);
-    } else if (st == OSCAR_OK && prof->clips == OSCAR_TARGET_CLIPS_ONE) {
+    } else if (prof->clips == OSCAR_TARGET_CLIPS_ONE) {
         int32_t b = pick_shared(&se, L, G, 1.0, 1.0);
         apply_shared(p, &se, L, b, b, c);
-    } else if (st == OSCAR_OK) {
+    } else {
+        const size_t n = (size_t) L * (size_t) c->n_clip;
         c->k_global = median(c->k, n);
         c->v_global = median(c->v, n);
     }
-    if (st == OSCAR_OK && shared)
+    if (prof->clips != OSCAR_TARGET_CLIPS_LAYER)
         osc_info("clip search (target %s, %s): K %.2f V %.2f", prof->name, oscar_target_clips_name(prof->clips),
                  c->k_global, c->v_global);
-out:
-    free(se.rk); free(se.rv);
-    errors_free(&s);
-    oscar_eval_dev_free(ev);
-    if (st != OSCAR_OK) oscar_calib_clip_free(c);
-    if (t) t->clip += osc_now() - t0;
-    return st;
 }

@@ -1,7 +1,12 @@
-// fit.c - rotations from a finished accumulator (eigh + composition per layer
-// or per KV head, lib/rotation/fit; canonical eigenvector signs). Refuses nothing
-// beyond what oscar_fit_stats refuses; records the worst orthogonality error and,
-// for the sign search, keeps the fp64 basis.
+// fit.c - one layer's rotations from a finished layer of the accumulator (eigh +
+// composition per layer or per KV head, lib/rotation/fit; canonical eigenvector
+// signs). Refuses nothing beyond what oscar_fit_stats refuses; records the worst
+// orthogonality error and, for the sign search, keeps the fp64 basis.
+//
+// With --refine optr the arrays are per KV head from the start (OptR refines
+// each head): a layer-grouped fit fills head 0 and oscar_calib_fit_spread_heads
+// copies it into the other heads once the sign search (which works on the
+// layer's one rotation) is done.
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,44 +23,70 @@ void oscar_calib_fit_free(struct oscar_calib_fit * f) {
     memset(f, 0, sizeof(*f));
 }
 
-enum oscar_status oscar_calib_fit_rotations(const struct oscar_stats * s, const struct oscar_calib_params * p,
-                                            struct oscar_calib_fit * f, struct oscar_calib_timing * t) {
-    struct oscar_stats_params sp = oscar_stats_get_params(s);
-    double t0 = osc_now();
+int32_t oscar_calib_fit_n_fitted(const struct oscar_calib_params * p, int32_t n_head_kv) {
+    return p->grouping == OSCAR_GROUP_HEAD ? n_head_kv : 1;
+}
+
+enum oscar_status oscar_calib_fit_alloc(const struct oscar_calib_params * p, int32_t n_layer, int32_t n_head_kv,
+                                        int32_t head_dim, struct oscar_calib_fit * f) {
     memset(f, 0, sizeof(*f));
-    f->n_layer = sp.n_layer;
-    f->n_rot = p->grouping == OSCAR_GROUP_HEAD ? sp.n_head_kv : 1;
-    f->head_dim = sp.head_dim;
-    size_t LR = (size_t) f->n_layer * (size_t) f->n_rot, D = (size_t) sp.head_dim;
-    f->k_rot = malloc(LR * D * D * sizeof(float));
-    f->v_rot = malloc(LR * D * D * sizeof(float));
-    f->k_eig = malloc(LR * D * sizeof(float));
-    f->v_eig = malloc(LR * D * sizeof(float));
-    struct oscar_fit_report * rep = calloc(LR, sizeof(*rep));
-    enum oscar_status st = OSCAR_ERR_NOMEM;
+    f->n_layer = n_layer;
+    f->n_rot = p->refine_optr ? n_head_kv : oscar_calib_fit_n_fitted(p, n_head_kv);
+    f->head_dim = head_dim;
+    const size_t L = (size_t) n_layer, LR = L * (size_t) f->n_rot, D = (size_t) head_dim;
+    const size_t LF = L * (size_t) oscar_calib_fit_n_fitted(p, n_head_kv);   // the basis: what is fitted
+    f->k_rot = calloc(LR * D * D, sizeof(float));
+    f->v_rot = calloc(LR * D * D, sizeof(float));
+    f->k_eig = calloc(LR * D, sizeof(float));
+    f->v_eig = calloc(LR * D, sizeof(float));
+    bool ok = f->k_rot && f->v_rot && f->k_eig && f->v_eig;
     if (p->sign_search) {   // the basis the search recomposes from
-        f->k_u = malloc(LR * D * D * sizeof(double)), f->v_u = malloc(LR * D * D * sizeof(double));
-        f->k_lam = malloc(LR * D * sizeof(double)), f->v_lam = malloc(LR * D * sizeof(double));
+        f->k_u = malloc(LF * D * D * sizeof(double)), f->v_u = malloc(LF * D * D * sizeof(double));
+        f->k_lam = malloc(LF * D * sizeof(double)), f->v_lam = malloc(LF * D * sizeof(double));
+        ok = ok && f->k_u && f->v_u && f->k_lam && f->v_lam;
     }
-    if (!f->k_rot || !f->v_rot || !f->k_eig || !f->v_eig || !rep ||
-        (p->sign_search && (!f->k_u || !f->v_u || !f->k_lam || !f->v_lam))) {
-        st = osc_error(OSCAR_ERR_NOMEM, "fit: out of memory");
-        goto out;
+    if (p->refine_optr && p->optr_center) ok = ok && (f->k_mean = calloc(LR * D, sizeof(float)));
+    if (!ok) {
+        oscar_calib_fit_free(f);
+        return osc_error(OSCAR_ERR_NOMEM, "fit: out of memory (%d layers)", (int) n_layer);
     }
-    if ((st = oscar_fit_stats_basis(s, p->k_objective, p->grouping, p->composition, f->k_rot, f->k_eig, rep, f->k_u,
-                                    f->k_lam)) != OSCAR_OK)
-        goto out;
-    for (size_t i = 0; i < LR; i++)
-        if (rep[i].orth_err > f->orth_err_max) f->orth_err_max = rep[i].orth_err;
-    if ((st = oscar_fit_stats_basis(s, p->v_objective, p->grouping, p->composition, f->v_rot, f->v_eig, rep, f->v_u,
-                                    f->v_lam)) != OSCAR_OK)
-        goto out;
-    for (size_t i = 0; i < LR; i++)
-        if (rep[i].orth_err > f->orth_err_max) f->orth_err_max = rep[i].orth_err;
-    st = OSCAR_OK;
-out:
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_calib_fit_layer(const struct oscar_stats * s, const struct oscar_calib_params * p, int32_t l,
+                                        struct oscar_calib_fit * f, struct oscar_calib_timing * t) {
+    const struct oscar_stats_params sp = oscar_stats_get_params(s);
+    const int32_t NF = oscar_calib_fit_n_fitted(p, sp.n_head_kv);
+    if (l < 0 || l >= f->n_layer || f->head_dim != sp.head_dim || sp.n_layer != f->n_layer)
+        return osc_error(OSCAR_ERR_INVALID, "fit: layer %d does not fit the result (%d layers, head_dim %d)", (int) l,
+                         (int) f->n_layer, (int) f->head_dim);
+    double t0 = osc_now();
+    const size_t D = (size_t) f->head_dim, dd = D * D, R = (size_t) l * (size_t) f->n_rot, B = (size_t) l * NF;
+    struct oscar_fit_report * rep = calloc((size_t) NF, sizeof(*rep));
+    enum oscar_status st = rep ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "fit: out of memory");
+    for (int kv = 0; kv < 2 && st == OSCAR_OK; kv++) {
+        float * rot = kv ? f->v_rot : f->k_rot, * eig = kv ? f->v_eig : f->k_eig;
+        double * u = kv ? f->v_u : f->k_u, * lam = kv ? f->v_lam : f->k_lam;
+        st = oscar_fit_stats_layer_basis(s, kv ? p->v_objective : p->k_objective, p->grouping, p->composition, l,
+                                         rot + R * dd, eig + R * D, rep, u ? u + B * dd : NULL,
+                                         lam ? lam + B * D : NULL);
+        for (int32_t i = 0; st == OSCAR_OK && i < NF; i++)
+            if (rep[i].orth_err > f->orth_err_max) f->orth_err_max = rep[i].orth_err;
+    }
     free(rep);
-    if (st != OSCAR_OK) oscar_calib_fit_free(f);
     if (t) t->eigh += osc_now() - t0;
     return st;
+}
+
+void oscar_calib_fit_spread_heads(const struct oscar_calib_params * p, int32_t n_head_kv, int32_t l,
+                                  struct oscar_calib_fit * f) {
+    const int32_t NF = oscar_calib_fit_n_fitted(p, n_head_kv);
+    if (f->n_rot == NF) return;
+    const size_t D = (size_t) f->head_dim, R = (size_t) l * (size_t) f->n_rot;
+    for (int32_t h = 1; h < f->n_rot; h++) {
+        memcpy(f->k_rot + (R + (size_t) h) * D * D, f->k_rot + R * D * D, D * D * sizeof(float));
+        memcpy(f->v_rot + (R + (size_t) h) * D * D, f->v_rot + R * D * D, D * D * sizeof(float));
+        memcpy(f->k_eig + (R + (size_t) h) * D, f->k_eig + R * D, D * sizeof(float));
+        memcpy(f->v_eig + (R + (size_t) h) * D, f->v_eig + R * D, D * sizeof(float));
+    }
 }

@@ -17,49 +17,46 @@ void oscar_calib_gate_free(struct oscar_calib_gate * g) {
     memset(g, 0, sizeof(*g));
 }
 
-enum oscar_status oscar_calib_gate_run(const struct oscar_calib_heldout * h, const struct oscar_calib_fit * f,
-                                       const struct oscar_calib_clip * c, const struct oscar_calib_params * p,
-                                       struct oscar_calib_gate * g, struct oscar_calib_timing * t) {
-    double t0 = osc_now();
-    int32_t L = h->n_layer, Hkv = h->n_head_kv, D = h->head_dim;
+enum oscar_status oscar_calib_gate_alloc(int32_t n_layer, struct oscar_calib_gate * g) {
     memset(g, 0, sizeof(*g));
-    g->n_layer = L;
-    g->naive = calloc((size_t) L, sizeof(double));
-    g->hadamard = calloc((size_t) L, sizeof(double));
-    g->oscar = calloc((size_t) L, sizeof(double));
-    enum oscar_status st = OSCAR_OK;
-    struct oscar_eval_dev * ev = NULL;
+    g->n_layer = n_layer;
+    g->naive = calloc((size_t) n_layer, sizeof(double));
+    g->hadamard = calloc((size_t) n_layer, sizeof(double));
+    g->oscar = calloc((size_t) n_layer, sizeof(double));
     if (!g->naive || !g->hadamard || !g->oscar) {
-        st = osc_error(OSCAR_ERR_NOMEM, "gate: out of memory");
-        goto out;
+        oscar_calib_gate_free(g);
+        return osc_error(OSCAR_ERR_NOMEM, "gate: out of memory");
     }
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_calib_gate_layer(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
+                                         const struct oscar_calib_clip * c, const struct oscar_calib_params * p,
+                                         int32_t n_head_kv, int32_t l, struct oscar_calib_gate * g,
+                                         struct oscar_calib_timing * t) {
+    double t0 = osc_now();
+    const int32_t L = g->n_layer, D = f->head_dim;
     struct oscar_kv_transform naive, had, osc;
-    if ((st = osc_calib_transform("naive", p, NULL, NULL, L, Hkv, D, &naive)) != OSCAR_OK ||
-        (st = osc_calib_transform("hadamard", p, NULL, NULL, L, Hkv, D, &had)) != OSCAR_OK ||
-        (st = osc_calib_transform("oscar-searched", p, f, c, L, Hkv, D, &osc)) != OSCAR_OK)
-        goto out;
-    had.k_clip = 0.96, had.v_clip = 0.92;   // the reference's fixed ratios (method.md §9.5)
-    if ((st = osc_calib_eval_open(h, p, 1, &ev)) != OSCAR_OK) goto out;
-    struct osc_progress pr;
-    osc_progress_init(&pr, "gate", "layer", L);
-    for (int32_t l = 0; l < L && st == OSCAR_OK; l++) {
-        struct oscar_layer_input in = osc_calib_layer_input(h, l);
-        if ((st = oscar_eval_dev_layer(ev, &in)) != OSCAR_OK ||
-            (st = oscar_eval_dev_out_rel(ev, &naive, &g->naive[l])) != OSCAR_OK ||
-            (st = oscar_eval_dev_out_rel(ev, &had, &g->hadamard[l])) != OSCAR_OK ||
-            (st = oscar_eval_dev_out_rel(ev, &osc, &g->oscar[l])) != OSCAR_OK)
-            break;
+    enum oscar_status st;
+    if ((st = osc_calib_transform("naive", p, NULL, NULL, L, n_head_kv, D, &naive)) == OSCAR_OK &&
+        (st = osc_calib_transform("hadamard", p, NULL, NULL, L, n_head_kv, D, &had)) == OSCAR_OK &&
+        (st = osc_calib_transform("oscar-searched", p, f, c, L, n_head_kv, D, &osc)) == OSCAR_OK) {
+        had.k_clip = 0.96, had.v_clip = 0.92;   // the reference's fixed ratios (method.md §9.5)
+        if ((st = oscar_eval_dev_out_rel(ev, &naive, &g->naive[l])) == OSCAR_OK &&
+            (st = oscar_eval_dev_out_rel(ev, &had, &g->hadamard[l])) == OSCAR_OK)
+            st = oscar_eval_dev_out_rel(ev, &osc, &g->oscar[l]);
+    }
+    if (t) t->gate += osc_now() - t0;
+    return st;
+}
+
+void oscar_calib_gate_end(struct oscar_calib_gate * g) {
+    const int32_t L = g->n_layer;
+    g->mean_naive = g->mean_hadamard = g->mean_oscar = 0.0;
+    for (int32_t l = 0; l < L; l++) {   // layers in order
         g->mean_naive += g->naive[l] / L;
         g->mean_hadamard += g->hadamard[l] / L;
         g->mean_oscar += g->oscar[l] / L;
-        osc_progress_update(&pr, l + 1);
     }
-    osc_progress_finish(&pr);
-    osc_debug("after the gate: peak RSS %.1f MiB", oscar_calib_peak_rss_mb());
     g->pass = g->mean_oscar < g->mean_hadamard && g->mean_oscar < g->mean_naive;
-out:
-    oscar_eval_dev_free(ev);
-    if (st != OSCAR_OK) oscar_calib_gate_free(g);
-    if (t) t->gate += osc_now() - t0;
-    return st;
 }

@@ -16,15 +16,17 @@ struct osc_layer_ckpt {
     uint32_t kinds;                             // the accumulator's kinds
     float * x;                                  // [n_rows, C] hidden states entering next_layer
     int64_t n_rows;
-    const struct oscar_calib_heldout * held;    // rows of layers < next_layer are saved / restored
+    const struct oscar_calib_heldout * held;    // rows of layers < next_layer are saved / restored unless
+                                                // held->n_slot == 1 (a finisher has their results)
+    struct oscar_calib_finisher * fin;          // the finished layers' results saved / restored, or NULL
 };
 
 // Writes the state after layers 0 .. next_layer-1 (atomically).
 enum oscar_status osc_layer_ckpt_save(const struct osc_layer_ckpt * k, const struct oscar_stats * s,
                                       int32_t next_layer);
-// Reads it back into k->x and k->held (sized by the caller from the model and
-// plan) and a new accumulator; refuses a checkpoint of another model, tokenizer,
-// corpus, plan, capture dtype or backend (OSCAR_ERR_INVALID), a corrupt or truncated one
+// Reads it back into k->x, k->held (sized by the caller from the model and
+// plan) and k->fin (begun, layers < next_layer then finished) and a new accumulator; refuses a checkpoint of another model, tokenizer,
+// corpus, plan, capture dtype, backend or finishing settings (OSCAR_ERR_INVALID), a corrupt or truncated one
 // (OSCAR_ERR_FORMAT), another version (OSCAR_ERR_UNSUPPORTED).
 enum oscar_status osc_layer_ckpt_load(const struct osc_layer_ckpt * k, struct oscar_stats ** stats,
                                       int32_t * next_layer);

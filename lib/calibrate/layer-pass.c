@@ -9,14 +9,17 @@
 // handing their rows to the host (and every batch its rows to the activation
 // store); the layer's pass 1 ends, which finalises its A_h, and the backend sums
 // SST from the kept K/V, so no second forward pass exists; the held-out rows
-// keep a copy of the layer's W_O as the backend ran it; the layer is released.
+// keep a copy of the layer's W_O as the backend ran it; the layer is released;
+// with a finisher (finish.c) the layer is finished there and then, and its
+// held-out rows slot is reused by the next layer.
 //
 // Same answer as two whole passes on the CPU: the batches are the same
 // (calibration sequences p->batch at a time, then the held-out ones), so every
 // GEMM sees the same shapes, and lib/stats sums depend only on each layer's
 // token order (stats.h), which is unchanged. Memory: the hidden states of all
 // sequences [N, C], one layer's calibration K/V [N_cal, Hkv, D] x 2 when SST is
-// on, two layers' weights, the held-out rows, and the forward scratch of one batch.
+// on, two layers' weights, the held-out rows (one layer's with a finisher whose
+// gate runs per layer, else every layer's), and the forward scratch of one batch.
 //
 // Checkpoints (layer-ckpt.c) are taken between layers, after at least
 // p->checkpoint_every token-layers since the last one; --resume continues at
@@ -54,6 +57,7 @@ struct layer_pass {
     const struct oscar_calib_params * p;
     struct oscar_stats * stats;
     struct oscar_calib_heldout * held;
+    struct oscar_calib_finisher * fin; // rank 0's, begun by the pass, or NULL
     struct oscar_calib_timing * t;
     struct oscar_fwd * f;
     struct batch_ref * batches;
@@ -90,7 +94,7 @@ static enum oscar_status on_rows(void * user, const struct oscar_capture_layer *
         if (st != OSCAR_OK) return st;
     }
     if (!b->heldout) return OSCAR_OK;
-    const size_t r0 = (size_t) (b->row0 - lp->n_cal);
+    const size_t r0 = (size_t) (b->row0 - lp->n_cal);   // q[l] is the one slot with a finisher
     memcpy(lp->held->q[cap->layer] + r0 * qrow, cap->q, T * qrow * sizeof(float));
     memcpy(lp->held->k[cap->layer] + r0 * kvrow, cap->k, T * kvrow * sizeof(float));
     memcpy(lp->held->v[cap->layer] + r0 * kvrow, cap->v, T * kvrow * sizeof(float));
@@ -164,7 +168,8 @@ static enum oscar_status plan_batches(struct layer_pass * lp) {
     return OSCAR_OK;
 }
 
-// The held-out rows of every layer, and copies of every layer's W_O (the weights the backend ran).
+// The held-out rows and W_O copies (the weights the backend ran): of every layer, or with a
+// finisher whose gate runs per layer ONE slot that every layer's pointers share, reused each layer.
 static enum oscar_status alloc_heldout(struct layer_pass * lp) {
     const struct oscar_model_config * c = lp->c;
     const struct oscar_calib_plan * plan = lp->plan;
@@ -179,19 +184,25 @@ static enum oscar_status alloc_heldout(struct layer_pass * lp) {
         h->n_seq = 0, h->n_rows = 0;
         return OSCAR_OK;
     }
+    h->n_slot = lp->fin && !oscar_calib_finish_gate_at_end(lp->p) ? 1 : 0;
+    const size_t slots = h->n_slot == 1 ? 1 : L;
     h->q = calloc(L, sizeof(float *)), h->k = calloc(L, sizeof(float *)), h->v = calloc(L, sizeof(float *));
     h->wo = calloc(L, sizeof(float *));
     h->seq_start = malloc(((size_t) h->n_seq + 1) * sizeof(int32_t));
     if (!h->q || !h->k || !h->v || !h->wo || !h->seq_start) goto nomem;
     const size_t nwo = (size_t) c->n_embd * (size_t) c->n_head * D;
-    if (!(h->wo_block = osc_alloc_large(L * nwo * sizeof(float)))) goto nomem;
+    if (!(h->wo_block = osc_alloc_large(slots * nwo * sizeof(float)))) goto nomem;
     for (int32_t s = 0; s <= h->n_seq; s++) h->seq_start[s] = plan->heldout_start[s] - plan->heldout_start[0];
     for (size_t l = 0; l < L; l++) {
-        h->q[l] = malloc(T * (size_t) c->n_head * D * sizeof(float) + 1);
-        h->k[l] = malloc(T * (size_t) c->n_head_kv * D * sizeof(float) + 1);
-        h->v[l] = malloc(T * (size_t) c->n_head_kv * D * sizeof(float) + 1);
-        h->wo[l] = h->wo_block + l * nwo;
-        if (!h->q[l] || !h->k[l] || !h->v[l]) goto nomem;
+        if (l < slots) {
+            h->q[l] = malloc(T * (size_t) c->n_head * D * sizeof(float) + 1);
+            h->k[l] = malloc(T * (size_t) c->n_head_kv * D * sizeof(float) + 1);
+            h->v[l] = malloc(T * (size_t) c->n_head_kv * D * sizeof(float) + 1);
+            if (!h->q[l] || !h->k[l] || !h->v[l]) goto nomem;
+        } else {
+            h->q[l] = h->q[0], h->k[l] = h->k[0], h->v[l] = h->v[0];
+        }
+        h->wo[l] = h->wo_block + (l < slots ? l : 0) * nwo;
     }
     return OSCAR_OK;
 nomem:
@@ -212,12 +223,14 @@ static void report_memory(const struct layer_pass * lp) {
     char a[32], k[32], d[32], w[32], s[32];
     mib((double) lp->n_rows * C * f, a, sizeof a);
     mib(sst ? 2.0 * (double) lp->n_cal * KV * f : 0, k, sizeof k);
-    mib((double) h->n_rows * L * (Q + 2 * KV) * f + L * C * Q * f, d, sizeof d);
+    const double slots = h->n_slot == 1 ? 1 : L;   // one slot with a finisher (its gate per layer)
+    mib((double) h->n_rows * slots * (Q + 2 * KV) * f + slots * C * Q * f, d, sizeof d);
     mib((double) fi.workspace_bytes, s, sizeof s);
     mib((double) fi.weight_bytes, w, sizeof w);
     osc_info("layer-major pass on %s holds: hidden states %s, one layer's K/V %s (both on the %s), "
-             "held-out rows + W_O copies %s (host), weights %s (embedding + two layers), workspace %s", fi.device, a,
-             k, strcmp(fi.device, "cpu") ? "device" : "host", d, w, s);
+             "held-out rows + W_O copies %s (host, %s), weights %s (embedding + two layers), workspace %s",
+             fi.device, a, k, strcmp(fi.device, "cpu") ? "device" : "host", d,
+             h->n_slot == 1 ? "one layer: each is finished as it ends" : "every layer", w, s);
 }
 
 // The batches, the held-out rows and the host buffers (before a checkpoint fills them).
@@ -281,16 +294,19 @@ static enum oscar_status acquire_layer(struct layer_pass * lp, int32_t l) {
 // (a streamed model; the backend keeps its own copy until the slot is reused).
 static enum oscar_status release_layer(struct layer_pass * lp, int32_t l) {
     enum oscar_status st = OSCAR_OK;
-    if (lp->held->wo_block) // rank 0's
-        st = oscar_fwd_copy_wo(lp->f, l, lp->held->wo_block + (size_t) l * lp->c->n_embd * lp->c->n_head *
-                                             lp->c->head_dim);
+    if (lp->held->wo_block) // rank 0's; its layer's slot
+        st = oscar_fwd_copy_wo(lp->f, l, lp->held->wo_block + (size_t) (lp->held->n_slot == 1 ? 0 : l) *
+                                             (size_t) lp->c->n_embd * (size_t) lp->c->n_head *
+                                             (size_t) lp->c->head_dim);
     if (!lp->e->random_on_device) oscar_model_layer_release(lp->m, l);
     return st;
 }
 
-// W_O of the layers a resumed run does not run again.
+// W_O of the layers a resumed run does not run again (when every layer's rows are kept: a
+// finisher with one slot has their results from the checkpoint and needs none).
 static enum oscar_status keep_done_layers(struct layer_pass * lp, int32_t first) {
     enum oscar_status st = OSCAR_OK;
+    if (lp->held->n_slot == 1) return OSCAR_OK;
     for (int32_t l = 0; l < first && st == OSCAR_OK; l++) {
         if ((st = acquire_layer(lp, l)) == OSCAR_OK) st = release_layer(lp, l);
     }
@@ -306,7 +322,7 @@ static enum oscar_status start(struct layer_pass * lp, const struct osc_layer_ck
     enum oscar_status st = lp->dp->ops->bcast(lp->dp, &have, sizeof have);
     if (st != OSCAR_OK) return st;
     if (have && lp->dp->rank == 0) {
-        st = osc_layer_ckpt_load(ck, &lp->stats, first_layer);
+        st = osc_layer_ckpt_load(ck, &lp->stats, first_layer); // and the finished layers' results
         if (st == OSCAR_OK)
             osc_info("resuming at layer %d/%d from %s", (int) *first_layer, (int) c->n_layer, ck->path);
         if (st != OSCAR_OK || lp->dp->size == 1) return st;
@@ -389,10 +405,12 @@ static enum oscar_status run_layer(struct layer_pass * lp, int32_t l, struct osc
 }
 
 enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const struct oscar_calib_plan * plan,
-                                      const struct oscar_calib_params * p, struct oscar_stats ** stats,
-                                      struct oscar_calib_heldout * held, struct oscar_calib_timing * t) {
+                                      const struct oscar_calib_params * p, struct oscar_calib_finisher * fin,
+                                      struct oscar_stats ** stats, struct oscar_calib_heldout * held,
+                                      struct oscar_calib_timing * t) {
     struct layer_pass lp = {.e = e, .m = e->m, .c = &e->m->config, .plan = plan, .p = p, .held = held, .t = t,
                             .dp = e->dp ? e->dp : osc_dp_single()};
+    lp.fin = lp.dp->rank == 0 ? fin : NULL; // rank 0 alone has the held-out rows
     struct oscar_capture_hook hook;
     *stats = NULL;
     memset(held, 0, sizeof *held); // freed on any failure, even one before it is filled
@@ -401,9 +419,11 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
     const struct osc_layer_ckpt ck = {.path = p->checkpoint_path, .m = e->m, .plan = plan, .p = p,
                                       .device = e->device ? e->device : "cpu", .fp32 = e->fp32,
                                       .kinds = oscar_calib_stats_kinds(p),
-                                      .x = lp.x_all ? lp.x_all : lp.x_host, .n_rows = lp.n_rows_all, .held = held};
+                                      .x = lp.x_all ? lp.x_all : lp.x_host, .n_rows = lp.n_rows_all, .held = held,
+                                      .fin = lp.fin};
     int32_t first = 0;
     const bool several = lp.dp->size > 1;
+    if (st == OSCAR_OK && lp.fin) st = oscar_calib_finish_begin(lp.fin, p, held, NULL, plan, t);
     if (st == OSCAR_OK) st = start(&lp, &ck, &first);
     if (st == OSCAR_OK && several && first > 0) st = exchange_rows(&lp, false);
     if (st == OSCAR_OK && several) st = osc_dp_stats_attach(lp.dp, lp.stats);
@@ -417,6 +437,7 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
         st = acquire_layer(&lp, l);
         if (st == OSCAR_OK) st = run_layer(&lp, l, &pr);
         if (st == OSCAR_OK) st = release_layer(&lp, l);
+        if (st == OSCAR_OK && lp.fin) st = oscar_calib_finish_layer(lp.fin, lp.stats, held, l); // then the slot is free
         since += lp.n_rows_all; // the same on every rank: they checkpoint together
         if (st == OSCAR_OK && ck.path && p->checkpoint_every > 0 && since >= p->checkpoint_every && l + 1 < L) {
             st = oscar_fwd_rows_copy(lp.f, lp.x_host, true);
@@ -425,6 +446,7 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
             since = 0;
         }
     }
+    if (st == OSCAR_OK && lp.fin) st = oscar_calib_finish_end(lp.fin, held);
     if (st == OSCAR_OK) {
         osc_progress_finish(&pr);
         struct oscar_fwd_info fi;

@@ -13,7 +13,7 @@
 #include "util/log.h"
 
 void oscar_calib_heldout_free(struct oscar_calib_heldout * h) {
-    for (int32_t l = 0; h->q && l < h->n_layer; l++) {
+    for (int32_t l = 0; h->q && l < (h->n_slot == 1 ? 1 : h->n_layer); l++) {   // one slot: shared by all
         free(h->q[l]);
         free(h->k[l]);
         free(h->v[l]);

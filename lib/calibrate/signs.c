@@ -94,7 +94,7 @@ static bool scratch_alloc(struct layer_scratch * w, int32_t NR, int32_t Hkv, int
 static enum oscar_status search_layer(struct oscar_eval_dev * ev, const struct oscar_kv_transform * tf,
                                       const struct oscar_calib_params * p, struct oscar_calib_fit * f, int32_t l,
                                       int32_t Hkv, struct layer_scratch * w, struct oscar_calib_signs * out) {
-    const int32_t NR = f->n_rot, D = f->head_dim, passes = p->sign_passes > 0 ? p->sign_passes : 1;
+    const int32_t NR = out->n_rot, D = f->head_dim, passes = p->sign_passes > 0 ? p->sign_passes : 1;
     const size_t dd = (size_t) D * (size_t) D;
     const bool per_head = NR > 1;
     double v_den = 0.0;
@@ -161,7 +161,7 @@ static enum oscar_status search_layer(struct oscar_eval_dev * ev, const struct o
             if (x->misses >= D || x->passes >= passes) x->active = false;
         }
     }
-    const size_t LB = (size_t) l * (size_t) NR * dd;
+    const size_t LB = (size_t) l * (size_t) f->n_rot * dd;   // head 0.. of layer l (optr: spread later)
     memcpy(f->k_rot + LB, w->cur_k, (size_t) NR * dd * sizeof(float));
     memcpy(f->v_rot + LB, w->cur_v, (size_t) NR * dd * sizeof(float));
     double ka = 0.0, va = 0.0;
@@ -174,59 +174,65 @@ static enum oscar_status search_layer(struct oscar_eval_dev * ev, const struct o
     return OSCAR_OK;
 }
 
-enum oscar_status oscar_calib_sign_search(const struct oscar_calib_heldout * h, const struct oscar_calib_params * p,
-                                          struct oscar_calib_fit * f, struct oscar_calib_signs * out,
-                                          struct oscar_calib_timing * t) {
-    double t0 = osc_now();
-    const int32_t L = h->n_layer, Hkv = h->n_head_kv, D = h->head_dim, NR = f->n_rot;
+// The search's transform: the target's clip quantizer at the fixed clips, the held-out
+// tiering; the rotations come with each evaluation (NR of them, the fitted ones).
+static enum oscar_status search_transform(const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
+                                          int32_t NR, int32_t Hkv, struct oscar_kv_transform * tf) {
+    const struct oscar_target_profile * prof = oscar_target_get(p->target);
+    struct oscar_calib_fit view = *f;   // the fitted rotations: OptR's per-head copies and k_mean come after
+    view.n_rot = NR, view.k_mean = NULL;
+    enum oscar_status st = osc_calib_transform(prof->clip_quant, p, &view, NULL, f->n_layer, Hkv, f->head_dim, tf);
+    if (st != OSCAR_OK) return st;
+    tf->tiers = osc_calib_tiering(p);   // as the clip search: the held-out tiering, per-token quantizers
+    tf->tiers.block = 1;
+    tf->k_clip_layer = tf->v_clip_layer = NULL;
+    tf->k_clip = p->k_clip;
+    tf->v_clip = prof->clips == OSCAR_TARGET_CLIPS_ONE ? p->k_clip : p->v_clip;
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_calib_signs_alloc(const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
+                                          int32_t n_head_kv, struct oscar_calib_signs * out) {
+    const int32_t L = f->n_layer, D = f->head_dim, NR = oscar_calib_fit_n_fitted(p, n_head_kv);
     memset(out, 0, sizeof(*out));
     if (!oscar_composition_uses_u(p->composition))
         return osc_error(OSCAR_ERR_INVALID, "--sign-search: composition %s has no eigenvectors (no U) to sign",
                          oscar_composition_name(p->composition));
-    if (!f->k_u || !f->v_u || !f->k_lam || !f->v_lam || f->n_layer != L || f->head_dim != D || f->k_mean)
-        return osc_error(OSCAR_ERR_INVALID, "sign search: the fit kept no fp64 basis for these %d layers (or is "
-                         "already refined)", (int) L);
+    if (!f->k_u || !f->v_u || !f->k_lam || !f->v_lam)
+        return osc_error(OSCAR_ERR_INVALID, "sign search: the fit keeps no fp64 basis for its %d layers", (int) L);
     out->n_layer = L, out->n_rot = NR, out->head_dim = D, out->max_passes = p->sign_passes > 0 ? p->sign_passes : 1;
+    if (!signs_alloc(out, L, NR, D)) {
+        oscar_calib_signs_free(out);
+        return osc_error(OSCAR_ERR_NOMEM, "sign search: out of memory");
+    }
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_calib_signs_layer(struct oscar_eval_dev * ev, const struct oscar_calib_params * p,
+                                          int32_t n_head_kv, int32_t l, struct oscar_calib_fit * f,
+                                          struct oscar_calib_signs * out, struct oscar_calib_timing * t) {
+    double t0 = osc_now();
+    const int32_t NR = out->n_rot;
     struct layer_scratch w = {0};
-    struct oscar_eval_dev * ev = NULL;
-    enum oscar_status st = OSCAR_OK;
-    if (!signs_alloc(out, L, NR, D) || !scratch_alloc(&w, NR, Hkv, D)) {
-        st = osc_error(OSCAR_ERR_NOMEM, "sign search: out of memory");
-        goto out;
-    }
-    const struct oscar_target_profile * prof = oscar_target_get(p->target);
     struct oscar_kv_transform tf;
-    if ((st = osc_calib_transform(prof->clip_quant, p, f, NULL, L, Hkv, D, &tf)) != OSCAR_OK) goto out;
-    tf.tiers = osc_calib_tiering(p);   // as the clip search: the held-out tiering, per-token quantizers
-    tf.tiers.block = 1;
-    tf.k_clip_layer = tf.v_clip_layer = NULL;
-    tf.k_clip = p->k_clip;
-    tf.v_clip = prof->clips == OSCAR_TARGET_CLIPS_ONE ? p->k_clip : p->v_clip;
-    if ((st = osc_calib_eval_open(h, p, 1, &ev)) != OSCAR_OK) goto out;
-    struct osc_progress pr;
-    osc_progress_init(&pr, "sign search", "layer", L);
-    for (int32_t l = 0; l < L && st == OSCAR_OK; l++) {
-        struct oscar_layer_input in = osc_calib_layer_input(h, l);
-        if ((st = oscar_eval_dev_layer(ev, &in)) != OSCAR_OK) break;
-        if ((st = search_layer(ev, &tf, p, f, l, Hkv, &w, out)) != OSCAR_OK) {
-            osc_error_prefix(st, "sign search: layer %d", (int) l);
-            break;
-        }
-        osc_progress_update(&pr, l + 1);
-    }
-    osc_progress_finish(&pr);
-    for (int32_t l = 0; st == OSCAR_OK && l < L; l++) {
+    enum oscar_status st = OSCAR_OK;
+    if (!scratch_alloc(&w, NR, n_head_kv, f->head_dim)) st = osc_error(OSCAR_ERR_NOMEM, "sign search: out of memory");
+    if (st == OSCAR_OK) st = search_transform(p, f, NR, n_head_kv, &tf);
+    if (st == OSCAR_OK && (st = search_layer(ev, &tf, p, f, l, n_head_kv, &w, out)) != OSCAR_OK)
+        osc_error_prefix(st, "sign search: layer %d", (int) l);
+    scratch_free(&w);
+    if (t) t->signs += osc_now() - t0;
+    return st;
+}
+
+void oscar_calib_signs_end(struct oscar_calib_fit * f, struct oscar_calib_signs * out) {
+    const int32_t L = out->n_layer;
+    out->mean_k_before = out->mean_k_after = out->mean_v_before = out->mean_v_after = 0.0;
+    for (int32_t l = 0; l < L; l++) {   // layers in order: the means of a whole-model loop
         out->mean_k_before += out->k_before[l] / L, out->mean_k_after += out->k_after[l] / L;
         out->mean_v_before += out->v_before[l] / L, out->mean_v_after += out->v_after[l] / L;
     }
-    if (st == OSCAR_OK) {   // consumed: the rotations no longer match the canonical basis
-        free(f->k_u); free(f->v_u); free(f->k_lam); free(f->v_lam);
-        f->k_u = f->v_u = NULL, f->k_lam = f->v_lam = NULL;
-    }
-out:
-    scratch_free(&w);
-    oscar_eval_dev_free(ev);
-    if (st != OSCAR_OK) oscar_calib_signs_free(out);
-    if (t) t->signs += osc_now() - t0;
-    return st;
+    // consumed: the rotations no longer match the canonical basis
+    free(f->k_u); free(f->v_u); free(f->k_lam); free(f->v_lam);
+    f->k_u = f->v_u = NULL, f->k_lam = f->v_lam = NULL;
 }

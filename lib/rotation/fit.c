@@ -99,18 +99,22 @@ enum oscar_status oscar_fit_stats(const struct oscar_stats * s, enum oscar_stats
     return oscar_fit_stats_basis(s, kind, grouping, c, r_out, eig_out, rep, NULL, NULL);
 }
 
-enum oscar_status oscar_fit_stats_basis(const struct oscar_stats * s, enum oscar_stats_kind kind,
-                                        enum oscar_rotation_grouping grouping, enum oscar_composition c,
-                                        float * r_out, float * eig_out, struct oscar_fit_report * rep,
-                                        double * u_out, double * lam_out) {
+// Layers [l0, l1) of the accumulator; outputs indexed from layer l0.
+static enum oscar_status fit_layers(const struct oscar_stats * s, enum oscar_stats_kind kind,
+                                    enum oscar_rotation_grouping grouping, enum oscar_composition c, int32_t l0,
+                                    int32_t l1, float * r_out, float * eig_out, struct oscar_fit_report * rep,
+                                    double * u_out, double * lam_out) {
     const struct oscar_stats_params p = oscar_stats_get_params(s);
     const int32_t D = p.head_dim, per = grouping == OSCAR_GROUP_HEAD ? p.n_head_kv : 1;
-    const int32_t n_fit = p.n_layer * per;
+    if (l0 < 0 || l1 > p.n_layer || l0 >= l1)
+        return osc_error(OSCAR_ERR_INVALID, "fit: layers %d..%d outside the accumulator's %d", (int) l0, (int) l1 - 1,
+                         (int) p.n_layer);
+    const int32_t n_fit = (l1 - l0) * per;
     const size_t dd = (size_t) D * (size_t) D;
     // validate once (sigma fails on unfinished passes / missing kinds) before fanning out
     double * probe = malloc(dd * sizeof *probe);
     if (!probe) return osc_error(OSCAR_ERR_NOMEM, "fit: out of memory");
-    enum oscar_status st = oscar_stats_sigma(s, kind, 0, per > 1 ? 0 : -1, probe);
+    enum oscar_status st = oscar_stats_sigma(s, kind, l0, per > 1 ? 0 : -1, probe);
     free(probe);
     if (st != OSCAR_OK) return st;
     const int32_t nt = p.n_threads > 0 ? p.n_threads : omp_get_max_threads();
@@ -127,7 +131,7 @@ enum oscar_status oscar_fit_stats_basis(const struct oscar_stats * s, enum oscar
         return osc_error(OSCAR_ERR_NOMEM, "fit: out of memory for %d matrices", (int) n_fit);
     }
     for (int32_t i = 0; i < n_fit && st == OSCAR_OK; i++) {
-        st = oscar_stats_sigma(s, kind, i / per, per > 1 ? i % per : -1, sig + (size_t) i * dd);
+        st = oscar_stats_sigma(s, kind, l0 + i / per, per > 1 ? i % per : -1, sig + (size_t) i * dd);
     }
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int32_t i = 0; i < (st == OSCAR_OK ? n_fit : 0); i++) {
@@ -149,14 +153,28 @@ enum oscar_status oscar_fit_stats_basis(const struct oscar_stats * s, enum oscar
     free(scr);
     if (st != OSCAR_OK) return st;
     if (first_bad >= 0) {
-        return osc_error(bad, "fit: layer %d%s%d failed", (int) (first_bad / per), per > 1 ? ", KV head " : "",
+        return osc_error(bad, "fit: layer %d%s%d failed", (int) (l0 + first_bad / per), per > 1 ? ", KV head " : "",
                          per > 1 ? (int) (first_bad % per) : 0);
     }
     for (int32_t i = 0; rep && i < n_fit; i++) {
         if (rep[i].n_ties > 0 && c != OSCAR_COMP_PLAIN) {
-            osc_warn("fit: layer %d head %d: %d exactly tied eigenvalues; P_br uses the tie-break", (int) (i / per),
+            osc_warn("fit: layer %d head %d: %d exactly tied eigenvalues; P_br uses the tie-break", (int) (l0 + i / per),
                      (int) (per > 1 ? i % per : -1), (int) rep[i].n_ties);
         }
     }
     return OSCAR_OK;
+}
+
+enum oscar_status oscar_fit_stats_basis(const struct oscar_stats * s, enum oscar_stats_kind kind,
+                                        enum oscar_rotation_grouping grouping, enum oscar_composition c,
+                                        float * r_out, float * eig_out, struct oscar_fit_report * rep,
+                                        double * u_out, double * lam_out) {
+    return fit_layers(s, kind, grouping, c, 0, oscar_stats_get_params(s).n_layer, r_out, eig_out, rep, u_out, lam_out);
+}
+
+enum oscar_status oscar_fit_stats_layer_basis(const struct oscar_stats * s, enum oscar_stats_kind kind,
+                                              enum oscar_rotation_grouping grouping, enum oscar_composition c,
+                                              int32_t layer, float * r_out, float * eig_out,
+                                              struct oscar_fit_report * rep, double * u_out, double * lam_out) {
+    return fit_layers(s, kind, grouping, c, layer, layer + 1, r_out, eig_out, rep, u_out, lam_out);
 }

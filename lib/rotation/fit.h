@@ -104,5 +104,11 @@ enum oscar_status oscar_fit_stats_basis(const struct oscar_stats * s, enum oscar
                                         enum oscar_rotation_grouping grouping, enum oscar_composition c,
                                         float * r_out, float * eig_out, struct oscar_fit_report * rep,
                                         double * u_out, double * lam_out);
+// The same for layer `layer` alone (its layer-major pass ended, later layers may still be
+// accumulating): outputs are that layer's slices, [n_rot, D, D], [n_rot, D], [n_rot].
+enum oscar_status oscar_fit_stats_layer_basis(const struct oscar_stats * s, enum oscar_stats_kind kind,
+                                              enum oscar_rotation_grouping grouping, enum oscar_composition c,
+                                              int32_t layer, float * r_out, float * eig_out,
+                                              struct oscar_fit_report * rep, double * u_out, double * lam_out);
 
 #endif

@@ -35,9 +35,8 @@ int main(int argc, char ** argv) {
     struct oscar_calib_corpus corpus = {0};
     struct oscar_calib_plan plan = {0};
     struct oscar_calib_heldout held = {0};
-    struct oscar_calib_fit fit = {0};
-    struct oscar_calib_clip clip = {0};
-    struct oscar_calib_gate gate = {0};
+    struct oscar_calib_finisher fin = {0};
+    const struct oscar_calib_gate * gate = &fin.gate;
     struct oscar_stats * st = NULL;
     struct oscar_calib_timing t = {0};
     struct oscar_model * host = NULL;
@@ -59,9 +58,7 @@ int main(int argc, char ** argv) {
         goto out;
     }
     if (host) e.m = host;
-    if (oscar_calib_capture(&e, &plan, &p, &st, &held, &t) ||
-        oscar_calib_fit_rotations(st, &p, &fit, &t) || oscar_calib_clip_search(&held, &fit, &p, &clip, &t) ||
-        oscar_calib_gate_run(&held, &fit, &clip, &p, &gate, &t)) {
+    if (oscar_calib_capture(&e, &plan, &p, &fin, &st, &held, &t)) {   // each layer finished as it ends
         fprintf(stderr, "bench-calibrate-device: %s\n", oscar_last_error());
         rc = strstr(oscar_last_error(), "CUDA") ? 77 : 1;
         goto out;
@@ -77,11 +74,11 @@ int main(int argc, char ** argv) {
            t.heldout, t.forward, t.accumulate, t.load, t.eigh, t.clip, t.gate, t.total);
     printf("| peak device memory | %.2f GiB |\n| peak host RSS | %.0f MiB |\n", (double) t.device_peak_bytes / 1073741824.0,
            oscar_calib_peak_rss_mb());
-    printf("| gate | %s (oscar %.4g, hadamard %.4g, naive %.4g) |\n", gate.pass ? "pass" : "FAIL", gate.mean_oscar,
-           gate.mean_hadamard, gate.mean_naive);
+    printf("| gate | %s (oscar %.4g, hadamard %.4g, naive %.4g) |\n", gate->pass ? "pass" : "FAIL", gate->mean_oscar,
+           gate->mean_hadamard, gate->mean_naive);
     rc = 0;
 out:
-    oscar_calib_gate_free(&gate), oscar_calib_clip_free(&clip), oscar_calib_fit_free(&fit);
+    oscar_calib_finish_free(&fin);
     oscar_stats_free(st), oscar_calib_heldout_free(&held), oscar_calib_plan_free(&plan);
     oscar_calib_corpus_free(&corpus);
     oscar_model_free(host);

@@ -118,7 +118,7 @@ int main(int argc, char ** argv) {
     if (two_passes(m, &plan, &p, &a) != OSCAR_OK) return fprintf(stderr, "%s\n", oscar_last_error()), 1;
     double t_two = osc_now() - t0;
     t0 = osc_now();
-    if (oscar_calib_capture(&(struct oscar_calib_engine){.m = m}, &plan, &p, &b, &held, &t) != OSCAR_OK) return fprintf(stderr, "%s\n", oscar_last_error()), 1;
+    if (oscar_calib_capture(&(struct oscar_calib_engine){.m = m}, &plan, &p, NULL, &b, &held, &t) != OSCAR_OK) return fprintf(stderr, "%s\n", oscar_last_error()), 1;
     double t_one = osc_now() - t0;
     const double n = (double) plan.n_tokens;
     printf("calibration capture, %lld tokens (+%lld held-out), seq %d, batch %d, threads %d\n",

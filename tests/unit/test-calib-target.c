@@ -22,6 +22,7 @@
 
 #define SEED 19
 #include "test-rng.h"
+#include "calib-stages.h"
 
 // L layers, Hq query heads over Hkv = 1 KV head of D = 32 (a shape the fork's Q2_0
 // accepts: n_head_kv * D < 128), two held-out sequences of T tokens.
@@ -85,7 +86,7 @@ static void one_ratio_sums(struct fixture * fx, enum oscar_target t, double * k_
         struct oscar_calib_params p = full;
         p.n_grid = 1, p.grid[0] = full.grid[g];
         struct oscar_calib_clip c;
-        assert_int_equal(oscar_calib_clip_search(&fx->h, &fx->f, &p, &c, NULL), OSCAR_OK);
+        assert_int_equal(clip_search_all(&fx->h, &fx->f, &p, &c), OSCAR_OK);
         k_sum[g] = v_sum[g] = 0.0;
         for (int32_t l = 0; l < L; l++) k_sum[g] += c.k_err[l], v_sum[g] += c.v_err[l];
         oscar_calib_clip_free(&c);
@@ -156,7 +157,7 @@ static void test_sglang_one_k_one_v(void ** state) {
     fixture_init(&fx);
     struct oscar_calib_params p = params(OSCAR_TARGET_SGLANG);
     struct oscar_calib_clip c, o;
-    assert_int_equal(oscar_calib_clip_search(&fx.h, &fx.f, &p, &c, NULL), OSCAR_OK);
+    assert_int_equal(clip_search_all(&fx.h, &fx.f, &p, &c), OSCAR_OK);
     assert_int_equal(c.n_clip, 1);
     for (int32_t l = 1; l < L; l++) {
         assert_true(c.k[l] == c.k[0]);
@@ -174,12 +175,12 @@ static void test_sglang_one_k_one_v(void ** state) {
     int32_t bk = argmin(ks, NULL, p.n_grid);
     struct oscar_calib_params one = params(OSCAR_TARGET_OSCAR);
     one.n_grid = 1, one.grid[0] = p.grid[bk];
-    assert_int_equal(oscar_calib_clip_search(&fx.h, &fx.f, &one, &o, NULL), OSCAR_OK);
+    assert_int_equal(clip_search_all(&fx.h, &fx.f, &one, &o), OSCAR_OK);
     for (int32_t l = 0; l < L; l++) assert_true(c.k_err[l] == o.k_err[l]);
     oscar_calib_clip_free(&o);
     // the per-layer (oscar) search on the same rows chooses per layer, and differs here
     struct oscar_calib_params per_layer = params(OSCAR_TARGET_OSCAR);
-    assert_int_equal(oscar_calib_clip_search(&fx.h, &fx.f, &per_layer, &o, NULL), OSCAR_OK);
+    assert_int_equal(clip_search_all(&fx.h, &fx.f, &per_layer, &o), OSCAR_OK);
     bool differ = false;
     for (int32_t l = 1; l < L; l++) differ = differ || o.k[l] != o.k[0] || o.v[l] != o.v[0];
     assert_true(differ); // else this fixture would not tell the two apart
@@ -194,7 +195,7 @@ static void test_llamacpp_one_ratio(void ** state) {
     fixture_init(&fx);
     struct oscar_calib_params p = params(OSCAR_TARGET_LLAMACPP);
     struct oscar_calib_clip c;
-    assert_int_equal(oscar_calib_clip_search(&fx.h, &fx.f, &p, &c, NULL), OSCAR_OK);
+    assert_int_equal(clip_search_all(&fx.h, &fx.f, &p, &c), OSCAR_OK);
     for (int32_t l = 0; l < L; l++) {
         assert_true(c.k[l] == c.k[0]);
         assert_true(c.v[l] == c.k[0]);
@@ -218,7 +219,7 @@ static void test_fixed_clips_keep_their_values(void ** state) {
     struct oscar_calib_params p = params(OSCAR_TARGET_SGLANG);
     p.clip_search = false, p.k_clip = 0.9, p.v_clip = 0.85;
     struct oscar_calib_clip c;
-    assert_int_equal(oscar_calib_clip_search(&fx.h, &fx.f, &p, &c, NULL), OSCAR_OK);
+    assert_int_equal(clip_search_all(&fx.h, &fx.f, &p, &c), OSCAR_OK);
     for (int32_t l = 0; l < L; l++) assert_true(c.k[l] == 0.9f && c.v[l] == 0.85f);
     oscar_calib_clip_free(&c);
     fixture_free(&fx);

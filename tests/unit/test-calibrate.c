@@ -66,7 +66,7 @@ static enum oscar_status accumulate(struct oscar_model * m, struct fixture * f) 
     struct oscar_stats * s = NULL;
     struct oscar_calib_heldout held;
     struct oscar_calib_timing t = {0};
-    enum oscar_status st = oscar_calib_capture(&(struct oscar_calib_engine){.m = m}, &f->plan, &f->p, &s, &held, &t);
+    enum oscar_status st = oscar_calib_capture(&(struct oscar_calib_engine){.m = m}, &f->plan, &f->p, NULL, &s, &held, &t);
     if (st == OSCAR_OK) {
         assert_non_null(s);
         oscar_calib_heldout_free(&held);

@@ -70,7 +70,7 @@ static void check_streamed(const struct oscar_model_config * cfg, const struct o
     struct oscar_calib_timing t = {0};
     struct oscar_stats * got = NULL;
     struct oscar_calib_heldout held;
-    assert_int_equal(oscar_calib_capture(&(struct oscar_calib_engine){.m = m}, plan, p, &got, &held, &t), OSCAR_OK);
+    assert_int_equal(oscar_calib_capture(&(struct oscar_calib_engine){.m = m}, plan, p, NULL, &got, &held, &t), OSCAR_OK);
     size_t n_got, n_want;
     uint8_t * a = state_bytes(got, &n_got), * b = state_bytes(want, &n_want);
     assert_int_equal(n_got, n_want);
@@ -114,7 +114,7 @@ static void check_case(enum oscar_stats_kind kobj, enum oscar_stats_kind vobj, i
     struct oscar_calib_timing t = {0};
     struct oscar_stats * got = NULL;
     struct oscar_calib_heldout held;
-    assert_int_equal(oscar_calib_capture(&(struct oscar_calib_engine){.m = m}, &plan, &p, &got, &held, &t), OSCAR_OK);
+    assert_int_equal(oscar_calib_capture(&(struct oscar_calib_engine){.m = m}, &plan, &p, NULL, &got, &held, &t), OSCAR_OK);
     assert_int_equal(oscar_stats_phase(got), 3);
     check_streamed(&cfg, m, &plan, &p, got, &held);
 
@@ -195,11 +195,11 @@ static void test_sliding_window_refused(void ** state) {
     struct oscar_calib_timing t = {0};
     struct oscar_stats * got = NULL;
     struct oscar_calib_heldout held;
-    assert_int_equal(oscar_calib_capture(&(struct oscar_calib_engine){.m = m}, &plan, &p, &got, &held, &t), OSCAR_OK); // seq_len == window
+    assert_int_equal(oscar_calib_capture(&(struct oscar_calib_engine){.m = m}, &plan, &p, NULL, &got, &held, &t), OSCAR_OK); // seq_len == window
     oscar_stats_free(got);
     oscar_calib_heldout_free(&held);
     m->config.sliding_window = SEQ - 1;
-    assert_int_equal(oscar_calib_capture(&(struct oscar_calib_engine){.m = m}, &plan, &p, &got, &held, &t), OSCAR_ERR_UNSUPPORTED);
+    assert_int_equal(oscar_calib_capture(&(struct oscar_calib_engine){.m = m}, &plan, &p, NULL, &got, &held, &t), OSCAR_ERR_UNSUPPORTED);
     assert_non_null(strstr(oscar_last_error(), "sliding_window = 39"));
     assert_null(got);
     oscar_model_free(m);

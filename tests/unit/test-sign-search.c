@@ -20,6 +20,7 @@
 
 static uint64_t seed;
 #include "test-splitmix.h"
+#include "calib-stages.h"
 
 enum { L = 2, HQ = 4, HKV = 2, D = 16, C = 32, NSEQ = 2, LEN = 64, T = NSEQ * LEN };
 
@@ -145,7 +146,7 @@ static void test_never_worse_and_recorded(void ** state) {
         fit_make(&f, &p, seed + 1, false);
         double k0[L], v0[L];
         for (int l = 0; l < L; l++) eval_fit(&r, &p, &f, l, &k0[l], &v0[l]);
-        assert_int_equal(oscar_calib_sign_search(&r.h, &p, &f, &sg, NULL), OSCAR_OK);
+        assert_int_equal(sign_search_all(&r.h, &p, &f, &sg), OSCAR_OK);
         assert_null(f.k_u);   // the basis is consumed
         for (int l = 0; l < L; l++) {
             double k1, v1;
@@ -176,7 +177,7 @@ static void test_threads_same_bytes(void ** state) {
         for (int i = 0; i < 2; i++) {
             struct oscar_calib_params p = params((enum oscar_rotation_grouping) g, i + 1);
             fit_make(&f[i], &p, seed + 8, false);
-            assert_int_equal(oscar_calib_sign_search(&r.h, &p, &f[i], &sg[i], NULL), OSCAR_OK);
+            assert_int_equal(sign_search_all(&r.h, &p, &f[i], &sg[i]), OSCAR_OK);
         }
         size_t n = (size_t) L * (size_t) f[0].n_rot;
         assert_memory_equal(f[0].k_rot, f[1].k_rot, n * D * D * sizeof(float));
@@ -221,7 +222,7 @@ static void test_finds_planted_signs(void ** state) {
             for (int i = 0; i < D * D; i++) (kv ? planted.v_rot : planted.k_rot)[l * D * D + i] = (float) r64[i];
         }
     }
-    assert_int_equal(oscar_calib_sign_search(&r.h, &p, &f, &sg, NULL), OSCAR_OK);
+    assert_int_equal(sign_search_all(&r.h, &p, &f, &sg), OSCAR_OK);
     for (int l = 0; l < L; l++) {
         double kp, vp;
         eval_fit(&r, &p, &planted, l, &kp, &vp);
@@ -246,11 +247,11 @@ static void test_refusals(void ** state) {
     struct oscar_calib_signs sg;
     fit_make(&f, &p, seed, false);
     p.composition = OSCAR_COMP_H_PBR;
-    assert_int_equal(oscar_calib_sign_search(&r.h, &p, &f, &sg, NULL), OSCAR_ERR_INVALID);
+    assert_int_equal(sign_search_all(&r.h, &p, &f, &sg), OSCAR_ERR_INVALID);
     assert_non_null(strstr(oscar_last_error(), "h_pbr"));
     p.composition = OSCAR_COMP_R_H_PBR;
     free(f.k_u), f.k_u = NULL;   // a fit made without the basis
-    assert_int_equal(oscar_calib_sign_search(&r.h, &p, &f, &sg, NULL), OSCAR_ERR_INVALID);
+    assert_int_equal(sign_search_all(&r.h, &p, &f, &sg), OSCAR_ERR_INVALID);
     oscar_calib_fit_free(&f);
     rows_free(&r);
 }
