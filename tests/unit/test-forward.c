@@ -11,9 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "model/model.h"
+#include "util/fs.h"
 #include "forward-fixture.h"
+#define TEST_TMPDIR_NAME "forward"
+#include "test-tmpdir.h"
 
 // Tolerance against transformers: 1e-4 relative L2 (the acceptance bar). Both sides compute
 // in fp32 with different summation orders; for K <= 192-term dot products the expected relative
@@ -243,6 +247,37 @@ static void test_oracle_gemma3_hub(void ** state) {
     printf("tiny-gemma3-hub.gguf without the sandwich norms: logits rel-L2 %.3e\n", e);
     assert_true(e > 10 * ORACLE_TOL);
     fixture_free(&fx);
+}
+
+// The other Gemma3ForConditionalGeneration layout, model.language_model.* (as transformers 5 saves the class):
+// tiny-gemma3-mm with its tensor names rewritten in place (both prefixes are 21 bytes: offsets unchanged).
+static void test_oracle_gemma3_mm_v5(void ** state) {
+    (void)state;
+    char * data = NULL, * cfg = NULL;
+    size_t n = 0, n_cfg = 0;
+    assert_int_equal(osc_read_file("tests/fixtures/models/tiny-gemma3-mm/model.safetensors", 16u << 20, &data, &n),
+                     OSCAR_OK);
+    assert_int_equal(osc_read_file("tests/fixtures/models/tiny-gemma3-mm/config.json", 1u << 20, &cfg, &n_cfg),
+                     OSCAR_OK);
+    uint64_t hl;
+    memcpy(&hl, data, 8);
+    assert_true(hl + 8 <= n);
+    const char * from = "language_model.model.", * to = "model.language_model.";
+    assert_int_equal(strlen(from), strlen(to));
+    int renamed = 0;
+    for (char * p = data + 8; (p = memmem(p, (size_t)(data + 8 + hl - p), from, strlen(from))) != NULL; renamed++)
+        memcpy(p, to, strlen(to));
+    assert_true(renamed >= 2 + 13 * 6); // embedding, final norm, 13 tensors per layer
+    char dir[300], path[340];
+    snprintf(dir, sizeof dir, "%s/mm-v5", tmpdir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    assert_int_equal(osc_write_file_atomic(path, data, n), OSCAR_OK);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    assert_int_equal(osc_write_file_atomic(path, cfg, n_cfg), OSCAR_OK);
+    free(data);
+    free(cfg);
+    check_oracle_model("tiny-gemma3-hub", dir);
 }
 
 // Phi-3: fused projections split at load, partial rotary (8 of 16 dims), sliding_window 20.
@@ -675,6 +710,7 @@ int main(void) {
         cmocka_unit_test(test_oracle_phi3),
         cmocka_unit_test(test_oracle_gemma3),
         cmocka_unit_test(test_oracle_gemma3_hub),
+        cmocka_unit_test(test_oracle_gemma3_mm_v5),
         cmocka_unit_test(test_oracle_qwen3_moe),
         cmocka_unit_test(test_oracle_qwen2_moe),
         cmocka_unit_test(test_oracle_mixtral),
@@ -686,5 +722,5 @@ int main(void) {
         cmocka_unit_test(test_perplexity_oracle),
         cmocka_unit_test(test_perplexity_windows),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }
