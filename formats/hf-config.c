@@ -21,9 +21,17 @@
 // decoder_sparse_step and mlp_only_layers (the dense layers), qwen2_moe's qkv_bias
 // (default true) and qwen3_moe's q/k norms. mixtral: num_local_experts, num_experts_per_tok,
 // experts of intermediate_size, top-k always renormalised, sliding_window as phi3 (default none).
+//
+// gemma3_text (Gemma3ForCausalLM) and gemma3 (Gemma3ForConditionalGeneration: the text model's config is
+// its text_config) with Gemma3TextConfig's defaults (parse_gemma3): layer_types or sliding_window_pattern,
+// RoPE per layer type from transformers 5's rope_parameters {full_attention, sliding_attention} or the
+// Hub's rope_theta / rope_local_base_freq / rope_scaling, query_pre_attn_scalar. Refused by name:
+// soft-capping (Gemma 2's), hidden_activation other than gelu_pytorch_tanh, bidirectional attention,
+// and the other Gemma families (gemma, gemma2, gemma3n, ...).
 #include "formats/hf-config.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +52,8 @@ static const struct {
     {"qwen2_moe", "Qwen2MoeForCausalLM", OSCAR_ARCH_QWEN2_MOE, 32768},
     {"qwen3_moe", "Qwen3MoeForCausalLM", OSCAR_ARCH_QWEN3_MOE, 32768},
     {"mixtral", "MixtralForCausalLM", OSCAR_ARCH_MIXTRAL, 32768},
+    {"gemma3_text", "Gemma3ForCausalLM", OSCAR_ARCH_GEMMA3, 131072},
+    {"gemma3", "Gemma3ForConditionalGeneration", OSCAR_ARCH_GEMMA3, 131072},
 };
 
 // Integer field: absent/null -> def (def < 0: required); must be in [1, INT32_MAX].
@@ -85,16 +95,16 @@ static enum oscar_status check_type(const char * name, json_t * root, int * ti) 
     for (int i = 0; i < (int) (sizeof TYPES / sizeof TYPES[0]); i++) {
         if (strcmp(mt, TYPES[i].model_type) == 0) *ti = i;
     }
-    // Gemma configs parse like Llama's but compute differently (issue 14): refuse them by family, naming
-    // what is missing, so nobody reads "not supported" as a typo in model_type.
+    // The other Gemma families parse like Gemma 3 but compute differently (Gemma 2's soft-capping, Gemma's
+    // single RoPE base, Gemma 3n's per-layer inputs): refuse them by family so nobody reads "not supported"
+    // as a typo in model_type.
     if (*ti < 0 && strncmp(mt, "gemma", 5) == 0) {
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: model_type \"%.64s\" (Gemma) is not supported yet: its (1 + w) "
-                         "RMSNorms, sandwich norms, GELU-tanh MLP, sqrt(hidden)-scaled embedding, "
-                         "query_pre_attn_scalar and per-layer local/global RoPE bases are not implemented", name, mt);
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: model_type \"%.64s\" (Gemma) is not supported: of the Gemma "
+                         "families only Gemma 3 (gemma3_text, gemma3) is; the others are different models", name, mt);
     }
     if (*ti < 0) {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: model_type \"%.64s\" is not supported (llama, mistral, qwen2, "
-                         "qwen3, phi3, qwen2_moe, qwen3_moe, mixtral are)", name, mt);
+                         "qwen3, phi3, qwen2_moe, qwen3_moe, mixtral, gemma3_text, gemma3 are)", name, mt);
     }
     json_t * archs = json_object_get(root, "architectures");
     if (archs && !json_is_null(archs)) {
@@ -323,11 +333,167 @@ static enum oscar_status parse_moe(const char * name, json_t * root, struct osca
     return OSCAR_OK;
 }
 
+// ---- Gemma 3 ------------------------------------------------------------------------------------
+
+// Layer i of layer_types (a list already checked) or of the pattern: sliding?
+static bool gemma3_sliding(json_t * lt, int32_t pattern, int32_t i) {
+    if (lt) return strcmp(json_string_value(json_array_get(lt, (size_t) i)), "sliding_attention") == 0;
+    return (i + 1) % pattern != 0;
+}
+
+// The layer types as swa_first_layer + swa_pattern: layer_types when given, else sliding iff
+// (i + 1) % sliding_window_pattern != 0 (default 6). A list that is no such pattern is refused.
+static enum oscar_status gemma3_layers(const char * name, json_t * t, struct oscar_model_config * c) {
+    json_t * lt = json_object_get(t, "layer_types");
+    int32_t pattern = 6;
+    if (lt && json_is_null(lt)) lt = NULL;
+    if (lt) {
+        if (!json_is_array(lt) || json_array_size(lt) != (size_t) c->n_layer)
+            return osc_error(OSCAR_ERR_FORMAT, "%s: \"layer_types\" must be a list of num_hidden_layers (%d) strings",
+                             name, c->n_layer);
+        for (int32_t i = 0; i < c->n_layer; i++) {
+            const char * ty = json_string_value(json_array_get(lt, (size_t) i));
+            if (!ty || (strcmp(ty, "sliding_attention") != 0 && strcmp(ty, "full_attention") != 0))
+                return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: layer_types[%d] \"%.32s\" is not supported "
+                                 "(full_attention, sliding_attention are)", name, i, ty ? ty : "?");
+        }
+    } else {
+        enum oscar_status s = get_int(name, t, "sliding_window_pattern", 6, &pattern);
+        if (s != OSCAR_OK) return s;
+    }
+    int32_t n_sliding = 0;
+    for (int32_t i = 0; i < c->n_layer; i++) n_sliding += gemma3_sliding(lt, pattern, i);
+    c->swa_first_layer = n_sliding == 0 ? c->n_layer : 0;
+    c->swa_pattern = 0; // all sliding, or none
+    if (n_sliding == 0 || n_sliding == c->n_layer) return OSCAR_OK;
+    for (int32_t p = 2; p <= c->n_layer; p++) {
+        bool same = true;
+        for (int32_t i = 0; same && i < c->n_layer; i++) same = gemma3_sliding(lt, pattern, i) == ((i + 1) % p != 0);
+        if (same) {
+            c->swa_pattern = p;
+            return OSCAR_OK;
+        }
+    }
+    return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: layer_types is not supported: only every p-th layer full "
+                     "(full_attention at i with (i + 1) %% p == 0, sliding_attention elsewhere) is", name);
+}
+
+// theta (default def) and linear factor of one RoPE object (NULL: def, unscaled); `field` names it.
+static enum oscar_status gemma3_rope_obj(const char * name, json_t * o, const char * field, double def,
+                                         bool allow_linear, struct oscar_model_config * c, double * theta) {
+    if (o && !json_is_object(o)) return osc_error(OSCAR_ERR_FORMAT, "%s: %s is not an object", name, field);
+    *theta = def;
+    if (!o) return OSCAR_OK;
+    enum oscar_status s = get_num(name, o, "rope_theta", def, theta);
+    if (s != OSCAR_OK) return s;
+    json_t * tv = json_object_get(o, "rope_type");
+    if (!tv) tv = json_object_get(o, "type");
+    const char * ty = tv && !json_is_null(tv) ? json_string_value(tv) : "default";
+    if (!ty) return osc_error(OSCAR_ERR_FORMAT, "%s: %s.rope_type is not a string", name, field);
+    if (strcmp(ty, "default") == 0) return OSCAR_OK;
+    if (strcmp(ty, "linear") != 0 || !allow_linear)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s.rope_type \"%.32s\" is not supported for gemma3 (%s)", name,
+                         field, ty, allow_linear ? "default, linear are" : "default is");
+    double x;
+    s = rope_num(name, o, field, "factor", &x);
+    if (s == OSCAR_OK) c->rope_scaling = OSCAR_ROPE_LINEAR, c->rope_factor = (float) x;
+    return s;
+}
+
+// The global layers' RoPE (rope_theta, default 1e6, with its scaling) and the sliding layers' base
+// (default 1e4, unscaled), from rope_parameters[type] (transformers 5) or the Hub's keys.
+static enum oscar_status gemma3_rope(const char * name, json_t * t, struct oscar_model_config * c) {
+    json_t * rp = json_object_get(t, "rope_parameters");
+    double full_def = 1e6, local_def = 1e4, full, local;
+    enum oscar_status s = get_num(name, t, "rope_theta", 1e6, &full_def);
+    if (s == OSCAR_OK) s = get_num(name, t, "rope_local_base_freq", 1e4, &local_def);
+    if (s != OSCAR_OK) return s;
+    if (json_is_object(rp) && json_object_get(rp, "full_attention")) {
+        s = gemma3_rope_obj(name, json_object_get(rp, "full_attention"), "rope_parameters.full_attention", full_def,
+                            true, c, &full);
+        if (s == OSCAR_OK)
+            s = gemma3_rope_obj(name, json_object_get(rp, "sliding_attention"), "rope_parameters.sliding_attention",
+                                local_def, false, c, &local);
+    } else {
+        json_t * rs = json_object_get(t, "rope_scaling");
+        s = gemma3_rope_obj(name, rs && !json_is_null(rs) ? rs : NULL, "rope_scaling", full_def, true, c, &full);
+        local = local_def;
+    }
+    if (s != OSCAR_OK) return s;
+    c->rope_theta = (float) full, c->rope_theta_swa = (float) local;
+    return OSCAR_OK;
+}
+
+// A Gemma3TextConfig (the text_config of a gemma3 config), with its defaults for absent fields.
+static enum oscar_status parse_gemma3(const char * name, json_t * t, struct oscar_model_config * c) {
+    const char * mt = json_string_value(json_object_get(t, "model_type"));
+    if (json_object_get(t, "model_type") && (!mt || strcmp(mt, "gemma3_text") != 0))
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: text_config.model_type \"%.64s\" is not supported (gemma3_text "
+                         "is)", name, mt ? mt : "?");
+    json_t * act = json_object_get(t, "hidden_activation");
+    if (act && !json_is_null(act) && (!json_is_string(act) || strcmp(json_string_value(act), "gelu_pytorch_tanh") != 0))
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: hidden_activation \"%.32s\" is not supported for gemma3 "
+                         "(gelu_pytorch_tanh is)", name, json_is_string(act) ? json_string_value(act) : "?");
+    static const char * refused[] = {"attn_logit_softcapping", "final_logit_softcapping"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        json_t * v = json_object_get(t, refused[i]);
+        if (v && !json_is_null(v))
+            return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s is set: soft-capping (Gemma 2) is not supported", name,
+                             refused[i]);
+    }
+    if (get_flag(t, "use_bidirectional_attention"))
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: use_bidirectional_attention = true is not supported", name);
+    if (get_flag(t, "attention_bias")) return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: attention_bias = true is not "
+                                                        "supported", name);
+    c->arch = OSCAR_ARCH_GEMMA3;
+    enum oscar_status s = get_int(name, t, "hidden_size", 2304, &c->n_embd);
+    if (s == OSCAR_OK) s = get_int(name, t, "num_hidden_layers", 26, &c->n_layer);
+    if (s == OSCAR_OK) s = get_int(name, t, "num_attention_heads", 8, &c->n_head);
+    if (s == OSCAR_OK) s = get_int(name, t, "num_key_value_heads", 4, &c->n_head_kv);
+    if (s == OSCAR_OK) s = get_int(name, t, "intermediate_size", 9216, &c->n_ff);
+    if (s == OSCAR_OK) s = get_int(name, t, "vocab_size", 262208, &c->n_vocab);
+    if (s == OSCAR_OK) s = get_int(name, t, "head_dim", 256, &c->head_dim);
+    if (s == OSCAR_OK) s = get_int(name, t, "max_position_embeddings", 131072, &c->n_ctx_train);
+    double eps, qpas;
+    if (s == OSCAR_OK) s = get_num(name, t, "rms_norm_eps", 1e-6, &eps);
+    if (s == OSCAR_OK) s = get_num(name, t, "query_pre_attn_scalar", 256, &qpas);
+    if (s != OSCAR_OK) return s;
+    if (c->n_head % c->n_head_kv != 0)
+        return osc_error(OSCAR_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                         name, c->n_head, c->n_head_kv);
+    if (c->head_dim % 2 != 0) return osc_error(OSCAR_ERR_FORMAT, "%s: head_dim %d is odd", name, c->head_dim);
+    s = gemma3_layers(name, t, c);
+    if (s == OSCAR_OK) s = gemma3_rope(name, t, c);
+    if (s == OSCAR_OK) s = window_size(name, t, 4096, &c->sliding_window);
+    if (s != OSCAR_OK) return s;
+    if (c->sliding_window == 0 && c->swa_first_layer < c->n_layer)
+        return osc_error(OSCAR_ERR_FORMAT, "%s: sliding_window is null but layers are sliding_attention", name);
+    c->rms_eps = (float) eps;
+    c->attn_scale = (float) pow(qpas, -0.5); // transformers: query_pre_attn_scalar ** -0.5
+    json_t * tie = json_object_get(t, "tie_word_embeddings");
+    c->tied_embeddings = !json_is_false(tie); // default true
+    c->qk_norm = true, c->post_norms = true, c->embed_scale = true;
+    c->norm_offset = 1.0f, c->act = OSCAR_ACT_GELU_TANH;
+    return OSCAR_OK;
+}
+
 static enum oscar_status parse_root(const char * name, json_t * root, struct oscar_model_config * c) {
     int ti = -1;
     enum oscar_status s = check_type(name, root, &ti);
     if (s != OSCAR_OK) return s;
     c->arch = TYPES[ti].arch;
+    if (c->arch == OSCAR_ARCH_GEMMA3) {
+        json_t * text = root;
+        if (strcmp(TYPES[ti].model_type, "gemma3") == 0) { // Gemma3ForConditionalGeneration: the text model's
+            text = json_object_get(root, "text_config");
+            if (!json_is_object(text))
+                return osc_error(OSCAR_ERR_FORMAT, "%s: model_type gemma3 needs a \"text_config\" object", name);
+        }
+        s = parse_gemma3(name, text, c);
+        const char * nm = json_string_value(json_object_get(root, "_name_or_path"));
+        snprintf(c->name, sizeof c->name, "%s", nm ? nm : "");
+        return s;
+    }
     s = check_features(name, root, c->arch);
     if (s == OSCAR_OK) s = get_int(name, root, "hidden_size", -1, &c->n_embd);
     if (s == OSCAR_OK) s = get_int(name, root, "num_hidden_layers", -1, &c->n_layer);

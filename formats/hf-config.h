@@ -1,6 +1,7 @@
 // hf-config.h - Hugging Face config.json -> struct oscar_model_config.
 //
-// Accepts model_type llama, mistral, qwen2, qwen3, phi3, qwen2_moe, qwen3_moe, mixtral (architectures[0] is
+// Accepts model_type llama, mistral, qwen2, qwen3, phi3, qwen2_moe, qwen3_moe, mixtral, gemma3_text and
+// gemma3 (the text model of its text_config) (architectures[0] is
 // checked against them too), RoPE types default, linear and llama3
 // (rope_parameters or rope_scaling), phi3's partial_rotary_factor, and
 // sliding windows as transformers applies them (hf-config.c). Refuses, with a

@@ -422,6 +422,12 @@ static enum oscar_status check_config(const struct oscar_model_config * c, const
                          OSC_FWD_MAX_HEAD_DIM);
     if (!(c->rope_theta > 0.0f) || !(c->rms_eps >= 0.0f))
         return osc_error(OSCAR_ERR_INVALID, "forward-cuda: bad rope_theta or rms_eps");
+    // Gemma 3's layer (issue 14) is the CPU forward's only: refuse rather than compute a Llama layer
+    if (c->norm_offset != 0.0f || c->act != OSCAR_ACT_SILU || c->attn_scale != 0.0f || c->embed_scale ||
+        c->post_norms || c->rope_theta_swa != 0.0f || c->swa_pattern != 0)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: %s's layer ((1 + w) RMSNorms, sandwich norms, GELU-tanh "
+                         "MLP, sqrt(hidden)-scaled embedding, query_pre_attn_scalar score scale, local/global RoPE "
+                         "bases) is not implemented on the GPU; use the cpu backend", oscar_arch_name(c->arch));
     // the kernels rotate every dim and attend to every earlier key
     if (oscar_rope_dim(c) != c->head_dim)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: partial rotary (rope_dim %d < head_dim %d) is not "

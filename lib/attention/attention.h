@@ -72,7 +72,7 @@ void oscar_attn_partial_rows(int32_t g, int32_t D, const float * q,
 // p = 0 .. t[r] (first[r] .. t[r] with a window, below), key p read from (k_alt, v_alt) when lo[r] <= p < hi[r] and
 // from (k, v) otherwise (lo = hi = NULL: always (k, v)). Key row p sits at
 // p·row_stride floats in each buffer. q row r at q + r·q_stride, out row r at
-// out + r·out_stride. Softmax scale D^-1/2, fp32 scores and weights, fp64
+// out + r·out_stride. Softmax scale `scale` (0: D^-1/2), fp32 scores and weights, fp64
 // normaliser. Row r's result does not depend on the other rows of the call
 // (same bits for n = 1 and n = 64). scratch: oscar_attn_rows_scratch(n,
 // max t + 1, D) floats, 8-byte aligned.
@@ -88,6 +88,7 @@ struct oscar_attn_keys {
     const float * k_alt, * v_alt;
     const float * kt, * kt_alt;
     int64_t       window;
+    float         scale;   // 0 = D^-1/2 (Gemma's query_pre_attn_scalar^-1/2 otherwise)
 };
 size_t oscar_attn_rows_scratch(int32_t n_rows, int64_t n_keys, int32_t head_dim);
 // Keys [0, n_keys) of k (rows row_stride apart) in the tiled transposed layout

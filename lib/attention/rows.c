@@ -146,7 +146,7 @@ void oscar_attn_rows(const struct oscar_attn_keys * kv, int32_t n, const float *
                      float * scratch) {
     const int32_t D = kv->head_dim;
     const size_t  rs = kv->row_stride;
-    const float   scale = (float) (1.0 / sqrt((double) D));
+    const float   scale = kv->scale > 0.0f ? kv->scale : (float) (1.0 / sqrt((double) D));
     int64_t       t_max = -1, first_min = INT64_MAX;
     for (int32_t r = 0; r < n; r++) {
         t_max = t[r] > t_max ? t[r] : t_max;

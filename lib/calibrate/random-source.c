@@ -32,9 +32,16 @@ enum oscar_status oscar_calib_random_config(const char * name, struct oscar_mode
         c->head_dim = 16, c->n_ff = 96, c->n_vocab = 128, c->n_ctx_train = 256;
         c->rope_theta = 1000000.0f, c->rms_eps = 1e-6f, c->qk_norm = true, c->tied_embeddings = true;
         c->n_expert = 8, c->n_expert_used = 2, c->n_ff_expert = 16, c->expert_norm_topk = true, c->moe_step = 1;
+    } else if (name && !strcmp(name, "tiny-gemma3")) { // tests: tests/fixtures/models/tiny-gemma3-hub's shape, window 64
+        c->arch = OSCAR_ARCH_GEMMA3, c->n_layer = 6, c->n_embd = 64, c->n_head = 4, c->n_head_kv = 1;
+        c->head_dim = 32, c->n_ff = 128, c->n_vocab = 320, c->n_ctx_train = 512;
+        c->rope_theta = 1000000.0f, c->rope_scaling = OSCAR_ROPE_LINEAR, c->rope_factor = 8.0f;
+        c->rope_theta_swa = 10000.0f, c->sliding_window = 64, c->swa_pattern = 6, c->rms_eps = 1e-6f;
+        c->qk_norm = true, c->post_norms = true, c->embed_scale = true, c->tied_embeddings = true;
+        c->norm_offset = 1.0f, c->act = OSCAR_ACT_GELU_TANH;
     } else {
         return osc_error(OSCAR_ERR_INVALID, "random-init: unknown shape '%s' (qwen3-8b, llama3-70b, smollm2-135m, "
-                         "qwen3-30b-a3b, tiny-qwen3-moe)", name ? name : "(null)");
+                         "qwen3-30b-a3b, tiny-qwen3-moe, tiny-gemma3)", name ? name : "(null)");
     }
     snprintf(c->name, sizeof c->name, "%s shape (random init)", name);
     return OSCAR_OK;

@@ -1,4 +1,5 @@
-// forward.c - CPU forward pass of a decoder-only transformer (Llama/SmolLM, Qwen2, Qwen3, Phi-3, Qwen2/3-MoE), fp32.
+// forward.c - CPU forward pass of a decoder-only transformer (Llama/SmolLM, Qwen2, Qwen3, Phi-3, Qwen2/3-MoE,
+// Mixtral, Gemma 3), fp32.
 //
 // Every projection is one GEMM over all T tokens of the batch (util/blas: fixed tiles, so
 // the bytes do not depend on the thread count); attention
@@ -10,7 +11,10 @@
 // fp32 angle = inv_freq * pos) so that captured Q/K match transformers bit-closely;
 // the frequencies come from oscar_rope_inv_freq (plain, linear or Llama 3 scaling,
 // GGUF rope_freqs divisors), only the first rope_dim dims of a head rotate
-// (partial rotary), and sliding-window layers attend to their last W keys. Sparse
+// (partial rotary), and sliding-window layers attend to their last W keys (with their own
+// RoPE base when rope_theta_swa is set: Gemma's local layers). Gemma's other choices are
+// parameters of the same pass: RMSNorms by (norm_offset + w), the GELU-tanh MLP, the score scale
+// (oscar_attn_scale), the sqrt(C)-scaled embedding and the sandwich norms (post_norms). Sparse
 // (mixture-of-experts) layers route each token to its top-k experts and run one GEMM per
 // expert over the rows routed to it (moe_mlp).
 //
@@ -56,6 +60,9 @@ struct oscar_forward {
     float *   cos_t;    // [T, R/2], R = rotated dims (oscar_rope_dim)
     float *   sin_t;    // [T, R/2]
     float *   inv_freq; // [R/2]
+    float *   cos_swa;  // [T, R/2] the sliding layers' tables when they have a RoPE base of their own, else NULL
+    float *   sin_swa;
+    float *   inv_swa;  // [R/2]
     int32_t * pos;      // [T] positions used by the last run
     int32_t   n_tokens; // T of the last run
     int32_t   rope_T;   // tokens cos_t/sin_t hold the angles of pos for (-1: none)
@@ -86,8 +93,12 @@ static enum oscar_status check_model(const struct oscar_model * m) {
     if (c->rope_scaling != OSCAR_ROPE_DEFAULT && !(c->rope_factor > 0.0f))
         return osc_error(OSCAR_ERR_INVALID, "%s: RoPE scaling factor %g is not positive", m->source,
                          (double)c->rope_factor);
-    if (!(c->rope_theta > 0.0f) || !(c->rms_eps >= 0.0f))
-        return osc_error(OSCAR_ERR_INVALID, "%s: bad rope_theta or rms_eps", m->source);
+    if (!(c->rope_theta > 0.0f) || !(c->rms_eps >= 0.0f) || !(c->rope_theta_swa >= 0.0f))
+        return osc_error(OSCAR_ERR_INVALID, "%s: bad rope_theta, local RoPE base or rms_eps", m->source);
+    if (!(c->attn_scale >= 0.0f) || !(c->norm_offset >= 0.0f) || c->swa_pattern < 0 ||
+        (c->act != OSCAR_ACT_SILU && c->act != OSCAR_ACT_GELU_TANH) || (c->post_norms && c->n_expert > 0))
+        return osc_error(OSCAR_ERR_INVALID, "%s: bad score scale, norm offset, swa_pattern or activation, or sandwich "
+                         "norms with experts", m->source);
     if (c->n_expert < 0 || (c->n_expert > 0 && (c->n_expert_used <= 0 || c->n_expert_used > c->n_expert ||
                                                  c->n_ff_expert <= 0 || c->n_ff_shared < 0 || c->moe_step <= 0)))
         return osc_error(OSCAR_ERR_INVALID, "%s: bad experts (%d experts, top-%d, ff %d, shared ff %d, step %d)",
@@ -105,7 +116,8 @@ static enum oscar_status check_layer(const struct oscar_model * m, int32_t l) {
     const bool mlp = moe ? w->router && w->exp_gate && w->exp_up && w->exp_down &&
                                (c->n_ff_shared <= 0 || (w->sh_gate && w->sh_up && w->sh_down && w->sh_scale))
                          : w->w_gate && w->w_up && w->w_down;
-    if (!w->attn_norm || !w->wq || !w->wk || !w->wv || !w->wo || !w->ffn_norm || !mlp)
+    if (!w->attn_norm || !w->wq || !w->wk || !w->wv || !w->wo || !w->ffn_norm || !mlp ||
+        (c->post_norms && (!w->attn_post_norm || !w->ffn_post_norm)))
         return osc_error(OSCAR_ERR_INVALID, "%s: layer %d: weights not resident (oscar_model_layer_acquire) or "
                          "missing", m->source, l);
     if (c->qk_norm && (!w->q_norm || !w->k_norm))
@@ -137,6 +149,9 @@ void oscar_forward_free(struct oscar_forward * f) {
     free(f->cos_t);
     free(f->sin_t);
     free(f->inv_freq);
+    free(f->cos_swa);
+    free(f->sin_swa);
+    free(f->inv_swa);
     free(f->pos);
     free(f);
 }
@@ -197,10 +212,22 @@ enum oscar_status oscar_forward_init(const struct oscar_model * m, const struct 
     f->inv_freq = alloc_f(R / 2);
     f->pos      = malloc(T * sizeof(int32_t));
     f->rope_T   = -1;
+    bool swa_ok = true;
+    if (c->rope_theta_swa > 0.0f) {
+        f->cos_swa = alloc_f(T * R / 2);
+        f->sin_swa = alloc_f(T * R / 2);
+        f->inv_swa = alloc_f(R / 2);
+        swa_ok = f->cos_swa && f->sin_swa && f->inv_swa;
+    }
     if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->cos_t || !f->sin_t ||
-        !f->inv_freq || !f->pos || !moe_ok)
+        !f->inv_freq || !f->pos || !moe_ok || !swa_ok)
         goto fail_nomem;
     oscar_rope_inv_freq(c, m->rope_freqs, f->inv_freq);
+    for (int32_t l = 0; f->inv_swa && l < c->n_layer; l++) // the first sliding layer's (all of them are alike)
+        if (oscar_layer_sliding(c, l)) {
+            oscar_rope_inv_freq_layer(c, l, m->rope_freqs, f->inv_swa);
+            break;
+        }
     *out = f;
     f    = NULL;
     st   = OSCAR_OK;
@@ -221,12 +248,27 @@ const float * oscar_forward_hidden(const struct oscar_forward * f, int32_t * n_t
 
 int32_t oscar_rope_dim(const struct oscar_model_config * c) { return c->rope_dim > 0 ? c->rope_dim : c->head_dim; }
 
+bool oscar_layer_sliding(const struct oscar_model_config * c, int32_t layer) {
+    return layer >= c->swa_first_layer && !(c->swa_pattern > 0 && (layer + 1) % c->swa_pattern == 0);
+}
+
 int32_t oscar_layer_window(const struct oscar_model_config * c, int32_t layer) {
-    return c->sliding_window > 0 && layer >= c->swa_first_layer ? c->sliding_window : 0;
+    return c->sliding_window > 0 && oscar_layer_sliding(c, layer) ? c->sliding_window : 0;
 }
 
 int32_t oscar_model_window(const struct oscar_model_config * c) {
-    return c->sliding_window > 0 && c->swa_first_layer < c->n_layer ? c->sliding_window : 0;
+    for (int32_t l = c->swa_first_layer > 0 ? c->swa_first_layer : 0; c->sliding_window > 0 && l < c->n_layer; l++)
+        if (oscar_layer_sliding(c, l)) return c->sliding_window;
+    return 0;
+}
+
+float oscar_attn_scale(const struct oscar_model_config * c) {
+    return c->attn_scale > 0.0f ? c->attn_scale : (float)(1.0 / sqrt((double)c->head_dim));
+}
+
+bool oscar_attn_scale_is_default(const struct oscar_model_config * c) {
+    const double d = 1.0 / sqrt((double)c->head_dim);
+    return fabs((double)oscar_attn_scale(c) - d) <= 1e-6 * d;
 }
 
 // Llama 3.x (transformers' _compute_llama3_parameters, in fp32 like its torch ops): wavelengths
@@ -246,12 +288,20 @@ static float llama3_freq(const struct oscar_model_config * c, float f) {
 }
 
 void oscar_rope_inv_freq(const struct oscar_model_config * c, const float * rope_freqs, float * out) {
+    oscar_rope_inv_freq_layer(c, c->n_layer, rope_freqs, out); // no layer n_layer: the global frequencies
+}
+
+void oscar_rope_inv_freq_layer(const struct oscar_model_config * c, int32_t layer, const float * rope_freqs,
+                               float * out) {
     const int32_t R = oscar_rope_dim(c);
+    const bool    local = c->rope_theta_swa > 0.0f && layer < c->n_layer && oscar_layer_sliding(c, layer);
+    const float   theta = local ? c->rope_theta_swa : c->rope_theta;
     for (int32_t i = 0; i < R / 2; i++) {
         // Hugging Face: inv_freq = 1 / theta ** (arange(0, R, 2) / R), all in fp32.
-        float f = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)R);
-        if (c->rope_scaling == OSCAR_ROPE_LINEAR) f = f / c->rope_factor;
-        else if (c->rope_scaling == OSCAR_ROPE_LLAMA3) f = llama3_freq(c, f);
+        float f = 1.0f / powf(theta, (float)(2 * i) / (float)R);
+        // Gemma's local layers are unscaled
+        if (!local && c->rope_scaling == OSCAR_ROPE_LINEAR) f = f / c->rope_factor;
+        else if (!local && c->rope_scaling == OSCAR_ROPE_LLAMA3) f = llama3_freq(c, f);
         // llama.cpp: theta_i / freq_factor_i
         out[i] = rope_freqs ? f / rope_freqs[i] : f;
     }
@@ -259,8 +309,9 @@ void oscar_rope_inv_freq(const struct oscar_model_config * c, const float * rope
 
 // ---- elementwise pieces ------------------------------------------------------------------------
 
-// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, sum of squares in double.
-static void rmsnorm(float * y, const float * x, const float * w, int32_t T, int32_t C, float eps, int nt) {
+// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * (off + w), sum of squares in double; off + w in fp32 as
+// transformers' Gemma3RMSNorm (1.0 + weight.float()). y may be x.
+static void rmsnorm(float * y, const float * x, const float * w, float off, int32_t T, int32_t C, float eps, int nt) {
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int32_t t = 0; t < T; t++) {
         const float * xr = x + (size_t)t * C;
@@ -268,7 +319,7 @@ static void rmsnorm(float * y, const float * x, const float * w, int32_t T, int3
         double        ss = 0.0;
         for (int32_t i = 0; i < C; i++) ss += (double)xr[i] * (double)xr[i];
         float r = (float)(1.0 / sqrt(ss / (double)C + (double)eps));
-        for (int32_t i = 0; i < C; i++) yr[i] = w[i] * (xr[i] * r);
+        for (int32_t i = 0; i < C; i++) yr[i] = (off + w[i]) * (xr[i] * r);
     }
 }
 
@@ -282,22 +333,25 @@ static void linear(float * y, const float * x, const float * w, const float * b,
     }
 }
 
-// Per-head RMSNorm (Qwen3 q_norm/k_norm) then RoPE on rows [T, H, D], HF rotate_half convention
-// over the first R dims (pairs (i, i + R/2)); dims R .. D-1 pass through.
-static void norm_rope(struct oscar_forward * f, float * x, int32_t T, int32_t H, const float * norm_w) {
-    const int32_t D = f->m->config.head_dim, h2 = oscar_rope_dim(&f->m->config) / 2;
-    const float   eps = f->m->config.rms_eps;
+// Per-head RMSNorm (Qwen3/Gemma q_norm/k_norm) then RoPE on rows [T, H, D] with layer l's tables,
+// HF rotate_half convention over the first R dims (pairs (i, i + R/2)); dims R .. D-1 pass through.
+static void norm_rope(struct oscar_forward * f, int32_t l, float * x, int32_t T, int32_t H, const float * norm_w) {
+    const struct oscar_model_config * c = &f->m->config;
+    const int32_t D = c->head_dim, h2 = oscar_rope_dim(c) / 2;
+    const float   eps = c->rms_eps, off = c->norm_offset;
+    const bool    local = f->cos_swa && oscar_layer_sliding(c, l);
+    const float * cos_l = local ? f->cos_swa : f->cos_t, * sin_l = local ? f->sin_swa : f->sin_t;
 #pragma omp parallel for schedule(static) num_threads(f->n_threads)
     for (int32_t t = 0; t < T; t++) {
-        const float * cs = f->cos_t + (size_t)t * h2;
-        const float * sn = f->sin_t + (size_t)t * h2;
+        const float * cs = cos_l + (size_t)t * h2;
+        const float * sn = sin_l + (size_t)t * h2;
         for (int32_t h = 0; h < H; h++) {
             float * r = x + ((size_t)t * H + h) * D;
             if (norm_w) {
                 double ss = 0.0;
                 for (int32_t i = 0; i < D; i++) ss += (double)r[i] * (double)r[i];
                 float s = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
-                for (int32_t i = 0; i < D; i++) r[i] = norm_w[i] * (r[i] * s);
+                for (int32_t i = 0; i < D; i++) r[i] = (off + norm_w[i]) * (r[i] * s);
             }
             for (int32_t i = 0; i < h2; i++) {
                 float a = r[i], b = r[i + h2];
@@ -308,19 +362,35 @@ static void norm_rope(struct oscar_forward * f, float * x, int32_t T, int32_t H,
     }
 }
 
-static void rope_tables(struct oscar_forward * f, int32_t T) {
-    const int32_t h2 = oscar_rope_dim(&f->m->config) / 2;
+static void fill_tables(const float * inv_freq, const int32_t * pos, int32_t T, int32_t h2, float * cos_t,
+                        float * sin_t) {
     for (int32_t t = 0; t < T; t++) {
-        float p = (float)f->pos[t];
+        float p = (float)pos[t];
         for (int32_t i = 0; i < h2; i++) {
-            float a                       = f->inv_freq[i] * p; // fp32 angle, as transformers computes it
-            f->cos_t[(size_t)t * h2 + i] = cosf(a);
-            f->sin_t[(size_t)t * h2 + i] = sinf(a);
+            float a                    = inv_freq[i] * p; // fp32 angle, as transformers computes it
+            cos_t[(size_t)t * h2 + i] = cosf(a);
+            sin_t[(size_t)t * h2 + i] = sinf(a);
         }
     }
 }
 
-static void swiglu(float * g, const float * u, size_t n, int nt) {
+static void rope_tables(struct oscar_forward * f, int32_t T) {
+    const int32_t h2 = oscar_rope_dim(&f->m->config) / 2;
+    fill_tables(f->inv_freq, f->pos, T, h2, f->cos_t, f->sin_t);
+    if (f->cos_swa) fill_tables(f->inv_swa, f->pos, T, h2, f->cos_swa, f->sin_swa);
+}
+
+// g = act(g) * u: SiLU, or the tanh GELU in fp32 as torch's gelu(approximate="tanh").
+static void glu(float * g, const float * u, size_t n, enum oscar_act act, int nt) {
+    if (act == OSCAR_ACT_GELU_TANH) {
+        const float k0 = 0.7978845608028654f, k1 = 0.044715f; // sqrt(2 / pi)
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (size_t i = 0; i < n; i++) {
+            float x = g[i];
+            g[i]    = 0.5f * x * (1.0f + tanhf(k0 * (x + k1 * x * x * x))) * u[i];
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (size_t i = 0; i < n; i++) {
         float x = g[i];
@@ -371,7 +441,7 @@ static void expert_mlp(struct oscar_forward * f, const float * x, int32_t n, con
     const int32_t C = f->m->config.n_embd;
     linear(f->gate, x, wg, NULL, n, Fe, C, false, f->n_threads);
     linear(f->up, x, wu, NULL, n, Fe, C, false, f->n_threads);
-    swiglu(f->gate, f->up, (size_t)n * Fe, f->n_threads);
+    glu(f->gate, f->up, (size_t)n * Fe, f->m->config.act, f->n_threads);
     linear(y, f->gate, wd, NULL, n, C, Fe, false, f->n_threads);
 }
 
@@ -462,7 +532,8 @@ enum oscar_status oscar_attention_causal(void * user, int32_t layer, const struc
             const struct oscar_attn_keys kv = {.head_dim = D, .row_stride = rs,
                                                .k = in->k + (size_t)s0 * rs + (size_t)(h / g) * D,
                                                .v = in->v + (size_t)s0 * rs + (size_t)(h / g) * D,
-                                               .kt = kt + kt_size * (size_t)(h / g), .window = window};
+                                               .kt = kt + kt_size * (size_t)(h / g), .window = window,
+                                               .scale = oscar_attn_scale(c)};
             const size_t q0 = (size_t)(s0 + i0) * qs + (size_t)h * D;
             oscar_attn_rows(&kv, i1 - i0, in->q + q0, qs, t, NULL, NULL, out + q0, qs,
                             scratch + per_thread * (size_t)omp_get_thread_num());
@@ -494,6 +565,15 @@ static enum oscar_status check_batch(const struct oscar_forward * f, const struc
     return OSCAR_OK;
 }
 
+// x += rmsnorm(xn) with weights w: a sandwich norm's sub-layer output added to the residual.
+static void add_normed(struct oscar_forward * f, const float * w, int32_t T) {
+    const struct oscar_model_config * c = &f->m->config;
+    rmsnorm(f->xn, f->xn, w, c->norm_offset, T, c->n_embd, c->rms_eps, f->n_threads);
+    const size_t n = (size_t)T * (size_t)c->n_embd;
+#pragma omp parallel for schedule(static) num_threads(f->n_threads)
+    for (size_t i = 0; i < n; i++) f->x[i] += f->xn[i];
+}
+
 static enum oscar_status run_layer(struct oscar_forward * f, const struct oscar_batch * b, int32_t l) {
     const struct oscar_model_config *  c = &f->m->config;
     const struct oscar_layer_weights * w = &f->m->layers[l];
@@ -502,12 +582,13 @@ static enum oscar_status run_layer(struct oscar_forward * f, const struct oscar_
     enum oscar_status st = check_layer(f->m, l);
     if (st != OSCAR_OK) return st;
 
-    rmsnorm(f->xn, f->x, w->attn_norm, T, C, c->rms_eps, f->n_threads);
+    const float off = c->norm_offset;
+    rmsnorm(f->xn, f->x, w->attn_norm, off, T, C, c->rms_eps, f->n_threads);
     linear(f->q, f->xn, w->wq, w->bq, T, Q, C, false, f->n_threads);
     linear(f->k, f->xn, w->wk, w->bk, T, KV, C, false, f->n_threads);
     linear(f->v, f->xn, w->wv, w->bv, T, KV, C, false, f->n_threads);
-    norm_rope(f, f->q, T, c->n_head, c->qk_norm ? w->q_norm : NULL);
-    norm_rope(f, f->k, T, c->n_head_kv, c->qk_norm ? w->k_norm : NULL);
+    norm_rope(f, l, f->q, T, c->n_head, c->qk_norm ? w->q_norm : NULL);
+    norm_rope(f, l, f->k, T, c->n_head_kv, c->qk_norm ? w->k_norm : NULL);
 
     struct oscar_capture_layer cap = {
         .layer = l, .n_tokens = T, .n_seq = b->n_seq, .seq_start = b->seq_start, .pos = f->pos,
@@ -520,16 +601,27 @@ static enum oscar_status run_layer(struct oscar_forward * f, const struct oscar_
         st = oscar_attention_causal(&f->n_threads, l, &cap, f->att);
         if (st != OSCAR_OK) return st;
     }
-    linear(f->x, f->att, w->wo, NULL, T, C, Q, true, f->n_threads); // residual += attn @ W_O^T
+    // residual += attn @ W_O^T, or with sandwich norms += post_norm(attn @ W_O^T) (xn is free again here)
+    if (c->post_norms) {
+        linear(f->xn, f->att, w->wo, NULL, T, C, Q, false, f->n_threads);
+        add_normed(f, w->attn_post_norm, T);
+    } else {
+        linear(f->x, f->att, w->wo, NULL, T, C, Q, true, f->n_threads);
+    }
 
-    rmsnorm(f->xn, f->x, w->ffn_norm, T, C, c->rms_eps, f->n_threads);
+    rmsnorm(f->xn, f->x, w->ffn_norm, off, T, C, c->rms_eps, f->n_threads);
     if (oscar_layer_is_moe(c, l)) {
         moe_mlp(f, w, T);
     } else {
         linear(f->gate, f->xn, w->w_gate, NULL, T, F, C, false, f->n_threads);
         linear(f->up, f->xn, w->w_up, NULL, T, F, C, false, f->n_threads);
-        swiglu(f->gate, f->up, (size_t)T * F, f->n_threads);
-        linear(f->x, f->gate, w->w_down, NULL, T, C, F, true, f->n_threads);
+        glu(f->gate, f->up, (size_t)T * F, c->act, f->n_threads);
+        if (c->post_norms) {
+            linear(f->xn, f->gate, w->w_down, NULL, T, C, F, false, f->n_threads);
+            add_normed(f, w->ffn_post_norm, T);
+        } else {
+            linear(f->x, f->gate, w->w_down, NULL, T, C, F, true, f->n_threads);
+        }
     }
 
     const struct oscar_capture_hook * hk = f->p.hook;
@@ -570,6 +662,11 @@ void oscar_forward_embed(struct oscar_forward * f) {
     const size_t C = (size_t)f->m->config.n_embd;
     for (int32_t t = 0; t < b->seq_start[b->n_seq]; t++)
         memcpy(f->x + (size_t)t * C, f->m->tok_embd + (size_t)b->tokens[t] * C, C * sizeof(float));
+    if (f->m->config.embed_scale) { // Gemma: * sqrt(C) rounded to fp32, an fp32 product (transformers' embed_scale)
+        const float  s = (float)sqrt((double)C);
+        const size_t n = (size_t)b->seq_start[b->n_seq] * C;
+        for (size_t i = 0; i < n; i++) f->x[i] *= s;
+    }
 }
 
 float * oscar_forward_residual(struct oscar_forward * f) { return f->x; }
@@ -589,7 +686,7 @@ enum oscar_status oscar_forward_run(struct oscar_forward * f, const struct oscar
         st = run_layer(f, batch, l);
         if (st != OSCAR_OK) return st;
     }
-    rmsnorm(f->xn, f->x, f->m->output_norm, T, C, c->rms_eps, f->n_threads);
+    rmsnorm(f->xn, f->x, f->m->output_norm, c->norm_offset, T, C, c->rms_eps, f->n_threads);
     f->n_tokens = T;
     if (logits && !f->m->output)
         return osc_error(OSCAR_ERR_INVALID, "forward: %s was opened without its LM head: no logits", f->m->source);

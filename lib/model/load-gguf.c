@@ -20,6 +20,14 @@
 // expert_shared_feed_forward_length (qwen2moe), expert_weights_norm, expert_gating_func;
 // tensors blk.N.ffn_gate_inp (router [E, C]), ffn_{gate,up,down}_exps (3-D, experts stacked
 // along ne[2]), ffn_{gate,up,down}_shexp and ffn_gate_inp_shexp (the shared expert).
+//
+// gemma3 as llama.cpp's converter writes it and its graph reads it: norms stored as 1 + w (so
+// norm_offset 0), q/k as stored (NEOX), no output.weight (tied), sandwich norms post_attention_norm /
+// post_ffw_norm, q/k norms, GELU-tanh, embedding * sqrt(n_embd). With attention.sliding_window > 0,
+// layer i slides iff i % 6 < 5 (llama.cpp's fixed pattern) with RoPE base 1e4 unscaled, the others use
+// rope.freq_base and the scaling. No query_pre_attn_scalar key: the score scale is 1/sqrt(head_dim),
+// 1/sqrt(n_embd / n_head) for 62 layers (the 27B), as llama.cpp decides.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +55,7 @@ static void tensor_name(enum osc_wkind k, int32_t layer, char * out, size_t n) {
         [OSC_W_EXP_UP] = "ffn_up_exps.weight", [OSC_W_EXP_DOWN] = "ffn_down_exps.weight",
         [OSC_W_SH_GATE] = "ffn_gate_shexp.weight", [OSC_W_SH_UP] = "ffn_up_shexp.weight",
         [OSC_W_SH_DOWN] = "ffn_down_shexp.weight", [OSC_W_SH_SCALE] = "ffn_gate_inp_shexp.weight",
+        [OSC_W_POST_ATTN_NORM] = "post_attention_norm.weight", [OSC_W_POST_FFN_NORM] = "post_ffw_norm.weight",
     };
     if (layer < 0) snprintf(out, n, "%s", names[k]);
     else snprintf(out, n, "blk.%d.%s", layer, names[k]);
@@ -190,6 +199,14 @@ static enum oscar_status read_moe(struct osc_gguf * g, const char * arch, struct
     return OSCAR_OK;
 }
 
+// What llama.cpp's gemma3 graph fixes rather than reads (see the top of the file).
+static void gemma3_config(struct oscar_model_config * c) {
+    c->qk_norm = true, c->post_norms = true, c->embed_scale = true, c->act = OSCAR_ACT_GELU_TANH;
+    c->norm_offset = 0.0f; // the converter stored 1 + w
+    c->attn_scale = (float) (1.0 / sqrt(c->n_layer == 62 ? (double) c->n_embd / c->n_head : (double) c->head_dim));
+    if (c->sliding_window > 0) c->swa_first_layer = 0, c->swa_pattern = 6, c->rope_theta_swa = 10000.0f;
+}
+
 static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_config * c) {
     const char * path = osc_gguf_path(g);
     const char * a;
@@ -207,13 +224,13 @@ static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_con
     else if (alen && strcmp(arch, "qwen3") == 0) c->arch = OSCAR_ARCH_QWEN3;
     else if (alen && strcmp(arch, "qwen2moe") == 0) c->arch = OSCAR_ARCH_QWEN2_MOE;
     else if (alen && strcmp(arch, "qwen3moe") == 0) c->arch = OSCAR_ARCH_QWEN3_MOE;
-    else if (alen && strncmp(arch, "gemma", 5) == 0) { // as hf-config.c: name what Gemma needs (issue 14)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: GGUF architecture '%s' (Gemma) is not supported yet: its "
-                         "(1 + w) RMSNorms, sandwich norms, GELU-tanh MLP, sqrt(hidden)-scaled embedding, "
-                         "query_pre_attn_scalar and per-layer local/global RoPE bases are not implemented", path, arch);
+    else if (alen && strcmp(arch, "gemma3") == 0) c->arch = OSCAR_ARCH_GEMMA3;
+    else if (alen && strncmp(arch, "gemma", 5) == 0) { // as hf-config.c: the other Gemma families by name
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: GGUF architecture '%s' (Gemma) is not supported: of the Gemma "
+                         "families only gemma3 is; the others are different models", path, arch);
     } else {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: GGUF architecture '%.*s' is not supported (llama, qwen2, qwen3, "
-                         "qwen2moe, qwen3moe are)", path, (int) (alen > 64 ? 64 : alen), a);
+                         "qwen2moe, qwen3moe, gemma3 are)", path, (int) (alen > 64 ? 64 : alen), a);
     }
     c->n_ctx_train = 2048;
     c->rope_theta = 10000.0f;
@@ -244,6 +261,7 @@ static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_con
     if ((c->arch == OSCAR_ARCH_QWEN2_MOE || c->arch == OSCAR_ARCH_QWEN3_MOE || c->arch == OSCAR_ARCH_MIXTRAL) &&
         (st = read_moe(g, arch, c)) != OSCAR_OK)
         return st;
+    if (c->arch == OSCAR_ARCH_GEMMA3) gemma3_config(c);
     const char * nm;
     size_t nl;
     if (osc_gguf_get_str(g, "general.name", &nm, &nl) == OSCAR_OK) {

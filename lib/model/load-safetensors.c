@@ -7,6 +7,12 @@
 // (mlp.experts.J.*) are read one tensor per expert into one stacked block. With tie_word_embeddings the
 // lm_head is not read (tok_embd is shared); without it lm_head.weight is
 // required. source_sha256 is that of config.json.
+//
+// Gemma 3: the text model's tensors sit under model. (Gemma3ForCausalLM), language_model.model.
+// (the Hub's Gemma3ForConditionalGeneration checkpoints) or model.language_model. (as transformers 5
+// saves that class); the prefix is the one whose embed_tokens exists, and the vision tower's tensors
+// are not read. Its norms are pre_feedforward_layernorm (before the MLP) and the sandwich norms
+// post_attention_layernorm / post_feedforward_layernorm, stored as w (the forward adds norm_offset 1).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,12 +27,14 @@ struct st_src {
     struct osc_safetensors *          st;
     const char *                      dir;
     const struct oscar_model_config * c;
+    const char *                      prefix; // of the text model's tensors: "model." unless Gemma 3's multimodal
+    const char *                      head;   // the LM head's name
 };
 
-static void tensor_name(enum osc_wkind k, int32_t layer, char * out, size_t n) {
+static void tensor_name(const struct st_src * s, enum osc_wkind k, int32_t layer, char * out, size_t n) {
     static const char * names[] = {
-        [OSC_W_EMBD] = "model.embed_tokens.weight", [OSC_W_OUT_NORM] = "model.norm.weight",
-        [OSC_W_OUTPUT] = "lm_head.weight", [OSC_W_ATTN_NORM] = "input_layernorm.weight",
+        [OSC_W_EMBD] = "embed_tokens.weight", [OSC_W_OUT_NORM] = "norm.weight",
+        [OSC_W_OUTPUT] = "", [OSC_W_ATTN_NORM] = "input_layernorm.weight",
         [OSC_W_Q] = "self_attn.q_proj.weight", [OSC_W_K] = "self_attn.k_proj.weight",
         [OSC_W_V] = "self_attn.v_proj.weight", [OSC_W_BQ] = "self_attn.q_proj.bias",
         [OSC_W_BK] = "self_attn.k_proj.bias", [OSC_W_BV] = "self_attn.v_proj.bias",
@@ -36,9 +44,14 @@ static void tensor_name(enum osc_wkind k, int32_t layer, char * out, size_t n) {
         [OSC_W_ROUTER] = "mlp.gate.weight", [OSC_W_SH_GATE] = "mlp.shared_expert.gate_proj.weight",
         [OSC_W_SH_UP] = "mlp.shared_expert.up_proj.weight", [OSC_W_SH_DOWN] = "mlp.shared_expert.down_proj.weight",
         [OSC_W_SH_SCALE] = "mlp.shared_expert_gate.weight",
+        [OSC_W_POST_ATTN_NORM] = "post_attention_layernorm.weight",
+        [OSC_W_POST_FFN_NORM] = "post_feedforward_layernorm.weight",
     };
-    if (layer < 0) snprintf(out, n, "%s", names[k]);
-    else snprintf(out, n, "model.layers.%d.%s", layer, names[k]);
+    const char * nm = names[k];
+    if (k == OSC_W_FFN_NORM && s->c->post_norms) nm = "pre_feedforward_layernorm.weight"; // Gemma's sandwich
+    if (k == OSC_W_OUTPUT) snprintf(out, n, "%s", s->head);
+    else if (layer < 0) snprintf(out, n, "%s%s", s->prefix, nm);
+    else snprintf(out, n, "%slayers.%d.%s", s->prefix, layer, nm);
 }
 
 // Phi-3 fuses q/k/v into qkv_proj (rows q | k | v) and gate/up into
@@ -130,16 +143,35 @@ static enum oscar_status st_get(void * ctx, enum osc_wkind kind, int32_t layer, 
     int64_t total = rows, first = 0; // the rows [first, first + rows) of a tensor of `total` rows
     if (s->c->arch != OSCAR_ARCH_PHI3 || !phi3_fused(s->c, kind, layer, name, sizeof name, &total, &first)) {
         if (kind == OSC_W_ROPE_FREQS) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: no rope_freqs in HF models", s->dir);
-        tensor_name(kind, layer, name, sizeof name);
+        tensor_name(s, kind, layer, name, sizeof name);
     }
     return read_rows(s, name, total, first, rows, cols, dst);
 }
 
-// No model.layers.N.* tensor beyond num_hidden_layers (missing ones fail in osc_model_attach).
-static enum oscar_status check_layers(const struct osc_safetensors * st, const char * cfg, int32_t n_layer) {
+// Where the text model's tensors are: Gemma 3's multimodal layouts, else model.*.
+static void find_prefix(struct st_src * s) {
+    static const struct { const char * prefix, * head; } layouts[] = {
+        {"language_model.model.", "language_model.lm_head.weight"}, {"model.language_model.", "lm_head.weight"},
+    };
+    s->prefix = "model.", s->head = "lm_head.weight";
+    if (s->c->arch != OSCAR_ARCH_GEMMA3 || osc_safetensors_find(s->st, "model.embed_tokens.weight")) return;
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "%sembed_tokens.weight", layouts[i].prefix);
+        if (osc_safetensors_find(s->st, name)) {
+            s->prefix = layouts[i].prefix, s->head = layouts[i].head;
+            return;
+        }
+    }
+}
+
+// No <prefix>layers.N.* tensor beyond num_hidden_layers (missing ones fail in osc_model_attach).
+static enum oscar_status check_layers(const struct st_src * src, const char * cfg, int32_t n_layer) {
     enum oscar_status s = OSCAR_OK;
-    for (int64_t i = 0; s == OSCAR_OK && i < osc_safetensors_n_tensors(st); i++) {
-        s = osc_model_check_layer(cfg, osc_safetensors_tensor(st, i)->name, "model.layers.", n_layer,
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%slayers.", src->prefix);
+    for (int64_t i = 0; s == OSCAR_OK && i < osc_safetensors_n_tensors(src->st); i++) {
+        s = osc_model_check_layer(cfg, osc_safetensors_tensor(src->st, i)->name, prefix, n_layer,
                                   "num_hidden_layers");
     }
     return s;
@@ -162,7 +194,10 @@ enum oscar_status osc_model_open_hf(const char * dir, struct oscar_model * m, st
     }
     if (st == OSCAR_OK) st = osc_model_config_check(&m->config, cfg);
     if (st == OSCAR_OK) st = osc_safetensors_open(dir, &s->st);
-    if (st == OSCAR_OK) st = check_layers(s->st, cfg, m->config.n_layer);
+    if (st == OSCAR_OK) {
+        find_prefix(s);
+        st = check_layers(s, cfg, m->config.n_layer);
+    }
     if (st == OSCAR_OK) st = osc_sha256_file(cfg, m->source_sha256);
     free(cfg);
     if (st != OSCAR_OK) {

@@ -49,6 +49,7 @@ const char * oscar_arch_name(enum oscar_arch arch) {
     case OSCAR_ARCH_QWEN2_MOE: return "qwen2moe";
     case OSCAR_ARCH_QWEN3_MOE: return "qwen3moe";
     case OSCAR_ARCH_MIXTRAL: return "mixtral";
+    case OSCAR_ARCH_GEMMA3: return "gemma3";
     }
     return "unknown";
 }
@@ -102,7 +103,8 @@ static bool model_dims(const struct oscar_model_config * c, struct dims * d, con
     if (c->n_expert > 0 && !moe_floats(c, &moe)) return false;
     // attention: 2 norms, q, k, v, o (+ q/k/v biases, + q/k norms); then the MLP: gate, up, down or the experts
     *what = "the size of one layer";
-    bool ok = mul(C, 2, &attn) && add(attn, 2 * qc, &attn) && mul(kvc, 2, &x) && add(attn, x, &attn);
+    bool ok = mul(C, c->post_norms ? 4 : 2, &attn) && add(attn, 2 * qc, &attn) && mul(kvc, 2, &x) &&
+              add(attn, x, &attn);
     if (ok && c->qkv_bias) ok = add(attn, d->q + 2 * d->kv, &attn);
     if (ok && c->qk_norm) ok = add(attn, 2 * (int64_t) c->head_dim, &attn);
     if (!ok || !mul(fc, 3, &x) || !add(attn, x, &d->dense)) return false;
@@ -147,9 +149,16 @@ static enum oscar_status check_moe(const struct oscar_model_config * c, const ch
 enum oscar_status osc_model_config_check(const struct oscar_model_config * c, const char * what) {
     if (c->arch != OSCAR_ARCH_LLAMA && c->arch != OSCAR_ARCH_QWEN2 && c->arch != OSCAR_ARCH_QWEN3 &&
         c->arch != OSCAR_ARCH_PHI3 && c->arch != OSCAR_ARCH_QWEN2_MOE && c->arch != OSCAR_ARCH_QWEN3_MOE &&
-        c->arch != OSCAR_ARCH_MIXTRAL) {
+        c->arch != OSCAR_ARCH_MIXTRAL && c->arch != OSCAR_ARCH_GEMMA3) {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: unknown architecture %d", what, (int) c->arch);
     }
+    if (c->act != OSCAR_ACT_SILU && c->act != OSCAR_ACT_GELU_TANH)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: unknown MLP activation %d", what, (int) c->act);
+    if (c->post_norms && c->n_expert > 0) // moe_mlp adds its output to the residual itself
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: sandwich norms with experts are not supported", what);
+    if (c->swa_pattern < 0 || !(c->rope_theta_swa >= 0) || !(c->attn_scale >= 0) || !(c->norm_offset >= 0))
+        return osc_error(OSCAR_ERR_FORMAT, "%s: negative swa_pattern, local RoPE base, score scale or norm offset",
+                         what);
     if (c->n_layer <= 0 || c->n_embd <= 0 || c->n_head <= 0 || c->n_head_kv <= 0 || c->head_dim <= 0 ||
         c->n_ff <= 0 || c->n_vocab <= 0) {
         return osc_error(OSCAR_ERR_FORMAT, "%s: non-positive model size (layers %d, embd %d, heads %d/%d, "
@@ -225,6 +234,10 @@ static void layout_layer(const struct oscar_model_config * c, int32_t l, float *
     }
     w->wo = take(&cur, C * q);
     w->ffn_norm = take(&cur, C);
+    if (c->post_norms) {
+        w->attn_post_norm = take(&cur, C);
+        w->ffn_post_norm = take(&cur, C);
+    }
     if (!oscar_layer_is_moe(c, l)) {
         w->w_gate = take(&cur, (int64_t) c->n_ff * C);
         w->w_up = take(&cur, (int64_t) c->n_ff * C);
@@ -252,12 +265,14 @@ static enum oscar_status visit_layer(const struct oscar_model_config * c, const 
     int64_t F = c->n_ff, E = c->n_expert, EF = E * c->n_ff_expert, FS = c->n_ff_shared;
     const struct oscar_layer_weights none = {0}, * w = l ? l : &none;
     bool b = c->qkv_bias, n = c->qk_norm, moe = oscar_layer_is_moe(c, i), dense = !moe, sh = moe && FS > 0;
+    bool pn = c->post_norms;
     struct { enum osc_wkind k; int64_t r, cl; float * dst; bool need; } t[] = {
         {OSC_W_ATTN_NORM, C, 0, w->attn_norm, true}, {OSC_W_Q, q, C, w->wq, true}, {OSC_W_K, kv, C, w->wk, true},
         {OSC_W_V, kv, C, w->wv, true}, {OSC_W_BQ, q, 0, w->bq, b}, {OSC_W_BK, kv, 0, w->bk, b},
         {OSC_W_BV, kv, 0, w->bv, b}, {OSC_W_QNORM, c->head_dim, 0, w->q_norm, n},
         {OSC_W_KNORM, c->head_dim, 0, w->k_norm, n}, {OSC_W_O, C, q, w->wo, true},
-        {OSC_W_FFN_NORM, C, 0, w->ffn_norm, true}, {OSC_W_GATE, F, C, w->w_gate, dense},
+        {OSC_W_POST_ATTN_NORM, C, 0, w->attn_post_norm, pn}, {OSC_W_FFN_NORM, C, 0, w->ffn_norm, true},
+        {OSC_W_POST_FFN_NORM, C, 0, w->ffn_post_norm, pn}, {OSC_W_GATE, F, C, w->w_gate, dense},
         {OSC_W_UP, F, C, w->w_up, dense}, {OSC_W_DOWN, C, F, w->w_down, dense},
         {OSC_W_ROUTER, E, C, w->router, moe}, {OSC_W_EXP_GATE, EF, C, w->exp_gate, moe},
         {OSC_W_EXP_UP, EF, C, w->exp_up, moe}, {OSC_W_EXP_DOWN, E * C, c->n_ff_expert, w->exp_down, moe},
@@ -573,6 +588,7 @@ struct random_src {
     int32_t n_layer;
     uint64_t * first_draw; // [(n_layer + 1) * RANDOM_KINDS]; row 0: the tensors outside the layers
     uint64_t n_draws;      // counted by the check pass
+    float norm_offset;     // the config's
 };
 
 static void random_close(void * ctx) {
@@ -593,12 +609,15 @@ static enum oscar_status random_get(void * ctx, enum osc_wkind kind, int32_t lay
     }
     uint64_t state = r->seed + *first * 0x9e3779b97f4a7c15ull;
     bool norm = kind == OSC_W_OUT_NORM || kind == OSC_W_ATTN_NORM || kind == OSC_W_FFN_NORM ||
-                kind == OSC_W_QNORM || kind == OSC_W_KNORM || kind == OSC_W_ROPE_FREQS;
+                kind == OSC_W_QNORM || kind == OSC_W_KNORM || kind == OSC_W_ROPE_FREQS ||
+                kind == OSC_W_POST_ATTN_NORM || kind == OSC_W_POST_FFN_NORM;
+    // norms multiply by norm_offset + w: stored so that the factor is 1
+    const float one = kind == OSC_W_ROPE_FREQS ? 1.0f : 1.0f - r->norm_offset;
     for (int64_t i = 0; i < n; i += 2) { // Box-Muller pairs
         double u1 = uniform01(&state), u2 = uniform01(&state);
         double rad = sqrt(-2.0 * log(u1));
-        dst[i] = norm ? 1.0f : (float) (0.02 * rad * cos(6.283185307179586 * u2));
-        if (i + 1 < n) dst[i + 1] = norm ? 1.0f : (float) (0.02 * rad * sin(6.283185307179586 * u2));
+        dst[i] = norm ? one : (float) (0.02 * rad * cos(6.283185307179586 * u2));
+        if (i + 1 < n) dst[i + 1] = norm ? one : (float) (0.02 * rad * sin(6.283185307179586 * u2));
     }
     return OSCAR_OK;
 }
@@ -611,7 +630,7 @@ enum oscar_status oscar_model_open_random(const struct oscar_model_config * cfg,
     if (m) m->config = *cfg;
     enum oscar_status st = m && r ? osc_model_config_check(cfg, "random model") : OSCAR_ERR_NOMEM;
     if (st == OSCAR_OK) {
-        r->seed = seed, r->n_layer = cfg->n_layer;
+        r->seed = seed, r->n_layer = cfg->n_layer, r->norm_offset = cfg->norm_offset;
         r->first_draw = calloc(((size_t) cfg->n_layer + 1) * RANDOM_KINDS, sizeof *r->first_draw);
         if (!r->first_draw) st = OSCAR_ERR_NOMEM;
     }

@@ -24,6 +24,13 @@ enum oscar_arch {
     OSCAR_ARCH_QWEN2_MOE = 4, // Qwen2's attention, routed experts + a sigmoid-gated shared expert
     OSCAR_ARCH_QWEN3_MOE = 5, // Qwen3's attention, routed experts
     OSCAR_ARCH_MIXTRAL   = 6, // Llama's (Mistral's) attention, routed experts w1/w3/w2, top-k renormalised
+    OSCAR_ARCH_GEMMA3    = 7, // Qwen3's q/k norms, sandwich norms, (1 + w) RMSNorms, GELU-tanh, local/global layers
+};
+
+// The MLP's activation: down(act(gate x) * up x).
+enum oscar_act {
+    OSCAR_ACT_SILU      = 0, // SwiGLU (Llama, Qwen, Phi-3)
+    OSCAR_ACT_GELU_TANH = 1, // GeGLU with the tanh GELU (Gemma's gelu_pytorch_tanh)
 };
 
 // Mixture-of-experts MLP (n_expert > 0). In a sparse layer each token's MLP is
@@ -64,15 +71,27 @@ struct oscar_model_config {
     float   rope_low_freq_factor;  // LLAMA3
     float   rope_high_freq_factor; // LLAMA3
     int32_t rope_orig_ctx;         // LLAMA3: original_max_position_embeddings
-    // Sliding-window attention: in layers >= swa_first_layer a token at t sees
-    // keys j with t - sliding_window < j <= t. 0 = full causal attention.
+    // Sliding-window attention: in the sliding layers a token at t sees keys j
+    // with t - sliding_window < j <= t; sliding_window 0 = full causal attention
+    // everywhere. Layer l is a sliding layer iff l >= swa_first_layer and, when
+    // swa_pattern > 0, (l + 1) % swa_pattern != 0 (Gemma 3: every 6th is global).
     int32_t sliding_window;
     int32_t swa_first_layer;
+    int32_t swa_pattern;
+    // > 0: the sliding layers rotate with this base and no scaling (Gemma's
+    // rope_local_base_freq); rope_theta and rope_scaling are then the global layers'.
+    float   rope_theta_swa;
     float   rms_eps;
     bool    qkv_bias;
     bool    qk_norm;
     bool    tied_embeddings;
     bool    has_rope_freqs;  // the file holds per-frequency RoPE divisors (GGUF rope_freqs.weight)
+    // Gemma-style choices; all zero = the Llama layer.
+    float   norm_offset;     // every RMSNorm multiplies by (norm_offset + w): 1 for Gemma's HF weights, 0 in GGUF
+    enum oscar_act act;
+    float   attn_scale;      // softmax scale of q.k; 0 = head_dim^-1/2 (see oscar_attn_scale)
+    bool    embed_scale;     // the embedding rows are multiplied by sqrt(n_embd) (in fp32)
+    bool    post_norms;      // sandwich norms: each sub-layer's output is RMSNormed before the residual add
     int32_t n_expert;         // E routed experts; 0 = dense model
     int32_t n_expert_used;    // k, experts per token
     int32_t n_ff_expert;      // Fe, each routed expert's intermediate size
@@ -97,6 +116,8 @@ struct oscar_layer_weights {
     float * k_norm;    // [D] (qwen3) or NULL
     float * wo;        // [C, Hq*D]
     float * ffn_norm;  // [C]
+    float * attn_post_norm; // [C] (post_norms) or NULL
+    float * ffn_post_norm;  // [C] (post_norms) or NULL
     float * w_gate;    // [F, C]
     float * w_up;      // [F, C]
     float * w_down;    // [C, F]
@@ -141,14 +162,25 @@ bool oscar_layer_is_moe(const struct oscar_model_config * c, int32_t layer);
 
 // Rotated dims per head (rope_dim, or head_dim when 0).
 int32_t oscar_rope_dim(const struct oscar_model_config * c);
+// Whether `layer` is a sliding (local) layer (see sliding_window above).
+bool oscar_layer_sliding(const struct oscar_model_config * c, int32_t layer);
 // The window of `layer`'s attention (keys seen per token, itself included), 0 = full causal.
 int32_t oscar_layer_window(const struct oscar_model_config * c, int32_t layer);
+// The softmax scale of the attention scores q.k (attn_scale, or head_dim^-1/2 when 0).
+float oscar_attn_scale(const struct oscar_model_config * c);
+// Whether that scale is head_dim^-1/2 (within fp32 rounding), which the statistics and verification code
+// (lib/stats, lib/verify) assume; Gemma 3 models with query_pre_attn_scalar != head_dim are refused there.
+bool oscar_attn_scale_is_default(const struct oscar_model_config * c);
 // The window of the model's sliding layers, 0 when no layer slides. Sequences of at most this many
 // tokens attend exactly as with full causal attention (code that assumes it checks this).
 int32_t oscar_model_window(const struct oscar_model_config * c);
 // RoPE inverse frequencies out [oscar_rope_dim(c) / 2] in fp32 as transformers computes them
 // (rope_theta, rope_scaling), each divided by rope_freqs[i] when rope_freqs is not NULL.
+// These are the global layers' frequencies; oscar_rope_inv_freq_layer gives `layer`'s (the sliding
+// layers' differ when rope_theta_swa > 0).
 void oscar_rope_inv_freq(const struct oscar_model_config * c, const float * rope_freqs, float * out);
+void oscar_rope_inv_freq_layer(const struct oscar_model_config * c, int32_t layer, const float * rope_freqs,
+                               float * out);
 
 // ---- layers on demand ------------------------------------------------------------
 // oscar_model_open checks the file exactly as oscar_model_load does (config,
@@ -229,7 +261,7 @@ struct oscar_attention_override {
 // The forward pass's own exact causal attention, in the override's signature:
 // each token attends to the tokens of its sequence in this batch up to itself
 // (the last oscar_layer_window(config, layer) of them for sliding-window layers)
-// (softmax(q k^T / sqrt(D)) v, GQA grouping, online softmax with double sums).
+// (softmax(q k^T * oscar_attn_scale) v, GQA grouping, online softmax with double sums).
 // user: NULL or a const int32_t * thread count (0 = all cores). Allocates nothing.
 // Fails (UNSUPPORTED) only if head_dim > OSCAR_MAX_HEAD_DIM.
 #define OSCAR_MAX_HEAD_DIM 512

@@ -55,6 +55,10 @@ enum oscar_status oscar_kv_decode_init(const struct oscar_kv_transform * tf, con
     if (oscar_model_window(cfg) > 0 && max_len > oscar_model_window(cfg)) // the cache attends to every key
         return osc_error(OSCAR_ERR_UNSUPPORTED, "kv decode: model %s has sliding_window = %d < max_len %d; the "
                          "simulated cache assumes full causal attention", cfg->name, oscar_model_window(cfg), max_len);
+    if (!oscar_attn_scale_is_default(cfg)) // the cache's attention scales scores by 1/sqrt(D)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "kv decode: model %s scores attention with %g "
+                         "(query_pre_attn_scalar^-1/2), not head_dim^-1/2; the simulated cache assumes the latter",
+                         cfg->name, (double) oscar_attn_scale(cfg));
     struct oscar_kv_decode * d = calloc(1, sizeof *d);
     if (!d) return osc_error(OSCAR_ERR_NOMEM, "kv decode");
     d->tf = *tf, d->n_head = cfg->n_head, d->max_len = max_len;

@@ -333,6 +333,10 @@ enum oscar_status oscar_kv_sim_init(const struct oscar_kv_transform * tf, const 
     if (oscar_model_window(cfg) > 0 && max_tokens > oscar_model_window(cfg)) // the simulation attends to every key
         return osc_error(OSCAR_ERR_UNSUPPORTED, "kv sim: model %s has sliding_window = %d < max_tokens %d; the "
                          "simulation assumes full causal attention", cfg->name, oscar_model_window(cfg), max_tokens);
+    if (!oscar_attn_scale_is_default(cfg)) // the simulation and the metrics scale scores by 1/sqrt(D)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "kv sim: model %s scores attention with %g "
+                         "(query_pre_attn_scalar^-1/2), not head_dim^-1/2; the simulation assumes the latter",
+                         cfg->name, (double) oscar_attn_scale(cfg));
     struct oscar_kv_sim * s = calloc(1, sizeof *s);
     if (!s) return osc_error(OSCAR_ERR_NOMEM, "kv sim");
     s->tf = *tf;

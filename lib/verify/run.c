@@ -542,6 +542,10 @@ static enum oscar_status check_params(const struct oscar_model * m, const struct
         return osc_error(OSCAR_ERR_UNSUPPORTED, "verify: %s has sliding-window attention (sliding_window = %d) and "
                          "ctx / metric_tokens reach %d tokens: the KV-cache simulation and the metrics assume full "
                          "causal attention; use ctx and metric_tokens <= %d", m->source, W, longest, W);
+    if (!oscar_attn_scale_is_default(c)) // as the window: the simulation and the metrics use 1/sqrt(D)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "verify: %s scores attention with %g (query_pre_attn_scalar^-1/2), "
+                         "not head_dim^-1/2 = %g: the KV-cache simulation and the metrics assume the latter", m->source,
+                         (double) oscar_attn_scale(c), 1.0 / sqrt((double) c->head_dim));
     if (p->recall) {
         enum oscar_status st = osc_recall_check(p->recall, p->ctx, n_ids);
         if (st != OSCAR_OK) return st;

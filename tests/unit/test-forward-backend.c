@@ -272,6 +272,49 @@ static void test_cpu_layered_equals_whole(void ** state) {
     oscar_model_free(m);
 }
 
+// Gemma 3 on the backends: the statistics assume the score scale head_dim^-1/2, so tiny-gemma3
+// (query_pre_attn_scalar 24, head_dim 32) is refused with a stats accumulator and tiny-gemma3-hub (32 = head_dim)
+// runs its two passes; cuda refuses Gemma's layer by name (or, without a
+// device, CUDA itself).
+static void test_gemma3_backends(void ** state) {
+    (void) state;
+    struct oscar_model * m = NULL;
+    assert_int_equal(oscar_model_load("tests/fixtures/models/tiny-gemma3", &m), OSCAR_OK);
+    struct oscar_stats * s = new_stats(&m->config);
+    struct oscar_fwd_params p = oscar_fwd_default_params();
+    p.n_threads = 1, p.max_tokens = 64, p.stats = s;
+    struct oscar_fwd * f = NULL;
+    assert_int_equal(oscar_fwd_init(m, &p, &f), OSCAR_ERR_UNSUPPORTED);
+    printf("tiny-gemma3 with stats: %s\n", oscar_last_error());
+    assert_non_null(strstr(oscar_last_error(), "query_pre_attn_scalar"));
+    assert_null(f);
+    oscar_stats_free(s);
+    oscar_model_free(m);
+
+    assert_int_equal(oscar_model_load("tests/fixtures/models/tiny-gemma3-hub", &m), OSCAR_OK);
+    s = new_stats(&m->config);
+    p.stats = s;
+    assert_int_equal(oscar_fwd_init(m, &p, &f), OSCAR_OK);
+    int32_t tok[T_TOK];
+    make_tokens(tok, m->config.n_vocab);
+    const int32_t short_seq[3] = {0, 12, 24}; // within the window of 12: what the statistics assume
+    const struct oscar_batch b = {2, short_seq, tok, NULL};
+    for (int pass = 0; pass < 2; pass++) {
+        assert_int_equal(oscar_fwd_run(f, &b, NULL), OSCAR_OK);
+        assert_int_equal(oscar_fwd_end_pass(f), OSCAR_OK);
+    }
+    assert_int_equal(oscar_stats_phase(s), 3);
+    oscar_fwd_free(f);
+    oscar_stats_free(s);
+    p = oscar_fwd_default_params();
+    p.device = "cuda", p.max_tokens = 64;
+    assert_int_equal(oscar_fwd_init(m, &p, &f), OSCAR_ERR_UNSUPPORTED);
+    printf("tiny-gemma3-hub on cuda: %s\n", oscar_last_error());
+    assert_true(strstr(oscar_last_error(), "gemma3's layer") || strstr(oscar_last_error(), "CUDA"));
+    assert_null(f);
+    oscar_model_free(m);
+}
+
 static void test_cuda_unavailable_or_ok(void ** state) {
     (void) state;
     struct oscar_model * m = load_tiny();
@@ -505,6 +548,7 @@ int main(void) {
         cmocka_unit_test(test_cpu_set_attention),
         cmocka_unit_test(test_cpu_capture_identical),
         cmocka_unit_test(test_cuda_unavailable_or_ok),
+        cmocka_unit_test(test_gemma3_backends),
         cmocka_unit_test(test_add_sums),
         cmocka_unit_test(test_cpu_layered_equals_whole),
         cmocka_unit_test(test_add_sums_vatt),

@@ -1,5 +1,5 @@
 // test-forward.c - CPU forward pass against transformers (tiny random-init Llama/Qwen2/Qwen3, Llama 3.x RoPE
-// scaling, Mistral sliding window, Phi-3 fixtures; GGUF variants against the same fixtures), capture hooks,
+// scaling, Mistral sliding window, Phi-3, Gemma 3 fixtures; GGUF variants against the same fixtures), capture hooks,
 // attention override, batching, sliding-window attention at its boundary, perplexity convention.
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,9 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "model/model.h"
+#include "util/fs.h"
 #include "forward-fixture.h"
+#define TEST_TMPDIR_NAME "forward"
+#include "test-tmpdir.h"
 
 // Tolerance against transformers: 1e-4 relative L2 (the acceptance bar). Both sides compute
 // in fp32 with different summation orders; for K <= 192-term dot products the expected relative
@@ -184,6 +188,96 @@ static void test_oracle_mistral(void ** state) {
     printf("tiny-mistral without the window: logits rel-L2 %.3e\n", e);
     assert_true(e > 10 * ORACLE_TOL);
     fixture_free(&fx);
+}
+
+// Gemma 3 (transformers 5 keys): 4 layers [sliding, sliding, full, sliding], window 8 (every sequence is
+// longer), head_dim 32 != hidden / heads, query_pre_attn_scalar 24, local base 1e4 unscaled, global 1e6 with
+// linear factor 4, (1 + w) norms, sandwich norms, GELU-tanh, sqrt(C)-scaled tied embedding. Each feature
+// switched off alone moves the logits far outside the tolerance.
+static void test_oracle_gemma3(void ** state) {
+    (void)state;
+    check_oracle("tiny-gemma3");
+    struct fixture fx;
+    fixture_load(&fx, "tiny-gemma3");
+    const struct oscar_model_config c = fx.model->config;
+    assert_int_equal(c.arch, OSCAR_ARCH_GEMMA3);
+    assert_int_equal(c.head_dim, 32);
+    assert_int_equal(c.sliding_window, 8);
+    assert_true(oscar_layer_sliding(&c, 0) && oscar_layer_sliding(&c, 1) && !oscar_layer_sliding(&c, 2) &&
+                oscar_layer_sliding(&c, 3));
+    assert_true(fabsf(oscar_attn_scale(&c) - 1.0f / sqrtf(24.0f)) < 1e-7f);
+    struct { const char * what; struct oscar_model_config c; } off[7];
+    for (int i = 0; i < 7; i++) off[i].c = c;
+    off[0].what = "without the (1 + w) offset", off[0].c.norm_offset = 0.0f;
+    off[1].what = "without the window", off[1].c.sliding_window = 0;
+    off[2].what = "without the embedding scale", off[2].c.embed_scale = false;
+    off[3].what = "with the scale 1/sqrt(head_dim)", off[3].c.attn_scale = 0.0f;
+    off[4].what = "with the global RoPE in every layer", off[4].c.rope_theta_swa = 0.0f;
+    off[5].what = "without the linear scaling", off[5].c.rope_scaling = OSCAR_ROPE_DEFAULT;
+    off[6].what = "with SwiGLU", off[6].c.act = OSCAR_ACT_SILU;
+    for (int i = 0; i < 7; i++) {
+        double e = oracle_err_with(&fx, &off[i].c);
+        printf("tiny-gemma3 %s: logits rel-L2 %.3e\n", off[i].what, e);
+        assert_true(e > 10 * ORACLE_TOL);
+    }
+    fixture_free(&fx);
+}
+
+// The Hub's keys (rope_theta, rope_local_base_freq, rope_scaling, sliding_window_pattern 6), bf16 weights; the
+// same weights as llama.cpp's converter writes them (norms + 1, pattern and local base fixed by llama.cpp) and
+// in the Gemma3ForConditionalGeneration layout (language_model.model.*, vision tensors skipped).
+static void test_oracle_gemma3_hub(void ** state) {
+    (void)state;
+    check_oracle("tiny-gemma3-hub");
+    check_oracle_model("tiny-gemma3-hub", "tests/fixtures/models/tiny-gemma3-hub.gguf");
+    check_oracle_model("tiny-gemma3-hub", "tests/fixtures/models/tiny-gemma3-mm");
+    struct fixture fx;
+    fixture_load_model(&fx, "tiny-gemma3-hub", "tests/fixtures/models/tiny-gemma3-hub.gguf");
+    struct oscar_model_config c = fx.model->config;
+    assert_true(c.norm_offset == 0.0f && c.tied_embeddings && c.swa_pattern == 6);
+    for (int32_t l = 0; l < c.n_layer; l++) assert_int_equal(oscar_layer_sliding(&c, l), l != 5);
+    assert_true(c.rope_theta == 1e6f && c.rope_theta_swa == 1e4f && c.rope_factor == 8.0f);
+    c.norm_offset = 1.0f; // the converter's + 1 counted twice
+    double e = oracle_err_with(&fx, &c);
+    printf("tiny-gemma3-hub.gguf with the offset added again: logits rel-L2 %.3e\n", e);
+    assert_true(e > 10 * ORACLE_TOL);
+    c = fx.model->config;
+    c.post_norms = false; // the sandwich norms' weights are there but unused
+    e = oracle_err_with(&fx, &c);
+    printf("tiny-gemma3-hub.gguf without the sandwich norms: logits rel-L2 %.3e\n", e);
+    assert_true(e > 10 * ORACLE_TOL);
+    fixture_free(&fx);
+}
+
+// The other Gemma3ForConditionalGeneration layout, model.language_model.* (as transformers 5 saves the class):
+// tiny-gemma3-mm with its tensor names rewritten in place (both prefixes are 21 bytes: offsets unchanged).
+static void test_oracle_gemma3_mm_v5(void ** state) {
+    (void)state;
+    char * data = NULL, * cfg = NULL;
+    size_t n = 0, n_cfg = 0;
+    assert_int_equal(osc_read_file("tests/fixtures/models/tiny-gemma3-mm/model.safetensors", 16u << 20, &data, &n),
+                     OSCAR_OK);
+    assert_int_equal(osc_read_file("tests/fixtures/models/tiny-gemma3-mm/config.json", 1u << 20, &cfg, &n_cfg),
+                     OSCAR_OK);
+    uint64_t hl;
+    memcpy(&hl, data, 8);
+    assert_true(hl + 8 <= n);
+    const char * from = "language_model.model.", * to = "model.language_model.";
+    assert_int_equal(strlen(from), strlen(to));
+    int renamed = 0;
+    for (char * p = data + 8; (p = memmem(p, (size_t)(data + 8 + hl - p), from, strlen(from))) != NULL; renamed++)
+        memcpy(p, to, strlen(to));
+    assert_true(renamed >= 2 + 13 * 6); // embedding, final norm, 13 tensors per layer
+    char dir[300], path[340];
+    snprintf(dir, sizeof dir, "%s/mm-v5", tmpdir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    assert_int_equal(osc_write_file_atomic(path, data, n), OSCAR_OK);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    assert_int_equal(osc_write_file_atomic(path, cfg, n_cfg), OSCAR_OK);
+    free(data);
+    free(cfg);
+    check_oracle_model("tiny-gemma3-hub", dir);
 }
 
 // Phi-3: fused projections split at load, partial rotary (8 of 16 dims), sliding_window 20.
@@ -614,6 +708,9 @@ int main(void) {
         cmocka_unit_test(test_oracle_llama3_gguf),
         cmocka_unit_test(test_oracle_mistral),
         cmocka_unit_test(test_oracle_phi3),
+        cmocka_unit_test(test_oracle_gemma3),
+        cmocka_unit_test(test_oracle_gemma3_hub),
+        cmocka_unit_test(test_oracle_gemma3_mm_v5),
         cmocka_unit_test(test_oracle_qwen3_moe),
         cmocka_unit_test(test_oracle_qwen2_moe),
         cmocka_unit_test(test_oracle_mixtral),
@@ -625,5 +722,5 @@ int main(void) {
         cmocka_unit_test(test_perplexity_oracle),
         cmocka_unit_test(test_perplexity_windows),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -272,9 +272,9 @@ static void test_hf_config(void ** state) {
     assert_int_equal(c.n_head_kv, 4);  // default = heads
     assert_int_equal(c.head_dim, 16);  // default = hidden / heads
     assert_false(c.tied_embeddings);
-    assert_int_equal(parse_cfg("{\"model_type\":\"gemma3\"}"), OSCAR_ERR_UNSUPPORTED);
+    assert_int_equal(parse_cfg("{\"model_type\":\"gemma3\"}"), OSCAR_ERR_FORMAT); // the text model is in text_config
     assert_non_null(strstr(oscar_last_error(), "cfg.json"));
-    assert_non_null(strstr(oscar_last_error(), "gemma3"));
+    assert_non_null(strstr(oscar_last_error(), "text_config"));
     assert_int_equal(parse_cfg("{\"model_type\":\"llama\",\"architectures\":[\"Qwen2ForCausalLM\"]}"),
                      OSCAR_ERR_UNSUPPORTED);
     assert_int_equal(parse_cfg("{\"model_type\":\"llama\",\"hidden_size\":64}"), OSCAR_ERR_FORMAT);
@@ -604,11 +604,6 @@ static void test_hf_config_rope_window(void ** state) {
     // unknown architectures name the field and the value
     assert_int_equal(parse_with("gemma2", 2, "", &c), OSCAR_ERR_UNSUPPORTED);
     assert_error_names("model_type", "gemma2");
-    // Gemma 3 (issue 14) is refused by family, naming what is not implemented
-    assert_int_equal(parse_with("gemma3_text", 2, "\"query_pre_attn_scalar\":16", &c), OSCAR_ERR_UNSUPPORTED);
-    assert_error_names("\"gemma3_text\" (Gemma)", "(1 + w) RMSNorms");
-    assert_int_equal(parse_with("gemma3", 2, "", &c), OSCAR_ERR_UNSUPPORTED);
-    assert_error_names("\"gemma3\" (Gemma)", "local/global RoPE");
     assert_int_equal(parse_with("phi3", 2, "\"architectures\":[\"Phi3SmallForCausalLM\"]", &c), OSCAR_ERR_UNSUPPORTED);
     assert_error_names("architecture", "Phi3SmallForCausalLM");
 
@@ -745,6 +740,85 @@ static void test_gguf_moe_errors(void ** state) {
 }
 
 
+// Gemma 3: Gemma3TextConfig's defaults, both RoPE spellings, layer patterns, the multimodal config's
+// text_config, and the refusals (soft-capping, activation, bidirectional attention, other Gemma families).
+static void test_hf_config_gemma3(void ** state) {
+    (void) state;
+    struct oscar_model_config c;
+    assert_int_equal(parse_with("gemma3_text", 12, "", &c), OSCAR_OK);
+    assert_int_equal(c.arch, OSCAR_ARCH_GEMMA3);
+    assert_int_equal(c.head_dim, 256); // its own default, not hidden / heads
+    assert_int_equal(c.n_head_kv, 4);
+    assert_int_equal(c.sliding_window, 4096);
+    for (int32_t l = 0; l < 12; l++) assert_int_equal(oscar_layer_sliding(&c, l), l != 5 && l != 11);
+    assert_true(c.rope_theta == 1e6f && c.rope_theta_swa == 1e4f && c.rope_scaling == OSCAR_ROPE_DEFAULT);
+    assert_true(c.attn_scale == 0.0625f && c.rms_eps == 1e-6f); // query_pre_attn_scalar 256
+    assert_true(c.tied_embeddings && c.qk_norm && c.post_norms && c.embed_scale && !c.qkv_bias);
+    assert_true(c.norm_offset == 1.0f && c.act == OSCAR_ACT_GELU_TANH);
+    const char * all = "{\"model_type\":\"gemma3_text\"}";
+    assert_int_equal(osc_hf_config_parse(all, strlen(all), "cfg.json", &c), OSCAR_OK);
+    assert_true(c.n_vocab == 262208 && c.n_embd == 2304 && c.n_layer == 26 && c.n_head == 8 && c.n_ff == 9216);
+    // the Hub's keys, and an explicit untied head
+    assert_int_equal(parse_with("gemma3_text", 6, "\"rope_theta\":500000.0,\"rope_local_base_freq\":20000.0,"
+                                "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":8.0},\"sliding_window\":512,"
+                                "\"sliding_window_pattern\":3,\"query_pre_attn_scalar\":64,"
+                                "\"tie_word_embeddings\":false", &c), OSCAR_OK);
+    assert_true(c.rope_theta == 5e5f && c.rope_theta_swa == 2e4f && c.rope_scaling == OSCAR_ROPE_LINEAR &&
+                c.rope_factor == 8.0f && c.attn_scale == 0.125f && !c.tied_embeddings);
+    assert_int_equal(c.swa_pattern, 3);
+    assert_int_equal(oscar_model_window(&c), 512);
+    // transformers 5: layer_types and rope_parameters per layer type
+    const char * v5 = "\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"full_attention\","
+                      "\"sliding_attention\"],\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"linear\","
+                      "\"rope_theta\":1000000.0,\"factor\":4.0},\"sliding_attention\":{\"rope_type\":\"default\","
+                      "\"rope_theta\":10000.0}}";
+    assert_int_equal(parse_with("gemma3_text", 4, v5, &c), OSCAR_OK);
+    assert_true(oscar_layer_sliding(&c, 0) && oscar_layer_sliding(&c, 1) && !oscar_layer_sliding(&c, 2) &&
+                oscar_layer_sliding(&c, 3));
+    assert_true(c.rope_factor == 4.0f && c.rope_theta == 1e6f && c.rope_theta_swa == 1e4f);
+    assert_int_equal(parse_with("gemma3_text", 2, "\"layer_types\":[\"full_attention\",\"sliding_attention\"]", &c),
+                     OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("layer_types", "p-th layer full");
+    assert_int_equal(parse_with("gemma3_text", 2, "\"rope_parameters\":{\"full_attention\":{},"
+                                "\"sliding_attention\":{\"rope_type\":\"linear\",\"factor\":2}}", &c),
+                     OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("rope_parameters.sliding_attention.rope_type", "linear");
+    assert_int_equal(parse_with("gemma3_text", 2, "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2}", &c),
+                     OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("rope_scaling.rope_type", "yarn");
+    assert_int_equal(parse_with("gemma3_text", 6, "\"sliding_window\":null", &c), OSCAR_ERR_FORMAT);
+    assert_error_names("sliding_window", NULL);
+    // refused by name
+    assert_int_equal(parse_with("gemma3_text", 2, "\"attn_logit_softcapping\":50.0", &c), OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("attn_logit_softcapping", "soft-capping");
+    assert_int_equal(parse_with("gemma3_text", 2, "\"final_logit_softcapping\":30.0", &c), OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("final_logit_softcapping", "soft-capping");
+    assert_int_equal(parse_with("gemma3_text", 2, "\"hidden_activation\":\"gelu\"", &c), OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("hidden_activation \"gelu\"", "gelu_pytorch_tanh is");
+    assert_int_equal(parse_with("gemma3_text", 2, "\"use_bidirectional_attention\":true", &c), OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("use_bidirectional_attention", NULL);
+    const char * fam[] = {"gemma", "gemma2", "gemma3n"};
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        assert_int_equal(parse_with(fam[i], 2, "", &c), OSCAR_ERR_UNSUPPORTED);
+        char want[32];
+        snprintf(want, sizeof want, "\"%s\" (Gemma)", fam[i]);
+        assert_error_names(want, "only Gemma 3");
+    }
+    // Gemma3ForConditionalGeneration: the text model is text_config
+    const char * mm = "{\"architectures\":[\"Gemma3ForConditionalGeneration\"],\"model_type\":\"gemma3\","
+                      "\"text_config\":{\"model_type\":\"gemma3_text\",\"hidden_size\":64,\"num_hidden_layers\":6,"
+                      "\"head_dim\":32,\"vocab_size\":320},\"vision_config\":{\"model_type\":\"siglip_vision_model\"}}";
+    assert_int_equal(osc_hf_config_parse(mm, strlen(mm), "cfg.json", &c), OSCAR_OK);
+    assert_true(c.arch == OSCAR_ARCH_GEMMA3 && c.n_embd == 64 && c.n_layer == 6 && c.head_dim == 32 &&
+                c.n_vocab == 320 && c.n_head == 8);
+    assert_int_equal(parse_cfg("{\"model_type\":\"gemma3\",\"text_config\":{\"model_type\":\"gemma2\"}}"),
+                     OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("text_config.model_type", "gemma2");
+    assert_int_equal(parse_cfg("{\"model_type\":\"gemma3\",\"architectures\":[\"Gemma3ForCausalLM\"],"
+                               "\"text_config\":{}}"), OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration");
+}
+
 static void expect_load_error(const char * path, enum oscar_status want, const char * msg1, const char * msg2);
 
 // A GGUF whose general.architecture is "gemma" (tiny-llama's, 5 letters overwritten in place) is refused
@@ -767,7 +841,7 @@ static void test_gguf_gemma_refused(void ** state) {
     char * p = osc_path_join(tmpdir, "gemma.gguf");
     assert_int_equal(osc_write_file_atomic(p, data, n), OSCAR_OK);
     free(data);
-    expect_load_error(p, OSCAR_ERR_UNSUPPORTED, "GGUF architecture 'gemma' (Gemma)", "sandwich norms");
+    expect_load_error(p, OSCAR_ERR_UNSUPPORTED, "GGUF architecture 'gemma' (Gemma)", "only gemma3");
     free(p);
 }
 
@@ -987,6 +1061,7 @@ int main(void) {
         cmocka_unit_test(test_hf_config_moe),
         cmocka_unit_test(test_gguf_moe_errors),
         cmocka_unit_test(test_gguf_gemma_refused),
+        cmocka_unit_test(test_hf_config_gemma3),
         cmocka_unit_test(test_moe_streamed_threads),
         cmocka_unit_test(test_fifo_model),
     };
