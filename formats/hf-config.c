@@ -21,6 +21,7 @@
 // decoder_sparse_step and mlp_only_layers (the dense layers), qwen2_moe's qkv_bias
 // (default true) and qwen3_moe's q/k norms. mixtral: num_local_experts, num_experts_per_tok,
 // experts of intermediate_size, top-k always renormalised, sliding_window as phi3 (default none).
+// glm4_moe: see parse_glm4_moe (Glm4MoeConfig's defaults; partial rotary 0.5, rms_norm_eps 1e-5).
 #include "formats/hf-config.h"
 
 #include <jansson.h>

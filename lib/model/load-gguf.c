@@ -1,4 +1,4 @@
-// load-gguf.c - model config and fp32 weights from a llama/qwen2/qwen3/qwen2moe/qwen3moe GGUF.
+// load-gguf.c - model config and fp32 weights from a llama/qwen2/qwen3/qwen2moe/qwen3moe/glm4moe GGUF.
 //
 // Keys are "<arch>.block_count" etc. with arch = general.architecture; head_dim
 // comes from "<arch>.attention.key_length" when present, else
@@ -20,6 +20,8 @@
 // expert_shared_feed_forward_length (qwen2moe), expert_weights_norm, expert_gating_func;
 // tensors blk.N.ffn_gate_inp (router [E, C]), ffn_{gate,up,down}_exps (3-D, experts stacked
 // along ne[2]), ffn_{gate,up,down}_shexp and ffn_gate_inp_shexp (the shared expert).
+// glm4moe: read_glm4_moe; its FFN pre-norm is blk.N.post_attention_norm, its choice bias
+// blk.N.exp_probs_b.bias, and its partial rotary (rope.dimension_count < head_dim) is taken.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -3,8 +3,8 @@
 //
 // Every tensor's shape is checked against the config by the format source;
 // this file only decides what is required (biases for qwen2, q/k norms for
-// qwen3, output unless tied; in a sparse layer the router, the stacked experts
-// and the shared expert instead of the dense MLP) and where it lives. The config comes from the
+// qwen3, output unless tied; in a sparse layer the router, the stacked experts,
+// the shared expert and glm4_moe's choice bias instead of the dense MLP) and where it lives. The config comes from the
 // file, so all of it is checked before anything is allocated: sizes and their
 // products (overflow-checked), then every tensor (present, right shape), and
 // the loaders refuse layer tensors beyond the declared layer count.
