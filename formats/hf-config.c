@@ -28,6 +28,8 @@
 // Hub's rope_theta / rope_local_base_freq / rope_scaling, query_pre_attn_scalar. Refused by name:
 // soft-capping (Gemma 2's), hidden_activation other than gelu_pytorch_tanh, bidirectional attention,
 // and the other Gemma families (gemma, gemma2, gemma3n, ...).
+//
+// glm4_moe: see parse_glm4_moe (Glm4MoeConfig's defaults; partial rotary 0.5, rms_norm_eps 1e-5).
 #include "formats/hf-config.h"
 
 #include <jansson.h>
@@ -54,6 +56,7 @@ static const struct {
     {"mixtral", "MixtralForCausalLM", OSCAR_ARCH_MIXTRAL, 32768},
     {"gemma3_text", "Gemma3ForCausalLM", OSCAR_ARCH_GEMMA3, 131072},
     {"gemma3", "Gemma3ForConditionalGeneration", OSCAR_ARCH_GEMMA3, 131072},
+    {"glm4_moe", "Glm4MoeForCausalLM", OSCAR_ARCH_GLM4_MOE, 131072},
 };
 
 // Integer field: absent/null -> def (def < 0: required); must be in [1, INT32_MAX].
@@ -104,7 +107,7 @@ static enum oscar_status check_type(const char * name, json_t * root, int * ti) 
     }
     if (*ti < 0) {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: model_type \"%.64s\" is not supported (llama, mistral, qwen2, "
-                         "qwen3, phi3, qwen2_moe, qwen3_moe, mixtral, gemma3_text, gemma3 are)", name, mt);
+                         "qwen3, phi3, qwen2_moe, qwen3_moe, mixtral, glm4_moe, gemma3_text, gemma3 are)", name, mt);
     }
     json_t * archs = json_object_get(root, "architectures");
     if (archs && !json_is_null(archs)) {
@@ -126,7 +129,8 @@ static enum oscar_status check_features(const char * name, json_t * root, enum o
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: hidden_act \"%.32s\" is not supported (silu is)", name,
                          json_is_string(act) ? json_string_value(act) : "?");
     }
-    if (arch != OSCAR_ARCH_QWEN2 && arch != OSCAR_ARCH_QWEN2_MOE && get_flag(root, "attention_bias")) {
+    if (arch != OSCAR_ARCH_QWEN2 && arch != OSCAR_ARCH_QWEN2_MOE && arch != OSCAR_ARCH_GLM4_MOE &&
+        get_flag(root, "attention_bias")) { // glm4_moe's is q/k/v only (its o_proj has none)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: attention_bias = true is not supported", name);
     }
     if (get_flag(root, "mlp_bias")) return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: mlp_bias = true is not supported", name);
@@ -195,15 +199,16 @@ static enum oscar_status parse_rope(const char * name, json_t * root, struct osc
     }
     if (s != OSCAR_OK) return s;
     // partial rotary: transformers 5 keeps it in the RoPE object, older configs at the top level
-    double prf;
-    s = get_num(name, root, "partial_rotary_factor", 1.0, &prf);
+    double prf; // Glm4MoeConfig's default is 0.5
+    s = get_num(name, root, "partial_rotary_factor", c->arch == OSCAR_ARCH_GLM4_MOE ? 0.5 : 1.0, &prf);
     if (s == OSCAR_OK && o) s = get_num(name, o, "partial_rotary_factor", prf, &prf);
     if (s != OSCAR_OK) return s;
     if (prf != 1.0) {
         int32_t dim = (int32_t) (c->head_dim * prf); // int(head_dim * partial_rotary_factor), as transformers
-        if (c->arch != OSCAR_ARCH_PHI3 || prf > 1.0 || dim < 2 || dim % 2 != 0) {
+        if ((c->arch != OSCAR_ARCH_PHI3 && c->arch != OSCAR_ARCH_GLM4_MOE) || prf > 1.0 || dim < 2 || dim % 2 != 0) {
             return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g is not supported for %s (phi3 "
-                             "with an even number of rotated dims is)", name, prf, oscar_arch_name(c->arch));
+                             "and glm4_moe with an even number of rotated dims are)", name, prf,
+                             oscar_arch_name(c->arch));
         }
         c->rope_dim = dim;
     }
@@ -477,6 +482,78 @@ static enum oscar_status parse_gemma3(const char * name, json_t * t, struct osca
     return OSCAR_OK;
 }
 
+// ---- GLM-4.x MoE ---------------------------------------------------------------------------------
+
+// A count field: absent/null -> def; else an integer in [0, max].
+static enum oscar_status get_count(const char * name, json_t * root, const char * key, int32_t def, int32_t max,
+                                   int32_t * out) {
+    json_t * v = json_object_get(root, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return OSCAR_OK;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max)
+        return osc_error(OSCAR_ERR_FORMAT, "%s: \"%s\" must be an integer in [0, %d]", name, key, max);
+    *out = (int32_t) json_integer_value(v);
+    return OSCAR_OK;
+}
+
+// A string field that, when present, must be `want` (the only rule implemented), named in the refusal.
+static enum oscar_status want_string(const char * name, json_t * root, const char * key, const char * want) {
+    json_t * v = json_object_get(root, key);
+    if (!v || json_is_null(v) || (json_is_string(v) && strcmp(json_string_value(v), want) == 0)) return OSCAR_OK;
+    return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s \"%.32s\" is not supported for glm4_moe (%s is)", name, key,
+                     json_is_string(v) ? json_string_value(v) : "(not a string)", want);
+}
+
+// glm4_moe with Glm4MoeConfig's defaults: q/k/v bias iff attention_bias, q/k norms iff use_qk_norm;
+// n_routed_experts (128) of moe_intermediate_size (1408), num_experts_per_tok (8), n_shared_experts (1)
+// ungated shared experts as one MLP of their summed width, the first first_k_dense_replace (1)
+// layers dense; sigmoid scores with e_score_correction_bias for the choice, n_group (1) groups of
+// which topk_group (1) compete, norm_topk_prob (true), routed_scaling_factor (1); the
+// num_nextn_predict_layers (0) MTP layers after the last are not run. DeepSeek-V3's scoring_func
+// and topk_method keys, if a config carries them, must name what this computes.
+static enum oscar_status parse_glm4_moe(const char * name, json_t * root, struct oscar_model_config * c) {
+    int32_t n_shared = 1, n_dense = 1;
+    c->qkv_bias = get_flag(root, "attention_bias");
+    c->qk_norm = get_flag(root, "use_qk_norm");
+    c->expert_gating = OSCAR_GATING_SIGMOID, c->expert_bias = true, c->shared_ungated = true, c->moe_step = 1;
+    enum oscar_status s = want_string(name, root, "scoring_func", "sigmoid");
+    if (s == OSCAR_OK) s = want_string(name, root, "topk_method", "noaux_tc");
+    if (s == OSCAR_OK) s = get_int(name, root, "n_routed_experts", 128, &c->n_expert);
+    if (s == OSCAR_OK) s = get_int(name, root, "num_experts_per_tok", 8, &c->n_expert_used);
+    if (s == OSCAR_OK) s = get_int(name, root, "moe_intermediate_size", 1408, &c->n_ff_expert);
+    if (s == OSCAR_OK) s = get_count(name, root, "n_shared_experts", 1, 64, &n_shared);
+    if (s == OSCAR_OK) s = get_count(name, root, "first_k_dense_replace", 1, INT32_MAX, &n_dense);
+    if (s == OSCAR_OK) s = get_int(name, root, "n_group", 1, &c->n_expert_group);
+    if (s == OSCAR_OK) s = get_int(name, root, "topk_group", 1, &c->n_group_used);
+    if (s == OSCAR_OK) s = get_count(name, root, "num_nextn_predict_layers", 0, 64, &c->n_layer_nextn);
+    double scale = 1.0;
+    if (s == OSCAR_OK) s = get_num(name, root, "routed_scaling_factor", 1.0, &scale);
+    if (s != OSCAR_OK) return s;
+    c->expert_scale = (float) scale;
+    json_t * nt = json_object_get(root, "norm_topk_prob");
+    if (nt && !json_is_null(nt) && !json_is_boolean(nt))
+        return osc_error(OSCAR_ERR_FORMAT, "%s: \"norm_topk_prob\" must be true or false", name);
+    c->expert_norm_topk = !nt || json_is_null(nt) || json_is_true(nt);
+    if (c->n_expert_used > c->n_expert)
+        return osc_error(OSCAR_ERR_FORMAT, "%s: num_experts_per_tok %d exceeds n_routed_experts %d", name,
+                         c->n_expert_used, c->n_expert);
+    if (c->n_expert % c->n_expert_group != 0 || c->n_group_used > c->n_expert_group)
+        return osc_error(OSCAR_ERR_FORMAT, "%s: n_group %d does not divide n_routed_experts %d, or topk_group %d "
+                         "exceeds it", name, c->n_expert_group, c->n_expert, c->n_group_used);
+    if ((int64_t) c->n_ff_expert * n_shared > INT32_MAX)
+        return osc_error(OSCAR_ERR_FORMAT, "%s: n_shared_experts %d x moe_intermediate_size %d is too large", name,
+                         n_shared, c->n_ff_expert);
+    c->n_ff_shared = c->n_ff_expert * n_shared;
+    n_dense = n_dense < c->n_layer ? n_dense : c->n_layer; // layers >= first_k_dense_replace are sparse
+    if (n_dense > OSCAR_MAX_DENSE_LAYERS)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: first_k_dense_replace %d is more than %d dense layers", name,
+                         n_dense, OSCAR_MAX_DENSE_LAYERS);
+    for (int32_t l = 0; l < n_dense; l++) c->dense_layers[c->n_dense_layers++] = l;
+    return OSCAR_OK;
+}
+
 static enum oscar_status parse_root(const char * name, json_t * root, struct oscar_model_config * c) {
     int ti = -1;
     enum oscar_status s = check_type(name, root, &ti);
@@ -518,7 +595,7 @@ static enum oscar_status parse_root(const char * name, json_t * root, struct osc
     double eps;
     s = parse_rope(name, root, c);
     if (s == OSCAR_OK) s = parse_window(name, root, c);
-    if (s == OSCAR_OK) s = get_num(name, root, "rms_norm_eps", 1e-6, &eps);
+    if (s == OSCAR_OK) s = get_num(name, root, "rms_norm_eps", c->arch == OSCAR_ARCH_GLM4_MOE ? 1e-5 : 1e-6, &eps);
     if (s != OSCAR_OK) return s;
     c->rms_eps = (float) eps;
     c->tied_embeddings = get_flag(root, "tie_word_embeddings");
@@ -530,6 +607,7 @@ static enum oscar_status parse_root(const char * name, json_t * root, struct osc
     }
     if (c->arch == OSCAR_ARCH_QWEN2_MOE || c->arch == OSCAR_ARCH_QWEN3_MOE || c->arch == OSCAR_ARCH_MIXTRAL)
         s = parse_moe(name, root, c);
+    if (c->arch == OSCAR_ARCH_GLM4_MOE) s = parse_glm4_moe(name, root, c);
     if (s != OSCAR_OK) return s;
     const char * nm = json_string_value(json_object_get(root, "_name_or_path"));
     snprintf(c->name, sizeof c->name, "%s", nm ? nm : "");

@@ -1,9 +1,9 @@
 // hf-config.h - Hugging Face config.json -> struct oscar_model_config.
 //
-// Accepts model_type llama, mistral, qwen2, qwen3, phi3, qwen2_moe, qwen3_moe, mixtral, gemma3_text and
+// Accepts model_type llama, mistral, qwen2, qwen3, phi3, qwen2_moe, qwen3_moe, mixtral, glm4_moe, gemma3_text and
 // gemma3 (the text model of its text_config) (architectures[0] is
 // checked against them too), RoPE types default, linear and llama3
-// (rope_parameters or rope_scaling), phi3's partial_rotary_factor, and
+// (rope_parameters or rope_scaling), phi3's and glm4_moe's partial_rotary_factor, and
 // sliding windows as transformers applies them (hf-config.c). Refuses, with a
 // message naming the file, the field and the value: unknown model types and
 // RoPE types (yarn, dynamic, longrope, ...), layer patterns it cannot express

@@ -422,6 +422,10 @@ static enum oscar_status check_config(const struct oscar_model_config * c, const
                          OSC_FWD_MAX_HEAD_DIM);
     if (!(c->rope_theta > 0.0f) || !(c->rms_eps >= 0.0f))
         return osc_error(OSCAR_ERR_INVALID, "forward-cuda: bad rope_theta or rms_eps");
+    // first: a MoE model (glm4_moe also rotates part of each head) is refused for its experts
+    if (c->n_expert > 0)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: mixture-of-experts models (%s, %d experts) are not "
+                         "implemented on the GPU; use the cpu backend", oscar_arch_name(c->arch), c->n_expert);
     // Gemma 3's layer (issue 14) is the CPU forward's only: refuse rather than compute a Llama layer
     if (c->norm_offset != 0.0f || c->act != OSCAR_ACT_SILU || c->attn_scale != 0.0f || c->embed_scale ||
         c->post_norms || c->rope_theta_swa != 0.0f || c->swa_pattern != 0)
@@ -435,9 +439,6 @@ static enum oscar_status check_config(const struct oscar_model_config * c, const
     if (c->sliding_window > 0)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: sliding-window attention (sliding_window = %d) is "
                          "not implemented on the GPU; use the cpu backend", c->sliding_window);
-    if (c->n_expert > 0)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: mixture-of-experts models (%s, %d experts) are not "
-                         "implemented on the GPU; use the cpu backend", oscar_arch_name(c->arch), c->n_expert);
     if (p->max_tokens <= 0) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: max_tokens %d", p->max_tokens);
     if (p->attention && !p->attention->attend)
         return osc_error(OSCAR_ERR_INVALID, "forward-cuda: attention override without a callback");

@@ -29,6 +29,7 @@
 
 #include "attention/attention.h"
 #include "model/model.h"
+#include "model/moe-route.h"
 #include "util/blas.h"
 #include "util/cli.h"
 
@@ -114,7 +115,9 @@ static enum oscar_status check_layer(const struct oscar_model * m, int32_t l) {
     const struct oscar_layer_weights * w = &m->layers[l];
     const bool moe = oscar_layer_is_moe(c, l);
     const bool mlp = moe ? w->router && w->exp_gate && w->exp_up && w->exp_down &&
-                               (c->n_ff_shared <= 0 || (w->sh_gate && w->sh_up && w->sh_down && w->sh_scale))
+                               (c->n_ff_shared <= 0 ||
+                                (w->sh_gate && w->sh_up && w->sh_down && (c->shared_ungated || w->sh_scale))) &&
+                               (!c->expert_bias || w->exp_bias)
                          : w->w_gate && w->w_up && w->w_down;
     if (!w->attn_norm || !w->wq || !w->wk || !w->wv || !w->wo || !w->ffn_norm || !mlp ||
         (c->post_norms && (!w->attn_post_norm || !w->ffn_post_norm)))
@@ -452,7 +455,14 @@ static void moe_mlp(struct oscar_forward * f, const struct oscar_layer_weights *
     const struct oscar_model_config * c = &f->m->config;
     const int32_t E = c->n_expert, K = c->n_expert_used, C = c->n_embd, Fe = c->n_ff_expert, FS = c->n_ff_shared;
     linear(f->probs, f->xn, w->router, NULL, T, E, C, false, f->n_threads);
-    route(f, T);
+    if (c->expert_gating == OSCAR_GATING_SIGMOID) {
+#pragma omp parallel for schedule(static) num_threads(f->n_threads)
+        for (int32_t t = 0; t < T; t++)
+            osc_moe_route_sigmoid(c, w->exp_bias, f->probs + (size_t)t * E, f->top_e + (size_t)t * K,
+                                  f->top_w + (size_t)t * K);
+    } else {
+        route(f, T);
+    }
     // counting sort of the (token, slot) entries by expert, tokens in order within an expert
     memset(f->exp_n, 0, (size_t)(E + 1) * sizeof(int32_t));
     for (int32_t i = 0; i < T * K; i++) f->exp_n[f->top_e[i] + 1]++;
@@ -474,8 +484,8 @@ static void moe_mlp(struct oscar_forward * f, const struct oscar_layer_weights *
     for (int32_t t = 0; t < T; t++) {
         float *       xr = f->x + (size_t)t * C;
         const float * tw = f->top_w + (size_t)t * K;
-        float         g = 0.0f;
-        if (FS > 0) { // sigmoid(shared_expert_gate . x)
+        float         g = 1.0f; // an ungated shared expert (glm4_moe) is added as is
+        if (FS > 0 && w->sh_scale) { // sigmoid(shared_expert_gate . x)
             double d = 0.0;
             for (int32_t i = 0; i < C; i++) d += (double)f->xn[(size_t)t * C + i] * (double)w->sh_scale[i];
             g = 1.0f / (1.0f + expf(-(float)d));

@@ -1,4 +1,4 @@
-// load-gguf.c - model config and fp32 weights from a llama/qwen2/qwen3/qwen2moe/qwen3moe GGUF.
+// load-gguf.c - model config and fp32 weights from a llama/qwen2/qwen3/qwen2moe/qwen3moe/glm4moe GGUF.
 //
 // Keys are "<arch>.block_count" etc. with arch = general.architecture; head_dim
 // comes from "<arch>.attention.key_length" when present, else
@@ -27,6 +27,9 @@
 // layer i slides iff i % 6 < 5 (llama.cpp's fixed pattern) with RoPE base 1e4 unscaled, the others use
 // rope.freq_base and the scaling. No query_pre_attn_scalar key: the score scale is 1/sqrt(head_dim),
 // 1/sqrt(n_embd / n_head) for 62 layers (the 27B), as llama.cpp decides.
+//
+// glm4moe: read_glm4_moe; its FFN pre-norm is blk.N.post_attention_norm, its choice bias
+// blk.N.exp_probs_b.bias, and its partial rotary (rope.dimension_count < head_dim) is taken.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +59,7 @@ static void tensor_name(enum osc_wkind k, int32_t layer, char * out, size_t n) {
         [OSC_W_SH_GATE] = "ffn_gate_shexp.weight", [OSC_W_SH_UP] = "ffn_up_shexp.weight",
         [OSC_W_SH_DOWN] = "ffn_down_shexp.weight", [OSC_W_SH_SCALE] = "ffn_gate_inp_shexp.weight",
         [OSC_W_POST_ATTN_NORM] = "post_attention_norm.weight", [OSC_W_POST_FFN_NORM] = "post_ffw_norm.weight",
+        [OSC_W_EXP_BIAS] = "exp_probs_b.bias",
     };
     if (layer < 0) snprintf(out, n, "%s", names[k]);
     else snprintf(out, n, "blk.%d.%s", layer, names[k]);
@@ -80,6 +84,8 @@ static enum oscar_status gguf_get(void * ctx, enum osc_wkind kind, int32_t layer
     struct gguf_src * s = ctx;
     char name[96];
     tensor_name(kind, layer, name, sizeof name);
+    if (kind == OSC_W_FFN_NORM && s->c->arch == OSCAR_ARCH_GLM4_MOE) // glm4moe's FFN pre-norm keeps HF's name
+        snprintf(name, sizeof name, "blk.%d.post_attention_norm.weight", layer);
     const char * path = osc_gguf_path(s->g);
     const struct osc_gguf_tensor * t = osc_gguf_find_tensor(s->g, name);
     if (!t) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: tensor '%s' is missing", path, name);
@@ -134,7 +140,9 @@ static enum oscar_status read_rope(struct osc_gguf * g, const char * arch, struc
     int32_t n_rot = c->head_dim;
     enum oscar_status st = get_i32(g, arch, "rope.dimension_count", false, &n_rot);
     if (st != OSCAR_OK) return st;
-    if (n_rot != c->head_dim) {
+    if (c->arch == OSCAR_ARCH_GLM4_MOE && n_rot < c->head_dim && n_rot % 2 == 0) { // NEOX on the first n_rot dims
+        c->rope_dim = n_rot;
+    } else if (n_rot != c->head_dim) {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s.rope.dimension_count = %d is not supported (partial rotary; "
                          "head_dim is %d)", path, arch, n_rot, c->head_dim);
     }
@@ -207,6 +215,65 @@ static void gemma3_config(struct oscar_model_config * c) {
     if (c->sliding_window > 0) c->swa_first_layer = 0, c->swa_pattern = 6, c->rope_theta_swa = 10000.0f;
 }
 
+// An optional u32 key that may be 0 (get_i32 refuses 0).
+static enum oscar_status get_u32_or(struct osc_gguf * g, const char * arch, const char * key, uint32_t max,
+                                    uint32_t * out) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    enum oscar_status st = osc_gguf_get_u32(g, k, out);
+    if (st == OSCAR_ERR_NOT_FOUND) return OSCAR_OK; // keep the default
+    if (st == OSCAR_OK && *out > max)
+        return osc_error(OSCAR_ERR_FORMAT, "%s: %s = %u is out of range (at most %u)", osc_gguf_path(g), k, *out, max);
+    return st;
+}
+
+// glm4moe as llama.cpp reads it (llm_build_glm4_moe): the first leading_dense_block_count layers
+// dense, expert_shared_count ungated shared experts of expert_feed_forward_length each,
+// sigmoid scores (expert_gating_func 2, or 0 = unset) with the blk.N.exp_probs_b.bias choice
+// bias, expert_group_count / expert_group_used_count, expert_weights_norm, expert_weights_scale
+// (0 or absent: none); the last nextn_predict_layers of block_count are the NextN (MTP) layers,
+// not run. q/k/v biases and q/k norms are used when blk.0 holds them, as llama.cpp's loader does.
+static enum oscar_status read_glm4_moe(struct osc_gguf * g, const char * arch, struct oscar_model_config * c) {
+    const char * path = osc_gguf_path(g);
+    uint32_t n_shared = 0, n_dense = 0, groups = 0, groups_used = 0, nextn = 0, gating = 0;
+    enum oscar_status st = get_i32(g, arch, "expert_count", true, &c->n_expert);
+    if (st == OSCAR_OK) st = get_i32(g, arch, "expert_used_count", true, &c->n_expert_used);
+    if (st == OSCAR_OK) st = get_i32(g, arch, "expert_feed_forward_length", true, &c->n_ff_expert);
+    if (st == OSCAR_OK) st = get_u32_or(g, arch, "expert_shared_count", 64, &n_shared);
+    if (st == OSCAR_OK) st = get_u32_or(g, arch, "leading_dense_block_count", (uint32_t) c->n_layer, &n_dense);
+    if (st == OSCAR_OK) st = get_u32_or(g, arch, "expert_group_count", OSCAR_MAX_EXPERTS, &groups);
+    if (st == OSCAR_OK) st = get_u32_or(g, arch, "expert_group_used_count", OSCAR_MAX_EXPERTS, &groups_used);
+    if (st == OSCAR_OK) st = get_u32_or(g, arch, "nextn_predict_layers", (uint32_t) c->n_layer - 1, &nextn);
+    if (st == OSCAR_OK) st = get_u32_or(g, arch, "expert_gating_func", UINT32_MAX, &gating);
+    if (st == OSCAR_OK) st = get_f32(g, arch, "expert_weights_scale", &c->expert_scale);
+    if (st != OSCAR_OK) return st;
+    char key[128];
+    snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+    bool norm = false;
+    st = osc_gguf_get_bool(g, key, &norm);
+    if (st != OSCAR_OK && st != OSCAR_ERR_NOT_FOUND) return st;
+    if (gating != 0 && gating != 2) {
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s.expert_gating_func = %u (%s) is not supported for glm4moe "
+                         "(2, sigmoid, is)", path, arch, gating, gating == 1 ? "softmax" : gating == 3 ?
+                         "softmax_weight" : "unknown");
+    }
+    if ((int64_t) c->n_ff_expert * n_shared > INT32_MAX)
+        return osc_error(OSCAR_ERR_FORMAT, "%s: %s.expert_shared_count %u is too large", path, arch, n_shared);
+    // the NextN layers are the last of block_count: the model is the ones before
+    c->n_layer_nextn = (int32_t) nextn, c->n_layer -= (int32_t) nextn;
+    n_dense = n_dense < (uint32_t) c->n_layer ? n_dense : (uint32_t) c->n_layer;
+    if (n_dense > OSCAR_MAX_DENSE_LAYERS)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s.leading_dense_block_count %u is more than %d dense layers",
+                         path, arch, n_dense, OSCAR_MAX_DENSE_LAYERS);
+    for (uint32_t l = 0; l < n_dense; l++) c->dense_layers[c->n_dense_layers++] = (int32_t) l;
+    c->n_ff_shared = c->n_ff_expert * (int32_t) n_shared;
+    c->expert_gating = OSCAR_GATING_SIGMOID, c->expert_bias = true, c->shared_ungated = true, c->moe_step = 1;
+    c->n_expert_group = (int32_t) groups, c->n_group_used = (int32_t) groups_used, c->expert_norm_topk = norm;
+    c->qkv_bias = osc_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+    c->qk_norm = osc_gguf_find_tensor(g, "blk.0.attn_q_norm.weight") != NULL;
+    return OSCAR_OK;
+}
+
 static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_config * c) {
     const char * path = osc_gguf_path(g);
     const char * a;
@@ -224,13 +291,14 @@ static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_con
     else if (alen && strcmp(arch, "qwen3") == 0) c->arch = OSCAR_ARCH_QWEN3;
     else if (alen && strcmp(arch, "qwen2moe") == 0) c->arch = OSCAR_ARCH_QWEN2_MOE;
     else if (alen && strcmp(arch, "qwen3moe") == 0) c->arch = OSCAR_ARCH_QWEN3_MOE;
+    else if (alen && strcmp(arch, "glm4moe") == 0) c->arch = OSCAR_ARCH_GLM4_MOE;
     else if (alen && strcmp(arch, "gemma3") == 0) c->arch = OSCAR_ARCH_GEMMA3;
     else if (alen && strncmp(arch, "gemma", 5) == 0) { // as hf-config.c: the other Gemma families by name
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: GGUF architecture '%s' (Gemma) is not supported: of the Gemma "
                          "families only gemma3 is; the others are different models", path, arch);
     } else {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: GGUF architecture '%.*s' is not supported (llama, qwen2, qwen3, "
-                         "qwen2moe, qwen3moe, gemma3 are)", path, (int) (alen > 64 ? 64 : alen), a);
+                         "qwen2moe, qwen3moe, glm4moe, gemma3 are)", path, (int) (alen > 64 ? 64 : alen), a);
     }
     c->n_ctx_train = 2048;
     c->rope_theta = 10000.0f;
@@ -262,6 +330,7 @@ static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_con
         (st = read_moe(g, arch, c)) != OSCAR_OK)
         return st;
     if (c->arch == OSCAR_ARCH_GEMMA3) gemma3_config(c);
+    if (c->arch == OSCAR_ARCH_GLM4_MOE && (st = read_glm4_moe(g, arch, c)) != OSCAR_OK) return st;
     const char * nm;
     size_t nl;
     if (osc_gguf_get_str(g, "general.name", &nm, &nl) == OSCAR_OK) {
@@ -276,7 +345,8 @@ static enum oscar_status check_layers(const struct osc_gguf * g, const struct os
     snprintf(field, sizeof field, "%s.block_count", c->arch == OSCAR_ARCH_MIXTRAL ? "llama" : oscar_arch_name(c->arch));
     enum oscar_status st = OSCAR_OK;
     for (int64_t i = 0; st == OSCAR_OK && i < osc_gguf_n_tensors(g); i++) {
-        st = osc_model_check_layer(osc_gguf_path(g), osc_gguf_tensor(g, i)->name, "blk.", c->n_layer, field);
+        st = osc_model_check_layer(osc_gguf_path(g), osc_gguf_tensor(g, i)->name, "blk.", c->n_layer + c->n_layer_nextn,
+                                   field);
     }
     return st;
 }

@@ -18,6 +18,7 @@ enum osc_wkind {
     OSC_W_SH_GATE, OSC_W_SH_UP, OSC_W_SH_DOWN, OSC_W_SH_SCALE, // SH_SCALE: shared_expert_gate [C]
     OSC_W_ROPE_FREQS, // [rope_dim/2], only when config.has_rope_freqs (GGUF rope_freqs.weight)
     OSC_W_POST_ATTN_NORM, OSC_W_POST_FFN_NORM, // sandwich norms [C] (config.post_norms)
+    OSC_W_EXP_BIAS,   // [E] the router's choice-only bias, only when config.expert_bias
     OSC_W_N_KINDS
 };
 

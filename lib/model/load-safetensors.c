@@ -4,7 +4,8 @@
 // Tensor names are the transformers ones (model.layers.{i}.self_attn.q_proj.weight,
 // ...), already in HF order: no permutation; Phi-3's fused qkv_proj and
 // gate_up_proj are split into q/k/v and gate/up rows at load; MoE experts
-// (mlp.experts.J.*) are read one tensor per expert into one stacked block. With tie_word_embeddings the
+// (mlp.experts.J.*) are read one tensor per expert into one stacked block (glm4_moe's shared experts are
+// mlp.shared_experts.*). With tie_word_embeddings the
 // lm_head is not read (tok_embd is shared); without it lm_head.weight is
 // required. source_sha256 is that of config.json.
 //
@@ -43,7 +44,7 @@ static void tensor_name(const struct st_src * s, enum osc_wkind k, int32_t layer
         [OSC_W_GATE] = "mlp.gate_proj.weight", [OSC_W_UP] = "mlp.up_proj.weight", [OSC_W_DOWN] = "mlp.down_proj.weight",
         [OSC_W_ROUTER] = "mlp.gate.weight", [OSC_W_SH_GATE] = "mlp.shared_expert.gate_proj.weight",
         [OSC_W_SH_UP] = "mlp.shared_expert.up_proj.weight", [OSC_W_SH_DOWN] = "mlp.shared_expert.down_proj.weight",
-        [OSC_W_SH_SCALE] = "mlp.shared_expert_gate.weight",
+        [OSC_W_SH_SCALE] = "mlp.shared_expert_gate.weight", [OSC_W_EXP_BIAS] = "mlp.gate.e_score_correction_bias",
         [OSC_W_POST_ATTN_NORM] = "post_attention_layernorm.weight",
         [OSC_W_POST_FFN_NORM] = "post_feedforward_layernorm.weight",
     };
@@ -130,6 +131,22 @@ static enum oscar_status read_experts(const struct st_src * s, enum osc_wkind ki
     return st;
 }
 
+// glm4_moe's own names: mlp.shared_experts (plural); a checkpoint without the router's
+// e_score_correction_bias reads it as transformers' zero-initialised buffer.
+static enum oscar_status glm4_moe_get(const struct st_src * s, enum osc_wkind kind, int32_t layer, int64_t rows,
+                                      int64_t cols, float * dst) {
+    char name[160];
+    const char * sh = kind == OSC_W_SH_GATE ? "gate_proj" : kind == OSC_W_SH_UP ? "up_proj"
+                                                          : kind == OSC_W_SH_DOWN ? "down_proj" : NULL;
+    if (sh) snprintf(name, sizeof name, "%slayers.%d.mlp.shared_experts.%s.weight", s->prefix, layer, sh);
+    else tensor_name(s, kind, layer, name, sizeof name);
+    if (kind == OSC_W_EXP_BIAS && !osc_safetensors_find(s->st, name)) {
+        if (dst) memset(dst, 0, (size_t) rows * sizeof(float));
+        return OSCAR_OK;
+    }
+    return read_rows(s, name, rows, 0, rows, cols, dst);
+}
+
 static enum oscar_status st_get(void * ctx, enum osc_wkind kind, int32_t layer, int64_t rows, int64_t cols,
                                 float * dst) {
     struct st_src * s = ctx;
@@ -140,6 +157,7 @@ static enum oscar_status st_get(void * ctx, enum osc_wkind kind, int32_t layer, 
     }
     if (kind == OSC_W_EXP_GATE || kind == OSC_W_EXP_UP || kind == OSC_W_EXP_DOWN)
         return read_experts(s, kind, layer, rows, cols, dst);
+    if (s->c->arch == OSCAR_ARCH_GLM4_MOE) return glm4_moe_get(s, kind, layer, rows, cols, dst);
     int64_t total = rows, first = 0; // the rows [first, first + rows) of a tensor of `total` rows
     if (s->c->arch != OSCAR_ARCH_PHI3 || !phi3_fused(s->c, kind, layer, name, sizeof name, &total, &first)) {
         if (kind == OSC_W_ROPE_FREQS) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: no rope_freqs in HF models", s->dir);
@@ -194,9 +212,10 @@ enum oscar_status osc_model_open_hf(const char * dir, struct oscar_model * m, st
     }
     if (st == OSCAR_OK) st = osc_model_config_check(&m->config, cfg);
     if (st == OSCAR_OK) st = osc_safetensors_open(dir, &s->st);
+    // glm4_moe's NextN (MTP) layers follow the last one; transformers does not load them either
     if (st == OSCAR_OK) {
         find_prefix(s);
-        st = check_layers(s, cfg, m->config.n_layer);
+        st = check_layers(s, cfg, m->config.n_layer + m->config.n_layer_nextn);
     }
     if (st == OSCAR_OK) st = osc_sha256_file(cfg, m->source_sha256);
     free(cfg);

@@ -3,8 +3,8 @@
 //
 // Every tensor's shape is checked against the config by the format source;
 // this file only decides what is required (biases for qwen2, q/k norms for
-// qwen3, output unless tied; in a sparse layer the router, the stacked experts
-// and the shared expert instead of the dense MLP) and where it lives. The config comes from the
+// qwen3, output unless tied; in a sparse layer the router, the stacked experts,
+// the shared expert and glm4_moe's choice bias instead of the dense MLP) and where it lives. The config comes from the
 // file, so all of it is checked before anything is allocated: sizes and their
 // products (overflow-checked), then every tensor (present, right shape), and
 // the loaders refuse layer tensors beyond the declared layer count.
@@ -50,6 +50,7 @@ const char * oscar_arch_name(enum oscar_arch arch) {
     case OSCAR_ARCH_QWEN3_MOE: return "qwen3moe";
     case OSCAR_ARCH_MIXTRAL: return "mixtral";
     case OSCAR_ARCH_GEMMA3: return "gemma3";
+    case OSCAR_ARCH_GLM4_MOE: return "glm4moe";
     }
     return "unknown";
 }
@@ -80,12 +81,14 @@ bool oscar_layer_is_moe(const struct oscar_model_config * c, int32_t l) {
     return true;
 }
 
-// The floats of a sparse layer's MLP: router, E experts of Fe, the shared expert of Fs and its gate.
+// The floats of a sparse layer's MLP: router, E experts of Fe, the shared expert of Fs and its gate
+// (unless ungated), the router's choice bias.
 static bool moe_floats(const struct oscar_model_config * c, int64_t * out) {
     int64_t C = c->n_embd, x, y;
     bool ok = mul(c->n_expert, C, out) && mul(c->n_ff_expert, C, &x) && mul(x, 3, &x) && mul(x, c->n_expert, &y) &&
               add(*out, y, out) && mul(c->n_ff_shared, C, &x) && mul(x, 3, &x) && add(*out, x, out);
-    return ok && (c->n_ff_shared <= 0 || add(*out, C, out));
+    ok = ok && (!c->expert_bias || add(*out, c->n_expert, out));
+    return ok && (c->n_ff_shared <= 0 || c->shared_ungated || add(*out, C, out));
 }
 
 // Fills d, or returns false with *what naming the product that is too large.
@@ -126,10 +129,32 @@ static int64_t layer_floats(const struct oscar_model_config * c, int32_t l) {
     return oscar_layer_is_moe(c, l) ? d.sparse : d.dense;
 }
 
+// Sigmoid routing's groups and scale (glm4_moe): groups of at least two experts (each is ranked by
+// its best two), enough experts in the competing groups for the top-k, a finite scale.
+static enum oscar_status check_routing(const struct oscar_model_config * c, const char * what) {
+    const int32_t G = c->n_expert_group > 1 ? c->n_expert_group : 1;
+    const int32_t used = G > 1 ? c->n_group_used : 1;
+    if (c->expert_gating != OSCAR_GATING_SOFTMAX && c->expert_gating != OSCAR_GATING_SIGMOID)
+        return osc_error(OSCAR_ERR_FORMAT, "%s: unknown expert gating %d", what, (int) c->expert_gating);
+    if (c->n_expert_group < 0 || c->n_expert % G != 0 || (G > 1 && c->n_expert / G < 2) || used < 1 || used > G ||
+        c->n_expert_used > used * (c->n_expert / G))
+        return osc_error(OSCAR_ERR_FORMAT, "%s: bad expert groups (n_group %d, topk_group %d, %d experts, top-%d: "
+                         "the groups must split the experts into groups of >= 2 and the %d chosen groups hold at "
+                         "least top-k experts)", what, c->n_expert_group, c->n_group_used, c->n_expert,
+                         c->n_expert_used, used);
+    if (!(c->expert_scale >= 0.0f) || !isfinite(c->expert_scale))
+        return osc_error(OSCAR_ERR_FORMAT, "%s: routed_scaling_factor %g is not a finite non-negative number", what,
+                         (double) c->expert_scale);
+    if (c->expert_gating == OSCAR_GATING_SOFTMAX && (G > 1 || c->expert_bias || c->expert_scale != 0.0f))
+        return osc_error(OSCAR_ERR_FORMAT, "%s: expert groups, a choice bias or a routed scale need sigmoid "
+                         "routing", what);
+    return OSCAR_OK;
+}
+
 // The mixture-of-experts fields: consistent when present, all zero otherwise.
 static enum oscar_status check_moe(const struct oscar_model_config * c, const char * what) {
     const bool moe_arch = c->arch == OSCAR_ARCH_QWEN2_MOE || c->arch == OSCAR_ARCH_QWEN3_MOE ||
-                          c->arch == OSCAR_ARCH_MIXTRAL;
+                          c->arch == OSCAR_ARCH_MIXTRAL || c->arch == OSCAR_ARCH_GLM4_MOE;
     if (!moe_arch) {
         if (c->n_expert != 0 || c->n_expert_used != 0 || c->n_ff_expert != 0 || c->n_ff_shared != 0)
             return osc_error(OSCAR_ERR_FORMAT, "%s: experts given for the dense architecture %s", what,
@@ -141,15 +166,16 @@ static enum oscar_status check_moe(const struct oscar_model_config * c, const ch
         return osc_error(OSCAR_ERR_FORMAT, "%s: bad experts (num_experts %d, num_experts_per_tok %d, "
                          "moe_intermediate_size %d, shared_expert_intermediate_size %d, decoder_sparse_step %d)",
                          what, c->n_expert, c->n_expert_used, c->n_ff_expert, c->n_ff_shared, c->moe_step);
-    if (c->n_expert > 4096)
+    if (c->n_expert > OSCAR_MAX_EXPERTS)
         return osc_error(OSCAR_ERR_FORMAT, "%s: num_experts %d is implausibly large", what, c->n_expert);
-    return OSCAR_OK;
+    return check_routing(c, what);
 }
 
 enum oscar_status osc_model_config_check(const struct oscar_model_config * c, const char * what) {
     if (c->arch != OSCAR_ARCH_LLAMA && c->arch != OSCAR_ARCH_QWEN2 && c->arch != OSCAR_ARCH_QWEN3 &&
         c->arch != OSCAR_ARCH_PHI3 && c->arch != OSCAR_ARCH_QWEN2_MOE && c->arch != OSCAR_ARCH_QWEN3_MOE &&
-        c->arch != OSCAR_ARCH_MIXTRAL && c->arch != OSCAR_ARCH_GEMMA3) {
+        c->arch != OSCAR_ARCH_MIXTRAL && c->arch != OSCAR_ARCH_GEMMA3 &&
+        c->arch != OSCAR_ARCH_GLM4_MOE) {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: unknown architecture %d", what, (int) c->arch);
     }
     if (c->act != OSCAR_ACT_SILU && c->act != OSCAR_ACT_GELU_TANH)
@@ -253,8 +279,9 @@ static void layout_layer(const struct oscar_model_config * c, int32_t l, float *
         w->sh_gate = take(&cur, FS * C);
         w->sh_up = take(&cur, FS * C);
         w->sh_down = take(&cur, C * FS);
-        w->sh_scale = take(&cur, C);
+        if (!c->shared_ungated) w->sh_scale = take(&cur, C);
     }
+    if (c->expert_bias) w->exp_bias = take(&cur, c->n_expert);
 }
 
 // Reads every tensor of layer i into l, or with l == NULL only checks that
@@ -277,7 +304,8 @@ static enum oscar_status visit_layer(const struct oscar_model_config * c, const 
         {OSC_W_ROUTER, E, C, w->router, moe}, {OSC_W_EXP_GATE, EF, C, w->exp_gate, moe},
         {OSC_W_EXP_UP, EF, C, w->exp_up, moe}, {OSC_W_EXP_DOWN, E * C, c->n_ff_expert, w->exp_down, moe},
         {OSC_W_SH_GATE, FS, C, w->sh_gate, sh}, {OSC_W_SH_UP, FS, C, w->sh_up, sh},
-        {OSC_W_SH_DOWN, C, FS, w->sh_down, sh}, {OSC_W_SH_SCALE, 1, C, w->sh_scale, sh},
+        {OSC_W_SH_DOWN, C, FS, w->sh_down, sh}, {OSC_W_SH_SCALE, 1, C, w->sh_scale, sh && !c->shared_ungated},
+        {OSC_W_EXP_BIAS, E, 0, w->exp_bias, moe && c->expert_bias},
     };
     for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
         if (!t[k].need) continue;

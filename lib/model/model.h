@@ -25,6 +25,7 @@ enum oscar_arch {
     OSCAR_ARCH_QWEN3_MOE = 5, // Qwen3's attention, routed experts
     OSCAR_ARCH_MIXTRAL   = 6, // Llama's (Mistral's) attention, routed experts w1/w3/w2, top-k renormalised
     OSCAR_ARCH_GEMMA3    = 7, // Qwen3's q/k norms, sandwich norms, (1 + w) RMSNorms, GELU-tanh, local/global layers
+    OSCAR_ARCH_GLM4_MOE  = 8, // GLM-4.x MoE: q/k/v bias, q/k norms, partial rotary, sigmoid grouped routing
 };
 
 // The MLP's activation: down(act(gate x) * up x).
@@ -40,7 +41,19 @@ enum oscar_act {
 // expert_norm_topk. A layer is sparse iff (l + 1) % moe_step == 0 and l is not one of
 // dense_layers (transformers' decoder_sparse_step / mlp_only_layers); the others are
 // dense MLPs of n_ff. Mixtral's experts are its intermediate_size wide (n_ff_expert = n_ff).
+// With expert_gating SIGMOID (glm4_moe, DeepSeek-V3's noaux_tc) the router instead scores
+// s = sigmoid(router x); the experts are chosen by s + exp_bias (the choice only): when
+// n_expert_group > 1 the experts form that many equal groups, each group is ranked by the sum
+// of its two best biased scores and only the n_group_used best groups compete; the top-k's
+// weights are their unbiased s (divided by their sum iff expert_norm_topk), times
+// expert_scale when it is not 0. With shared_ungated the shared expert is added as is (glm4_moe).
 #define OSCAR_MAX_DENSE_LAYERS 64
+#define OSCAR_MAX_EXPERTS 4096 // routed experts a config may declare
+
+enum oscar_expert_gating {
+    OSCAR_GATING_SOFTMAX = 0,
+    OSCAR_GATING_SIGMOID = 1,
+};
 
 // How RoPE's inverse frequencies are derived from rope_theta (0 = unscaled).
 enum oscar_rope_scaling {
@@ -100,6 +113,13 @@ struct oscar_model_config {
     int32_t moe_step;         // decoder_sparse_step (>= 1 when n_expert > 0)
     int32_t n_dense_layers;   // mlp_only_layers
     int32_t dense_layers[OSCAR_MAX_DENSE_LAYERS];
+    enum oscar_expert_gating expert_gating; // see the MoE comment above
+    bool    expert_bias;      // sparse layers hold exp_bias [E] (e_score_correction_bias)
+    bool    shared_ungated;   // the shared expert is added as is (no shared_expert_gate)
+    int32_t n_expert_group;   // 0 or 1: no groups
+    int32_t n_group_used;     // groups competing per token (when n_expert_group > 1)
+    float   expert_scale;     // routed_scaling_factor; 0 = none (1)
+    int32_t n_layer_nextn;    // NextN (multi-token prediction) layers the file holds after n_layer: not run
     char    name[128];     // human-readable model name (GGUF general.name, HF _name_or_path)
 };
 
@@ -129,7 +149,8 @@ struct oscar_layer_weights {
     float * sh_gate;   // [Fs, C]     shared expert (qwen2_moe) or NULL
     float * sh_up;     // [Fs, C]
     float * sh_down;   // [C, Fs]
-    float * sh_scale;  // [C]         shared_expert_gate (one output row)
+    float * sh_scale;  // [C]         shared_expert_gate (one output row), NULL when shared_ungated
+    float * exp_bias;  // [E]         choice-only router bias (expert_bias) or NULL
 };
 
 struct oscar_model {

@@ -1,5 +1,6 @@
 // test-forward.c - CPU forward pass against transformers (tiny random-init Llama/Qwen2/Qwen3, Llama 3.x RoPE
-// scaling, Mistral sliding window, Phi-3, Gemma 3 fixtures; GGUF variants against the same fixtures), capture hooks,
+// scaling, Mistral sliding window, Phi-3, Gemma 3, MoE (Qwen2/3, Mixtral, GLM-4) fixtures; GGUF variants against
+// the same fixtures), capture hooks,
 // attention override, batching, sliding-window attention at its boundary, perplexity convention.
 #include <setjmp.h>
 #include <stdarg.h>
@@ -392,6 +393,64 @@ static void test_oracle_mixtral(void ** state) {
     fixture_free(&fx);
 }
 
+// GLM-4.x MoE (make_glm4moe_fixtures.py): head_dim 32 != hidden / heads, RoPE on the first 16 dims, q/k norms,
+// q/k/v bias, layer 0 dense, layers 1-3 with 8 sigmoid-scored experts chosen with e_score_correction_bias in
+// 2 groups of which 1 competes, top-2 renormalised then times 2.5, plus one ungated shared expert. Both files
+// (config.json + safetensors, its GGUF) against the same fixture; each feature switched off must miss it.
+static void test_oracle_glm4_moe(void ** state) {
+    (void)state;
+    check_oracle("tiny-glm4-moe");
+    check_oracle_model("tiny-glm4-moe", "tests/fixtures/models/tiny-glm4-moe.gguf");
+    const char * files[] = {"", "tests/fixtures/models/tiny-glm4-moe.gguf"};
+    for (int i = 0; i < 2; i++) {
+        struct fixture fx;
+        fixture_load_model(&fx, "tiny-glm4-moe", files[i]);
+        struct oscar_model_config c = fx.model->config, c2;
+        assert_int_equal(c.arch, OSCAR_ARCH_GLM4_MOE);
+        assert_true(c.n_layer == 4 && c.head_dim == 32 && c.rope_dim == 16 && c.qk_norm && c.qkv_bias);
+        assert_true(c.n_expert == 8 && c.n_expert_used == 2 && c.n_ff_expert == 24 && c.n_ff_shared == 24);
+        assert_true(c.expert_gating == OSCAR_GATING_SIGMOID && c.expert_bias && c.shared_ungated);
+        assert_true(c.n_expert_group == 2 && c.n_group_used == 1 && c.expert_norm_topk && c.expert_scale == 2.5f);
+        assert_true(!oscar_layer_is_moe(&c, 0) && oscar_layer_is_moe(&c, 1) && oscar_layer_is_moe(&c, 3));
+        const char * name = i ? "tiny-glm4-moe.gguf" : "tiny-glm4-moe";
+        double e;
+        c2 = c, c2.n_expert_group = 1;
+        e = oracle_err_with(&fx, &c2);
+        printf("%s without the expert groups: logits rel-L2 %.3e\n", name, e);
+        assert_true(e > 10 * ORACLE_TOL);
+        c2 = c, c2.expert_scale = 0.0f;
+        e = oracle_err_with(&fx, &c2);
+        printf("%s without the routed scaling: logits rel-L2 %.3e\n", name, e);
+        assert_true(e > 10 * ORACLE_TOL);
+        c2 = c, c2.expert_norm_topk = false;
+        e = oracle_err_with(&fx, &c2);
+        printf("%s without norm_topk_prob: logits rel-L2 %.3e\n", name, e);
+        assert_true(e > 10 * ORACLE_TOL);
+        c2 = c, c2.rope_dim = 0;
+        e = oracle_err_with(&fx, &c2);
+        printf("%s rotating all dims: logits rel-L2 %.3e\n", name, e);
+        assert_true(e > 10 * ORACLE_TOL);
+        // the correction bias zeroed in the loaded weights (it only chooses, so the routing changes), then put back
+        float bias[4][8];
+        for (int32_t l = 1; l < c.n_layer; l++) {
+            memcpy(bias[l], fx.model->layers[l].exp_bias, sizeof bias[l]);
+            memset(fx.model->layers[l].exp_bias, 0, sizeof bias[l]);
+        }
+        e = oracle_err_with(&fx, &c);
+        printf("%s without the correction bias: logits rel-L2 %.3e\n", name, e);
+        assert_true(e > 10 * ORACLE_TOL);
+        for (int32_t l = 1; l < c.n_layer; l++) memcpy(fx.model->layers[l].exp_bias, bias[l], sizeof bias[l]);
+        assert_true(oracle_err_with(&fx, &c) <= ORACLE_TOL);
+        // the shared expert's output dropped
+        for (int32_t l = 1; l < c.n_layer; l++)
+            memset(fx.model->layers[l].sh_down, 0, sizeof(float) * (size_t)c.n_embd * (size_t)c.n_ff_shared);
+        e = oracle_err_with(&fx, &c);
+        printf("%s without the shared expert: logits rel-L2 %.3e\n", name, e);
+        assert_true(e > 10 * ORACLE_TOL);
+        fixture_free(&fx);
+    }
+}
+
 static void test_hook_layers_and_shapes(void ** state) {
     (void)state;
     struct fixture fx;
@@ -714,6 +773,7 @@ int main(void) {
         cmocka_unit_test(test_oracle_qwen3_moe),
         cmocka_unit_test(test_oracle_qwen2_moe),
         cmocka_unit_test(test_oracle_mixtral),
+        cmocka_unit_test(test_oracle_glm4_moe),
         cmocka_unit_test(test_hook_layers_and_shapes),
         cmocka_unit_test(test_hook_and_override_identical),
         cmocka_unit_test(test_batched_equals_single),
