@@ -42,9 +42,10 @@ enum oscar_status oscar_calib_gate_layer(struct oscar_eval_dev * ev, const struc
         (st = osc_calib_transform("hadamard", p, NULL, NULL, L, n_head_kv, D, &had)) == OSCAR_OK &&
         (st = osc_calib_transform("oscar-searched", p, f, c, L, n_head_kv, D, &osc)) == OSCAR_OK) {
         had.k_clip = 0.96, had.v_clip = 0.92;   // the reference's fixed ratios (method.md §9.5)
-        if ((st = oscar_eval_dev_out_rel(ev, &naive, &g->naive[l])) == OSCAR_OK &&
-            (st = oscar_eval_dev_out_rel(ev, &had, &g->hadamard[l])) == OSCAR_OK)
-            st = oscar_eval_dev_out_rel(ev, &osc, &g->oscar[l]);
+        const struct oscar_kv_transform tf[3] = {naive, had, osc};
+        double err[3];
+        st = oscar_eval_dev_out_rel_methods(ev, tf, 3, err); // one exact attention for the three
+        g->naive[l] = err[0], g->hadamard[l] = err[1], g->oscar[l] = err[2];
     }
     if (t) t->gate += osc_now() - t0;
     return st;

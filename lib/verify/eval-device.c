@@ -173,6 +173,23 @@ enum oscar_status oscar_eval_dev_out_rel(struct oscar_eval_dev * ev, const struc
     return OSCAR_OK;
 }
 
+enum oscar_status oscar_eval_dev_out_rel_methods(struct oscar_eval_dev * ev, const struct oscar_kv_transform * tf,
+                                                 int32_t n, double * out_rel) {
+    if (n < 1 || n > OSCAR_METRICS_MAX_CACHES)
+        return osc_error(OSCAR_ERR_INVALID, "layer eval: %d methods (1 to %d)", n, OSCAR_METRICS_MAX_CACHES);
+    if (ev->be) { // the device computes each method's errors on its own
+        enum oscar_status st = OSCAR_OK;
+        for (int32_t i = 0; i < n && st == OSCAR_OK; i++) st = oscar_eval_dev_out_rel(ev, &tf[i], &out_rel[i]);
+        return st;
+    }
+    double t0 = osc_now();
+    struct oscar_layer_metrics m[OSCAR_METRICS_MAX_CACHES];
+    enum oscar_status st = oscar_verify_layer_metrics_methods(tf, n, &ev->in, ev->n_threads, m);
+    for (int32_t i = 0; i < n; i++) out_rel[i] = st == OSCAR_OK ? m[i].out_rel : 0.0;
+    ev->t_out_rel += osc_now() - t0;
+    return st;
+}
+
 static enum oscar_status cpu_candidates(struct oscar_eval_dev * ev, struct oscar_kv_transform * tf, int32_t n_cand,
                                         const double * ratios, bool v_per_head, double * k_num, double * k_den,
                                         double * v_num, double * v_den) {

@@ -15,6 +15,7 @@
 //   oscar_eval_dev_open("cuda", &shape, n_threads, &ev);
 //   oscar_eval_dev_layer(ev, &in);             // in (and its arrays) must stay valid
 //   oscar_eval_dev_out_rel(ev, &tf, &err);      // any number of methods
+//   oscar_eval_dev_out_rel_methods(ev, tfs, n, errs);   // or n of them at once
 //   oscar_eval_dev_candidates(ev, &tf, G, grid, per_head, ...);
 //   oscar_eval_dev_free(ev);
 #ifndef OSCAR_VERIFY_EVAL_DEVICE_H
@@ -40,6 +41,10 @@ enum oscar_status oscar_eval_dev_layer(struct oscar_eval_dev * ev, const struct 
 // out_rel of transform tf on the current layer (tf's own clip ratios).
 enum oscar_status oscar_eval_dev_out_rel(struct oscar_eval_dev * ev, const struct oscar_kv_transform * tf,
                                          double * out_rel);
+// out_rel[i] of each of the n transforms (1 to OSCAR_METRICS_MAX_CACHES), the same bits as n
+// calls of oscar_eval_dev_out_rel; on the cpu the exact attention is computed once for all n.
+enum oscar_status oscar_eval_dev_out_rel_methods(struct oscar_eval_dev * ev, const struct oscar_kv_transform * tf,
+                                                 int32_t n, double * out_rel);
 
 // oscar_verify_candidate_errors for the n_cand variants of tf with k_clip = v_clip =
 // ratios[c] (tf must not carry per-layer clip arrays). Output shapes as there.

@@ -89,6 +89,7 @@ static enum oscar_status ec_run(const char * backend, const struct ec_case * cs,
     }
     if (st == OSCAR_OK) st = oscar_eval_dev_open(backend, &shape, 0, &ev);
     if (st == OSCAR_OK) st = oscar_eval_dev_layer(ev, &in);
+    double one[5] = { 0.0 }, all[5] = { 0.0 };
     for (int m = 0; m < 5 && st == OSCAR_OK; m++) {   // gate: out_rel
         struct oscar_layer_metrics ref;
         double a = 0.0, b = 0.0;
@@ -99,6 +100,12 @@ static enum oscar_status ec_run(const char * backend, const struct ec_case * cs,
         printf("    %-16s out_rel %s %.9e  cpu %.9e  rel %.2e\n", tf[m].name, backend, a, ref.out_rel, r);
         if (r > *max_rel) *max_rel = r;
         if (memcmp(&a, &b, sizeof a)) *det = 0;
+        one[m] = a;
+    }
+    // the gate's form: the five at once give each one's bits
+    if (st == OSCAR_OK && (st = oscar_eval_dev_out_rel_methods(ev, tf, 5, all)) == OSCAR_OK && memcmp(one, all, sizeof one)) {
+        printf("    out_rel of five methods at once differs from one at a time\n");
+        *det = 0;
     }
     for (int m = 2; m < 4 && st == OSCAR_OK && cs->mode != OSCAR_TIERS_DECODE; m++) {   // clip search
         bool ph = m == 3;
