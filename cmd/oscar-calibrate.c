@@ -483,8 +483,9 @@ static enum oscar_status print_json(const struct opts * o, const struct oscar_ca
 }
 
 // The model and tokenizer of --model (opened without the LM head, which no
-// calibration step reads: the layer-major pass reads each layer when it gets
-// there; a store replay takes every layer's W_O, so it loads), or for --random-init on the CPU the weights materialised layer by
+// calibration step reads, and on CUDA without the embedding, which the backend reads
+// for its upload: the layer-major pass reads each layer when it gets there; a store
+// replay takes every layer's W_O, so it loads), or for --random-init on the CPU the weights materialised layer by
 // layer on the host (oscar_model_open_random); CUDA makes its random weights on
 // the device and the pass gets the shape alone.
 static enum oscar_status open_model(const struct opts * o, struct oscar_model * shape, uint64_t seed,
@@ -495,7 +496,11 @@ static enum oscar_status open_model(const struct opts * o, struct oscar_model * 
         return OSCAR_OK;
     }
     if (o->random_init) return oscar_model_open_random(&shape->config, seed, &e->m);
-    enum oscar_status st = o->from_act ? oscar_model_load(o->model, &e->m) : oscar_model_open_no_head(o->model, &e->m);
+    // CUDA uploads the embedding from a copy it reads and frees (open_lazy), so the host does not
+    // hold it through the pass (the Qwen3-8B shape: 2.3 GiB of fp32)
+    enum oscar_status st = o->from_act  ? oscar_model_load(o->model, &e->m)
+                           : on_cuda(o) ? oscar_model_open_lazy(o->model, &e->m)
+                                        : oscar_model_open_no_head(o->model, &e->m);
     return st != OSCAR_OK ? st : oscar_tokenizer_load(o->model, tok);
 }
 
