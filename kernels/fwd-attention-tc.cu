@@ -2,9 +2,9 @@
 // (kernels/forward-cuda.cu): bf16 q/k/v, mma.sync m16n8k16 with fp32 accumulation,
 // online softmax in fp32 (accurate expf), GQA, keys only up to the block's last
 // query and, with a sliding window, from the first key its first query reads (fully
-// masked tiles are never loaded); the score scale is the layer's (struct osc_att_rule). The probabilities P enter the P.V
-// product rounded to bf16, as flash attention and torch sdpa in bf16 do; the
-// normaliser sums the unrounded fp32 P. Fixed order throughout: deterministic.
+// masked tiles are never loaded); the score scale is the layer's (struct osc_att_rule).
+// The probabilities P enter the P.V product rounded to bf16, as flash attention and
+// torch sdpa in bf16 do; the normaliser sums the unrounded fp32 P. Fixed order throughout: deterministic.
 // Handles head_dim <= 128 with head_dim % 8 == 0 (16-byte rows); the caller falls
 // back to the fp32 kernel otherwise.
 //
