@@ -9,8 +9,10 @@
 // check, per model (tiny-llama, tiny-qwen2, tiny-qwen3, tiny-llama3 (+ GGUF), tiny-mistral (+ GGUF:
 // sliding window 16), tiny-phi3 (window 20, partial rotary 8 of 16 dims), tiny-gemma3-hub (bf16
 // safetensors, + GGUF: Gemma 3's layer, local/global layers) fixtures, and a random-init
-// SmolLM2-135M-shaped model unless --small), on one batch of 3 sequences (100, 37, 190 tokens:
-// several windows long, so windowed blocks skip key tiles):
+// SmolLM2-135M-shaped model, a head_dim-128 model rotating 64 dims under a window of 100 and a
+// head_dim-256 model with Gemma 3's layer unless --small), on one batch of 3 sequences (fixtures
+// 100, 37, 190 tokens, random models 256, 128, 201: several windows long, so windowed blocks skip
+// key tiles):
 //  1. logits: GPU vs CPU run with the same weights pre-rounded to bf16 (the GPU stores
 //     matrices and embeddings as bf16; norms and biases stay fp32 on both sides).
 //     Tolerance 1e-2 relative L2. Derivation: what remains different is the GPU's bf16
@@ -483,6 +485,26 @@ static int do_check(bool small, const char * real_model, const char * corpus) {
         TRY(oscar_model_init_random(&c, rnd_u64(), &m));
         const int32_t slens[3] = {256, 128, 201};
         check_model("smollm2-135m-random", m, slens, 3, NULL);
+        oscar_model_free(m);
+        // the shapes the fixtures do not reach: head_dim 128 rotating its first 64 dims (GLM's
+        // partial rotary; 2 pass-through dims per lane) under a window of 100 (tiles skipped in
+        // the 256-token sequence), and head_dim 256 (the fp32 attention kernel in both modes)
+        // with Gemma 3's layer, local layers on their own RoPE base
+        struct oscar_model_config pr = c;
+        pr.n_layer = 4, pr.n_embd = 512, pr.n_head = 8, pr.n_head_kv = 2, pr.head_dim = 128, pr.rope_dim = 64;
+        pr.n_ff = 1024, pr.n_vocab = 1000, pr.sliding_window = 100;
+        snprintf(pr.name, sizeof pr.name, "partial rotary 64/128, window 100 (random)");
+        TRY(oscar_model_init_random(&pr, rnd_u64(), &m));
+        check_model("rope64-of-128-window100-random", m, slens, 3, NULL);
+        oscar_model_free(m);
+        struct oscar_model_config g3 = pr;
+        g3.arch = OSCAR_ARCH_GEMMA3, g3.n_layer = 6, g3.n_head = 4, g3.head_dim = 256, g3.rope_dim = 0;
+        g3.rope_theta = 1000000.0f, g3.rope_theta_swa = 10000.0f, g3.swa_pattern = 3, g3.rms_eps = 1e-6f;
+        g3.qk_norm = true, g3.post_norms = true, g3.embed_scale = true, g3.act = OSCAR_ACT_GELU_TANH;
+        g3.norm_offset = 1.0f;
+        snprintf(g3.name, sizeof g3.name, "Gemma 3 layer, head_dim 256 (random)");
+        TRY(oscar_model_init_random(&g3, rnd_u64(), &m));
+        check_model("gemma3-d256-random", m, slens, 3, NULL);
         oscar_model_free(m);
     }
     printf("\nfp32 mode (oscar_fwd_params.fp32): CPU pass on the unrounded weights; bounds: logits 1e-4,"
