@@ -44,8 +44,10 @@
 // bounds: a stats accumulator is refused for a non-default score scale (lib/stats assumes
 // head_dim^-1/2), which is checked too. Controls (fp32 mode, cheap): the GPU run with one feature
 // switched off in its config - tiny-mistral's window, tiny-phi3's partial rotary, tiny-gemma3's
-// embedding scale - must MISS the CPU logits by more than the bf16 bound 1e-2, so the rows above
-// pass because the feature is computed, not because it does not matter on these fixtures.
+// embedding scale - must MISS the CPU logits by more than 10x the fp32 bound (1e-3), so the rows
+// above pass because the feature is computed, not because it does not matter on these fixtures
+// (measured on the CPU pass, feature on vs off: mistral's window 0.56, phi3's partial rotary
+// 9e-3 - its tiny random weights make RoPE a small effect -, gemma3's embedding scale 1.07).
 //
 // The same model also runs in the fp32 mode (oscar_fwd_params.fp32: fp32 weights, activations
 // and GEMM inputs, CUBLAS_COMPUTE_32F without TF32, the fp32 attention kernel, pass-1 Gram
@@ -330,7 +332,7 @@ static void compare_logits(const char * name, const struct oscar_model * m, cons
 }
 
 // Control: the fp32 cuda pass with cfg (m's config with one feature off) must miss the CPU
-// logits of m by more than the bf16 bound.
+// logits of m by more than 10x the fp32 bound.
 static void control_off(const char * name, const char * what, const struct oscar_model * m,
                         const struct oscar_model_config * cfg, const struct oscar_batch * b) {
     const size_t n = (size_t) b->seq_start[b->n_seq] * (size_t) m->config.n_vocab;
@@ -343,7 +345,7 @@ static void control_off(const char * name, const char * what, const struct oscar
     oscar_fwd_free(f);
     cuda_logits(m, cfg, true, b, lg);
     const double e = rel_l2(lg, lc, n);
-    const bool missed = e > 1e-2;
+    const bool missed = e > 1e-3;
     printf("control %s without %s: logits rel L2 %.2e vs CPU (%s)\n", name, what, e,
            missed ? "misses, as it must" : "DOES NOT MISS: the feature is not exercised");
     g_fail |= !missed;
