@@ -118,6 +118,9 @@ __device__ double warp_sum_d(double v) {
 
 // One warp per (token, head) of the Hq + 2 Hkv heads; lane holds the rotated pairs (i, i + R/2)
 // and the pass-through dims R .. D-1 it owns (none when R = D: the full rotation, unchanged bits).
+// PARTIAL = R < D: a template parameter so the full-rotation kernel keeps its registers (the
+// pass-through array would put the head in local memory).
+template <bool PARTIAL>
 __global__ void __launch_bounds__(256) k_qkv_epilogue(float * q, float * k, float * v, osc_bf16 * qb,
                                                       osc_bf16 * kb, osc_bf16 * vb, const float * qkv,
                                                       const float * bias, const float * qn, const float * kn,
@@ -129,7 +132,8 @@ __global__ void __launch_bounds__(256) k_qkv_epilogue(float * q, float * k, floa
     for (int32_t hh = warp; hh < H; hh += blockDim.x >> 5) {
         const float * src = qkv + (size_t) t * row + (size_t) hh * D;
         const float * b = bias ? bias + (size_t) hh * D : nullptr;
-        float a[OSC_FWD_MAX_HEAD_DIM / 64], c[OSC_FWD_MAX_HEAD_DIM / 64], z[OSC_FWD_MAX_HEAD_DIM / 32];
+        float a[OSC_FWD_MAX_HEAD_DIM / 64], c[OSC_FWD_MAX_HEAD_DIM / 64];
+        float z[PARTIAL ? OSC_FWD_MAX_HEAD_DIM / 32 : 1]; // the pass-through dims
         int32_t n = 0, nz = 0;
         double ss = 0.0;
         for (int32_t i = lane; i < h2; i += 32, n++) {
@@ -137,7 +141,7 @@ __global__ void __launch_bounds__(256) k_qkv_epilogue(float * q, float * k, floa
             c[n] = src[i + h2] + (b ? b[i + h2] : 0.0f);
             ss += (double) a[n] * (double) a[n] + (double) c[n] * (double) c[n];
         }
-        for (int32_t i = R + lane; i < D; i += 32, nz++) {
+        for (int32_t i = R + lane; PARTIAL && i < D; i += 32, nz++) {
             z[nz] = src[i] + (b ? b[i] : 0.0f);
             ss += (double) z[nz] * (double) z[nz];
         }
@@ -146,13 +150,13 @@ __global__ void __launch_bounds__(256) k_qkv_epilogue(float * q, float * k, floa
             n = 0;
             for (int32_t i = lane; i < h2; i += 32, n++) v[o + i] = a[n], v[o + i + h2] = c[n];
             nz = 0;
-            for (int32_t i = R + lane; i < D; i += 32, nz++) v[o + i] = z[nz];
+            for (int32_t i = R + lane; PARTIAL && i < D; i += 32, nz++) v[o + i] = z[nz];
             if (vb) {
                 n = 0;
                 for (int32_t i = lane; i < h2; i += 32, n++)
                     vb[o + i] = __float2bfloat16(a[n]), vb[o + i + h2] = __float2bfloat16(c[n]);
                 nz = 0;
-                for (int32_t i = R + lane; i < D; i += 32, nz++) vb[o + i] = __float2bfloat16(z[nz]);
+                for (int32_t i = R + lane; PARTIAL && i < D; i += 32, nz++) vb[o + i] = __float2bfloat16(z[nz]);
             }
             continue;
         }
@@ -173,7 +177,7 @@ __global__ void __launch_bounds__(256) k_qkv_epilogue(float * q, float * k, floa
             if (dstb) dstb[i] = __float2bfloat16(y0), dstb[i + h2] = __float2bfloat16(y1);
         }
         nz = 0;
-        for (int32_t i = R + lane; i < D; i += 32, nz++) { // not rotated (partial rotary)
+        for (int32_t i = R + lane; PARTIAL && i < D; i += 32, nz++) { // not rotated (partial rotary)
             const float y = nw ? (off + nw[i]) * (z[nz] * r) : z[nz];
             dst[i] = y;
             if (dstb) dstb[i] = __float2bfloat16(y);
@@ -186,7 +190,12 @@ cudaError_t osc_fwd_qkv_epilogue(float * q, float * k, float * v, osc_bf16 * qb,
                                  const int32_t * pos, const float * inv_freq, int32_t R, int32_t T, int32_t Hq,
                                  int32_t Hkv, int32_t D, float eps, cudaStream_t s) {
     if (R <= 0 || R > D || R % 2 != 0) return cudaErrorInvalidValue;
-    k_qkv_epilogue<<<T, 256, 0, s>>>(q, k, v, qb, kb, vb, qkv, bias, qn, kn, off, pos, inv_freq, R, Hq, Hkv, D, eps);
+    if (R < D)
+        k_qkv_epilogue<true><<<T, 256, 0, s>>>(q, k, v, qb, kb, vb, qkv, bias, qn, kn, off, pos, inv_freq, R, Hq, Hkv,
+                                               D, eps);
+    else
+        k_qkv_epilogue<false><<<T, 256, 0, s>>>(q, k, v, qb, kb, vb, qkv, bias, qn, kn, off, pos, inv_freq, R, Hq, Hkv,
+                                                D, eps);
     return cudaGetLastError();
 }
 
