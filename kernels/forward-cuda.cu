@@ -4,6 +4,11 @@
 // residual stream, the q/k/v epilogue and flash-style causal attention of
 // kernels/fwd-kernels.cu, and device-side capture sums (KTK, VTV, grouped QQT in
 // pass 1; SST in pass 2) handed to lib/stats at the end of each pass.
+// The layer is the CPU forward's (lib/model/forward.c) for every dense architecture:
+// Llama/SmolLM, Qwen2/3 (q/k norms, biases), Mistral and Qwen sliding windows, Phi-3 and GLM
+// partial rotary, and Gemma 3's layer ((1 + w) RMSNorms, sandwich norms, GELU-tanh MLP,
+// sqrt(C)-scaled embedding, query_pre_attn_scalar score scale, local/global RoPE bases on
+// its sliding/global layers). Mixture-of-experts models are refused (the CPU pass runs them).
 // fp32 mode (oscar_fwd_params.fp32): the same pass with every weight matrix, embedding
 // and GEMM input (xn, att, h, pass-1 Gram inputs) in fp32 and the fp32 attention
 // kernel. One mechanism carries both: those buffers are `void *` of f->esize bytes per
@@ -49,6 +54,8 @@ enum { VATT_ROWS = 512 };
 struct dlayer {
     float * attn_norm;   // [C]
     float * ffn_norm;    // [C]
+    float * attn_post_norm; // [C] sandwich norms (post_norms: Gemma), else NULL
+    float * ffn_post_norm;  // [C]
     float * q_norm;      // [D] or NULL
     float * k_norm;      // [D] or NULL
     float * bqkv;        // [NQKV] or NULL
@@ -78,7 +85,8 @@ struct cuda_fwd {
     void * embd;          // [V, C]
     void * out_w;         // [V, C] (== embd when tied)
     float * out_norm;     // [C]
-    float * inv_freq;     // [D/2]
+    float * inv_freq;     // [R/2], R = rotated dims (oscar_rope_dim)
+    float * inv_freq_swa; // [R/2] the sliding layers' frequencies when they have a RoPE base of their own, else NULL
     struct dlayer * layers; // host array [L] of device pointers (layered: into the slots)
     struct dlayer slots[2]; // layered: layer l runs from slot l % 2
     float * stage;          // layered, bf16: fp32 staging of weight uploads [STAGE_FLOATS]
@@ -241,7 +249,7 @@ static enum oscar_status alloc_weights(struct cuda_fwd * f) {
     const size_t L = f->p.layered ? 2 : (size_t) c->n_layer; // layered: the two slots
     float * norms;
     void * mats;
-    const size_t n_norm = 2 * C + (c->qk_norm ? 2 * D : 0) + (c->qkv_bias ? NQKV : 0);
+    const size_t n_norm = 2 * C + (c->post_norms ? 2 * C : 0) + (c->qk_norm ? 2 * D : 0) + (c->qkv_bias ? NQKV : 0);
     const size_t n_mat = NQKV * C + C * Q + 2 * F * C + C * F;
     OSCAR_CUDA_CHECK(dalloc(f, &norms, L * n_norm, true));
     OSCAR_CUDA_CHECK(dalloc_w(f, &mats, L * n_mat, true));
@@ -250,6 +258,7 @@ static enum oscar_status alloc_weights(struct cuda_fwd * f) {
         float * p = norms + l * n_norm;
         w->attn_norm = p, p += C;
         w->ffn_norm = p, p += C;
+        if (c->post_norms) w->attn_post_norm = p, p += C, w->ffn_post_norm = p, p += C;
         if (c->qk_norm) w->q_norm = p, p += D, w->k_norm = p, p += D;
         if (c->qkv_bias) w->bqkv = p;
         const size_t m = l * n_mat; // element offsets in mats
@@ -322,6 +331,12 @@ static enum oscar_status upload_layer(struct cuda_fwd * f, const struct dlayer *
     {
         UP(upload_f32(f, d->attn_norm, w->attn_norm, C));
         UP(upload_f32(f, d->ffn_norm, w->ffn_norm, C));
+        if (c->post_norms) {
+            if (!w->attn_post_norm || !w->ffn_post_norm)
+                return osc_error(OSCAR_ERR_INVALID, "forward-cuda: post_norms set but a sandwich norm is missing");
+            UP(upload_f32(f, d->attn_post_norm, w->attn_post_norm, C));
+            UP(upload_f32(f, d->ffn_post_norm, w->ffn_post_norm, C));
+        }
         if (c->qk_norm) {
             UP(upload_f32(f, d->q_norm, w->q_norm, D));
             UP(upload_f32(f, d->k_norm, w->k_norm, D));
@@ -352,6 +367,13 @@ static cudaError_t random_w(struct cuda_fwd * f, void * dst, int64_t n, uint64_t
 
 static enum oscar_status random_layer(struct cuda_fwd * f, const struct dlayer * d, int32_t l, uint64_t seed);
 
+// A norm's weights: ones, or 1 - norm_offset where the norm multiplies by norm_offset + w (the
+// factor is 1 either way, as in lib/model's random models).
+static cudaError_t random_norm(struct cuda_fwd * f, float * dst, int64_t n, uint64_t seed, uint64_t tensor) {
+    if (f->c.norm_offset == 0.0f) return osc_fwd_random_f32(dst, n, seed, tensor, true, f->stream);
+    return osc_fwd_fill_f32(dst, n, 1.0f - f->c.norm_offset, f->stream);
+}
+
 // Tensor ids for the generator: 1 + 16 l + kind (0 for the embedding, 15 for the LM head).
 static enum oscar_status random_model(struct cuda_fwd * f, uint64_t seed) {
     const struct oscar_model_config * c = &f->c;
@@ -359,7 +381,7 @@ static enum oscar_status random_model(struct cuda_fwd * f, uint64_t seed) {
     cudaStream_t s = f->stream;
     OSCAR_CUDA_CHECK(random_w(f, f->embd, V * C, seed, 0));
     if (!c->tied_embeddings && !f->p.layered) OSCAR_CUDA_CHECK(random_w(f, f->out_w, V * C, seed, 15));
-    OSCAR_CUDA_CHECK(osc_fwd_random_f32(f->out_norm, C, seed, 14, true, s));
+    OSCAR_CUDA_CHECK(random_norm(f, f->out_norm, C, seed, 14));
     for (int32_t l = 0; l < c->n_layer && !f->p.layered; l++) {
         enum oscar_status st = random_layer(f, &f->layers[l], l, seed);
         if (st != OSCAR_OK) return st;
@@ -376,11 +398,15 @@ static enum oscar_status random_layer(struct cuda_fwd * f, const struct dlayer *
     cudaStream_t s = f->stream;
     {
         const uint64_t id = 1 + 16 * (uint64_t) l;
-        OSCAR_CUDA_CHECK(osc_fwd_random_f32(d->attn_norm, C, seed, id + 0, true, s));
-        OSCAR_CUDA_CHECK(osc_fwd_random_f32(d->ffn_norm, C, seed, id + 1, true, s));
+        OSCAR_CUDA_CHECK(random_norm(f, d->attn_norm, C, seed, id + 0));
+        OSCAR_CUDA_CHECK(random_norm(f, d->ffn_norm, C, seed, id + 1));
         if (c->qk_norm) {
-            OSCAR_CUDA_CHECK(osc_fwd_random_f32(d->q_norm, D, seed, id + 2, true, s));
-            OSCAR_CUDA_CHECK(osc_fwd_random_f32(d->k_norm, D, seed, id + 3, true, s));
+            OSCAR_CUDA_CHECK(random_norm(f, d->q_norm, D, seed, id + 2));
+            OSCAR_CUDA_CHECK(random_norm(f, d->k_norm, D, seed, id + 3));
+        }
+        if (c->post_norms) {
+            OSCAR_CUDA_CHECK(random_norm(f, d->attn_post_norm, C, seed, id + 9));
+            OSCAR_CUDA_CHECK(random_norm(f, d->ffn_post_norm, C, seed, id + 10));
         }
         if (c->qkv_bias) OSCAR_CUDA_CHECK(osc_fwd_random_f32(d->bqkv, NQKV, seed, id + 4, false, s));
         OSCAR_CUDA_CHECK(random_w(f, d->wqkv, NQKV * C, seed, id + 5));
@@ -426,19 +452,18 @@ static enum oscar_status check_config(const struct oscar_model_config * c, const
     if (c->n_expert > 0)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: mixture-of-experts models (%s, %d experts) are not "
                          "implemented on the GPU; use the cpu backend", oscar_arch_name(c->arch), c->n_expert);
-    // Gemma 3's layer (issue 14) is the CPU forward's only: refuse rather than compute a Llama layer
-    if (c->norm_offset != 0.0f || c->act != OSCAR_ACT_SILU || c->attn_scale != 0.0f || c->embed_scale ||
-        c->post_norms || c->rope_theta_swa != 0.0f || c->swa_pattern != 0)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: %s's layer ((1 + w) RMSNorms, sandwich norms, GELU-tanh "
-                         "MLP, sqrt(hidden)-scaled embedding, query_pre_attn_scalar score scale, local/global RoPE "
-                         "bases) is not implemented on the GPU; use the cpu backend", oscar_arch_name(c->arch));
-    // the kernels rotate every dim and attend to every earlier key
-    if (oscar_rope_dim(c) != c->head_dim)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: partial rotary (rope_dim %d < head_dim %d) is not "
-                         "implemented on the GPU; use the cpu backend", c->rope_dim, c->head_dim);
-    if (c->sliding_window > 0)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: sliding-window attention (sliding_window = %d) is "
-                         "not implemented on the GPU; use the cpu backend", c->sliding_window);
+    // the rest of the layer is the CPU pass's (lib/model/forward.c check_model: the same ranges)
+    if (c->rope_dim < 0 || c->rope_dim > c->head_dim || c->rope_dim % 2 != 0 || c->sliding_window < 0 ||
+        c->swa_pattern < 0 || !(c->rope_theta_swa >= 0.0f) || !(c->attn_scale >= 0.0f) || !(c->norm_offset >= 0.0f) ||
+        (c->act != OSCAR_ACT_SILU && c->act != OSCAR_ACT_GELU_TANH))
+        return osc_error(OSCAR_ERR_INVALID, "forward-cuda: bad rope_dim %d, sliding_window %d, swa_pattern %d, local "
+                         "RoPE base, score scale, norm offset or activation", c->rope_dim, c->sliding_window,
+                         c->swa_pattern);
+    if (p->stats && !oscar_attn_scale_is_default(c)) // as the cpu backend (lib/backend/fwd-cpu.c)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: %s scores attention with %g (query_pre_attn_scalar^-1/2), "
+                         "not head_dim^-1/2 = %g: the calibration statistics (attention mass) and held-out metrics "
+                         "assume the latter", oscar_arch_name(c->arch), (double) oscar_attn_scale(c),
+                         1.0 / sqrt((double) c->head_dim));
     if (p->max_tokens <= 0) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: max_tokens %d", p->max_tokens);
     if (p->attention && !p->attention->attend)
         return osc_error(OSCAR_ERR_INVALID, "forward-cuda: attention override without a callback");
@@ -553,7 +578,7 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f, const float * rope
     const size_t T = (size_t) f->max_tokens, C = (size_t) c->n_embd, D = (size_t) c->head_dim;
     const size_t Q = (size_t) c->n_head * D, KV = (size_t) c->n_head_kv * D, F = (size_t) c->n_ff;
     const size_t NQKV = Q + 2 * KV, L = (size_t) c->n_layer, H = (size_t) c->n_head_kv;
-    const size_t wide = NQKV > 2 * F ? NQKV : 2 * F;
+    const size_t wide0 = NQKV > 2 * F ? NQKV : 2 * F, wide = wide0 > C ? wide0 : C; // C: a sandwich norm's input
     const size_t lr = T < (size_t) LOGIT_ROWS ? T : (size_t) LOGIT_ROWS;
     OSCAR_CUDA_CHECK(dalloc(f, &f->d_tok, T, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->d_pos, T, false));
@@ -574,6 +599,7 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f, const float * rope
     if (!f->p.layered) OSCAR_CUDA_CHECK(dalloc(f, &f->logit_buf, lr * (size_t) c->n_vocab, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->blas_ws, BLAS_WS_BYTES, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->inv_freq, D / 2, false));
+    if (c->rope_theta_swa > 0.0f) OSCAR_CUDA_CHECK(dalloc(f, &f->inv_freq_swa, D / 2, false));
     if (f->p.stats) {
         const uint32_t k = f->kinds;
         const size_t mats = L * H * D * D;
@@ -603,10 +629,17 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f, const float * rope
     const enum oscar_status staged = alloc_host_staging(f);
     if (staged != OSCAR_OK) return staged;
     if (!f->h_pos || !f->h_blocks) return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
-    // the CPU pass's frequencies (RoPE scaling, GGUF rope_freqs divisors)
+    // the CPU pass's frequencies (RoPE scaling, GGUF rope_freqs divisors; the sliding layers' own base)
     float inv[OSC_FWD_MAX_HEAD_DIM / 2];
+    const size_t R2 = (size_t) oscar_rope_dim(c) / 2;
     oscar_rope_inv_freq(c, rope_freqs, inv);
-    OSCAR_CUDA_CHECK(cudaMemcpy(f->inv_freq, inv, D / 2 * sizeof(float), cudaMemcpyHostToDevice));
+    OSCAR_CUDA_CHECK(cudaMemcpy(f->inv_freq, inv, R2 * sizeof(float), cudaMemcpyHostToDevice));
+    for (int32_t l = 0; f->inv_freq_swa && l < c->n_layer; l++) // the first sliding layer's (all of them are alike)
+        if (oscar_layer_sliding(c, l)) {
+            oscar_rope_inv_freq_layer(c, l, rope_freqs, inv);
+            OSCAR_CUDA_CHECK(cudaMemcpy(f->inv_freq_swa, inv, R2 * sizeof(float), cudaMemcpyHostToDevice));
+            break;
+        }
     return OSCAR_OK;
 }
 
@@ -932,31 +965,44 @@ static enum oscar_status host_hook(struct cuda_fwd * f, const struct oscar_batch
 }
 
 // Kernels that write GEMM activations or read the embedding, on the pass's element type.
+// Gemma's embedding scale: sqrt(C) rounded to fp32 (the CPU's oscar_forward_embed), else 1.
 static cudaError_t act_embed(struct cuda_fwd * f, int32_t T) {
-    if (f->p.fp32) return osc_fwd_embed(f->x, (const float *) f->embd, f->d_tok, T, f->c.n_embd, f->stream);
-    return osc_fwd_embed(f->x, (const osc_bf16 *) f->embd, f->d_tok, T, f->c.n_embd, f->stream);
+    const float sc = f->c.embed_scale ? (float) sqrt((double) f->c.n_embd) : 1.0f;
+    if (f->p.fp32) return osc_fwd_embed(f->x, (const float *) f->embd, f->d_tok, T, f->c.n_embd, sc, f->stream);
+    return osc_fwd_embed(f->x, (const osc_bf16 *) f->embd, f->d_tok, T, f->c.n_embd, sc, f->stream);
 }
 
 static cudaError_t act_rmsnorm(struct cuda_fwd * f, void * y, const float * x, const float * w, int32_t T) {
     const int32_t C = f->c.n_embd;
-    if (f->p.fp32) return osc_fwd_rmsnorm((float *) y, x, w, T, C, f->c.rms_eps, f->stream);
-    return osc_fwd_rmsnorm((osc_bf16 *) y, x, w, T, C, f->c.rms_eps, f->stream);
+    const float off = f->c.norm_offset;
+    if (f->p.fp32) return osc_fwd_rmsnorm((float *) y, x, w, off, T, C, f->c.rms_eps, f->stream);
+    return osc_fwd_rmsnorm((osc_bf16 *) y, x, w, off, T, C, f->c.rms_eps, f->stream);
 }
 
-// f->h = SwiGLU of the gate/up GEMM output in f->big
+// f->h = act(gate) * up of the gate/up GEMM output in f->big (SiLU, or Gemma's GELU-tanh)
 static cudaError_t act_swiglu(struct cuda_fwd * f, int32_t T) {
-    if (f->p.fp32) return osc_fwd_swiglu((float *) f->h, f->big, T, f->c.n_ff, f->stream);
-    return osc_fwd_swiglu((osc_bf16 *) f->h, f->big, T, f->c.n_ff, f->stream);
+    const bool gelu = f->c.act == OSCAR_ACT_GELU_TANH;
+    if (f->p.fp32) return osc_fwd_swiglu((float *) f->h, f->big, T, f->c.n_ff, gelu, f->stream);
+    return osc_fwd_swiglu((osc_bf16 *) f->h, f->big, T, f->c.n_ff, gelu, f->stream);
+}
+
+// Layer l's attention rule: its sliding window (0: none) and the score scale, as the CPU's
+// oscar_attention_causal.
+static struct osc_att_rule att_rule(const struct cuda_fwd * f, int32_t l) {
+    struct osc_att_rule r;
+    r.window = oscar_layer_window(&f->c, l);
+    r.scale = oscar_attn_scale(&f->c);
+    return r;
 }
 
 // f->att = the fp32 attention kernel on f->q, f->k, f->v
-static cudaError_t act_attention(struct cuda_fwd * f, int32_t n_blocks) {
+static cudaError_t act_attention(struct cuda_fwd * f, int32_t l, int32_t n_blocks) {
     const struct oscar_model_config * c = &f->c;
     if (f->p.fp32)
         return osc_fwd_attention((float *) f->att, f->q, f->k, f->v, f->d_blocks, n_blocks, c->n_head, c->n_head_kv,
-                                 c->head_dim, f->stream);
+                                 c->head_dim, att_rule(f, l), f->stream);
     return osc_fwd_attention((osc_bf16 *) f->att, f->q, f->k, f->v, f->d_blocks, n_blocks, c->n_head, c->n_head_kv,
-                             c->head_dim, f->stream);
+                             c->head_dim, att_rule(f, l), f->stream);
 }
 
 // f->att [n] (bf16, or fp32 in the fp32 mode) = src [n] fp32 on the device, on f->stream
@@ -995,33 +1041,46 @@ static enum oscar_status run_layer(struct cuda_fwd * f, const struct oscar_batch
     enum oscar_status st = OSCAR_OK;
     cudaEvent_t * ev = f->ev ? f->ev + (size_t) l * (N_STAGES + 1) : NULL;
     const bool bf16_copies = !f->p.fp32 && (f->att_tc || ((f->pass == 1 || f->sums_now) && f->n_slot > 0));
+    // Gemma's local layers rotate with their own base
+    const float * inv_freq = f->inv_freq_swa && oscar_layer_sliding(c, l) ? f->inv_freq_swa : f->inv_freq;
 #define STAGE(i) do { if (ev) OSCAR_CUDA_TRY(cudaEventRecord(ev[i], s)); } while (0)
     STAGE(0);
     OSCAR_CUDA_TRY(act_rmsnorm(f, f->xn, f->x, w->attn_norm, T));
     OSCAR_CUBLAS_TRY(gemm_w(f, f->big, f->xn, w->wqkv, T, NQKV, C, 0.0f));
     STAGE(1);
     OSCAR_CUDA_TRY(osc_fwd_qkv_epilogue(f->q, f->k, f->v, bf16_copies ? f->qb : NULL, bf16_copies ? f->kb : NULL,
-                                        bf16_copies ? f->vb : NULL, f->big, w->bqkv, w->q_norm, w->k_norm, f->d_pos,
-                                        f->inv_freq, T, c->n_head, c->n_head_kv, D, c->rms_eps, s));
+                                        bf16_copies ? f->vb : NULL, f->big, w->bqkv, w->q_norm, w->k_norm,
+                                        c->norm_offset, f->d_pos, inv_freq, oscar_rope_dim(c), T, c->n_head,
+                                        c->n_head_kv, D, c->rms_eps, s));
     STAGE(2);
     if (f->kvsim) {
         st = osc_kvsim_attend(f->kvsim, l, f->q, f->att_tc ? f->qb : NULL, f->k, f->v, T, f->d_blocks, n_blocks,
-                              f->att, f->p.fp32, s);
+                              att_rule(f, l), f->att, f->p.fp32, s);
         if (st != OSCAR_OK) goto out;
     } else if (f->p.attention) {
         if ((st = host_attention(f, b, l, T)) != OSCAR_OK) goto out;
     } else if (f->att_tc)
         OSCAR_CUDA_TRY(osc_fwd_attention_tc((osc_bf16 *) f->att, f->qb, f->kb, f->vb, f->d_blocks, n_blocks,
-                                            c->n_head, c->n_head_kv, D, s));
+                                            c->n_head, c->n_head_kv, D, att_rule(f, l), s));
     else
-        OSCAR_CUDA_TRY(act_attention(f, n_blocks));
+        OSCAR_CUDA_TRY(act_attention(f, l, n_blocks));
     STAGE(3);
-    OSCAR_CUBLAS_TRY(gemm_w(f, f->x, f->att, w->wo, T, C, Q, 1.0f)); // residual += attn . W_Oᵀ
+    if (c->post_norms) { // sandwich norm: residual += post_norm(attn . W_Oᵀ), the product in f->big
+        OSCAR_CUBLAS_TRY(gemm_w(f, f->big, f->att, w->wo, T, C, Q, 0.0f));
+        OSCAR_CUDA_TRY(osc_fwd_add_rmsnorm(f->x, f->big, w->attn_post_norm, c->norm_offset, T, C, c->rms_eps, s));
+    } else {
+        OSCAR_CUBLAS_TRY(gemm_w(f, f->x, f->att, w->wo, T, C, Q, 1.0f)); // residual += attn . W_Oᵀ
+    }
     STAGE(4);
     OSCAR_CUDA_TRY(act_rmsnorm(f, f->xn, f->x, w->ffn_norm, T));
     OSCAR_CUBLAS_TRY(gemm_w(f, f->big, f->xn, w->wgu, T, 2 * F, C, 0.0f));
     OSCAR_CUDA_TRY(act_swiglu(f, T));
-    OSCAR_CUBLAS_TRY(gemm_w(f, f->x, f->h, w->wdown, T, C, F, 1.0f));
+    if (c->post_norms) { // f->big is free again: the gate/up output is in f->h
+        OSCAR_CUBLAS_TRY(gemm_w(f, f->big, f->h, w->wdown, T, C, F, 0.0f));
+        OSCAR_CUDA_TRY(osc_fwd_add_rmsnorm(f->x, f->big, w->ffn_post_norm, c->norm_offset, T, C, c->rms_eps, s));
+    } else {
+        OSCAR_CUBLAS_TRY(gemm_w(f, f->x, f->h, w->wdown, T, C, F, 1.0f));
+    }
     STAGE(5);
     if (f->p.layered && f->p.capture_bf16) { // every consumer below sees the bf16 values
         const int64_t nq = (int64_t) T * Q, nkv = (int64_t) T * KV;

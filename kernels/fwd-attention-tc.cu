@@ -1,9 +1,10 @@
 // fwd-attention-tc.cu - tensor-core causal prefill attention for the CUDA forward pass
 // (kernels/forward-cuda.cu): bf16 q/k/v, mma.sync m16n8k16 with fp32 accumulation,
 // online softmax in fp32 (accurate expf), GQA, keys only up to the block's last
-// query (fully masked tiles are never loaded). The probabilities P enter the P.V
-// product rounded to bf16, as flash attention and torch sdpa in bf16 do; the
-// normaliser sums the unrounded fp32 P. Fixed order throughout: deterministic.
+// query and, with a sliding window, from the first key its first query reads (fully
+// masked tiles are never loaded); the score scale is the layer's (struct osc_att_rule).
+// The probabilities P enter the P.V product rounded to bf16, as flash attention and
+// torch sdpa in bf16 do; the normaliser sums the unrounded fp32 P. Fixed order throughout: deterministic.
 // Handles head_dim <= 128 with head_dim % 8 == 0 (16-byte rows); the caller falls
 // back to the fp32 kernel otherwise.
 //
@@ -44,16 +45,21 @@ static __device__ __forceinline__ uint32_t load_q2(const osc_bf16 * q, int32_t r
     return *reinterpret_cast<const uint32_t *>(q + ((size_t) r * Hq + h) * D + d);
 }
 
+// The first key row that query row qi reads: s0, or qi - window + 1 when later (rows.c's first_of).
+static __device__ __forceinline__ int32_t tc_first(const struct osc_att_block & blk, int32_t window, int32_t qi) {
+    return window > 0 ? max(blk.s0, qi - window + 1) : blk.s0;
+}
+
 // Does any query row of the block read a key of tile [j0, j0 + BK) from this source (int2: the
 // rows in [lo, hi) of the row, else the others)? A barrier, like the tile loop's __syncthreads.
 static __device__ bool tc_tile_needed(const struct osc_att_block & blk, const struct osc_att_tiers_bf16 & t,
-                                      int32_t j0, bool int2) {
+                                      int32_t window, int32_t j0, bool int2) {
     bool need = false;
     const int32_t qi = blk.q0 + (int32_t) threadIdx.x;
     if ((int32_t) threadIdx.x < OSC_ATT_BQ && qi < blk.q1) {
-        const int32_t e = min(j0 + TC_BK, qi + 1);
-        const int32_t n_int2 = max(0, min(e, t.hi[qi]) - max(j0, t.lo[qi]));
-        need = int2 ? n_int2 > 0 : e - j0 > n_int2;
+        const int32_t b = max(j0, tc_first(blk, window, qi)), e = min(j0 + TC_BK, qi + 1);
+        const int32_t n_int2 = max(0, min(e, t.hi[qi]) - max(b, t.lo[qi]));
+        need = e > b && (int2 ? n_int2 > 0 : e - b > n_int2);
     }
     return __syncthreads_or(need) != 0;
 }
@@ -65,7 +71,7 @@ template <int DP, bool TIERED>
 __global__ void __launch_bounds__(TC_THREADS, 3) k_attention_tc(osc_bf16 * out, const osc_bf16 * q, const osc_bf16 * k,
                                                              const osc_bf16 * v, const struct osc_att_block * blocks,
                                                              struct osc_att_tiers_bf16 t, int32_t Hq, int32_t Hkv,
-                                                             int32_t D, float scale) {
+                                                             int32_t D, struct osc_att_rule rule) {
     constexpr int LDS = DP + 8, KS = DP / 16, NT = TC_BK / 8, ND = DP / 8, C8 = DP / 8;
     __shared__ __align__(16) osc_bf16 sK[TC_BK * LDS]; // [key][d]
     __shared__ __align__(16) osc_bf16 sV[TC_BK * LDS]; // [key][d]
@@ -73,6 +79,9 @@ __global__ void __launch_bounds__(TC_THREADS, 3) k_attention_tc(osc_bf16 * out, 
     const int32_t h = blockIdx.y, kh = h / (Hq / Hkv);
     const int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
     const int32_t wq0 = blk.q0 + 16 * warp, r0 = wq0 + g, r1 = r0 + 8;
+    const int32_t W = rule.window;
+    const float scale = rule.scale;
+    const int32_t j_begin = tc_first(blk, W, blk.q0); // older keys: outside every row's window
 
     uint32_t qa[KS][4]; // A fragments of the warp's 16 x DP query rows
 #pragma unroll
@@ -90,11 +99,11 @@ __global__ void __launch_bounds__(TC_THREADS, 3) k_attention_tc(osc_bf16 * out, 
 
     const int32_t lo0 = TIERED && r0 < blk.q1 ? t.lo[r0] : 0, hi0 = TIERED && r0 < blk.q1 ? t.hi[r0] : 0;
     const int32_t lo1 = TIERED && r1 < blk.q1 ? t.lo[r1] : 0, hi1 = TIERED && r1 < blk.q1 ? t.hi[r1] : 0;
-    for (int32_t it = 0; it < (TIERED ? 2 : 1) * ((blk.q1 - blk.s0 + TC_BK - 1) / TC_BK); it++) {
-        const int32_t j0 = blk.s0 + (TIERED ? it >> 1 : it) * TC_BK;
+    for (int32_t it = 0; it < (TIERED ? 2 : 1) * ((blk.q1 - j_begin + TC_BK - 1) / TC_BK); it++) {
+        const int32_t j0 = j_begin + (TIERED ? it >> 1 : it) * TC_BK;
         const bool int2 = TIERED && (it & 1);
         if (TIERED) {
-            if (!tc_tile_needed(blk, t, j0, int2)) continue;
+            if (!tc_tile_needed(blk, t, W, j0, int2)) continue;
         } else {
             __syncthreads(); // the previous tile is no longer read
         }
@@ -125,8 +134,8 @@ __global__ void __launch_bounds__(TC_THREADS, 3) k_attention_tc(osc_bf16 * out, 
                 mma_16816(s[nt], qa[kk], b0, b1);
             }
         }
-        // scale, causal mask (only the diagonal tile has masked keys), row maxima
-        const bool diag = TIERED || j0 + TC_BK - 1 > wq0;
+        // scale, causal mask (without a window only the diagonal tile has masked keys), row maxima
+        const bool diag = TIERED || W > 0 || j0 + TC_BK - 1 > wq0;
         float mt0 = -INFINITY, mt1 = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
@@ -135,7 +144,8 @@ __global__ void __launch_bounds__(TC_THREADS, 3) k_attention_tc(osc_bf16 * out, 
                 const int32_t kj = j0 + 8 * nt + 2 * tq + (e & 1), qi = e < 2 ? r0 : r1;
                 const int32_t lo = e < 2 ? lo0 : lo1, hi = e < 2 ? hi0 : hi1;
                 const bool src_ok = !TIERED || ((kj >= lo && kj < hi) == int2);
-                s[nt][e] = (!diag || (kj <= qi && src_ok)) ? s[nt][e] * scale : -INFINITY;
+                const bool in_window = W <= 0 || qi - kj < W;
+                s[nt][e] = (!diag || (kj <= qi && src_ok && in_window)) ? s[nt][e] * scale : -INFINITY;
             }
             mt0 = fmaxf(mt0, fmaxf(s[nt][0], s[nt][1]));
             mt1 = fmaxf(mt1, fmaxf(s[nt][2], s[nt][3]));
@@ -198,26 +208,24 @@ bool osc_fwd_attention_tc_ok(int32_t D) { return D > 0 && D % 8 == 0 && D <= 128
 
 cudaError_t osc_fwd_attention_tc(osc_bf16 * out, const osc_bf16 * q, const osc_bf16 * k, const osc_bf16 * v,
                                  const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
-                                 int32_t D, cudaStream_t s) {
+                                 int32_t D, struct osc_att_rule r, cudaStream_t s) {
     if (n_blocks <= 0) return cudaSuccess;
-    if (!osc_fwd_attention_tc_ok(D)) return cudaErrorInvalidValue;
+    if (!osc_fwd_attention_tc_ok(D) || !(r.scale > 0.0f) || r.window < 0) return cudaErrorInvalidValue;
     const dim3 grid((unsigned) n_blocks, (unsigned) Hq);
-    const float scale = 1.0f / sqrtf((float) D);
     const struct osc_att_tiers_bf16 none = {};
-    if (D <= 64) k_attention_tc<64, false><<<grid, TC_THREADS, 0, s>>>(out, q, k, v, blocks, none, Hq, Hkv, D, scale);
-    else k_attention_tc<128, false><<<grid, TC_THREADS, 0, s>>>(out, q, k, v, blocks, none, Hq, Hkv, D, scale);
+    if (D <= 64) k_attention_tc<64, false><<<grid, TC_THREADS, 0, s>>>(out, q, k, v, blocks, none, Hq, Hkv, D, r);
+    else k_attention_tc<128, false><<<grid, TC_THREADS, 0, s>>>(out, q, k, v, blocks, none, Hq, Hkv, D, r);
     return cudaGetLastError();
 }
 
 cudaError_t osc_fwd_attention_tc_tiered(osc_bf16 * out, const osc_bf16 * q, const osc_bf16 * k_hp,
                                         const osc_bf16 * v_hp, const struct osc_att_tiers_bf16 * t,
                                         const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
-                                        int32_t D, cudaStream_t s) {
+                                        int32_t D, struct osc_att_rule r, cudaStream_t s) {
     if (n_blocks <= 0) return cudaSuccess;
-    if (!osc_fwd_attention_tc_ok(D)) return cudaErrorInvalidValue;
+    if (!osc_fwd_attention_tc_ok(D) || !(r.scale > 0.0f) || r.window < 0) return cudaErrorInvalidValue;
     const dim3 grid((unsigned) n_blocks, (unsigned) Hq);
-    const float scale = 1.0f / sqrtf((float) D);
-    if (D <= 64) k_attention_tc<64, true><<<grid, TC_THREADS, 0, s>>>(out, q, k_hp, v_hp, blocks, *t, Hq, Hkv, D, scale);
-    else k_attention_tc<128, true><<<grid, TC_THREADS, 0, s>>>(out, q, k_hp, v_hp, blocks, *t, Hq, Hkv, D, scale);
+    if (D <= 64) k_attention_tc<64, true><<<grid, TC_THREADS, 0, s>>>(out, q, k_hp, v_hp, blocks, *t, Hq, Hkv, D, r);
+    else k_attention_tc<128, true><<<grid, TC_THREADS, 0, s>>>(out, q, k_hp, v_hp, blocks, *t, Hq, Hkv, D, r);
     return cudaGetLastError();
 }

@@ -21,28 +21,30 @@ static __device__ __forceinline__ void put(osc_bf16 * p, float x) { *p = __float
 
 // ---- elementwise --------------------------------------------------------------------
 
-template <typename E> __global__ void k_embed(float * x, const E * embd, const int32_t * tokens, int32_t C) {
+// scale 1 leaves every value as it is (x * 1 is exact)
+template <typename E>
+__global__ void k_embed(float * x, const E * embd, const int32_t * tokens, int32_t C, float scale) {
     const int32_t t = blockIdx.x;
     const E * src = embd + (size_t) tokens[t] * C;
     float * dst = x + (size_t) t * C;
-    for (int32_t i = threadIdx.x; i < C; i += blockDim.x) dst[i] = to_f32(src[i]);
+    for (int32_t i = threadIdx.x; i < C; i += blockDim.x) dst[i] = __fmul_rn(to_f32(src[i]), scale);
 }
 
 template <typename E>
-static cudaError_t launch_embed(float * x, const E * embd, const int32_t * tokens, int32_t T, int32_t C,
+static cudaError_t launch_embed(float * x, const E * embd, const int32_t * tokens, int32_t T, int32_t C, float scale,
                                 cudaStream_t s) {
-    k_embed<E><<<T, 256, 0, s>>>(x, embd, tokens, C);
+    k_embed<E><<<T, 256, 0, s>>>(x, embd, tokens, C, scale);
     return cudaGetLastError();
 }
 
 cudaError_t osc_fwd_embed(float * x, const osc_bf16 * embd, const int32_t * tokens, int32_t T, int32_t C,
-                          cudaStream_t s) {
-    return launch_embed(x, embd, tokens, T, C, s);
+                          float scale, cudaStream_t s) {
+    return launch_embed(x, embd, tokens, T, C, scale, s);
 }
 
-cudaError_t osc_fwd_embed(float * x, const float * embd, const int32_t * tokens, int32_t T, int32_t C,
+cudaError_t osc_fwd_embed(float * x, const float * embd, const int32_t * tokens, int32_t T, int32_t C, float scale,
                           cudaStream_t s) {
-    return launch_embed(x, embd, tokens, T, C, s);
+    return launch_embed(x, embd, tokens, T, C, scale, s);
 }
 
 // Block-wide double sum in a fixed tree order; blockDim.x == 256.
@@ -58,8 +60,10 @@ __device__ double block_sum_256(double v, double * sh) {
     return r;
 }
 
+// off + w: off = 0 gives w itself (the Llama norm, unchanged bits)
 template <typename Y>
-__global__ void __launch_bounds__(256) k_rmsnorm(Y * y, const float * x, const float * w, int32_t C, float eps) {
+__global__ void __launch_bounds__(256) k_rmsnorm(Y * y, const float * x, const float * w, float off, int32_t C,
+                                                 float eps) {
     __shared__ double sh[256];
     const float * xr = x + (size_t) blockIdx.x * C;
     Y * yr = y + (size_t) blockIdx.x * C;
@@ -67,24 +71,44 @@ __global__ void __launch_bounds__(256) k_rmsnorm(Y * y, const float * x, const f
     for (int32_t i = threadIdx.x; i < C; i += 256) ss += (double) xr[i] * (double) xr[i];
     ss = block_sum_256(ss, sh);
     const float r = (float) (1.0 / sqrt(ss / (double) C + (double) eps));
-    for (int32_t i = threadIdx.x; i < C; i += 256) put(&yr[i], w[i] * (xr[i] * r));
+    for (int32_t i = threadIdx.x; i < C; i += 256) put(&yr[i], (off + w[i]) * (xr[i] * r));
 }
 
 template <typename Y>
-static cudaError_t launch_rmsnorm(Y * y, const float * x, const float * w, int32_t T, int32_t C, float eps,
+static cudaError_t launch_rmsnorm(Y * y, const float * x, const float * w, float off, int32_t T, int32_t C, float eps,
                                   cudaStream_t s) {
-    k_rmsnorm<Y><<<T, 256, 0, s>>>(y, x, w, C, eps);
+    k_rmsnorm<Y><<<T, 256, 0, s>>>(y, x, w, off, C, eps);
     return cudaGetLastError();
 }
 
-cudaError_t osc_fwd_rmsnorm(osc_bf16 * y, const float * x, const float * w, int32_t T, int32_t C, float eps,
-                            cudaStream_t s) {
-    return launch_rmsnorm(y, x, w, T, C, eps, s);
+cudaError_t osc_fwd_rmsnorm(osc_bf16 * y, const float * x, const float * w, float off, int32_t T, int32_t C,
+                            float eps, cudaStream_t s) {
+    return launch_rmsnorm(y, x, w, off, T, C, eps, s);
 }
 
-cudaError_t osc_fwd_rmsnorm(float * y, const float * x, const float * w, int32_t T, int32_t C, float eps,
+cudaError_t osc_fwd_rmsnorm(float * y, const float * x, const float * w, float off, int32_t T, int32_t C, float eps,
                             cudaStream_t s) {
-    return launch_rmsnorm(y, x, w, T, C, eps, s);
+    return launch_rmsnorm(y, x, w, off, T, C, eps, s);
+}
+
+// The normed value is rounded to fp32 before the add (no fused multiply-add), as the CPU's
+// rmsnorm into xn and then x += xn.
+__global__ void __launch_bounds__(256) k_add_rmsnorm(float * x, const float * y, const float * w, float off, int32_t C,
+                                                     float eps) {
+    __shared__ double sh[256];
+    const float * yr = y + (size_t) blockIdx.x * C;
+    float * xr = x + (size_t) blockIdx.x * C;
+    double ss = 0.0;
+    for (int32_t i = threadIdx.x; i < C; i += 256) ss += (double) yr[i] * (double) yr[i];
+    ss = block_sum_256(ss, sh);
+    const float r = (float) (1.0 / sqrt(ss / (double) C + (double) eps));
+    for (int32_t i = threadIdx.x; i < C; i += 256) xr[i] = __fadd_rn(xr[i], __fmul_rn(off + w[i], __fmul_rn(yr[i], r)));
+}
+
+cudaError_t osc_fwd_add_rmsnorm(float * x, const float * y, const float * w, float off, int32_t T, int32_t C,
+                                float eps, cudaStream_t s) {
+    k_add_rmsnorm<<<T, 256, 0, s>>>(x, y, w, off, C, eps);
+    return cudaGetLastError();
 }
 
 __device__ double warp_sum_d(double v) {
@@ -92,34 +116,48 @@ __device__ double warp_sum_d(double v) {
     return v;
 }
 
-// One warp per (token, head) of the Hq + 2 Hkv heads; lane holds pairs (i, i + D/2).
+// One warp per (token, head) of the Hq + 2 Hkv heads; lane holds the rotated pairs (i, i + R/2)
+// and the pass-through dims R .. D-1 it owns (none when R = D: the full rotation, unchanged bits).
+// PARTIAL = R < D: a template parameter so the full-rotation kernel keeps its registers (the
+// pass-through array would put the head in local memory).
+template <bool PARTIAL>
 __global__ void __launch_bounds__(256) k_qkv_epilogue(float * q, float * k, float * v, osc_bf16 * qb,
                                                       osc_bf16 * kb, osc_bf16 * vb, const float * qkv,
                                                       const float * bias, const float * qn, const float * kn,
-                                                      const int32_t * pos, const float * inv_freq, int32_t Hq,
-                                                      int32_t Hkv, int32_t D, float eps) {
+                                                      float off, const int32_t * pos, const float * inv_freq,
+                                                      int32_t R, int32_t Hq, int32_t Hkv, int32_t D, float eps) {
     const int32_t t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int32_t H = Hq + 2 * Hkv, h2 = D / 2, row = H * D;
+    const int32_t H = Hq + 2 * Hkv, h2 = R / 2, row = H * D;
     const float p = (float) pos[t];
     for (int32_t hh = warp; hh < H; hh += blockDim.x >> 5) {
         const float * src = qkv + (size_t) t * row + (size_t) hh * D;
         const float * b = bias ? bias + (size_t) hh * D : nullptr;
         float a[OSC_FWD_MAX_HEAD_DIM / 64], c[OSC_FWD_MAX_HEAD_DIM / 64];
-        int32_t n = 0;
+        float z[PARTIAL ? OSC_FWD_MAX_HEAD_DIM / 32 : 1]; // the pass-through dims
+        int32_t n = 0, nz = 0;
         double ss = 0.0;
         for (int32_t i = lane; i < h2; i += 32, n++) {
             a[n] = src[i] + (b ? b[i] : 0.0f);
             c[n] = src[i + h2] + (b ? b[i + h2] : 0.0f);
             ss += (double) a[n] * (double) a[n] + (double) c[n] * (double) c[n];
         }
+        for (int32_t i = R + lane; PARTIAL && i < D; i += 32, nz++) {
+            z[nz] = src[i] + (b ? b[i] : 0.0f);
+            ss += (double) z[nz] * (double) z[nz];
+        }
         if (hh >= Hq + Hkv) { // v: copy
             const size_t o = ((size_t) t * Hkv + (hh - Hq - Hkv)) * D;
             n = 0;
             for (int32_t i = lane; i < h2; i += 32, n++) v[o + i] = a[n], v[o + i + h2] = c[n];
-            n = 0;
-            if (vb)
+            nz = 0;
+            for (int32_t i = R + lane; PARTIAL && i < D; i += 32, nz++) v[o + i] = z[nz];
+            if (vb) {
+                n = 0;
                 for (int32_t i = lane; i < h2; i += 32, n++)
                     vb[o + i] = __float2bfloat16(a[n]), vb[o + i + h2] = __float2bfloat16(c[n]);
+                nz = 0;
+                for (int32_t i = R + lane; PARTIAL && i < D; i += 32, nz++) vb[o + i] = __float2bfloat16(z[nz]);
+            }
             continue;
         }
         const float * nw = hh < Hq ? qn : kn;
@@ -131,44 +169,66 @@ __global__ void __launch_bounds__(256) k_qkv_epilogue(float * q, float * k, floa
         n = 0;
         for (int32_t i = lane; i < h2; i += 32, n++) {
             float x0 = a[n], x1 = c[n];
-            if (nw) x0 = nw[i] * (x0 * r), x1 = nw[i + h2] * (x1 * r);
+            if (nw) x0 = (off + nw[i]) * (x0 * r), x1 = (off + nw[i + h2]) * (x1 * r);
             const float ang = inv_freq[i] * p; // fp32 angle, as transformers computes it
             const float cs = cosf(ang), sn = sinf(ang);
             const float y0 = x0 * cs - x1 * sn, y1 = x1 * cs + x0 * sn;
             dst[i] = y0, dst[i + h2] = y1;
             if (dstb) dstb[i] = __float2bfloat16(y0), dstb[i + h2] = __float2bfloat16(y1);
         }
+        nz = 0;
+        for (int32_t i = R + lane; PARTIAL && i < D; i += 32, nz++) { // not rotated (partial rotary)
+            const float y = nw ? (off + nw[i]) * (z[nz] * r) : z[nz];
+            dst[i] = y;
+            if (dstb) dstb[i] = __float2bfloat16(y);
+        }
     }
 }
 
 cudaError_t osc_fwd_qkv_epilogue(float * q, float * k, float * v, osc_bf16 * qb, osc_bf16 * kb, osc_bf16 * vb,
-                                 const float * qkv, const float * bias,
-                                 const float * qn, const float * kn, const int32_t * pos, const float * inv_freq,
-                                 int32_t T, int32_t Hq, int32_t Hkv, int32_t D, float eps, cudaStream_t s) {
-    k_qkv_epilogue<<<T, 256, 0, s>>>(q, k, v, qb, kb, vb, qkv, bias, qn, kn, pos, inv_freq, Hq, Hkv, D, eps);
+                                 const float * qkv, const float * bias, const float * qn, const float * kn, float off,
+                                 const int32_t * pos, const float * inv_freq, int32_t R, int32_t T, int32_t Hq,
+                                 int32_t Hkv, int32_t D, float eps, cudaStream_t s) {
+    if (R <= 0 || R > D || R % 2 != 0) return cudaErrorInvalidValue;
+    if (R < D)
+        k_qkv_epilogue<true><<<T, 256, 0, s>>>(q, k, v, qb, kb, vb, qkv, bias, qn, kn, off, pos, inv_freq, R, Hq, Hkv,
+                                               D, eps);
+    else
+        k_qkv_epilogue<false><<<T, 256, 0, s>>>(q, k, v, qb, kb, vb, qkv, bias, qn, kn, off, pos, inv_freq, R, Hq, Hkv,
+                                                D, eps);
     return cudaGetLastError();
 }
 
-template <typename Y> __global__ void k_swiglu(Y * h, const float * gu, int32_t F, int64_t n) {
+// torch's gelu(approximate="tanh") in fp32 times u, each operation rounded in the CPU's order
+// (_rn: no fused multiply-adds): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) u.
+static __device__ __forceinline__ float gelu_tanh_mul(float x, float u) {
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+    const float x3 = __fmul_rn(__fmul_rn(__fmul_rn(k1, x), x), x);
+    const float th = tanhf(__fmul_rn(k0, __fadd_rn(x, x3)));
+    return __fmul_rn(__fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, th)), u);
+}
+
+template <typename Y> __global__ void k_swiglu(Y * h, const float * gu, int32_t F, int64_t n, bool gelu_tanh) {
     for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x) {
         const int64_t t = i / F, j = i % F;
         const float g = gu[t * 2 * F + j], u = gu[t * 2 * F + F + j];
-        put(&h[i], g / (1.0f + expf(-g)) * u);
+        put(&h[i], gelu_tanh ? gelu_tanh_mul(g, u) : g / (1.0f + expf(-g)) * u);
     }
 }
 
-template <typename Y> static cudaError_t launch_swiglu(Y * h, const float * gu, int32_t T, int32_t F, cudaStream_t s) {
+template <typename Y>
+static cudaError_t launch_swiglu(Y * h, const float * gu, int32_t T, int32_t F, bool gelu_tanh, cudaStream_t s) {
     const int64_t n = (int64_t) T * F;
-    k_swiglu<Y><<<grid_for(n, 256), 256, 0, s>>>(h, gu, F, n);
+    k_swiglu<Y><<<grid_for(n, 256), 256, 0, s>>>(h, gu, F, n, gelu_tanh);
     return cudaGetLastError();
 }
 
-cudaError_t osc_fwd_swiglu(osc_bf16 * h, const float * gu, int32_t T, int32_t F, cudaStream_t s) {
-    return launch_swiglu(h, gu, T, F, s);
+cudaError_t osc_fwd_swiglu(osc_bf16 * h, const float * gu, int32_t T, int32_t F, bool gelu_tanh, cudaStream_t s) {
+    return launch_swiglu(h, gu, T, F, gelu_tanh, s);
 }
 
-cudaError_t osc_fwd_swiglu(float * h, const float * gu, int32_t T, int32_t F, cudaStream_t s) {
-    return launch_swiglu(h, gu, T, F, s);
+cudaError_t osc_fwd_swiglu(float * h, const float * gu, int32_t T, int32_t F, bool gelu_tanh, cudaStream_t s) {
+    return launch_swiglu(h, gu, T, F, gelu_tanh, s);
 }
 
 // ---- attention --------------------------------------------------------------------------
@@ -183,16 +243,22 @@ template <int DP> static size_t att_smem_bytes() {
     return sizeof(float) * (2 * OSC_ATT_BQ * (DP + 1) + ATT_BK * DP + OSC_ATT_BQ * (ATT_BK + 1));
 }
 
+// The first key row that query row qi of a block reads: s0, or with a sliding window of W keys
+// qi - W + 1 when that is later (rows.c's first_of, in batch rows).
+static __device__ __forceinline__ int32_t att_first(const struct osc_att_block & blk, int32_t window, int32_t qi) {
+    return window > 0 ? max(blk.s0, qi - window + 1) : blk.s0;
+}
+
 // Does any of the block's query rows read a key of tile [j0, j0 + BK) from this source (tiered:
-// int2 = the INT2 rows, else the HP rows)? Row qi reads keys [s0, qi], the INT2 ones in [lo, hi).
-static __device__ bool tile_needed(const struct osc_att_block & blk, const struct osc_att_tiers & t, int32_t j0,
-                                   bool int2) {
+// int2 = the INT2 rows, else the HP rows)? Row qi reads keys [first, qi], the INT2 ones in [lo, hi).
+static __device__ bool tile_needed(const struct osc_att_block & blk, const struct osc_att_tiers & t, int32_t window,
+                                   int32_t j0, bool int2) {
     bool need = false;
     const int32_t qi = blk.q0 + (int32_t) threadIdx.x;
     if ((int32_t) threadIdx.x < OSC_ATT_BQ && qi < blk.q1) {
-        const int32_t e = min(j0 + ATT_BK, qi + 1);
-        const int32_t n_int2 = max(0, min(e, t.hi[qi]) - max(j0, t.lo[qi]));
-        need = int2 ? n_int2 > 0 : e - j0 > n_int2;
+        const int32_t b = max(j0, att_first(blk, window, qi)), e = min(j0 + ATT_BK, qi + 1);
+        const int32_t n_int2 = max(0, min(e, t.hi[qi]) - max(b, t.lo[qi]));
+        need = e > b && (int2 ? n_int2 > 0 : e - b > n_int2);
     }
     return __syncthreads_or(need) != 0;
 }
@@ -204,7 +270,7 @@ template <int DP, bool TIERED, typename O>
 __global__ void __launch_bounds__(ATT_THREADS) k_attention(O * out, const float * q, const float * k,
                                                            const float * v, const struct osc_att_block * blocks,
                                                            struct osc_att_tiers tiers, int32_t Hq, int32_t Hkv,
-                                                           int32_t D, float scale) {
+                                                           int32_t D, struct osc_att_rule rule) {
     extern __shared__ float sm[];
     float * sQ = sm;                               // [BQ][DP+1]
     float * sK = sQ + OSC_ATT_BQ * (DP + 1);       // [BK][DP+1]
@@ -213,6 +279,10 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(O * out, const float 
     const struct osc_att_block blk = blocks[blockIdx.x];
     const int32_t h = blockIdx.y, kh = h / (Hq / Hkv);
     const int32_t tid = threadIdx.x, tr = tid >> 4, tc = tid & 15;
+    const int32_t W = rule.window;
+    const float scale = rule.scale;
+    // tiles start at the first key any row of the block reads (a window skips the older ones)
+    const int32_t j_begin = att_first(blk, W, blk.q0);
     constexpr int NC = DP / 16;
 
     for (int32_t e = tid; e < OSC_ATT_BQ * DP; e += ATT_THREADS) {
@@ -226,11 +296,11 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(O * out, const float 
 #pragma unroll
         for (int c = 0; c < NC; c++) o[i][c] = 0.0f;
     }
-    for (int32_t it = 0; it < (TIERED ? 2 : 1) * ((blk.q1 - blk.s0 + ATT_BK - 1) / ATT_BK); it++) {
-        const int32_t j0 = blk.s0 + (TIERED ? it >> 1 : it) * ATT_BK;
+    for (int32_t it = 0; it < (TIERED ? 2 : 1) * ((blk.q1 - j_begin + ATT_BK - 1) / ATT_BK); it++) {
+        const int32_t j0 = j_begin + (TIERED ? it >> 1 : it) * ATT_BK;
         const bool int2 = TIERED && (it & 1);
         if (TIERED) {
-            if (!tile_needed(blk, tiers, j0, int2)) continue; // (a barrier, as below)
+            if (!tile_needed(blk, tiers, W, j0, int2)) continue; // (a barrier, as below)
         } else {
             __syncthreads(); // the previous tile's K, V, P are no longer read
         }
@@ -268,7 +338,8 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(O * out, const float 
             for (int j = 0; j < 4; j++) {
                 const int32_t kj = j0 + tc + 16 * j;
                 const bool src_ok = !TIERED || ((kj >= lo && kj < hi) == int2);
-                s[i][j] = (kj <= qi && qi < blk.q1 && src_ok) ? s[i][j] * scale : -INFINITY;
+                const bool in_window = W <= 0 || qi - kj < W;
+                s[i][j] = (kj <= qi && qi < blk.q1 && src_ok && in_window) ? s[i][j] * scale : -INFINITY;
                 mt = fmaxf(mt, s[i][j]);
             }
             for (int off = 8; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
@@ -316,50 +387,53 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(O * out, const float 
 template <int DP, bool TIERED, typename O>
 static cudaError_t launch_attention(O * out, const float * q, const float * k, const float * v,
                                     const struct osc_att_block * blocks, int32_t n_blocks,
-                                    const struct osc_att_tiers & t, int32_t Hq, int32_t Hkv, int32_t D, cudaStream_t s) {
+                                    const struct osc_att_tiers & t, int32_t Hq, int32_t Hkv, int32_t D,
+                                    struct osc_att_rule r, cudaStream_t s) {
     const size_t smem = att_smem_bytes<DP>();
     cudaError_t e =
         cudaFuncSetAttribute(k_attention<DP, TIERED, O>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
     if (e != cudaSuccess) return e;
     dim3 grid((unsigned) n_blocks, (unsigned) Hq);
-    k_attention<DP, TIERED, O><<<grid, ATT_THREADS, smem, s>>>(out, q, k, v, blocks, t, Hq, Hkv, D,
-                                                               1.0f / sqrtf((float) D));
+    k_attention<DP, TIERED, O><<<grid, ATT_THREADS, smem, s>>>(out, q, k, v, blocks, t, Hq, Hkv, D, r);
     return cudaGetLastError();
 }
 
 template <bool TIERED, typename O>
 static cudaError_t attention_any(O * out, const float * q, const float * k, const float * v,
                                  const struct osc_att_block * blocks, int32_t n_blocks, const struct osc_att_tiers & t,
-                                 int32_t Hq, int32_t Hkv, int32_t D, cudaStream_t s) {
+                                 int32_t Hq, int32_t Hkv, int32_t D, struct osc_att_rule r, cudaStream_t s) {
     if (n_blocks <= 0) return cudaSuccess;
-    if (D <= 64) return launch_attention<64, TIERED>(out, q, k, v, blocks, n_blocks, t, Hq, Hkv, D, s);
-    if (D <= 128) return launch_attention<128, TIERED>(out, q, k, v, blocks, n_blocks, t, Hq, Hkv, D, s);
-    if (D <= 256) return launch_attention<256, TIERED>(out, q, k, v, blocks, n_blocks, t, Hq, Hkv, D, s);
+    if (!(r.scale > 0.0f) || r.window < 0) return cudaErrorInvalidValue;
+    if (D <= 64) return launch_attention<64, TIERED>(out, q, k, v, blocks, n_blocks, t, Hq, Hkv, D, r, s);
+    if (D <= 128) return launch_attention<128, TIERED>(out, q, k, v, blocks, n_blocks, t, Hq, Hkv, D, r, s);
+    if (D <= 256) return launch_attention<256, TIERED>(out, q, k, v, blocks, n_blocks, t, Hq, Hkv, D, r, s);
     return cudaErrorInvalidValue;
 }
 
 cudaError_t osc_fwd_attention(osc_bf16 * out, const float * q, const float * k, const float * v,
                               const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
-                              int32_t D, cudaStream_t s) {
-    return attention_any<false>(out, q, k, v, blocks, n_blocks, osc_att_tiers{}, Hq, Hkv, D, s);
+                              int32_t D, struct osc_att_rule r, cudaStream_t s) {
+    return attention_any<false>(out, q, k, v, blocks, n_blocks, osc_att_tiers{}, Hq, Hkv, D, r, s);
 }
 
 cudaError_t osc_fwd_attention(float * out, const float * q, const float * k, const float * v,
                               const struct osc_att_block * blocks, int32_t n_blocks, int32_t Hq, int32_t Hkv,
-                              int32_t D, cudaStream_t s) {
-    return attention_any<false>(out, q, k, v, blocks, n_blocks, osc_att_tiers{}, Hq, Hkv, D, s);
+                              int32_t D, struct osc_att_rule r, cudaStream_t s) {
+    return attention_any<false>(out, q, k, v, blocks, n_blocks, osc_att_tiers{}, Hq, Hkv, D, r, s);
 }
 
 cudaError_t osc_fwd_attention_tiered(osc_bf16 * out, const float * q, const float * k_hp, const float * v_hp,
                                      const struct osc_att_tiers * t, const struct osc_att_block * blocks,
-                                     int32_t n_blocks, int32_t Hq, int32_t Hkv, int32_t D, cudaStream_t s) {
-    return attention_any<true>(out, q, k_hp, v_hp, blocks, n_blocks, *t, Hq, Hkv, D, s);
+                                     int32_t n_blocks, int32_t Hq, int32_t Hkv, int32_t D, struct osc_att_rule r,
+                                     cudaStream_t s) {
+    return attention_any<true>(out, q, k_hp, v_hp, blocks, n_blocks, *t, Hq, Hkv, D, r, s);
 }
 
 cudaError_t osc_fwd_attention_tiered(float * out, const float * q, const float * k_hp, const float * v_hp,
                                      const struct osc_att_tiers * t, const struct osc_att_block * blocks,
-                                     int32_t n_blocks, int32_t Hq, int32_t Hkv, int32_t D, cudaStream_t s) {
-    return attention_any<true>(out, q, k_hp, v_hp, blocks, n_blocks, *t, Hq, Hkv, D, s);
+                                     int32_t n_blocks, int32_t Hq, int32_t Hkv, int32_t D, struct osc_att_rule r,
+                                     cudaStream_t s) {
+    return attention_any<true>(out, q, k_hp, v_hp, blocks, n_blocks, *t, Hq, Hkv, D, r, s);
 }
 
 // ---- capture -------------------------------------------------------------------------
@@ -567,5 +641,15 @@ cudaError_t osc_fwd_random_bf16(osc_bf16 * dst, int64_t n, uint64_t seed, uint64
 cudaError_t osc_fwd_random_f32(float * dst, int64_t n, uint64_t seed, uint64_t tensor, bool ones,
                                cudaStream_t s) {
     k_random_f32<<<grid_for(n, 256), 256, 0, s>>>(dst, n, seed, tensor, ones);
+    return cudaGetLastError();
+}
+
+__global__ void k_fill_f32(float * dst, int64_t n, float value) {
+    for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x)
+        dst[i] = value;
+}
+
+cudaError_t osc_fwd_fill_f32(float * dst, int64_t n, float value, cudaStream_t s) {
+    k_fill_f32<<<grid_for(n, 256), 256, 0, s>>>(dst, n, value);
     return cudaGetLastError();
 }

@@ -279,7 +279,7 @@ static enum oscar_status omni_k(struct osc_kvsim * k, const float * kx, int32_t 
 
 enum oscar_status osc_kvsim_attend(struct osc_kvsim * k, int32_t l, const float * q, const osc_bf16 * qb,
                                    const float * kx, const float * vx, int32_t T, const struct osc_att_block * blocks,
-                                   int32_t n_blocks, void * out, bool out_f32, cudaStream_t s) {
+                                   int32_t n_blocks, struct osc_att_rule r, void * out, bool out_f32, cudaStream_t s) {
     enum oscar_status st = k->d.quant == OSCAR_FWD_KVQ_OMNI ? omni_k(k, kx, T, s)
                                                             : transform(k, 0, l, kx, T, k->k_hp, k->k_q, s);
     if (st == OSCAR_OK) st = transform(k, 1, l, vx, T, k->v_hp, k->v_q, s);
@@ -297,15 +297,15 @@ enum oscar_status osc_kvsim_attend(struct osc_kvsim * k, int32_t l, const float 
         OSCAR_CUDA_CHECK(osc_fwd_to_bf16(vq, k->v_q, (int64_t) n, s));
         const struct osc_att_tiers_bf16 tb = {kq, vq, k->lo, k->hi};
         OSCAR_CUDA_CHECK(osc_fwd_attention_tc_tiered((osc_bf16 *) out, qb, kh, vh, &tb, blocks, n_blocks, k->Hq,
-                                                     k->Hkv, k->D, s));
+                                                     k->Hkv, k->D, r, s));
         return OSCAR_OK;
     }
     const struct osc_att_tiers t = {k->k_q, k->v_q, k->lo, k->hi};
     if (out_f32)
         OSCAR_CUDA_CHECK(osc_fwd_attention_tiered((float *) out, q, k->k_hp, k->v_hp, &t, blocks, n_blocks, k->Hq,
-                                                  k->Hkv, k->D, s));
+                                                  k->Hkv, k->D, r, s));
     else
         OSCAR_CUDA_CHECK(osc_fwd_attention_tiered((osc_bf16 *) out, q, k->k_hp, k->v_hp, &t, blocks, n_blocks, k->Hq,
-                                                  k->Hkv, k->D, s));
+                                                  k->Hkv, k->D, r, s));
     return OSCAR_OK;
 }

@@ -27,11 +27,13 @@ void osc_kvsim_free(struct osc_kvsim * k);
 // the quantizer of every INT2 row and (KIVI, OScaR) the first rows of the K blocks, on the device.
 enum oscar_status osc_kvsim_plan(struct osc_kvsim * k, const struct oscar_batch * b, cudaStream_t s);
 // Layer l of the planned batch: out [T, Hq, D] (bf16, or fp32 when out_f32) = the attention of
-// q over the transformed k/v [T, Hkv, D]. With qb (the bf16 copy of q) and a bf16 out, the
-// tensor-core kernel on bf16 copies of the rows (the bf16 pass's exact attention numerics: q, K,
-// V and P in bf16); else the fp32 kernel (lib/verify's arithmetic up to summation order).
+// q over the transformed k/v [T, Hkv, D] under the layer's rule r (window, score scale). With
+// qb (the bf16 copy of q) and a bf16 out, the tensor-core kernel on bf16 copies of the rows (the
+// bf16 pass's exact attention numerics: q, K, V and P in bf16); else the fp32 kernel (lib/verify's
+// arithmetic up to summation order).
 enum oscar_status osc_kvsim_attend(struct osc_kvsim * k, int32_t l, const float * q, const osc_bf16 * qb,
                                    const float * kx, const float * vx, int32_t T, const struct osc_att_block * blocks,
-                                   int32_t n_blocks, void * out, bool out_f32, cudaStream_t s);
+                                   int32_t n_blocks, struct osc_att_rule r, void * out, bool out_f32,
+                                   cudaStream_t s);
 
 #endif

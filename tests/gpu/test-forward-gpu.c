@@ -6,8 +6,13 @@
 //                                                 --model adds the real model on 3 x 512 corpus tokens
 //   test-forward-gpu bench [--seqs 15] [--len 2048] [--layers 36] [--reps 3] [--hf file.csv]
 //
-// check, per model (tiny-llama, tiny-qwen2, tiny-qwen3 fixtures, and a random-init
-// SmolLM2-135M-shaped model unless --small), on one batch of 3 sequences:
+// check, per model (tiny-llama, tiny-qwen2, tiny-qwen3, tiny-llama3 (+ GGUF), tiny-mistral (+ GGUF:
+// sliding window 16), tiny-phi3 (window 20, partial rotary 8 of 16 dims), tiny-gemma3-hub (bf16
+// safetensors, + GGUF: Gemma 3's layer, local/global layers) fixtures, and a random-init
+// SmolLM2-135M-shaped model, a head_dim-128 model rotating 64 dims under a window of 100 and a
+// head_dim-256 model with Gemma 3's layer unless --small), on one batch of 3 sequences (fixtures
+// 100, 37, 190 tokens, random models 256, 128, 201: several windows long, so windowed blocks skip
+// key tiles):
 //  1. logits: GPU vs CPU run with the same weights pre-rounded to bf16 (the GPU stores
 //     matrices and embeddings as bf16; norms and biases stay fp32 on both sides).
 //     Tolerance 1e-2 relative L2. Derivation: what remains different is the GPU's bf16
@@ -35,6 +40,14 @@
 //     rounded weights). Reported, and gated at 1e-2 (the same bf16-activation argument as 1:
 //     rounding noise in q/k/v is zero-mean, so sums of outer products see it squared).
 //  4. determinism: a second GPU run gives bit-identical logits and capture sums.
+// tiny-gemma3 (query_pre_attn_scalar 24 != head_dim 32) compares logits only, with the same
+// bounds: a stats accumulator is refused for a non-default score scale (lib/stats assumes
+// head_dim^-1/2), which is checked too. Controls (fp32 mode, cheap): the GPU run with one feature
+// switched off in its config - tiny-mistral's window, tiny-phi3's partial rotary, tiny-gemma3's
+// embedding scale - must MISS the CPU logits by more than 10x the fp32 bound (1e-3), so the rows
+// above pass because the feature is computed, not because it does not matter on these fixtures
+// (measured on the CPU pass, feature on vs off: mistral's window 0.56, phi3's partial rotary
+// 9e-3 - its tiny random weights make RoPE a small effect -, gemma3's embedding scale 1.07).
 //
 // The same model also runs in the fp32 mode (oscar_fwd_params.fp32: fp32 weights, activations
 // and GEMM inputs, CUBLAS_COMPUTE_32F without TF32, the fp32 attention kernel, pass-1 Gram
@@ -285,6 +298,60 @@ static void compare_mode(const char * name, const struct oscar_model * m, const 
     free(lc), free(lg), free(lg2);
 }
 
+// The logits of one cuda run of m (cfg: the config the device pass uses; m's weights) on b.
+static void cuda_logits(const struct oscar_model * m, const struct oscar_model_config * cfg, bool fp32,
+                        const struct oscar_batch * b, float * logits) {
+    struct oscar_model mm = *m; // a shallow copy: the same weights under cfg
+    mm.config = *cfg;
+    struct oscar_fwd_params p = oscar_fwd_default_params();
+    p.device = "cuda", p.max_tokens = b->seq_start[b->n_seq], p.fp32 = fp32;
+    struct oscar_fwd * f = NULL;
+    TRY(oscar_fwd_init(&mm, &p, &f));
+    TRY(oscar_fwd_run(f, b, logits));
+    oscar_fwd_free(f);
+}
+
+// Logits only (a model whose score scale lib/stats refuses): the CPU pass vs two cuda runs.
+static void compare_logits(const char * name, const struct oscar_model * m, const struct oscar_batch * b, bool fp32) {
+    const int32_t T = b->seq_start[b->n_seq];
+    const size_t n = (size_t) T * (size_t) m->config.n_vocab;
+    float * lc = malloc(sizeof(float) * n), * lg = malloc(sizeof(float) * n), * lg2 = malloc(sizeof(float) * n);
+    struct oscar_fwd_params p = oscar_fwd_default_params();
+    p.device = "cpu", p.max_tokens = T;
+    struct oscar_fwd * f = NULL;
+    TRY(oscar_fwd_init(m, &p, &f));
+    TRY(oscar_fwd_run(f, b, lc));
+    oscar_fwd_free(f);
+    cuda_logits(m, &m->config, fp32, b, lg);
+    cuda_logits(m, &m->config, fp32, b, lg2);
+    const double e = rel_l2(lg, lc, n);
+    const bool det = memcmp(lg, lg2, sizeof(float) * n) == 0;
+    out_row(fp32, "| %s (logits only) | %d | %.2e | %s | - | - | - | - | - | - | - |\n", name, T, e, det ? "yes" : "NO");
+    if (!(e <= (fp32 ? 1e-4 : 1e-2)) || !det) g_fail = 1;
+    free(lc), free(lg), free(lg2);
+}
+
+// Control: the fp32 cuda pass with cfg (m's config with one feature off) must miss the CPU
+// logits of m by more than 10x the fp32 bound.
+static void control_off(const char * name, const char * what, const struct oscar_model * m,
+                        const struct oscar_model_config * cfg, const struct oscar_batch * b) {
+    const size_t n = (size_t) b->seq_start[b->n_seq] * (size_t) m->config.n_vocab;
+    float * lc = malloc(sizeof(float) * n), * lg = malloc(sizeof(float) * n);
+    struct oscar_fwd_params p = oscar_fwd_default_params();
+    p.device = "cpu", p.max_tokens = b->seq_start[b->n_seq];
+    struct oscar_fwd * f = NULL;
+    TRY(oscar_fwd_init(m, &p, &f));
+    TRY(oscar_fwd_run(f, b, lc));
+    oscar_fwd_free(f);
+    cuda_logits(m, cfg, true, b, lg);
+    const double e = rel_l2(lg, lc, n);
+    const bool missed = e > 1e-3;
+    printf("control %s without %s: logits rel L2 %.2e vs CPU (%s)\n", name, what, e,
+           missed ? "misses, as it must" : "DOES NOT MISS: the feature is not exercised");
+    g_fail |= !missed;
+    free(lc), free(lg);
+}
+
 // tokens: the batch's token ids, or NULL for random ones. Runs the fp32 mode on m as given,
 // then rounds m's matrices to bf16 in place and runs the bf16 mode.
 static void check_model(const char * name, struct oscar_model * m, const int32_t * lens, int32_t n_seq,
@@ -348,30 +415,67 @@ static int do_check(bool small, const char * real_model, const char * corpus) {
     printf("bf16 mode (default): CPU pass on bf16-rounded weights; bounds: logits 1e-2, same-tok 1e-3, e2e 1e-2\n\n");
     printf("%s", TABLE_HEAD);
     const int32_t lens[3] = {100, 37, 190};
-    // tiny-llama3: Llama 3.x RoPE scaling from config.json, and from the GGUF's rope_freqs.weight
-    const char * tiny[5] = {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-llama3", "tiny-llama3.gguf"};
-    for (int i = 0; i < 5; i++) {
+    // tiny-llama3: Llama 3.x RoPE scaling from config.json, and from the GGUF's rope_freqs.weight;
+    // tiny-mistral / tiny-phi3: sliding windows (phi3: partial rotary too); tiny-gemma3-hub:
+    // Gemma 3's layer with its local (window 12, base 10^4) and global layers
+    const char * tiny[] = {"tiny-llama",  "tiny-qwen2",       "tiny-qwen3",     "tiny-llama3",
+                           "tiny-llama3.gguf", "tiny-mistral", "tiny-mistral.gguf", "tiny-phi3",
+                           "tiny-gemma3-hub",  "tiny-gemma3-hub.gguf"};
+    for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) {
         char dir[256];
         snprintf(dir, sizeof dir, "tests/fixtures/models/%s", tiny[i]);
         TRY(oscar_model_load(dir, &m));
         check_model(tiny[i], m, lens, 3, NULL);
         oscar_model_free(m);
     }
-    // what the kernels do not implement is refused by name, never run wrong
-    const char * refused[3][2] = {{"tiny-mistral", "sliding-window"}, {"tiny-phi3", "partial rotary"},
-                                  {"tiny-glm4-moe", "mixture-of-experts models (glm4moe, 8 experts)"}};
-    for (int i = 0; i < 3; i++) {
-        char dir[256];
-        snprintf(dir, sizeof dir, "tests/fixtures/models/%s", refused[i][0]);
-        TRY(oscar_model_load(dir, &m));
+    {   // tiny-gemma3: query_pre_attn_scalar 24, head_dim 32: logits only; stats refused by name
+        int32_t seq_start[4] = {0};
+        for (int32_t s = 0; s < 3; s++) seq_start[s + 1] = seq_start[s] + lens[s];
+        int32_t tok[327];
+        TRY(oscar_model_load("tests/fixtures/models/tiny-gemma3", &m));
+        for (int32_t t = 0; t < seq_start[3]; t++) tok[t] = (int32_t) (rnd_u64() % (uint64_t) m->config.n_vocab);
+        const struct oscar_batch b = {3, seq_start, tok, NULL};
+        compare_logits("tiny-gemma3", m, &b, true);
+        struct oscar_model_config off = m->config;
+        off.embed_scale = false;
+        control_off("tiny-gemma3", "the sqrt(C) embedding scale", m, &off, &b);
+        struct oscar_stats * s = new_stats(&m->config, KINDS);
+        struct oscar_fwd_params ps = p;
+        ps.stats = s, ps.max_tokens = seq_start[3];
         f = NULL;
-        const enum oscar_status st = oscar_fwd_init(m, &p, &f);
-        const bool ok = st == OSCAR_ERR_UNSUPPORTED && strstr(oscar_last_error(), refused[i][1]);
-        printf("%s on cuda: %s (%s)\n", refused[i][0], ok ? "refused" : "NOT REFUSED", oscar_last_error());
+        const enum oscar_status st = oscar_fwd_init(m, &ps, &f);
+        const bool ok = st == OSCAR_ERR_UNSUPPORTED && strstr(oscar_last_error(), "query_pre_attn_scalar");
+        printf("tiny-gemma3 with stats on cuda: %s (%s)\n", ok ? "refused" : "NOT REFUSED", oscar_last_error());
         g_fail |= !ok;
         oscar_fwd_free(f);
+        oscar_stats_free(s);
+        round_model(m);
+        compare_logits("tiny-gemma3", m, &b, false);
+        oscar_model_free(m);
+        // the controls of the windows and of partial rotary, on unrounded weights
+        TRY(oscar_model_load("tests/fixtures/models/tiny-mistral", &m));
+        off = m->config;
+        off.sliding_window = 0;
+        control_off("tiny-mistral", "its sliding window", m, &off, &b);
+        oscar_model_free(m);
+        TRY(oscar_model_load("tests/fixtures/models/tiny-phi3", &m));
+        off = m->config;
+        off.rope_dim = 0; // every dim rotated
+        control_off("tiny-phi3", "partial rotary", m, &off, &b);
         oscar_model_free(m);
     }
+    // what the kernels do not implement is refused by name, never run wrong
+    TRY(oscar_model_load("tests/fixtures/models/tiny-glm4-moe", &m));
+    f = NULL;
+    {
+        const enum oscar_status st = oscar_fwd_init(m, &p, &f);
+        const bool ok = st == OSCAR_ERR_UNSUPPORTED &&
+                        strstr(oscar_last_error(), "mixture-of-experts models (glm4moe, 8 experts)");
+        printf("tiny-glm4-moe on cuda: %s (%s)\n", ok ? "refused" : "NOT REFUSED", oscar_last_error());
+        g_fail |= !ok;
+    }
+    oscar_fwd_free(f);
+    oscar_model_free(m);
     if (real_model) check_real(real_model, corpus);
     if (!small) {
         struct oscar_model_config c;
@@ -383,6 +487,26 @@ static int do_check(bool small, const char * real_model, const char * corpus) {
         TRY(oscar_model_init_random(&c, rnd_u64(), &m));
         const int32_t slens[3] = {256, 128, 201};
         check_model("smollm2-135m-random", m, slens, 3, NULL);
+        oscar_model_free(m);
+        // the shapes the fixtures do not reach: head_dim 128 rotating its first 64 dims (GLM's
+        // partial rotary; 2 pass-through dims per lane) under a window of 100 (tiles skipped in
+        // the 256-token sequence), and head_dim 256 (the fp32 attention kernel in both modes)
+        // with Gemma 3's layer, local layers on their own RoPE base
+        struct oscar_model_config pr = c;
+        pr.n_layer = 4, pr.n_embd = 512, pr.n_head = 8, pr.n_head_kv = 2, pr.head_dim = 128, pr.rope_dim = 64;
+        pr.n_ff = 1024, pr.n_vocab = 1000, pr.sliding_window = 100;
+        snprintf(pr.name, sizeof pr.name, "partial rotary 64/128, window 100 (random)");
+        TRY(oscar_model_init_random(&pr, rnd_u64(), &m));
+        check_model("rope64-of-128-window100-random", m, slens, 3, NULL);
+        oscar_model_free(m);
+        struct oscar_model_config g3 = pr;
+        g3.arch = OSCAR_ARCH_GEMMA3, g3.n_layer = 6, g3.n_head = 4, g3.head_dim = 256, g3.rope_dim = 0;
+        g3.rope_theta = 1000000.0f, g3.rope_theta_swa = 10000.0f, g3.swa_pattern = 3, g3.rms_eps = 1e-6f;
+        g3.qk_norm = true, g3.post_norms = true, g3.embed_scale = true, g3.act = OSCAR_ACT_GELU_TANH;
+        g3.norm_offset = 1.0f;
+        snprintf(g3.name, sizeof g3.name, "Gemma 3 layer, head_dim 256 (random)");
+        TRY(oscar_model_init_random(&g3, rnd_u64(), &m));
+        check_model("gemma3-d256-random", m, slens, 3, NULL);
         oscar_model_free(m);
     }
     printf("\nfp32 mode (oscar_fwd_params.fp32): CPU pass on the unrounded weights; bounds: logits 1e-4,"
