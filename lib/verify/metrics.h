@@ -206,6 +206,7 @@ struct oscar_layer_input {
     const float * v;             // [T, Hkv, D]
     const float * wo;            // [C, Hq*D] or NULL (then out_rel is not computed)
     int32_t n_head, n_head_kv, head_dim, n_embd;
+    float attn_scale;            // scores q·k·attn_scale; 0 = D^-1/2 (oscar_attn_scale_param of the model)
 };
 
 struct oscar_layer_metrics {
@@ -292,16 +293,17 @@ enum oscar_status oscar_kv_sim_init(const struct oscar_kv_transform * tf, const 
                                     int32_t max_tokens, int32_t n_threads, struct oscar_kv_sim ** out);
 void oscar_kv_sim_free(struct oscar_kv_sim * s);
 struct oscar_attention_override oscar_kv_sim_override(struct oscar_kv_sim * s);
-// One query row of the simulation: out [D] = softmax(q·kᵀ/√D)·v over keys p in [0, t], key p taken
+// One query row of the simulation: out [D] = softmax(q·kᵀ·scale)·v (scale: oscar_attn_score_scale of
+// attn_scale) over keys p in [0, t], key p taken
 // from (k_q, v_q) if lo <= p < hi, else (k_hp, v_hp); row p of each buffer at p·rs. fp32 scores and
 // weights, fp64 normaliser: lib/attention's oscar_attn_rows for one row, which gives a row the same
 // bits alone as in the simulation's blocks, so lib/verify/kv-decode.c (the oracle) and the
 // one-pass simulation agree bit for bit on the same rows. scratch: oscar_kv_attend_scratch(t + 1, D)
 // floats, 8-byte aligned.
 size_t oscar_kv_attend_scratch(int64_t max_len, int32_t D);
-void oscar_kv_attend_query(const float * q, int32_t D, size_t rs, const float * k_hp, const float * v_hp,
-                           const float * k_q, const float * v_q, int64_t t, int64_t lo, int64_t hi, float * scratch,
-                           float * out);
+void oscar_kv_attend_query(const float * q, int32_t D, float attn_scale, size_t rs, const float * k_hp,
+                           const float * v_hp, const float * k_q, const float * v_q, int64_t t, int64_t lo, int64_t hi,
+                           float * scratch, float * out);
 // Quantizer statistics accumulated over all layers and calls (K and V).
 void oscar_kv_sim_stats(const struct oscar_kv_sim * s, struct oscar_quant_stats * k, struct oscar_quant_stats * v);
 
