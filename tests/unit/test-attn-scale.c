@@ -6,6 +6,9 @@
 // scaling is by a power of two and the results must agree bit for bit; with Gemma's s = 24^-1/2
 // they agree to fp32 rounding of the scaled queries. Each case also checks that the scale matters
 // (the unscaled queries give different numbers), so a consumer that ignored it would fail.
+// End to end on tests/fixtures/models/tiny-gemma3 (query_pre_attn_scalar 24, head_dim 32): verify's
+// KV-cache simulation with the identity method ("bf16") gives the forward's own perplexity bit for
+// bit, and an INT2 method runs and changes it.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +21,7 @@
 #include <string.h>
 
 #include "attention/attention.h"
+#include "model/model.h"
 #include "stats/stats.h"
 #include "verify/metrics.h"
 
@@ -217,11 +221,57 @@ static void test_stats_vatt(void ** state) {
     teardown(&f);
 }
 
+static void gemma3_ppl(const struct oscar_model * m, const int32_t * tok, int32_t n, const char * method,
+                       struct oscar_ppl_result * r) {
+    const struct oscar_model_config * c = &m->config;
+    struct oscar_ppl_params pp = {.n_ctx = n, .stride = n, .n_threads = 2};
+    struct oscar_kv_sim * sim = NULL;
+    struct oscar_attention_override ov;
+    if (method) {
+        struct oscar_tiering tr = {.mode = OSCAR_TIERS_STATIC, .n_sink = 2, .n_recent = 2, .n_flush = 8, .block = 1};
+        struct oscar_kv_transform tf;
+        assert_int_equal(oscar_kv_transform_preset(method, c->n_layer, c->n_head_kv, c->head_dim, 0, OSCAR_META_F32,
+                                                   &tr, false, NULL, NULL, false, NULL, NULL, &tf), OSCAR_OK);
+        assert_int_equal(oscar_kv_sim_init(&tf, c, n, 2, &sim), OSCAR_OK);
+        ov = oscar_kv_sim_override(sim);
+        pp.attention = &ov;
+    }
+    assert_int_equal(oscar_perplexity(m, tok, 4 * n, &pp, r), OSCAR_OK);
+    oscar_kv_sim_free(sim);
+}
+
+static void test_gemma3_sim(void ** state) {
+    (void) state;
+    struct oscar_model * m = NULL;
+    assert_int_equal(oscar_model_load("tests/fixtures/models/tiny-gemma3", &m), OSCAR_OK);
+    assert_false(oscar_attn_scale_is_default(&m->config));
+    const int32_t n = oscar_model_window(&m->config);   // 8: windows the simulation attends exactly
+    int32_t tok[32];
+    for (int i = 0; i < 32; i++) tok[i] = (int32_t) ((i * 97 + 13) % m->config.n_vocab);
+    struct oscar_ppl_result exact, bf16, had;
+    gemma3_ppl(m, tok, n, NULL, &exact);
+    gemma3_ppl(m, tok, n, "bf16", &bf16);
+    gemma3_ppl(m, tok, n, "hadamard", &had);
+    printf("tiny-gemma3 ppl: forward %.6f, sim bf16 %.6f, hadamard INT2 %.6f\n", exact.ppl, bf16.ppl, had.ppl);
+    assert_memory_equal(&exact.nll_sum, &bf16.nll_sum, sizeof exact.nll_sum);
+    assert_true(isfinite(had.ppl) && had.nll_sum != exact.nll_sum);
+    // a window longer than the sliding window stays refused by name
+    struct oscar_tiering tr = {.mode = OSCAR_TIERS_STATIC, .n_sink = 2, .n_recent = 2, .n_flush = 8, .block = 1};
+    struct oscar_kv_transform tf;
+    assert_int_equal(oscar_kv_transform_preset("bf16", m->config.n_layer, m->config.n_head_kv, m->config.head_dim, 0,
+                                               OSCAR_META_F32, &tr, false, NULL, NULL, false, NULL, NULL, &tf), OSCAR_OK);
+    struct oscar_kv_sim * sim = NULL;
+    assert_int_equal(oscar_kv_sim_init(&tf, &m->config, n + 1, 1, &sim), OSCAR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(oscar_last_error(), "sliding_window"));
+    oscar_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_metrics_pow2),    cmocka_unit_test(test_metrics_gemma),
         cmocka_unit_test(test_candidates_pow2), cmocka_unit_test(test_candidates_gemma),
         cmocka_unit_test(test_attend_query),    cmocka_unit_test(test_stats_vatt),
+        cmocka_unit_test(test_gemma3_sim),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
