@@ -258,8 +258,9 @@ static void test_gemma3_sim(void ** state) {
     // a window longer than the sliding window stays refused by name
     struct oscar_tiering tr = {.mode = OSCAR_TIERS_STATIC, .n_sink = 2, .n_recent = 2, .n_flush = 8, .block = 1};
     struct oscar_kv_transform tf;
-    assert_int_equal(oscar_kv_transform_preset("bf16", m->config.n_layer, m->config.n_head_kv, m->config.head_dim, 0,
-                                               OSCAR_META_F32, &tr, false, NULL, NULL, false, NULL, NULL, &tf), OSCAR_OK);
+    const struct oscar_model_config * c = &m->config;
+    assert_int_equal(oscar_kv_transform_preset("bf16", c->n_layer, c->n_head_kv, c->head_dim, 0, OSCAR_META_F32, &tr,
+                                               false, NULL, NULL, false, NULL, NULL, &tf), OSCAR_OK);
     struct oscar_kv_sim * sim = NULL;
     assert_int_equal(oscar_kv_sim_init(&tf, &m->config, n + 1, 1, &sim), OSCAR_ERR_UNSUPPORTED);
     assert_non_null(strstr(oscar_last_error(), "sliding_window"));
