@@ -6,7 +6,8 @@
 #    written and names the architecture, --threads 1 and 2 give identical bytes, a checkpointed run too.
 # 2. The tests/fixtures/models/tiny-glm4-moe weights with an ASCII byte-level tokenizer (ids 0..127 =
 #    bytes, no merges; the fixture has none and a vocabulary of 160): the gate runs and passes and the
-#    artifact is identical across threads.
+#    artifact is identical across threads; the fixture's GGUF (no tokenizer metadata: --tokenizer gives
+#    it the same one) calibrates to the same rotations and clips, bit for bit.
 set -euo pipefail
 B=${OSCAR_BUILD:-build}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -45,4 +46,22 @@ grep -q "mean .* PASS" "$T/fa.err" || { echo "FAIL: no passing gate: $(cat "$T/f
 grep -q '"oscar.architecture": "glm4moe"' "$T/fa/oscar.json" || { echo "FAIL: fixture architecture"; exit 1; }
 "$CAL" "${fx[@]}" -t 1 -q -o "$T/fb"
 cmp "$T/fa/oscar.safetensors" "$T/fb/oscar.safetensors" || { echo "FAIL: fixture --threads 1 and 2 differ"; exit 1; }
-echo "ok: oscar-calibrate on GLM-4 MoE (tiny-glm4-moe shape and fixture): artifacts written, identical across threads and checkpoints, gate passes"
+"$CAL" -m "$FX.gguf" "${fx[@]:2}" --tokenizer "$T/m/tokenizer.json" -t 2 -q -o "$T/fg" 2> "$T/fg.err" \
+    || { echo "FAIL: calibrate on the GGUF: $(tail -3 "$T/fg.err")"; exit 1; }
+python3 - "$T/fa/oscar.safetensors" "$T/fg/oscar.safetensors" <<'PY'
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return h, b[8 + n:]
+(ha, da), (hb, db) = load(sys.argv[1]), load(sys.argv[2])
+assert ha == hb and da == db, "the GGUF's artifact tensors differ from the safetensors'"
+PY
+set +e
+"$CAL" --random-init tiny-glm4-moe --tokenizer "$T/m/tokenizer.json" -o "$T/x" 2> "$T/err"
+rc=$?
+set -e
+[ "$rc" -eq 2 ] && grep -q "replaces" "$T/err" || { echo "FAIL: --random-init with --tokenizer: rc $rc"; exit 1; }
+echo "ok: oscar-calibrate on GLM-4 MoE (tiny-glm4-moe shape and fixture): artifacts written, identical across threads and checkpoints, gate passes, GGUF = safetensors"
