@@ -43,7 +43,8 @@
 //   k_rel_mse = Σ‖k̃ − k‖² / Σ‖k‖²     k̃ = the row as the END of its sequence
 //   v_rel_mse = same for V               sees it (INT2 or HP value)
 //   logit_err = Σ (q·k̂_p − q·k_p)² / Σ (q·k_p)²   (k̂_p the value query t sees)
-//   kl        = mean over (t, j) of KL(softmax(q·Kᵀ/√D) ‖ softmax(q·K̂ᵀ/√D)), nats
+//   kl        = mean over (t, j) of KL(softmax(q·Kᵀ·s) ‖ softmax(q·K̂ᵀ·s)), nats; s = 1/√D or the
+//               model's score scale (oscar_layer_input.attn_scale: Gemma 3's query_pre_attn_scalar^-1/2)
 //   out_rel   = Σ‖(ô − o)·W_Oᵀ‖² / Σ‖o·W_Oᵀ‖²  (o: exact fp32 attention, ô: over
 //               the transformed cache; W_O [C, Hq·D], all heads together)
 // All sums fp64. Hidden drift needs a full forward and lives in the driver
