@@ -26,6 +26,7 @@ struct opts {
     const char * model, * jsonl_field, * out, * save_act, * from_act;
     const char * device, * random_init; // device NULL: cpu
     const char * base_model;            // --base-model OWNER/NAME (validated)
+    const char * tokenizer;             // --tokenizer PATH, or NULL: the model's own
     const char * datasets[MAX_DATASETS]; // --dataset ids (validated, no repeats)
     int32_t n_datasets;
     struct oscar_calib_source corpus[OSCAR_CALIB_MAX_SOURCES]; // --corpus, in order
@@ -47,6 +48,8 @@ static void usage(FILE * f) {
             "                            follows the last '@' when it is a number (a path ending in\n"
             "                            '@NUMBER' needs an explicit share after it)\n"
             "      --jsonl-field NAME    the field of each JSONL record; every file is then JSONL [*.jsonl: text]\n"
+            "      --tokenizer PATH      a tokenizer.json, or a .gguf or directory holding one, for a model that\n"
+            "                            has none of its own (a GGUF without tokenizer metadata) [the model's]\n"
             "  -o, --out DIR             artifact directory: new, or an artifact to replace (checked before any compute)\n"
             "      --base-model ID       the model's Hub id OWNER/NAME for the card's base_model [from --model when\n"
             "                            it is a Hub id or in the HF cache, else from the GGUF's source metadata]\n"
@@ -97,7 +100,7 @@ static void usage(FILE * f) {
             "      --gpu-precision bf16|fp32  with --device cuda: bf16 weights and GEMM inputs, capture bf16\n"
             "                            (fast), or fp32 throughout (the CPU pass's numerics, slower) [bf16]\n"
             "      --random-init NAME    random-weight model of a named shape (qwen3-8b, llama3-70b, smollm2-135m,\n"
-            "                            qwen3-30b-a3b, tiny-qwen3-moe, tiny-gemma3)\n"
+            "                            qwen3-30b-a3b, tiny-qwen3-moe, tiny-gemma3, tiny-glm4-moe)\n"
             "                            on synthetic tokens, instead of --model/--corpus: for benchmarks only\n"
             "  -q, --quiet               errors only on stderr (no progress, gate table or timings)\n"
             "  -v, --verbose             stage timings\n"
@@ -143,7 +146,7 @@ static bool hub_id_arg(const char * opt, const char * id) {
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_params * p) {
     enum { O_TOK = 256, O_HELD, O_SHORT, O_GRP, O_KOBJ, O_VOBJ, O_COMP, O_GS, O_SD, O_SINK, O_REC, O_CLIP, O_CS,
            O_CKPT, O_RES, O_STRICT, O_SEED, O_JSON, O_VER, O_JF, O_CDT, O_SAVE, O_FROM, O_DEV, O_RAND,
-           O_GPREC, O_BASE, O_DATA, O_TARGET, O_REFINE, O_OSTEPS, O_OSEQ, O_ONOCENTER, O_SIGNS, O_SPASSES };
+           O_GPREC, O_BASE, O_DATA, O_TARGET, O_REFINE, O_OSTEPS, O_OSEQ, O_ONOCENTER, O_SIGNS, O_SPASSES, O_TOKZ };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"corpus", 1, 0, 'f'}, {"out", 1, 0, 'o'}, {"tokens", 1, 0, O_TOK},
         {"seq-len", 1, 0, 'c'}, {"batch", 1, 0, 'b'}, {"heldout", 1, 0, O_HELD}, {"allow-short", 0, 0, O_SHORT},
@@ -158,11 +161,12 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         {"target", 1, 0, O_TARGET},
         {"refine", 1, 0, O_REFINE}, {"optr-steps", 1, 0, O_OSTEPS}, {"optr-train-seq", 1, 0, O_OSEQ},
         {"no-optr-center", 0, 0, O_ONOCENTER}, {"sign-search", 0, 0, O_SIGNS}, {"sign-passes", 1, 0, O_SPASSES},
-        {"version", 0, 0, O_VER}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"tokenizer", 1, 0, O_TOKZ}, {"version", 0, 0, O_VER}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, window_set = 0; // bits: --sink, --recent given
     while ((c = getopt_long(argc, argv, "m:f:o:c:b:t:qvh", lo, NULL)) != -1) {
         switch (c) {
         case 'm': o->model = optarg; break;
+        case O_TOKZ: o->tokenizer = optarg; break;
         case 'f':
             if (o->n_corpus == OSCAR_CALIB_MAX_SOURCES)
                 return fprintf(stderr, "oscar-calibrate: more than %d --corpus sources\n", OSCAR_CALIB_MAX_SOURCES), 2;
@@ -267,8 +271,8 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
     if (tp->has_window && !(window_set & 1)) p->sink = tp->sink;     // the engine's own defaults
     if (tp->has_window && !(window_set & 2)) p->recent = tp->recent;
     if (o->random_init) {
-        if (o->model || o->n_corpus || o->from_act) {
-            fprintf(stderr, "--random-init replaces --model, --corpus and --from-activations\n");
+        if (o->model || o->n_corpus || o->from_act || o->tokenizer) {
+            fprintf(stderr, "--random-init replaces --model, --corpus, --from-activations and --tokenizer\n");
             return 2;
         }
         if (o->save_act) {
@@ -442,7 +446,7 @@ static enum oscar_status from_store(const struct opts * o, const struct oscar_mo
     osc_info("%s: %lld calibration rows in %d sequences, %d held-out sequences, %s", o->from_act,
              (long long) plan->n_tokens, (int) plan->n_seq, (int) plan->n_heldout, in->bf16 ? "bfloat16" : "float32");
     if ((rc = oscar_calib_heldout_from_store(*store, m, held, t)) != OSCAR_OK) return rc;
-    return oscar_calib_accumulate_from_store(*store, plan, p, st, t);
+    return oscar_calib_accumulate_from_store(*store, plan, p, held->attn_scale, st, t);
 }
 
 // --json: the run's summary on stdout (jansson, so any path is valid JSON).
@@ -501,7 +505,7 @@ static enum oscar_status open_model(const struct opts * o, struct oscar_model * 
     enum oscar_status st = o->from_act  ? oscar_model_load(o->model, &e->m)
                            : on_cuda(o) ? oscar_model_open_lazy(o->model, &e->m)
                                         : oscar_model_open_no_head(o->model, &e->m);
-    return st != OSCAR_OK ? st : oscar_tokenizer_load(o->model, tok);
+    return st != OSCAR_OK ? st : oscar_tokenizer_load(o->tokenizer ? o->tokenizer : o->model, tok);
 }
 
 // Options a data-parallel run (several ranks) does not take: the message, or NULL.

@@ -25,6 +25,7 @@
 // T = tokens, C = n_embd, Hq/Hkv = heads, D = head_dim, F = n_ff, V = n_vocab,
 // L = n_layer, Q = Hq D, KV = Hkv D, NQKV = Q + 2 KV.
 extern "C" {
+#include "attention/attention.h"
 #include "backend/forward-ops.h"
 #include "stats/stats-sums.h"
 }
@@ -459,11 +460,6 @@ static enum oscar_status check_config(const struct oscar_model_config * c, const
         return osc_error(OSCAR_ERR_INVALID, "forward-cuda: bad rope_dim %d, sliding_window %d, swa_pattern %d, local "
                          "RoPE base, score scale, norm offset or activation", c->rope_dim, c->sliding_window,
                          c->swa_pattern);
-    if (p->stats && !oscar_attn_scale_is_default(c)) // as the cpu backend (lib/backend/fwd-cpu.c)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: %s scores attention with %g (query_pre_attn_scalar^-1/2), "
-                         "not head_dim^-1/2 = %g: the calibration statistics (attention mass) and held-out metrics "
-                         "assume the latter", oscar_arch_name(c->arch), (double) oscar_attn_scale(c),
-                         1.0 / sqrt((double) c->head_dim));
     if (p->max_tokens <= 0) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: max_tokens %d", p->max_tokens);
     if (p->attention && !p->attention->attend)
         return osc_error(OSCAR_ERR_INVALID, "forward-cuda: attention override without a callback");
@@ -873,7 +869,8 @@ out:
 // Σ_t w v vᵀ and Σ_t w into the accumulators.
 static enum oscar_status capture_vatt(struct cuda_fwd * f, const struct oscar_batch * b, int32_t l, int32_t T) {
     const int32_t D = f->c.head_dim, H = f->c.n_head_kv, Hq = f->c.n_head, g = Hq / H;
-    const double scale = 1.0 / sqrt((double) D);
+    // the accumulator's score scale (the forward checked it is the model's), as attn-mass.c takes it
+    const double scale = oscar_attn_score_scale(oscar_stats_get_params(f->p.stats).attn_scale, D);
     const float one = 1.0f, zero = 0.0f;
     float * z = f->big;   // [H, T, D]
     enum oscar_status st = OSCAR_OK;

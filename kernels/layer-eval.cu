@@ -138,7 +138,8 @@ static enum oscar_status attend(struct oscar_backend_eval * e, const float * kb,
                                 int n_soft, bool shared_a, double * k_acc) {
     const int Hq = e->s.n_head, Hkv = e->s.n_head_kv, D = e->s.head_dim, g = Hq / Hkv;
     const long long kvs = (long long) e->T * Hkv * D, obs = (long long) e->T * Hq * D;
-    const double scale = 1.0 / sqrt((double) D);
+    // lib/attention's oscar_attn_score_scale (a C header): the shape's scale, or 1/sqrt(D) with the old bits
+    const double scale = e->s.attn_scale > 0.0f ? (double) e->s.attn_scale : 1.0 / sqrt((double) D);
     for (int s = 0; s < e->n_seq; s++) {
         const int b0 = e->seq_start[s], n = e->seq_start[s + 1] - b0;
         const long long zs = (long long) n * n;
@@ -368,9 +369,11 @@ extern "C" enum oscar_status osc_cuda_eval_candidates(struct oscar_backend_eval 
     }
     if (st != OSCAR_OK || (st = fetch_acc(e, n)) != OSCAR_OK) return st;
     const double * hk = e->h_acc, * hv = e->h_acc + (size_t) nb * Hkv;
-    for (int h = 0; h < Hkv; h++) k_den[h] = hk[h] / D;   // (q·e)²·scale², scale² = 1/D
+    // (q·e)²·scale² as (q·e)² / scale⁻², scale⁻² = D exactly by default (lib/verify/metrics.c's arithmetic)
+    const double sa = e->s.attn_scale, inv_s2 = sa > 0.0 ? 1.0 / (sa * sa) : (double) D;
+    for (int h = 0; h < Hkv; h++) k_den[h] = hk[h] / inv_s2;
     for (int c = 0; c < n_cand; c++)
-        for (int h = 0; h < Hkv; h++) k_num[c * Hkv + h] = hk[(size_t) (c + 1) * Hkv + h] / D;
+        for (int h = 0; h < Hkv; h++) k_num[c * Hkv + h] = hk[(size_t) (c + 1) * Hkv + h] / inv_s2;
     *v_den = hv[Hkv];
     for (int c = 0; c < n_cand; c++)
         for (int x = 0; x <= Hkv; x++) v_num[c * (Hkv + 1) + x] = hv[(size_t) (c + 1) * (Hkv + 1) + x];

@@ -20,6 +20,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "util/error.h"
@@ -90,6 +91,11 @@ struct oscar_attn_keys {
     int64_t       window;
     float         scale;   // 0 = D^-1/2 (Gemma's query_pre_attn_scalar^-1/2 otherwise)
 };
+// The score scale a consumer applies for its `attn_scale` parameter (0 = D^-1/2), in fp64: every
+// consumer that rebuilds softmax(q.k * scale) from captured rows uses this one definition.
+static inline double oscar_attn_score_scale(float attn_scale, int32_t D) {
+    return attn_scale > 0.0f ? (double) attn_scale : 1.0 / sqrt((double) D);
+}
 size_t oscar_attn_rows_scratch(int32_t n_rows, int64_t n_keys, int32_t head_dim);
 // Keys [0, n_keys) of k (rows row_stride apart) in the tiled transposed layout
 // kt takes: oscar_attn_keys_transposed_size floats.

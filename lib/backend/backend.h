@@ -30,6 +30,7 @@ struct oscar_backend_eval; // a backend's workspace for layer error evaluation
 struct oscar_eval_shape {
     int32_t n_head, n_head_kv, head_dim, n_embd;
     int32_t max_tokens, max_len, max_cand;
+    float attn_scale;           // scores q·k·attn_scale; 0 = D^-1/2 (oscar_attn_scale_param)
 };
 // One layer's held-out rows (host arrays, copied by eval_layer).
 struct oscar_eval_layer {

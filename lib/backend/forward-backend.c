@@ -26,6 +26,13 @@ static enum oscar_status create(const struct oscar_model * m, const struct oscar
     const struct osc_fwd_ops * ops = NULL;
     enum oscar_status st = osc_fwd_ops_get(params->device, &ops);
     if (st != OSCAR_OK) return st;
+    const struct oscar_model_config * c = m ? &m->config : cfg;
+    if (params->stats && oscar_stats_get_params(params->stats).attn_scale != oscar_attn_scale_param(c))
+        // the attention-mass weights would be a softmax of other scores than the model's
+        return osc_error(OSCAR_ERR_INVALID, "forward: the statistics accumulator's score scale %g is not %s's %g "
+                         "(set oscar_stats_params.attn_scale = oscar_attn_scale_param)",
+                         (double) oscar_stats_get_params(params->stats).attn_scale, m ? m->source : c->name,
+                         (double) oscar_attn_scale_param(c));
     struct oscar_fwd * f = calloc(1, sizeof *f);
     if (!f) return osc_error(OSCAR_ERR_NOMEM, "forward: out of memory");
     f->ops = ops;

@@ -102,13 +102,6 @@ static enum oscar_status cpu_init(const struct oscar_model * m, const struct osc
         if (st != OSCAR_OK) goto out;
         m = c->owned;
     }
-    if (p->stats && !oscar_attn_scale_is_default(&m->config)) { // lib/stats weighs keys by softmax(q.k / sqrt(D))
-        st = osc_error(OSCAR_ERR_UNSUPPORTED, "forward: %s scores attention with %g (query_pre_attn_scalar^-1/2), "
-                       "not head_dim^-1/2 = %g: the calibration statistics (attention mass) and held-out metrics "
-                       "assume the latter", m->source, (double)oscar_attn_scale(&m->config),
-                       1.0 / sqrt((double)m->config.head_dim));
-        goto out;
-    }
     c->m = m;
     c->p = *p;
     c->hook.want = cpu_want;

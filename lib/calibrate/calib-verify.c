@@ -12,6 +12,7 @@ struct oscar_layer_input osc_calib_layer_input(const struct oscar_calib_heldout 
         .layer = layer, .n_tokens = (int32_t) h->n_rows, .n_seq = h->n_seq, .seq_start = h->seq_start,
         .q = h->q[layer], .k = h->k[layer], .v = h->v[layer], .wo = h->wo[layer],
         .n_head = h->n_head, .n_head_kv = h->n_head_kv, .head_dim = h->head_dim, .n_embd = h->n_embd,
+        .attn_scale = h->attn_scale,
     };
     return in;
 }
@@ -36,6 +37,6 @@ enum oscar_status osc_calib_eval_open(const struct oscar_calib_heldout * h, cons
         if (h->seq_start[s + 1] - h->seq_start[s] > max_len) max_len = h->seq_start[s + 1] - h->seq_start[s];
     struct oscar_eval_shape shape = {.n_head = h->n_head, .n_head_kv = h->n_head_kv, .head_dim = h->head_dim,
                                      .n_embd = h->n_embd, .max_tokens = h->n_rows > max_len ? (int32_t) h->n_rows : max_len,
-                                     .max_len = max_len, .max_cand = max_cand};
+                                     .max_len = max_len, .max_cand = max_cand, .attn_scale = h->attn_scale};
     return oscar_eval_dev_open(p->eval_device, &shape, p->n_threads, out);
 }

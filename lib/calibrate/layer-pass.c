@@ -176,7 +176,7 @@ static enum oscar_status alloc_heldout(struct layer_pass * lp) {
     struct oscar_calib_heldout * h = lp->held;
     memset(h, 0, sizeof *h);
     h->n_layer = c->n_layer, h->n_head = c->n_head, h->n_head_kv = c->n_head_kv;
-    h->head_dim = c->head_dim, h->n_embd = c->n_embd;
+    h->head_dim = c->head_dim, h->n_embd = c->n_embd, h->attn_scale = oscar_attn_scale_param(c);
     h->n_seq = plan->n_heldout;
     h->n_rows = plan->heldout_start[plan->n_heldout] - plan->heldout_start[0];
     const size_t L = (size_t) c->n_layer, T = (size_t) h->n_rows, D = (size_t) c->head_dim;
@@ -331,6 +331,7 @@ static enum oscar_status start(struct layer_pass * lp, const struct osc_layer_ck
     if (have && lp->dp->rank == 0) return OSCAR_OK;
     struct oscar_stats_params sp = oscar_stats_default_params();
     sp.n_layer = c->n_layer, sp.n_head = c->n_head, sp.n_head_kv = c->n_head_kv, sp.head_dim = c->head_dim;
+    sp.attn_scale = oscar_attn_scale_param(c);
     sp.kinds = oscar_calib_stats_kinds(lp->p);
     sp.n_threads = lp->p->n_threads;
     sp.max_tokens = lp->p->batch * lp->p->seq_len;

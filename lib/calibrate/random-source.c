@@ -1,5 +1,6 @@
 // random-source.c - what --random-init calibrates on: named model shapes and a
 // synthetic token stream (benchmarks: no weights file, tokenizer or corpus).
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,16 +33,27 @@ enum oscar_status oscar_calib_random_config(const char * name, struct oscar_mode
         c->head_dim = 16, c->n_ff = 96, c->n_vocab = 128, c->n_ctx_train = 256;
         c->rope_theta = 1000000.0f, c->rms_eps = 1e-6f, c->qk_norm = true, c->tied_embeddings = true;
         c->n_expert = 8, c->n_expert_used = 2, c->n_ff_expert = 16, c->expert_norm_topk = true, c->moe_step = 1;
-    } else if (name && !strcmp(name, "tiny-gemma3")) { // tests: tests/fixtures/models/tiny-gemma3-hub's shape, window 64
+    } else if (name && !strcmp(name, "tiny-gemma3")) { // tests: tests/fixtures/models/tiny-gemma3-hub's shape, window 64,
+        // and tiny-gemma3's query_pre_attn_scalar 24 (not head_dim: the score scale every consumer must carry)
         c->arch = OSCAR_ARCH_GEMMA3, c->n_layer = 6, c->n_embd = 64, c->n_head = 4, c->n_head_kv = 1;
         c->head_dim = 32, c->n_ff = 128, c->n_vocab = 320, c->n_ctx_train = 512;
         c->rope_theta = 1000000.0f, c->rope_scaling = OSCAR_ROPE_LINEAR, c->rope_factor = 8.0f;
         c->rope_theta_swa = 10000.0f, c->sliding_window = 64, c->swa_pattern = 6, c->rms_eps = 1e-6f;
         c->qk_norm = true, c->post_norms = true, c->embed_scale = true, c->tied_embeddings = true;
-        c->norm_offset = 1.0f, c->act = OSCAR_ACT_GELU_TANH;
+        c->norm_offset = 1.0f, c->act = OSCAR_ACT_GELU_TANH, c->attn_scale = (float) (1.0 / sqrt(24.0));
+    } else if (name && !strcmp(name, "tiny-glm4-moe")) { // tests: tests/fixtures/models/tiny-glm4-moe's shape
+        // 8 sigmoid-routed experts in 2 groups (1 competes), top-2, one ungated shared expert, layer 0 dense,
+        // q/k/v bias, q/k norms, partial rotary (16 of 32 dims)
+        c->arch = OSCAR_ARCH_GLM4_MOE, c->n_layer = 4, c->n_embd = 64, c->n_head = 4, c->n_head_kv = 2;
+        c->head_dim = 32, c->rope_dim = 16, c->n_ff = 96, c->n_vocab = 160, c->n_ctx_train = 256;
+        c->rope_theta = 10000.0f, c->rms_eps = 1e-5f, c->qkv_bias = true, c->qk_norm = true;
+        c->n_expert = 8, c->n_expert_used = 2, c->n_ff_expert = 24, c->n_ff_shared = 24, c->expert_norm_topk = true;
+        c->moe_step = 1, c->expert_gating = OSCAR_GATING_SIGMOID, c->expert_bias = true, c->shared_ungated = true;
+        c->n_expert_group = 2, c->n_group_used = 1, c->expert_scale = 2.5f;
+        c->n_dense_layers = 1, c->dense_layers[0] = 0;
     } else {
         return osc_error(OSCAR_ERR_INVALID, "random-init: unknown shape '%s' (qwen3-8b, llama3-70b, smollm2-135m, "
-                         "qwen3-30b-a3b, tiny-qwen3-moe, tiny-gemma3)", name ? name : "(null)");
+                         "qwen3-30b-a3b, tiny-qwen3-moe, tiny-gemma3, tiny-glm4-moe)", name ? name : "(null)");
     }
     snprintf(c->name, sizeof c->name, "%s shape (random init)", name);
     return OSCAR_OK;

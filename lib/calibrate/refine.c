@@ -109,6 +109,7 @@ enum oscar_status oscar_calib_refine_layer(struct oscar_actstore * store, const 
     const size_t HDD = (size_t) Hkv * (size_t) D * (size_t) D;
     struct oscar_optr_layer in = {
         .layer = l, .n_head = Hq, .n_head_kv = Hkv, .head_dim = D, .n_embd = h->n_embd, .wo = h->wo[l],
+        .attn_scale = h->attn_scale,
         .k_rot_base = f->k_rot + (size_t) l * HDD, .v_rot_base = f->v_rot + (size_t) l * HDD,
         .train = {.n_seq = op.center ? plan->n_seq : n_seq_used, .seq_start = plan->seq_start, .q = q, .k = k, .v = v},
         .held = {.n_seq = h->n_seq, .seq_start = h->seq_start, .q = h->q[l], .k = h->k[l], .v = h->v[l]},

@@ -80,7 +80,7 @@ enum oscar_status oscar_calib_heldout_from_store(struct oscar_actstore * s, cons
     int32_t nh;
     const int32_t * lens = oscar_actstore_seq_lens(s, OSCAR_ACT_HELDOUT, &nh);
     h->n_layer = c->n_layer, h->n_head = c->n_head, h->n_head_kv = c->n_head_kv, h->head_dim = c->head_dim;
-    h->n_embd = c->n_embd;
+    h->n_embd = c->n_embd, h->attn_scale = oscar_attn_scale_param(c);
     h->n_seq = nh;
     h->seq_start = offsets(lens, nh);
     size_t L = (size_t) c->n_layer, D = (size_t) c->head_dim;
@@ -106,11 +106,12 @@ nomem:
 }
 
 enum oscar_status oscar_calib_accumulate_from_store(struct oscar_actstore * s, const struct oscar_calib_plan * plan,
-                                                    const struct oscar_calib_params * p, struct oscar_stats ** out,
-                                                    struct oscar_calib_timing * t) {
+                                                    const struct oscar_calib_params * p, float attn_scale,
+                                                    struct oscar_stats ** out, struct oscar_calib_timing * t) {
     const struct oscar_actstore_info * in = oscar_actstore_get_info(s);
     struct oscar_stats_params sp = oscar_stats_default_params();
     sp.n_layer = in->n_layer, sp.n_head = in->n_head, sp.n_head_kv = in->n_head_kv, sp.head_dim = in->head_dim;
+    sp.attn_scale = attn_scale;
     sp.kinds = oscar_calib_stats_kinds(p);
     sp.n_threads = p->n_threads;
     int32_t maxrows = 0;   // rows of the largest batch, as a forward run would batch them

@@ -274,6 +274,10 @@ bool oscar_attn_scale_is_default(const struct oscar_model_config * c) {
     return fabs((double)oscar_attn_scale(c) - d) <= 1e-6 * d;
 }
 
+float oscar_attn_scale_param(const struct oscar_model_config * c) {
+    return oscar_attn_scale_is_default(c) ? 0.0f : oscar_attn_scale(c);
+}
+
 // Llama 3.x (transformers' _compute_llama3_parameters, in fp32 like its torch ops): wavelengths
 // 2 pi / f longer than orig_ctx / low_freq_factor are divided by factor, shorter than
 // orig_ctx / high_freq_factor kept, and in between blended by

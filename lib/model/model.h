@@ -189,9 +189,12 @@ bool oscar_layer_sliding(const struct oscar_model_config * c, int32_t layer);
 int32_t oscar_layer_window(const struct oscar_model_config * c, int32_t layer);
 // The softmax scale of the attention scores q.k (attn_scale, or head_dim^-1/2 when 0).
 float oscar_attn_scale(const struct oscar_model_config * c);
-// Whether that scale is head_dim^-1/2 (within fp32 rounding), which the statistics and verification code
-// (lib/stats, lib/verify) assume; Gemma 3 models with query_pre_attn_scalar != head_dim are refused there.
+// Whether that scale is head_dim^-1/2 (within fp32 rounding).
 bool oscar_attn_scale_is_default(const struct oscar_model_config * c);
+// The scale as the `attn_scale` parameter of the code that rebuilds attention from captured Q/K/V
+// (lib/stats, lib/verify, the calibration evaluator): 0 when it is head_dim^-1/2, so that those
+// compute 1/sqrt(D) exactly as they always did (same bits), else oscar_attn_scale (Gemma 3).
+float oscar_attn_scale_param(const struct oscar_model_config * c);
 // The window of the model's sliding layers, 0 when no layer slides. Sequences of at most this many
 // tokens attend exactly as with full causal attention (code that assumes it checks this).
 int32_t oscar_model_window(const struct oscar_model_config * c);

@@ -60,6 +60,7 @@ struct osc_optr_item {
 // Per-head constants: the g Gram matrices W_O,jᵀ·W_O,j [g, D, D] and the shape.
 struct osc_optr_head {
     int32_t D, g, C;
+    float sc;                       // the score scale (oscar_optr_layer's attn_scale, or 1/sqrtf(D))
     const float * gram;             // [g, D, D]
     double lambda;
     const struct oscar_int2_params * quant;

@@ -226,7 +226,7 @@ enum oscar_status osc_optr_loss_k(const struct osc_optr_head * hd, struct osc_op
                                   double w, bool frozen, bool phat_out, double * dR, struct osc_optr_scratch * s,
                                   double * loss) {
     const int32_t D = hd->D, L = it->L, nq = it->nq;
-    const float sc = 1.0f / sqrtf((float) D);
+    const float sc = hd->sc;
     const double wo = 1.0 / ((double) nq * hd->C), wj = 1.0 / hd->g;
     enum oscar_status st = through_int2(hd->quant, it, it->kc, R, frozen, &it->lin, s->kh, s);
     if (st != OSCAR_OK) return st;

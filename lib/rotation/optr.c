@@ -57,6 +57,8 @@ static enum oscar_status check(const struct oscar_optr_layer * in, const struct 
     if (in->n_head < 1 || in->n_head_kv < 1 || in->n_head % in->n_head_kv)
         return osc_error(OSCAR_ERR_INVALID, "optr: layer %d: %d query heads are not a multiple of %d KV heads",
                          (int) in->layer, (int) in->n_head, (int) in->n_head_kv);
+    if (!(in->attn_scale >= 0.0f) || isinf(in->attn_scale))
+        return osc_error(OSCAR_ERR_INVALID, "optr: layer %d: score scale %g", (int) in->layer, (double) in->attn_scale);
     if (D < 4 || D > 4096 || D % 4 || in->n_embd < 1)
         return osc_error(OSCAR_ERR_INVALID, "optr: layer %d: head_dim %d (need a multiple of 4 in [4, 4096]) or "
                          "n_embd %d", (int) in->layer, (int) D, (int) in->n_embd);
@@ -168,7 +170,7 @@ static bool item_alloc(struct osc_optr_state * st, const struct oscar_optr_rows 
 // The exact attention of an item: P, Σ P log P and P·V per query head.
 static void item_exact(struct osc_optr_state * st, struct osc_optr_item * it, struct osc_optr_scratch * s) {
     const int32_t D = st->D, L = it->L, nq = it->nq;
-    const float sc = 1.0f / sqrtf((float) D);
+    const float sc = st->hk.sc;
     for (int32_t j = 0; j < st->g; j++) {
         float * P = it->p + (size_t) j * nq * L;
         osc_sgemm(1, CblasNoTrans, CblasTrans, nq, L, D, sc, it->q + (size_t) j * nq * D, D, it->kc, D, 0.0f, s->s, L);
@@ -266,7 +268,8 @@ enum oscar_status osc_optr_prepare(const struct oscar_optr_layer * in, const str
                            (double) in->wo[(size_t) c * Hq * D + (size_t) j * D + b];
                 st->gram[((size_t) j * D + a) * D + b] = (float) sum;
             }
-    st->hk = (struct osc_optr_head){.D = D, .g = st->g, .C = C, .lambda = p->lambda, .quant = &st->p.k_quant};
+    const float sc = in->attn_scale > 0.0f ? in->attn_scale : 1.0f / sqrtf((float) D);
+    st->hk = (struct osc_optr_head){.D = D, .g = st->g, .C = C, .sc = sc, .lambda = p->lambda, .quant = &st->p.k_quant};
     st->hv = st->hk;
     st->hv.quant = &st->p.v_quant;
     if ((rc = prepare_set(st, 0, &in->train, k_mean, p->max_train_seq)) != OSCAR_OK ||

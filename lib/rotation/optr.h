@@ -69,6 +69,7 @@ struct oscar_optr_rows {
 struct oscar_optr_layer {
     int32_t layer;              // for messages
     int32_t n_head, n_head_kv, head_dim, n_embd;
+    float attn_scale;           // scores q·k·attn_scale; 0 = 1/sqrtf(D) (oscar_attn_scale_param)
     const float * wo;           // [C, Hq·D] (o_proj: row c, column j·D + d)
     const float * k_rot_base;   // [Hkv, D, D] y = x·R
     const float * v_rot_base;   // [Hkv, D, D]

@@ -2,7 +2,8 @@
 // V covariance (method.md §2 note, §22 item 11).
 //
 // For KV head h and token t of a sequence [a, b):
-//   p_{j,i,t} = exp(l_{j,i,t} - m) / Σ_{t'≤i} exp(l_{j,i,t'} - m),  l = q_{i,j}·k_{t,h} / √D,  a ≤ t ≤ i
+//   p_{j,i,t} = exp(l_{j,i,t} - m) / Σ_{t'≤i} exp(l_{j,i,t'} - m),  l = q_{i,j}·k_{t,h}·scale,  a ≤ t ≤ i
+// (scale = 1/√D, or the model's attn_scale: Gemma 3's query_pre_attn_scalar^-1/2)
 //   w_{h,t}   = Σ_{j∈J(h)} Σ_{i=t}^{b-1} p_{j,i,t}²
 // i.e. the diagonal of SᵀS (column energy of the causal softmax matrix),
 // summed over the g query heads of the group. Computed in fp64, blocked over
@@ -14,6 +15,7 @@
 // n = sequence length, QB = query rows per block.
 #include "stats/stats-internal.h"
 
+#include "attention/attention.h"
 #include "util/blas.h"
 #include <math.h>
 #include <omp.h>
@@ -28,7 +30,7 @@ static void seq_head_weights(struct oscar_stats * s, const struct oscar_stats_ch
     double * Qb = K + T * (size_t) D;               // [QB, D]
     double * Lg = Qb + (size_t) ATT_QBLOCK * D;     // [QB, n]
     double * wc = Lg + (size_t) ATT_QBLOCK * T;     // [n]
-    const double scale = 1.0 / sqrt((double) D);
+    const double scale = oscar_attn_score_scale(s->p.attn_scale, D);
     for (int32_t t = 0; t < n; t++) {
         const float * src = c->k + ((size_t) (a + t) * (size_t) H + (size_t) h) * (size_t) D;
         for (int32_t d = 0; d < D; d++) K[(size_t) t * D + d] = (double) src[d];

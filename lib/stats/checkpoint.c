@@ -37,7 +37,8 @@ struct ckpt_header {
     uint64_t payload_size;
     uint32_t payload_crc;
     uint32_t header_crc;
-    uint8_t  reserved[32];
+    float    attn_scale;   // oscar_stats_params.attn_scale (0, the old reserved bytes, = 1/sqrt(D))
+    uint8_t  reserved[28];
 };
 _Static_assert(sizeof(struct ckpt_header) == 96, "checkpoint header is 96 bytes");
 _Static_assert(offsetof(struct ckpt_header, payload_size) == 48, "checkpoint header layout");
@@ -129,6 +130,7 @@ enum oscar_status oscar_stats_save(const struct oscar_stats * s, void * buf, siz
     hd.n_head = s->p.n_head;
     hd.n_head_kv = s->p.n_head_kv;
     hd.head_dim = s->p.head_dim;
+    hd.attn_scale = s->p.attn_scale;
     hd.block = OSCAR_STATS_BLOCK;
     hd.phase = oscar_stats_phase(s);
     hd.payload_size = need - sizeof hd;
@@ -194,6 +196,7 @@ enum oscar_status oscar_stats_load(const void * buf, size_t size, int32_t n_thre
     }
     struct oscar_stats_params p = oscar_stats_default_params();
     p.n_layer = hd.n_layer; p.n_head = hd.n_head; p.n_head_kv = hd.n_head_kv; p.head_dim = hd.head_dim;
+    p.attn_scale = hd.attn_scale;
     p.kinds = hd.kinds; p.n_threads = n_threads; p.max_tokens = max_tokens;
     // the shape must also be consistent with the payload size before we allocate
     const size_t L = (size_t) p.n_layer;

@@ -28,6 +28,9 @@ static enum oscar_status check_params(const struct oscar_stats_params * p) {
         return osc_error(OSCAR_ERR_INVALID, "stats: bad shape (layers %d, heads %d/%d, head_dim %d)",
                          (int) p->n_layer, (int) p->n_head, (int) p->n_head_kv, (int) p->head_dim);
     }
+    if (!(p->attn_scale >= 0.0f) || isinf(p->attn_scale)) {
+        return osc_error(OSCAR_ERR_INVALID, "stats: score scale %g is not a finite value >= 0", (double) p->attn_scale);
+    }
     if (p->n_head % p->n_head_kv != 0) {
         return osc_error(OSCAR_ERR_INVALID, "stats: n_head %d is not a multiple of n_head_kv %d",
                          (int) p->n_head, (int) p->n_head_kv);

@@ -16,7 +16,7 @@
 // clamped to 0 and counted (method.md §22 item 4).
 //
 // Attention mass (VATT): for KV head h, token t of a sequence, with causal
-// softmax p_{j,i,t} = softmax_t(q_{i,j}·k_{t,h} / √D) over the keys t ≤ i of
+// softmax p_{j,i,t} = softmax_t(q_{i,j}·k_{t,h}·attn_scale) over the keys t ≤ i of
 // the SAME sequence, w_{h,t} = Σ_{j∈J(h)} Σ_{i≥t} p_{j,i,t}²: the column energy
 // (SᵀS)_{tt} of every query head of the group, summed over heads. Each call's
 // sequences are taken as complete (keys before a chunk are not seen): feed
@@ -71,6 +71,7 @@ struct oscar_stats_params {
     int32_t  n_head;     // Hq
     int32_t  n_head_kv;  // Hkv, divides Hq
     int32_t  head_dim;   // D
+    float    attn_scale; // VATT's softmax scale of q·k; 0 = 1/√D (oscar_attn_scale_param of the model)
     uint32_t kinds;      // OR of enum oscar_stats_kind
     int32_t  n_threads;  // 0 = OpenMP default; does not change results
     int32_t  max_tokens; // largest T per oscar_stats_add (sizes VATT scratch); 0 = 4096

@@ -65,9 +65,9 @@ enum oscar_status oscar_eval_dev_open(const char * backend, const struct oscar_e
 
 enum oscar_status oscar_eval_dev_layer(struct oscar_eval_dev * ev, const struct oscar_layer_input * in) {
     if (in->n_head != ev->shape.n_head || in->n_head_kv != ev->shape.n_head_kv || in->head_dim != ev->shape.head_dim ||
-        in->n_embd != ev->shape.n_embd || !in->wo)
-        return osc_error(OSCAR_ERR_INVALID, "layer eval: layer %d does not fit the evaluator's shape (or has no W_O)",
-                         in->layer);
+        in->n_embd != ev->shape.n_embd || !in->wo || in->attn_scale != ev->shape.attn_scale)
+        return osc_error(OSCAR_ERR_INVALID, "layer eval: layer %d does not fit the evaluator's shape or score scale "
+                         "(or has no W_O)", in->layer);
     if (in->n_tokens < 0 || in->n_tokens > ev->shape.max_tokens || in->n_seq < 0 || !in->seq_start ||
         in->seq_start[0] != 0 || in->seq_start[in->n_seq] != in->n_tokens)
         return osc_error(OSCAR_ERR_INVALID, "layer eval: layer %d has %d tokens in %d sequences (evaluator: up to %d)",

@@ -24,6 +24,7 @@ struct dec_layer {
 struct oscar_kv_decode {
     struct oscar_kv_transform tf;
     int32_t n_head, n_threads, max_len;
+    float attn_scale;               // oscar_attn_scale_param of the model
     struct dec_layer * layers;      // [n_layer]
     float * scratch;                // [n_threads, scratch_per_thread]
     size_t  scratch_per_thread;     // oscar_kv_attend_scratch(max_len, D)
@@ -55,13 +56,9 @@ enum oscar_status oscar_kv_decode_init(const struct oscar_kv_transform * tf, con
     if (oscar_model_window(cfg) > 0 && max_len > oscar_model_window(cfg)) // the cache attends to every key
         return osc_error(OSCAR_ERR_UNSUPPORTED, "kv decode: model %s has sliding_window = %d < max_len %d; the "
                          "simulated cache assumes full causal attention", cfg->name, oscar_model_window(cfg), max_len);
-    if (!oscar_attn_scale_is_default(cfg)) // the cache's attention scales scores by 1/sqrt(D)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "kv decode: model %s scores attention with %g "
-                         "(query_pre_attn_scalar^-1/2), not head_dim^-1/2; the simulated cache assumes the latter",
-                         cfg->name, (double) oscar_attn_scale(cfg));
     struct oscar_kv_decode * d = calloc(1, sizeof *d);
     if (!d) return osc_error(OSCAR_ERR_NOMEM, "kv decode");
-    d->tf = *tf, d->n_head = cfg->n_head, d->max_len = max_len;
+    d->tf = *tf, d->n_head = cfg->n_head, d->max_len = max_len, d->attn_scale = oscar_attn_scale_param(cfg);
     d->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
     d->layers = calloc((size_t) tf->n_layer, sizeof *d->layers);
     d->scratch_per_thread = oscar_kv_attend_scratch(max_len, tf->head_dim);
@@ -168,7 +165,8 @@ static void attend_rows(struct oscar_kv_decode * d, int32_t layer, const struct 
     for (int64_t r = 0; r < n_rows; r++) {
         int32_t i = i0 + (int32_t) (r / Hq), j = (int32_t) (r % Hq);
         size_t o = (size_t) (j / g) * D, qo = ((size_t) i * Hq + j) * D;
-        oscar_kv_attend_query(in->q + qo, D, rs, y->kn + o, y->vn + o, y->kn + o, y->vn + o, t0 + (i - i0), 0, 0,
+        oscar_kv_attend_query(in->q + qo, D, d->attn_scale, rs, y->kn + o, y->vn + o, y->kn + o, y->vn + o,
+                              t0 + (i - i0), 0, 0,
                               d->scratch + d->scratch_per_thread * (size_t) omp_get_thread_num(), out + qo);
     }
 }

@@ -26,9 +26,11 @@ static float dotf(const float * a, const float * b, int32_t D) {
 
 static enum oscar_status check_input(const struct oscar_layer_input * in) {
     if (in->n_head < 1 || in->n_head_kv < 1 || in->n_head % in->n_head_kv || in->head_dim < 1 ||
-        in->head_dim > OSCAR_MAX_HEAD_DIM || in->n_tokens < 0 || in->n_seq < 0)
-        return osc_error(OSCAR_ERR_INVALID, "verify metrics: layer %d: bad shape Hq %d Hkv %d D %d T %d", in->layer,
-                         in->n_head, in->n_head_kv, in->head_dim, in->n_tokens);
+        in->head_dim > OSCAR_MAX_HEAD_DIM || in->n_tokens < 0 || in->n_seq < 0 || !(in->attn_scale >= 0.0f) ||
+        isinf(in->attn_scale))
+        return osc_error(OSCAR_ERR_INVALID, "verify metrics: layer %d: bad shape Hq %d Hkv %d D %d T %d or score "
+                         "scale %g", in->layer, in->n_head, in->n_head_kv, in->head_dim, in->n_tokens,
+                         (double) in->attn_scale);
     if (in->seq_start[0] != 0 || in->seq_start[in->n_seq] != in->n_tokens)
         return osc_error(OSCAR_ERR_INVALID, "verify metrics: layer %d: sequences do not cover %d tokens", in->layer,
                          in->n_tokens);
@@ -85,7 +87,7 @@ static void metrics_head(const struct oscar_layer_input * in, int32_t n, const s
     int32_t D = in->head_dim, Hq = in->n_head, Hkv = in->n_head_kv, h = j / (Hq / Hkv);
     int64_t b = in->seq_start[s], len = in->seq_start[s + 1] - b;
     size_t krs = (size_t) Hkv * D, qrs = (size_t) Hq * D;
-    double scale = 1.0 / sqrt((double) D);
+    double scale = oscar_attn_score_scale(in->attn_scale, D);
     double acc[OSCAR_MAX_HEAD_DIM], acch[OSCAR_MAX_HEAD_DIM];
     double * sc = w->sc, * lp = w->lp, * pp = w->pp;
     for (int32_t i = 0; i < n; i++) memset(&ps[i], 0, sizeof ps[i]);
@@ -315,6 +317,7 @@ enum { SIM_BQ = 32 };   // query rows (tokens of one head) per task
 struct oscar_kv_sim {
     struct oscar_kv_transform tf;
     int32_t n_head, n_threads, max_tokens;
+    float   attn_scale;                   // oscar_attn_scale_param of the model
     float * k_hp, * v_hp, * k_q, * v_q;   // [max_tokens, Hkv, D] each
     float * kt, * kt_q;                   // [Hkv, kt_size]: one sequence's k_hp / k_q rows, transposed
     size_t  kt_size;                      // oscar_attn_keys_transposed_size(max_tokens, D)
@@ -333,14 +336,11 @@ enum oscar_status oscar_kv_sim_init(const struct oscar_kv_transform * tf, const 
     if (oscar_model_window(cfg) > 0 && max_tokens > oscar_model_window(cfg)) // the simulation attends to every key
         return osc_error(OSCAR_ERR_UNSUPPORTED, "kv sim: model %s has sliding_window = %d < max_tokens %d; the "
                          "simulation assumes full causal attention", cfg->name, oscar_model_window(cfg), max_tokens);
-    if (!oscar_attn_scale_is_default(cfg)) // the simulation and the metrics scale scores by 1/sqrt(D)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "kv sim: model %s scores attention with %g "
-                         "(query_pre_attn_scalar^-1/2), not head_dim^-1/2; the simulation assumes the latter",
-                         cfg->name, (double) oscar_attn_scale(cfg));
     struct oscar_kv_sim * s = calloc(1, sizeof *s);
     if (!s) return osc_error(OSCAR_ERR_NOMEM, "kv sim");
     s->tf = *tf;
     s->n_head = cfg->n_head;
+    s->attn_scale = oscar_attn_scale_param(cfg);
     s->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
     s->max_tokens = max_tokens;
     size_t n = (size_t) max_tokens * tf->n_head_kv * tf->head_dim + 1;
@@ -374,11 +374,11 @@ void oscar_kv_sim_stats(const struct oscar_kv_sim * s, struct oscar_quant_stats 
 
 size_t oscar_kv_attend_scratch(int64_t max_len, int32_t D) { return oscar_attn_rows_scratch(1, max_len, D); }
 
-void oscar_kv_attend_query(const float * q, int32_t D, size_t rs, const float * k_hp, const float * v_hp,
-                           const float * k_q, const float * v_q, int64_t t, int64_t lo, int64_t hi, float * scratch,
-                           float * out) {
+void oscar_kv_attend_query(const float * q, int32_t D, float attn_scale, size_t rs, const float * k_hp,
+                           const float * v_hp, const float * k_q, const float * v_q, int64_t t, int64_t lo, int64_t hi,
+                           float * scratch, float * out) {
     const struct oscar_attn_keys kv = {.head_dim = D, .row_stride = rs, .k = k_hp, .v = v_hp, .k_alt = k_q,
-                                       .v_alt = v_q};
+                                       .v_alt = v_q, .scale = attn_scale};
     oscar_attn_rows(&kv, 1, q, 0, &t, &lo, &hi, out, 0, scratch);
 }
 
@@ -396,7 +396,7 @@ static void sim_block(const struct oscar_kv_sim * s, const struct oscar_capture_
     const size_t kto = s->kt_size * (size_t) (j / g);
     const struct oscar_attn_keys kv = {.head_dim = D, .row_stride = rs, .k = s->k_hp + o, .v = s->v_hp + o,
                                        .k_alt = s->k_q + o, .v_alt = s->v_q + o, .kt = s->kt + kto,
-                                       .kt_alt = s->kt_q + kto};
+                                       .kt_alt = s->kt_q + kto, .scale = s->attn_scale};
     const size_t q0 = (size_t) i0 * qs + (size_t) j * D;
     oscar_attn_rows(&kv, i1 - i0, in->q + q0, qs, t, lo, hi, out + q0, qs, scratch);
 }
@@ -486,11 +486,11 @@ static void cand_k_pair(const struct oscar_layer_input * in, const struct oscar_
 }
 
 // Exact attention weights of (sequence, query head j): P [len, len], row t =
-// softmax(q_t·k_pᵀ/√D) over p <= t (fp64 exp, as metrics_head), zeros above.
+// softmax(q_t·k_pᵀ·scale) over p <= t (fp64 exp, as metrics_head), zeros above.
 static void cand_probs(const struct oscar_layer_input * in, int64_t b, int64_t len, int32_t j, int32_t nt, float * P) {
     int32_t D = in->head_dim, Hq = in->n_head, h = j / (Hq / in->n_head_kv);
     size_t krs = (size_t) in->n_head_kv * D, qrs = (size_t) Hq * D;
-    double scale = 1.0 / sqrt((double) D);
+    double scale = oscar_attn_score_scale(in->attn_scale, D);
 #pragma omp parallel for schedule(dynamic, 8) num_threads(nt)
     for (int64_t t = 0; t < len; t++) {
         const float * q = in->q + (size_t) (b + t) * qrs + (size_t) j * D;
@@ -554,11 +554,13 @@ enum oscar_status oscar_verify_candidate_errors(const struct oscar_layer_input *
     }
     for (int32_t c = 0; c < n_cand * Hkv; c++) k_num[c] = 0.0;
     for (int32_t hh = 0; hh < Hkv; hh++) k_den[hh] = 0.0;
+    // (q·e)²·scale² as (q·e)² / scale⁻²: scale⁻² is exactly D by default (the bits of the plain 1/D).
+    const double inv_s2 = in->attn_scale > 0.0f ? 1.0 / ((double) in->attn_scale * (double) in->attn_scale) : (double) D;
     for (int64_t i = 0; i < nkp; i++) {
         const double * pp = kpart + (size_t) i * (size_t) (n_cand + 1);
         int32_t hh = (int32_t) (i % Hkv);
-        for (int32_t c = 0; c < n_cand; c++) k_num[(size_t) c * Hkv + hh] += pp[c] / D;   // (q·e)²·scale², scale² = 1/D
-        k_den[hh] += pp[n_cand] / D;
+        for (int32_t c = 0; c < n_cand; c++) k_num[(size_t) c * Hkv + hh] += pp[c] / inv_s2;
+        k_den[hh] += pp[n_cand] / inv_s2;
     }
     // V: per (sequence, query head) the exact weights P, then [o | A·E_0 | ... ] = P·[v | E_0 | ...].
     for (int32_t s = 0; s < in->n_seq; s++) {

@@ -190,7 +190,7 @@ static enum oscar_status on_layer(void * user, const struct oscar_capture_layer 
     struct oscar_layer_input in = {.layer = cl->layer, .n_tokens = cl->n_tokens, .n_seq = cl->n_seq,
                                    .seq_start = cl->seq_start, .q = cl->q, .k = cl->k, .v = cl->v, .wo = wo,
                                    .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
-                                   .n_embd = c->n_embd};
+                                   .n_embd = c->n_embd, .attn_scale = oscar_attn_scale_param(c)};
     // Every method in one call: the exact attention they are measured against is computed once.
     struct oscar_layer_metrics lm[OSCAR_VERIFY_MAX_METHODS];
     enum oscar_status st = oscar_verify_layer_metrics_methods(r->tfs, r->nm, &in, r->p->n_threads, lm);
@@ -542,10 +542,6 @@ static enum oscar_status check_params(const struct oscar_model * m, const struct
         return osc_error(OSCAR_ERR_UNSUPPORTED, "verify: %s has sliding-window attention (sliding_window = %d) and "
                          "ctx / metric_tokens reach %d tokens: the KV-cache simulation and the metrics assume full "
                          "causal attention; use ctx and metric_tokens <= %d", m->source, W, longest, W);
-    if (!oscar_attn_scale_is_default(c)) // as the window: the simulation and the metrics use 1/sqrt(D)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "verify: %s scores attention with %g (query_pre_attn_scalar^-1/2), "
-                         "not head_dim^-1/2 = %g: the KV-cache simulation and the metrics assume the latter", m->source,
-                         (double) oscar_attn_scale(c), 1.0 / sqrt((double) c->head_dim));
     if (p->recall) {
         enum oscar_status st = osc_recall_check(p->recall, p->ctx, n_ids);
         if (st != OSCAR_OK) return st;

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# test-calibrate-gemma3.sh - oscar-calibrate end to end on Gemma 3's layer (the shape of
-# tests/fixtures/models/tiny-gemma3-hub with a window of 64: 5 sliding layers with the local RoPE base and a
-# global one with linear scaling, (1 + w) and sandwich norms, GELU-tanh; random weights and synthetic tokens:
-# the fixtures have no tokenizer): the artifact is written and names the architecture, --threads 1 and 2
-# give identical bytes, and a sequence longer than the window is refused (the statistics assume full
-# causal attention).
+# test-calibrate-gemma3.sh - oscar-calibrate and oscar-verify end to end on Gemma 3.
+# 1. --random-init tiny-gemma3 (the shape of tests/fixtures/models/tiny-gemma3-hub with a window of 64: 5
+#    sliding layers with the local RoPE base and a global one with linear scaling, (1 + w) and sandwich norms,
+#    GELU-tanh, query_pre_attn_scalar 24 != head_dim 32; random weights and synthetic tokens): the artifact is
+#    written and names the architecture, --threads 1 and 2 give identical bytes, and a sequence longer than the
+#    window is refused (the statistics and the evaluator assume full causal attention).
+# 2. The tests/fixtures/models/tiny-gemma3 weights (query_pre_attn_scalar 24) with a byte-level tokenizer
+#    (ids 0..255 = bytes, no merges; the fixtures have none) and its config at sliding_window 64 (the
+#    fixture's 8 is shorter than the shortest calibration sequence, 16): the gate runs and passes, the
+#    artifact is identical across threads, and oscar-verify runs bf16 and the INT2 methods with it; the
+#    fixture itself (window 8) verifies with ctx 8.
 set -euo pipefail
 B=${OSCAR_BUILD:-build}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -24,4 +29,50 @@ set -e
 [ "$rc" -ne 0 ] || { echo "FAIL: seq_len 80 > window 64 was accepted"; exit 1; }
 grep -q "sliding-window attention (sliding_window = 64)" "$T/err" || { echo "FAIL: message: $(cat "$T/err")"; exit 1; }
 [ ! -e "$T/c/oscar.safetensors" ] || { echo "FAIL: a refused run wrote an artifact"; exit 1; }
-echo "ok: oscar-calibrate on Gemma 3's layer (tiny-gemma3 shape): artifact written, identical across threads, long sequences refused"
+
+# 2. the fixture's weights, a byte tokenizer, text
+FX=tests/fixtures/models/tiny-gemma3
+mkdir -p "$T/m8" "$T/m64"
+python3 - "$T/m8/tokenizer.json" <<'PY'
+import json, sys
+# GPT-2's byte-to-unicode table: token id = byte value
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs: bs.append(b); cs.append(256 + n); n += 1
+json.dump({"normalizer": None, "added_tokens": [],
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+           "model": {"type": "BPE", "vocab": {chr(c): b for b, c in zip(bs, cs)}, "merges": []}},
+          open(sys.argv[1], "w"))
+PY
+cp "$FX/config.json" "$FX/model.safetensors" "$T/m8/"
+cp "$T/m8/tokenizer.json" "$FX/model.safetensors" "$T/m64/"
+sed 's/"sliding_window": 8,/"sliding_window": 64,/' "$FX/config.json" > "$T/m64/config.json"
+grep -q '"sliding_window": 64' "$T/m64/config.json" || { echo "FAIL: window not rewritten"; exit 1; }
+grep -q '"query_pre_attn_scalar": 24' "$T/m64/config.json" || { echo "FAIL: fixture scale changed"; exit 1; }
+for i in $(seq 1 60); do echo "It is a truth universally acknowledged, line $i, that a model must be verified."; done > "$T/c.txt"
+for i in $(seq 1 20); do echo "Held-out text number $i says something else entirely about the weather."; done > "$T/h.txt"
+fx=(-m "$T/m64" -f "$T/c.txt" --tokens 1024 -c 32 --heldout 2 --sink 4 --recent 8)
+"$CAL" "${fx[@]}" -t 2 -o "$T/fa" 2> "$T/fa.err" || { echo "FAIL: calibrate on the fixture: $(tail -3 "$T/fa.err")"; exit 1; }
+grep -q "mean .* PASS" "$T/fa.err" || { echo "FAIL: no passing gate: $(cat "$T/fa.err")"; exit 1; }
+"$CAL" "${fx[@]}" -t 1 -q -o "$T/fb"
+cmp "$T/fa/oscar.safetensors" "$T/fb/oscar.safetensors" || { echo "FAIL: fixture --threads 1 and 2 differ"; exit 1; }
+V="$B/bin/oscar-verify"
+"$V" -m "$T/m64" -r "$T/fa" -f "$T/h.txt" --ctx 32 --tokens 64 --metric-tokens 32 --sink 4 --recent 8 -t 2 \
+    --methods bf16,naive,hadamard,oscar --json > "$T/v64.json" 2> "$T/v64.err" \
+    || { echo "FAIL: verify with the artifact: $(tail -3 "$T/v64.err")"; exit 1; }
+"$V" -m "$T/m8" -f "$T/h.txt" --ctx 8 --tokens 64 --metric-tokens 8 --sink 2 --recent 2 -t 2 \
+    --methods bf16,naive,hadamard --json > "$T/v8.json" 2> "$T/v8.err" \
+    || { echo "FAIL: verify on the fixture: $(tail -3 "$T/v8.err")"; exit 1; }
+python3 - "$T/v64.json" "$T/v8.json" <<'PY'
+import json, math, sys
+for path, want in ((sys.argv[1], ["bf16", "naive", "hadamard", "oscar"]), (sys.argv[2], ["bf16", "naive", "hadamard"])):
+    ms = {m["name"]: m for m in json.load(open(path))["methods"]}
+    assert sorted(ms) == sorted(want), (path, sorted(ms))
+    assert ms["bf16"]["mean"]["k_rel_mse"] == 0 and ms["bf16"]["next_token"]["kl_mean"] == 0, path
+    for n in want[1:]:   # INT2: a finite perplexity, a real error, next-token distributions that move
+        m = ms[n]
+        assert math.isfinite(m["ppl"]) and m["mean"]["k_rel_mse"] > 0 and m["mean"]["out_rel"] > 0, (path, n)
+        assert m["next_token"]["kl_mean"] > 0 and m["ppl"] != ms["bf16"]["ppl"], (path, n)
+PY
+echo "ok: oscar-calibrate on Gemma 3 (tiny-gemma3 shape and fixture, query_pre_attn_scalar 24): artifacts written, identical across threads, long sequences refused; oscar-verify runs bf16 and INT2 with the artifact"

@@ -148,7 +148,9 @@ c=$(complete_words oscar-zoo oscar-zoo push x --path-)
 c=$(complete_words oscar-zoo oscar-zoo pu)
 [ "$(sort <<< "$c" | tr '\n' ' ')" = "pull push " ] || fail "completing 'oscar-zoo pu': $c"
 c=$(complete_words oscar-calibrate oscar-calibrate --to)
-[ "$c" = "--tokens" ] || fail "completing 'oscar-calibrate --to': $c"
+[ "$(sort <<< "$c" | tr '\n' ' ')" = "--tokenizer --tokens " ] || fail "completing 'oscar-calibrate --to': $c"
+c=$(complete_words oscar-calibrate oscar-calibrate --tokenizer "")
+[ -n "$c" ] || fail "completing 'oscar-calibrate --tokenizer ' (a path) offers nothing"
 c=$(complete_words oscar-verify oscar-verify --)
 for w in --model --rotations --corpus --device --json --help --version; do has "$c" "$w" "oscar-verify --"; done
 c=$(complete_words oscar-calibrate oscar-calibrate --device "")

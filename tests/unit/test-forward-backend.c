@@ -272,22 +272,44 @@ static void test_cpu_layered_equals_whole(void ** state) {
     oscar_model_free(m);
 }
 
-// Gemma 3 on the backends: the statistics assume the score scale head_dim^-1/2, so tiny-gemma3
-// (query_pre_attn_scalar 24, head_dim 32) is refused with a stats accumulator and tiny-gemma3-hub (32 = head_dim)
-// runs its two passes; cuda runs Gemma's layer (tests/gpu/test-forward-gpu compares it with the
-// cpu pass) or, without a device, fails naming CUDA.
+// Gemma 3 on the backends: tiny-gemma3 (query_pre_attn_scalar 24, head_dim 32) runs its two passes
+// with an accumulator made for its score scale and refuses one made for head_dim^-1/2 (the
+// attention mass would be another softmax); tiny-gemma3-hub (32 = head_dim) runs its two passes;
+// cuda runs Gemma's layer (tests/gpu/test-forward-gpu compares it with the cpu pass) or, without a
+// device, fails naming CUDA.
 static void test_gemma3_backends(void ** state) {
     (void) state;
     struct oscar_model * m = NULL;
     assert_int_equal(oscar_model_load("tests/fixtures/models/tiny-gemma3", &m), OSCAR_OK);
+    assert_true(oscar_attn_scale_param(&m->config) == (float) (1.0 / sqrt(24.0)));
     struct oscar_stats * s = new_stats(&m->config);
     struct oscar_fwd_params p = oscar_fwd_default_params();
     p.n_threads = 1, p.max_tokens = 64, p.stats = s;
     struct oscar_fwd * f = NULL;
-    assert_int_equal(oscar_fwd_init(m, &p, &f), OSCAR_ERR_UNSUPPORTED);
-    printf("tiny-gemma3 with stats: %s\n", oscar_last_error());
-    assert_non_null(strstr(oscar_last_error(), "query_pre_attn_scalar"));
+    assert_int_equal(oscar_fwd_init(m, &p, &f), OSCAR_ERR_INVALID);
+    printf("tiny-gemma3 with default-scale stats: %s\n", oscar_last_error());
+    assert_non_null(strstr(oscar_last_error(), "score scale"));
     assert_null(f);
+    oscar_stats_free(s);
+    struct oscar_stats_params sp = oscar_stats_get_params(s = new_stats(&m->config));
+    oscar_stats_free(s);
+    sp.attn_scale = oscar_attn_scale_param(&m->config), sp.kinds |= OSCAR_STATS_VATT;
+    assert_int_equal(oscar_stats_init(&sp, &s), OSCAR_OK);
+    p.stats = s;
+    assert_int_equal(oscar_fwd_init(m, &p, &f), OSCAR_OK);
+    {
+        int32_t tk[T_TOK];
+        make_tokens(tk, m->config.n_vocab);
+        const int32_t win_seq[3] = {0, 8, 16}; // within the window of 8
+        const struct oscar_batch wb = {2, win_seq, tk, NULL};
+        for (int pass = 0; pass < 2; pass++) {
+            assert_int_equal(oscar_fwd_run(f, &wb, NULL), OSCAR_OK);
+            assert_int_equal(oscar_fwd_end_pass(f), OSCAR_OK);
+        }
+        assert_int_equal(oscar_stats_phase(s), 3);
+    }
+    oscar_fwd_free(f);
+    f = NULL;
     oscar_stats_free(s);
     oscar_model_free(m);
 

@@ -322,6 +322,35 @@ static void test_threads_deterministic(void ** state) {
     fixture_free(&f);
 }
 
+// The score scale (Gemma 3's query_pre_attn_scalar^-1/2): attn_scale 1/2 on q refines exactly as the
+// default 1/sqrt(16) = 1/4 on 2q (every product scaled by a power of two), and differently from
+// the default on q (the scale reaches the softmax).
+static void test_score_scale(void ** state) {
+    (void) state;
+    struct fixture f;
+    fixture_init(&f, seed + 3);
+    f.p.steps = 8;
+    struct oscar_optr_result r0, r1, r2;
+    assert_int_equal(oscar_optr_refine_layer(&f.in, &f.p, &r0), OSCAR_OK);
+    f.in.attn_scale = 0.5f;
+    assert_int_equal(oscar_optr_refine_layer(&f.in, &f.p, &r1), OSCAR_OK);
+    for (int k = 0; k < 2; k++) {
+        const int32_t T = k ? f.held_start[2] : f.train_start[3];
+        for (size_t i = 0; i < (size_t) T * HQ * D; i++) f.q[k][i] *= 2.0f;
+    }
+    f.in.attn_scale = 0.0f;
+    assert_int_equal(oscar_optr_refine_layer(&f.in, &f.p, &r2), OSCAR_OK);
+    assert_memory_equal(r1.k_rot, r2.k_rot, sizeof f.kb);
+    assert_memory_equal(r1.v_rot, r2.v_rot, sizeof f.vb);
+    assert_memory_equal(r1.k_train, r2.k_train, (size_t) 8 * HKV * sizeof(double));
+    assert_memory_equal(r1.v_train, r2.v_train, (size_t) 8 * HKV * sizeof(double));
+    assert_memory_not_equal(r0.k_train, r1.k_train, (size_t) 8 * HKV * sizeof(double));
+    oscar_optr_result_free(&r0), oscar_optr_result_free(&r1), oscar_optr_result_free(&r2);
+    f.in.attn_scale = -1.0f;
+    assert_int_equal(oscar_optr_refine_layer(&f.in, &f.p, &r2), OSCAR_ERR_INVALID);
+    fixture_free(&f);
+}
+
 // ---- key centering -------------------------------------------------------------------------------
 // softmax(q·kᵀ) and softmax(q·(k − μ)ᵀ) agree within fp32 rounding: each logit is a
 // length-D fp32 dot product, off by at most γ = D·eps·Σ_d |q_d|·(|k_d| + |μ_d|) in either
@@ -419,6 +448,7 @@ int main(void) {
         cmocka_unit_test(test_loss_gradient_fd),
         cmocka_unit_test(test_train_orth_early_stop),
         cmocka_unit_test(test_threads_deterministic),
+        cmocka_unit_test(test_score_scale),
         cmocka_unit_test(test_k_mean_equivalence),
         cmocka_unit_test(test_bad_shapes),
     };

@@ -242,13 +242,13 @@ static void test_checkpoint_rejects_corruption(void ** state) {
         b = snapshot(s, &n);
         oscar_stats_free(s);
     }
-    // a nonzero reserved byte under a valid header CRC is refused: it could not be written back
+    // a nonzero reserved byte (offset 70: reserved[2], after the score scale at 64) under a valid header CRC is refused: it could not be written back
     b[70] = 1;
     memset(b + 60, 0, 4);
     const uint32_t hcrc = (uint32_t) crc32_z(0, b, 96);
     memcpy(b + 60, &hcrc, 4);
     assert_int_equal(oscar_stats_load(b, n, 1, 0, &r), OSCAR_ERR_FORMAT);
-    assert_non_null(strstr(oscar_last_error(), "reserved header byte 6"));
+    assert_non_null(strstr(oscar_last_error(), "reserved header byte 2"));
     free(b);
     s = make(K4 | OSCAR_STATS_VATT, 1);
     feed(s, 0, 300, sizes, 1);
