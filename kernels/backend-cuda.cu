@@ -31,8 +31,8 @@ template <typename T> static cudaError_t dev_copy(T ** d, const void * h, size_t
 static enum oscar_status check_quant(const struct oscar_int2_params * p) {
     enum oscar_status st = oscar_int2_params_check(p);
     if (st != OSCAR_OK) return st;
-    if (p->scheme != OSCAR_INT2_ASYM || p->meta_dtype == OSCAR_META_F16)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "cuda int2: only the ASYM scheme with fp32/bf16 metadata");
+    if (p->scheme != OSCAR_INT2_ASYM)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "cuda int2: only the ASYM scheme");
     return OSCAR_OK;
 }
 
@@ -40,7 +40,7 @@ static void fill_write(struct oscar_cuda_int2_write * a, const struct oscar_int2
     memset(a, 0, sizeof *a);
     a->head_dim = p->head_dim;
     a->group_size = p->group_size > 0 ? p->group_size : p->head_dim;
-    a->meta_bf16 = p->meta_dtype == OSCAR_META_BF16;
+    a->meta_dtype = (int32_t) p->meta_dtype;
     a->clip_idx = oscar_clip_index(p->clip_ratio, p->head_dim);
     a->clip_bisect = p->clip_algo == OSCAR_CLIP_BISECT || (p->clip_algo == OSCAR_CLIP_FLUSH && p->head_dim >= 64);
 }
@@ -103,6 +103,8 @@ static enum oscar_status cuda_kv_upload(const struct oscar_kv_cache * c, struct 
     enum oscar_status st = check_quant(&c->p.k_quant);
     if (st == OSCAR_OK) st = check_quant(&c->p.v_quant);
     if (st != OSCAR_OK) return st;
+    if (c->p.k_quant.meta_dtype != c->p.v_quant.meta_dtype)   // the kernel's view has one meta dtype for both
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "cuda decode: K and V metadata dtypes differ");
     struct oscar_backend_kv * kv = (struct oscar_backend_kv *) calloc(1, sizeof *kv);
     int32_t * pt[3] = { NULL, NULL, NULL };
     int32_t * info = NULL;
@@ -121,7 +123,7 @@ static enum oscar_status cuda_kv_upload(const struct oscar_kv_cache * c, struct 
         OSCAR_CUDA_TRY(cudaDeviceGetAttribute(&kv->n_sm, cudaDevAttrMultiProcessorCount, dev));
         struct oscar_cuda_kv_view * v = &kv->v;
         v->n_head_kv = (int32_t) Hkv, v->head_dim = (int32_t) D, v->page_size = (int32_t) ps;
-        v->ring_slots = (int32_t) c->ring_slots, v->meta_bf16 = c->p.k_quant.meta_dtype == OSCAR_META_BF16;
+        v->ring_slots = (int32_t) c->ring_slots, v->meta_dtype = (int32_t) c->p.k_quant.meta_dtype;
         size_t mk = oscar_int2_meta_bytes(&c->p.k_quant), mv = oscar_int2_meta_bytes(&c->p.v_quant);
         OSCAR_CUDA_TRY(dev_copy((uint16_t **) &kv->buf[0], c->hp_k, (size_t) (Shp * Hkv * D) * 2));
         OSCAR_CUDA_TRY(dev_copy((uint16_t **) &kv->buf[1], c->hp_v, (size_t) (Shp * Hkv * D) * 2));

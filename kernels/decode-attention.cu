@@ -18,6 +18,7 @@
 #include "kernels/cuda-common.cuh"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #define TOK      16   // tokens per tile
 #define NWARP    4
@@ -486,14 +487,20 @@ static __device__ __forceinline__ void int2_issue(const struct oscar_cuda_kv_vie
     }
     uint32_t md = st + 8 * D + (lane >> 4) * 128 + (lane & 15) * 8;
     const void * mb = lane < 16 ? kv.q_k_meta : kv.q_v_meta;
-    if (kv.meta_bf16) cp_async4(md, (const uint32_t *) mb + row);
+    if (kv.meta_dtype != OSCAR_META_F32) cp_async4(md, (const uint32_t *) mb + row);   // two 16-bit values
     else cp_async8(md, (const float2 *) mb + row);
 }
 
-static __device__ __forceinline__ float2 meta_at(const uint8_t * p, int bf16) {
-    if (bf16) {
+// (scale, zero) of one staged row as fp32, from its stored dtype (both 16-bit kinds widen exactly).
+static __device__ __forceinline__ float2 meta_at(const uint8_t * p, int dtype) {
+    if (dtype == OSCAR_META_BF16) {
         uint32_t w = *(const uint32_t *) p;
         return make_float2(bf16_val(w & 0xffffu), bf16_val(w >> 16));
+    }
+    if (dtype == OSCAR_META_F16) {
+        uint32_t w = *(const uint32_t *) p;
+        return make_float2(__half2float(__ushort_as_half((unsigned short) (w & 0xffffu))),
+                           __half2float(__ushort_as_half((unsigned short) (w >> 16))));
     }
     return *(const float2 *) p;
 }
@@ -511,7 +518,7 @@ template <int D, int NQ> struct i2_state {
 
 template <int D, int NQ>
 static __device__ __forceinline__ void int2_tile(i2_state<D, NQ> & st, const i2_q<D, NQ> & q, const uint8_t * stg,
-                                                 int meta_bf16, int32_t tb, int32_t end, int lane) {
+                                                 int meta_dtype, int32_t tb, int32_t end, int lane) {
     using G = geom<D>;
     constexpr int NW = G::NW, VB = G::VB, VWI = (VB + 3) / 4;
     int n = lane >> 2, j = lane & 3;
@@ -539,8 +546,8 @@ static __device__ __forceinline__ void int2_tile(i2_state<D, NQ> & st, const i2_
         for (int nt = 0; nt < NQ; nt++) mma_bf16(c[kk & 1][nt], A, q.b[nt][kk][0], q.b[nt][kk][1]);
     }
     // ---- metadata of tokens n, n + 8
-    float2 km0 = meta_at(stg + 8 * D + n * 8, meta_bf16), km1 = meta_at(stg + 8 * D + (n + 8) * 8, meta_bf16);
-    float2 vm0 = meta_at(stg + 8 * D + 128 + n * 8, meta_bf16), vm1 = meta_at(stg + 8 * D + 128 + (n + 8) * 8, meta_bf16);
+    float2 km0 = meta_at(stg + 8 * D + n * 8, meta_dtype), km1 = meta_at(stg + 8 * D + (n + 8) * 8, meta_dtype);
+    float2 vm0 = meta_at(stg + 8 * D + 128 + n * 8, meta_dtype), vm1 = meta_at(stg + 8 * D + 128 + (n + 8) * 8, meta_dtype);
     bool ok0 = tb + n < end, ok1 = tb + n + 8 < end;
     // ---- V codes: tokens 2j, 2j+1, 2j+8, 2j+9, bytes VB n .. VB n + VB - 1; z[a][hf] = byte a of a token pair
     uint32_t v[4][VWI];
@@ -653,7 +660,7 @@ __global__ void __launch_bounds__(NWARP * 32, NQ * D <= 128 ? 5 : 2) decode_spli
         cp_commit();
         cp_wait<NS - 1>();
         __syncwarp();
-        int2_tile<D, NQ>(st, q, ring + (i % NS) * STG, kv.meta_bf16, tw + i * step, end, lane);
+        int2_tile<D, NQ>(st, q, ring + (i % NS) * STG, kv.meta_dtype, tw + i * step, end, lane);
         __syncwarp();
     }
     cp_wait<0>();
@@ -802,6 +809,8 @@ extern "C" enum oscar_status oscar_cuda_decode_attention(const struct oscar_cuda
     if (ps < 1 || (ps & (ps - 1)) != 0) return osc_error(OSCAR_ERR_UNSUPPORTED, "cuda decode: page size %d", ps);
     if (a->splits[0] < 1 || a->splits[1] < 1 || a->splits[2] < 1 || a->n_seq < 1)
         return osc_error(OSCAR_ERR_INVALID, "cuda decode: splits and batch must be >= 1");
+    if ((unsigned) kv->meta_dtype > OSCAR_META_BF16)
+        return osc_error(OSCAR_ERR_INVALID, "cuda decode: meta dtype %d (0 f32, 1 f16, 2 bf16)", kv->meta_dtype);
     if (a->splits[0] + a->splits[1] + a->splits[2] > MAX_SPLITS)
         return osc_error(OSCAR_ERR_INVALID, "cuda decode: %d splits in all (at most %d)",
                          a->splits[0] + a->splits[1] + a->splits[2], MAX_SPLITS);

@@ -8,7 +8,7 @@
 // Layouts (device, identical to struct oscar_kv_cache, kv-cache.h):
 //   hp_k, hp_v      bf16  [S_hp, Hkv, D]
 //   q_k, q_v        uint8 [S_q, Hkv, D/4]   quartered INT2 codes
-//   q_k_meta, ...   fp32 or bf16 [S_q, Hkv, 2]   (scale, zero): one group per row (G = D)
+//   q_k_meta, ...   fp32, fp16 or bf16 [S_q, Hkv, 2]   (scale, zero): one group per row (G = D)
 //   seq_info        int32 [n_seq, 4]: n_sink, n_int2, n_recent, len
 //   sink_pt/int2_pt/recent_pt  int32 page ids [n_seq, *_stride]
 // Position p: sink if p < n_sink (page sink_pt[p / ps]); INT2 if p < n_sink + n_int2
@@ -37,11 +37,12 @@
 extern "C" {
 #endif
 
+#include "quant/quant.h"
 #include "util/error.h"
 
 struct oscar_cuda_kv_view {
     int32_t n_head_kv, head_dim, page_size, ring_slots;
-    int32_t meta_bf16;                  // 0: fp32 (scale, zero), 1: bf16
+    int32_t meta_dtype;                 // enum oscar_quant_meta_dtype of (scale, zero): f32, f16, bf16
     const uint16_t * hp_k, * hp_v;
     const uint8_t * q_k, * q_v;
     const void * q_k_meta, * q_v_meta;

@@ -10,6 +10,7 @@
 #include "kernels/cuda-common.cuh"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #define QWARPS 8
 
@@ -107,7 +108,8 @@ static __device__ void quantize_store(const struct oscar_cuda_int2_write & a, fl
     }
     if (lane < 2 * ng) {
         float mv = (lane & 1) ? mze : msc;
-        if (a.meta_bf16) ((uint16_t *) a.meta)[row * 2 * ng + lane] = f32_to_bf16_bits(mv);
+        if (a.meta_dtype == OSCAR_META_BF16) ((uint16_t *) a.meta)[row * 2 * ng + lane] = f32_to_bf16_bits(mv);
+        else if (a.meta_dtype == OSCAR_META_F16) ((uint16_t *) a.meta)[row * 2 * ng + lane] = __half_as_ushort(__float2half_rn(mv));
         else ((float *) a.meta)[row * 2 * ng + lane] = mv;
     }
 }
@@ -184,6 +186,8 @@ template <int D> static enum oscar_status launch(const struct oscar_cuda_int2_wr
 extern "C" enum oscar_status oscar_cuda_int2_write(const struct oscar_cuda_int2_write * a, void * stream) {
     enum oscar_status st = oscar_cuda_int2_write_supports(a->head_dim, a->group_size);
     if (st != OSCAR_OK) return st;
+    if ((unsigned) a->meta_dtype > OSCAR_META_BF16)
+        return osc_error(OSCAR_ERR_INVALID, "cuda int2 write: meta dtype %d (0 f32, 1 f16, 2 bf16)", a->meta_dtype);
     if (a->clip_idx >= a->head_dim)
         return osc_error(OSCAR_ERR_INVALID, "cuda int2 write: clip index %d (D %d)", a->clip_idx, a->head_dim);
     if (a->n_rows <= 0) return OSCAR_OK;

@@ -6,9 +6,11 @@
 //
 // Bit contract (method.md §8.5, quant.h): with the same fp32 inputs the codes
 // and metadata equal oscar_int2_quantize_rows (ASYM scheme): IEEE division
-// (__fdiv_rn), explicit __fadd_rn, no FMA contraction in the quantizer, meta
-// stored by RNE. The rotation is y[j] = fma(x[D-1], R[D-1][j], ... fma(x[0],
-// R[0][j], 0)) in ascending k (the CPU harness replays that order with fmaf).
+// (__fdiv_rn), explicit __fadd_rn, no FMA contraction in the quantizer; the
+// codes use the unrounded fp32 (scale, zero) and only the stored copy is
+// rounded (RNE) to fp16 or bf16, as lib/quant does. The rotation is
+// y[j] = fma(x[D-1], R[D-1][j], ... fma(x[0], R[0][j], 0)) in ascending k
+// (the CPU harness replays that order with fmaf).
 // Shapes: D 64, 128, 256 (one kernel instance each), G a power of two in [32, D].
 // Refuses other shapes and the Lloyd-Max/SYM schemes.
 #ifndef OSCAR_KERNELS_INT2_QUANTIZE_CUH
@@ -20,12 +22,13 @@
 extern "C" {
 #endif
 
+#include "quant/quant.h"
 #include "util/error.h"
 
 struct oscar_cuda_int2_write {
     int32_t head_dim;          // D: 64, 128 or 256
     int32_t group_size;        // G: a power of two in [32, D]
-    int32_t meta_bf16;         // 0: fp32 scale/zero, 1: bf16
+    int32_t meta_dtype;        // enum oscar_quant_meta_dtype of the stored (scale, zero): f32, f16, bf16
     int32_t clip_idx;          // oscar_clip_index(ratio, D); -1 disables the clip
     int32_t clip_bisect;       // 1: bisection (flush kernel), 0: exact order statistic
     const uint16_t * x;        // device [n_src, D] bf16 source rows

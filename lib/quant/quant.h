@@ -255,6 +255,10 @@ void oscar_omni_dequantize_v_rows(const struct oscar_omni_params * p, const uint
 // BF16 share capped at 1 (L <= n_sink + n_recent gives hp_bits).
 double oscar_bpe(int32_t b_code, int32_t meta_bits_per_group, int32_t group_size,
                  int64_t n_sink, int64_t n_recent, int64_t context_len, int32_t hp_bits);
+// The same for the INT2 layout of p (2-bit codes, one (scale, zero) of p->meta_dtype per
+// group of p->group_size, 0 = head_dim) with BF16 sink and recent tiers: 2.28 at 128k
+// with 16-bit metadata, G = 128, sink 64 + recent 256.
+double oscar_int2_bpe(const struct oscar_int2_params * p, int64_t n_sink, int64_t n_recent, int64_t context_len);
 
 // Scans rows [n, D] for NaN/Inf; OSCAR_ERR_NUMERIC naming `what`, the row and dim.
 enum oscar_status oscar_quant_check_finite(const char * what, const float * x,

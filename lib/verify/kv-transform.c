@@ -232,8 +232,9 @@ double oscar_kv_transform_bpe(const struct oscar_kv_transform * tf, int64_t ctx)
     case OSCAR_KVQ_IDENTITY:
     case OSCAR_KVQ_BF16: return 16.0;
     case OSCAR_KVQ_INT2: {
-        int32_t mb = 2 * 8 * (int32_t) oscar_meta_dtype_size(tf->int2.meta_dtype);
-        return oscar_bpe(2, mb, tf->int2.group_size > 0 ? tf->int2.group_size : D, P, R, ctx, 16);
+        struct oscar_int2_params q = tf->int2;
+        q.head_dim = D;   // group size 0 means the transform's head_dim
+        return oscar_int2_bpe(&q, P, R, ctx);
     }
     case OSCAR_KVQ_INT4_BDH:
         return oscar_bpe(4, 2 * 8 * (int32_t) oscar_meta_dtype_size(tf->int2.meta_dtype), D, P, R, ctx, 16);

@@ -5,17 +5,18 @@
 //
 //   bench-decode [--reps N] [--sdpa sdpa.csv] [--csv out.csv] [--max-splits N (per tier, <= 128)]
 // Shapes: Hq 32, Hkv 8, D 128, contexts 8k/32k/128k, batch 1/8/32; INT2 cache
-// = 64 BF16 sink + 256 BF16 recent + INT2 middle, fp32 scale/zero, page 8 with
-// randomly permuted pages. Timing: cudaEvents around both kernels (split +
+// = 64 BF16 sink + 256 BF16 recent + INT2 middle, fp32 scale/zero (and a column
+// with fp16 scale/zero), page 8 with randomly permuted pages. Timing: cudaEvents around both kernels (split +
 // merge), 3 warm-ups, N reps, L2 flushed (256 MB memset) before each rep.
 // Bytes counted (the formula): KV bytes read (INT2: 32+32 code + 8+8 meta per
-// token-head; BF16: 2*256 per token-head) + q + partials written and read +
+// token-head, 4+4 with 16-bit meta; BF16: 2*256 per token-head) + q + partials written and read +
 // block tables + output. Achieved GB/s = bytes / mean time, against the
 // measured read bandwidth (read_bw_kernel: 4 GiB read with 16-byte loads and
 // reduced to one word, best of 10); the roofline of a shape is its KV bytes
 // (INT2 or BF16) at that bandwidth. The D2D cudaMemcpy rate (bytes read +
 // written) is printed too. The BF16 baseline is the fastest of the SDPA backends
 // (cuDNN, Flash, memory-efficient; math only where none runs) and our BF16 kernel.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@
 
 extern "C" {
 #include "kernels/decode-attention.cuh"
+#include "quant/quant.h"
 #include "kernels/int2-quantize.cuh"
 #include "util/error.h"
 }
@@ -67,6 +69,13 @@ __global__ void fill_meta(float * p, int64_t n_rows, uint32_t seed) {   // (scal
     }
 }
 
+// fp32 (scale, zero) pairs -> fp16 bits, round to nearest even (as oscar_meta_store).
+__global__ void meta_to_f16(uint32_t * out, const float * in, int64_t n_rows) {
+    for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n_rows; i += (int64_t) gridDim.x * blockDim.x)
+        out[i] = (uint32_t) __half_as_ushort(__float2half_rn(in[2 * i])) |
+                 (uint32_t) __half_as_ushort(__float2half_rn(in[2 * i + 1])) << 16;
+}
+
 struct dev_cache {
     oscar_cuda_kv_view v;
     std::vector<void *> bufs;
@@ -93,13 +102,14 @@ static std::vector<int32_t> perm_pages(int64_t n, uint64_t seed) {
 }
 
 // int2 = 1: sink 64 / INT2 L-320 / recent 256; int2 = 0: all L tokens BF16 (tier 0).
-static void make_cache(dev_cache & c, int B, int64_t L, int Hkv, int int2) {
+// meta: the INT2 tier's (scale, zero) dtype, OSCAR_META_F32 or OSCAR_META_F16.
+static void make_cache(dev_cache & c, int B, int64_t L, int Hkv, int int2, int meta) {
     const int D = 128, ps = 8, ring = 264;
     int64_t n_sink = int2 ? 64 : L, n_rec = int2 ? 256 : 0, n_q = int2 ? L - 320 : 0;
     int64_t sink_pg = (n_sink + ps - 1) / ps, q_pg = (n_q + ps - 1) / ps, ring_pg = ring / ps;
     int64_t hp_pages = B * (sink_pg + ring_pg), q_pages = B * q_pg;
     c.v = oscar_cuda_kv_view();
-    c.v.n_head_kv = Hkv, c.v.head_dim = D, c.v.page_size = ps, c.v.ring_slots = ring, c.v.meta_bf16 = 0;
+    c.v.n_head_kv = Hkv, c.v.head_dim = D, c.v.page_size = ps, c.v.ring_slots = ring, c.v.meta_dtype = meta;
     int64_t hp_el = hp_pages * ps * Hkv * D, q_rows = q_pages * ps * Hkv;
     uint16_t * hk = (uint16_t *) dmalloc(c, hp_el * 2), * hv = (uint16_t *) dmalloc(c, hp_el * 2);
     uint8_t * qk = (uint8_t *) dmalloc(c, q_rows * 32), * qv = (uint8_t *) dmalloc(c, q_rows * 32);
@@ -107,6 +117,13 @@ static void make_cache(dev_cache & c, int B, int64_t L, int Hkv, int int2) {
     fill_bf16<<<1024, 256>>>(hk, hp_el, 1), fill_bf16<<<1024, 256>>>(hv, hp_el, 2);
     fill_bytes<<<1024, 256>>>(qk, q_rows * 32, 3), fill_bytes<<<1024, 256>>>(qv, q_rows * 32, 4);
     fill_meta<<<1024, 256>>>(mk, q_rows, 5), fill_meta<<<1024, 256>>>(mv, q_rows, 6);
+    if (meta == OSCAR_META_F16) {   // the first half of each buffer gets the packed 16-bit pairs
+        float * tmp = (float *) dmalloc(c, q_rows * 8);
+        CK(cudaMemcpy(tmp, mk, q_rows * 8, cudaMemcpyDeviceToDevice));
+        meta_to_f16<<<1024, 256>>>((uint32_t *) mk, tmp, q_rows);
+        CK(cudaMemcpy(tmp, mv, q_rows * 8, cudaMemcpyDeviceToDevice));
+        meta_to_f16<<<1024, 256>>>((uint32_t *) mv, tmp, q_rows);
+    }
     CK(cudaGetLastError());
     std::vector<int32_t> hp_perm = perm_pages(hp_pages, 7), q_perm = perm_pages(q_pages, 8);
     std::vector<int32_t> info(4 * B), spt(B * sink_pg), qpt(B * (q_pg ? q_pg : 1)), rpt(B * ring_pg);
@@ -129,7 +146,7 @@ static void make_cache(dev_cache & c, int B, int64_t L, int Hkv, int int2) {
     c.v.sink_pt_stride = (int32_t) sink_pg, c.v.int2_pt_stride = (int32_t) (q_pg ? q_pg : 1);
     c.v.recent_pt_stride = (int32_t) ring_pg;
     c.max_len[0] = n_sink, c.max_len[1] = n_q, c.max_len[2] = n_rec;
-    c.kv_bytes = (double) B * Hkv * ((double) (n_sink + n_rec) * 512.0 + (double) n_q * 80.0) +
+    c.kv_bytes = (double) B * Hkv * ((double) (n_sink + n_rec) * 512.0 + (double) n_q * (meta == OSCAR_META_F16 ? 72.0 : 80.0)) +
                  (double) (info.size() + spt.size() + qpt.size() + rpt.size()) * 4.0 * (int2 ? 1.0 : 1.0);
 }
 
@@ -260,14 +277,14 @@ int main(int argc, char ** argv) {
         fprintf(out, "L,B,int2_ms,int2_sd,bf16_ours_ms,bf16_ours_sd,sdpa_cudnn_ms,sdpa_flash_ms,sdpa_efficient_ms,"
                      "sdpa_math_ms,bf16_best_ms,bf16_best,read_GBs,copy_GBs,roof_int2_ms,roof_bf16_ms,int2_GBs,"
                      "int2_pct_read,bf16_ours_GBs,bf16_ours_pct_read,speedup_vs_bf16_ours,speedup_vs_bf16_best,"
-                     "int2_B_per_tok,bf16_B_per_tok\n");
+                     "int2_B_per_tok,bf16_B_per_tok,int2_f16meta_ms,int2_f16meta_sd\n");
     printf("\nTimes in ms (mean ± sd over %d reps, L2 flushed). SDPA n/a: the backend refused the shape (see sdpa.log). "
            "Roofline: the shape's KV bytes at the measured read bandwidth (%.0f GB/s). BF16 best: the fastest BF16 "
            "implementation here (SDPA backends, ours).\n", reps, read_gbs);
     printf("\n| context | batch | INT2 fused | BF16 ours | SDPA cudnn | SDPA flash | SDPA efficient | SDPA math | BF16 best | "
            "roofline INT2 / BF16 | INT2 GB/s (%% of read) | BF16 ours GB/s (%% of read) | INT2 vs BF16 ours | "
-           "INT2 vs BF16 best | KV B/token INT2 / BF16 |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "INT2 vs BF16 best | KV B/token INT2 / BF16 | INT2 fp16 meta |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int li = 0; li < 3; li++) {
         for (int bi = 0; bi < 3; bi++) {
             int64_t L = Ls[li];
@@ -275,10 +292,10 @@ int main(int argc, char ** argv) {
             float * q, * out_d, * op, * lp;
             CK(cudaMalloc(&q, (size_t) B * Hq * D * 4)); CK(cudaMalloc(&out_d, (size_t) B * Hq * D * 4));
             fill_bf16<<<64, 256>>>((uint16_t *) q, (int64_t) B * Hq * D * 2, 9);   // finite floats
-            double res[2][3], kvb[2];
-            for (int kind = 0; kind < 2; kind++) {   // 0: INT2, 1: BF16
+            double res[3][3], kvb[3];
+            for (int kind = 0; kind < 3; kind++) {   // 0: INT2, 1: BF16, 2: INT2 with fp16 (scale, zero)
                 dev_cache c;
-                make_cache(c, B, L, Hkv, kind == 0);
+                make_cache(c, B, L, Hkv, kind != 1, kind == 2 ? OSCAR_META_F16 : OSCAR_META_F32);
                 oscar_cuda_decode_args args = oscar_cuda_decode_args();
                 args.kv = c.v, args.n_seq = B, args.n_head = Hq, args.q = q, args.rv_t = NULL, args.out = out_d;
                 oscar_cuda_decode_splits(B, Hkv, prop.multiProcessorCount, max_splits, c.max_len, args.splits);
@@ -306,23 +323,25 @@ int main(int argc, char ** argv) {
             double roof_i2 = kvb[0] / (read_gbs * 1e9) * 1e3, roof_bf = kvb[1] / (read_gbs * 1e9) * 1e3;
             double bpt_i2 = (64.0 + 256.0) / L * 512.0 * Hkv + (L - 320.0) / L * 80.0 * Hkv, bpt_bf = 512.0 * Hkv;
             printf("| %lldk | %d | %.4f ± %.4f | %.4f ± %.4f | %s | %s | %s | %s | %s | %.4f / %.4f | %.0f (%.0f%%) | "
-                   "%.0f (%.0f%%) | %.2fx | %.2fx | %.0f / %.0f |\n",
+                   "%.0f (%.0f%%) | %.2fx | %.2fx | %.0f / %.0f | %.4f ± %.4f |\n",
                    (long long) (L / 1024), B, res[0][0], res[0][1], res[1][0], res[1][1], sc[0], sc[1], sc[2], sc[3],
                    best_s, roof_i2, roof_bf, res[0][2], 100.0 * res[0][2] / read_gbs, res[1][2],
-                   100.0 * res[1][2] / read_gbs, res[1][0] / res[0][0], best / res[0][0], bpt_i2, bpt_bf);
+                   100.0 * res[1][2] / read_gbs, res[1][0] / res[0][0], best / res[0][0], bpt_i2, bpt_bf,
+                   res[2][0], res[2][1]);
             if (out)
                 fprintf(out, "%lld,%d,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%s,%.1f,%.1f,%.5f,%.5f,%.1f,%.1f,%.1f,%.1f,"
-                             "%.3f,%.3f,%.1f,%.1f\n",
+                             "%.3f,%.3f,%.1f,%.1f,%.5f,%.5f\n",
                         (long long) L, B, res[0][0], res[0][1], res[1][0], res[1][1], sd[0], sd[1], sd[2], sd[3], best,
                         best_name, read_gbs, copy_gbs, roof_i2, roof_bf, res[0][2], 100.0 * res[0][2] / read_gbs,
                         res[1][2], 100.0 * res[1][2] / read_gbs, res[1][0] / res[0][0], best / res[0][0], bpt_i2,
-                        bpt_bf);
+                        bpt_bf, res[2][0], res[2][1]);
             CK(cudaFree(q)); CK(cudaFree(out_d));
         }
     }
 
     // Write path: 32768 tokens x 8 heads of bf16 rows.
-    printf("\n| write path | rows | time (ms) | Mrows/s | GB/s (bf16 in + codes/meta out) |\n|---|---|---|---|---|\n");
+    printf("\n| write path | meta | rows | time (ms) | Mrows/s | GB/s (bf16 in + codes/meta out) |\n"
+           "|---|---|---|---|---|---|\n");
     int64_t rows = 32768 * 8;
     uint16_t * x;
     uint8_t * codes;
@@ -331,19 +350,31 @@ int main(int argc, char ** argv) {
     CK(cudaMalloc(&R, D * D * 4));
     fill_bf16<<<1024, 256>>>(x, rows * D, 10);
     fill_bf16<<<64, 256>>>((uint16_t *) R, D * D * 2, 11);
-    for (int mode = 0; mode < 3; mode++) {
+    for (int mm = 0; mm < 6; mm++) {
+        int mode = mm % 3, mdt = mm < 3 ? OSCAR_META_F32 : OSCAR_META_F16;
         struct oscar_cuda_int2_write w;
         memset(&w, 0, sizeof w);
-        w.head_dim = D, w.group_size = D, w.meta_bf16 = 0, w.clip_idx = mode == 2 ? 117 : 122;
+        w.head_dim = D, w.group_size = D, w.meta_dtype = mdt, w.clip_idx = mode == 2 ? 117 : 122;
         w.clip_bisect = mode == 2, w.x = x, w.rot = mode == 0 ? R : NULL, w.codes = codes, w.meta = meta;
         w.n_rows = rows;
         timing t = time_it([&] { OK(oscar_cuda_int2_write(&w, NULL)); }, reps, flush, flush_bytes);
-        double by = (double) rows * (D * 2 + 32 + 8);
+        double by = (double) rows * (D * 2 + 32 + (mdt == OSCAR_META_F16 ? 4 : 8));
         const char * name[3] = { "prefill: rotate (fp32 x.R) + sort clip + quantize + pack",
                                  "prefill, pre-rotated rows: sort clip + quantize + pack",
                                  "demotion: bisection clip + quantize + pack" };
-        printf("| %s | %lld | %.4f ± %.4f | %.1f | %.0f |\n", name[mode], (long long) rows, t.mean_ms, t.sd_ms,
+        printf("| %s | %s | %lld | %.4f ± %.4f | %.1f | %.0f |\n", name[mode], mdt == OSCAR_META_F16 ? "fp16" : "fp32",
+               (long long) rows, t.mean_ms, t.sd_ms,
                (double) rows / (t.mean_ms * 1e-3) / 1e6, by / (t.mean_ms * 1e-3) / 1e9);
+    }
+    // Bits per element of the layout (oscar_int2_bpe, method.md §14): sink 64 + recent 256 BF16, G = D = 128.
+    printf("\n| scale/zero dtype | bits/element @2k | @32k | @128k |\n|---|---|---|---|\n");
+    const enum oscar_quant_meta_dtype mts[3] = { OSCAR_META_F32, OSCAR_META_F16, OSCAR_META_BF16 };
+    const char * mt_names[3] = { "float32", "float16", "bfloat16" };
+    for (int i = 0; i < 3; i++) {
+        struct oscar_int2_params ip = oscar_int2_default_params(D);
+        ip.meta_dtype = mts[i];
+        printf("| %s | %.3f | %.3f | %.3f |\n", mt_names[i], oscar_int2_bpe(&ip, 64, 256, 2048),
+               oscar_int2_bpe(&ip, 64, 256, 32768), oscar_int2_bpe(&ip, 64, 256, 131072));
     }
     if (out) fclose(out);
     return 0;

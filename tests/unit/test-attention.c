@@ -127,6 +127,42 @@ static void test_prefill_tiered(void ** state) {
     oscar_kv_cache_free(c);
 }
 
+// Bits per element of the INT2 layout (oscar_int2_bpe) against the bytes the CPU cache
+// writer fills after a final prefill: BF16 rows of the sink and recent tiers, INT2 codes and
+// (scale, zero) of the middle tier, K and V, for each metadata dtype, at 2k, 32k and 128k.
+static void test_bpe_matches_cache_bytes(void ** state) {
+    (void) state;
+    rng_state = 77;
+    const int64_t Ls[3] = { 2048, 32768, 131072 };
+    const enum oscar_quant_meta_dtype mt[3] = { OSCAR_META_F32, OSCAR_META_F16, OSCAR_META_BF16 };
+    int Hkv = 1, D = 128;
+    float * k = malloc((size_t) Ls[2] * D * sizeof(float)), * v = malloc((size_t) Ls[2] * D * sizeof(float));
+    fill(k, Ls[2] * D), fill(v, Ls[2] * D);
+    for (int li = 0; li < 3; li++)
+        for (int mi = 0; mi < 3; mi++) {
+            struct oscar_kv_cache_params p = oscar_kv_cache_default_params(Hkv, D);
+            p.max_seq_len = Ls[li], p.k_quant.meta_dtype = p.v_quant.meta_dtype = mt[mi];
+            struct oscar_kv_cache * c;
+            assert_int_equal(oscar_kv_cache_init(&p, &c), OSCAR_OK);
+            assert_int_equal(oscar_kv_cache_prefill(c, 0, k, v, Ls[li], true), OSCAR_OK);
+            const struct oscar_kv_seq * q = &c->seqs[0];
+            assert_int_equal(q->n_sink, p.n_sink);
+            assert_int_equal(q->n_recent, p.n_recent);
+            double bytes = 0;   // K and V
+            for (int w = 0; w < 2; w++) {
+                const struct oscar_int2_params * qp = w ? &c->p.v_quant : &c->p.k_quant;
+                bytes += (double) (q->n_sink + q->n_recent) * Hkv * D * 2 +
+                         (double) q->n_int2 * Hkv * (double) (oscar_int2_code_bytes(qp) + oscar_int2_meta_bytes(qp));
+            }
+            double measured = bytes * 8.0 / (2.0 * (double) Ls[li] * Hkv * D);
+            double layout = oscar_int2_bpe(&p.k_quant, p.n_sink, p.n_recent, Ls[li]);
+            assert_true(fabs(measured - layout) < 1e-12);
+            if (li == 2) assert_true(mi == 0 ? fabs(layout - 2.533) < 5e-4 : fabs(layout - 2.2836) < 5e-5);
+            oscar_kv_cache_free(c);
+        }
+    free(k), free(v);
+}
+
 static void test_policy_reference_cases(void ** state) {
     (void) state;
     // §21 flush counter init: max(0, (R + N_Q - 1) - R) == N_Q - 1.
@@ -355,6 +391,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiered_vs_dense), cmocka_unit_test(test_all_bf16_equals_dense),
         cmocka_unit_test(test_prefill_tiered),  cmocka_unit_test(test_policy_reference_cases),
+        cmocka_unit_test(test_bpe_matches_cache_bytes),
         cmocka_unit_test(test_sim_matches_cache), cmocka_unit_test(test_merge_exact),
         cmocka_unit_test(test_rows_blocking_invariant), cmocka_unit_test(test_rows_window),
     };
