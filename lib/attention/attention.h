@@ -55,7 +55,8 @@ enum oscar_status oscar_attn_dense(const struct oscar_attn_shape * s,
 // Merge: over splits with lse != -inf, M = max lse; out = sum e^(lse-M) o_s / sum e^(lse-M),
 // evaluated as the running-max recurrence of the reference stage-2 kernel.
 // o_parts [n_splits, n_rows, D], lse_parts [n_splits, n_rows], out [n_rows, D];
-// rows where every split is empty get zeros. lse_out (may be NULL) gets the merged lse.
+// rows where every split is empty get zeros, rows with a NaN split NaN. lse_out (may be NULL)
+// gets the merged lse.
 void oscar_attn_merge(int32_t n_splits, int64_t n_rows, int32_t D, const float * o_parts,
                       const float * lse_parts, float * out, float * lse_out);
 

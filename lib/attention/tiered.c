@@ -110,8 +110,10 @@ void oscar_attn_merge(int32_t n_splits, int64_t n_rows, int32_t D, const float *
             e_sum = e_sum * a + b;
             e_max = n;
         }
-        for (int32_t d = 0; d < D; d++) o[d] = e_sum > 0.0f ? o[d] / e_sum : 0.0f;
-        if (lse_out) lse_out[r] = e_sum > 0.0f ? e_max + logf(e_sum) : -INFINITY;
+        // every split empty: zeros; a NaN split (say, a NaN dequantized row) stays NaN, never a silent 0
+        const float none = isnan(e_sum) ? NAN : 0.0f;
+        for (int32_t d = 0; d < D; d++) o[d] = e_sum > 0.0f ? o[d] / e_sum : none;
+        if (lse_out) lse_out[r] = e_sum > 0.0f ? e_max + logf(e_sum) : isnan(e_sum) ? NAN : -INFINITY;
     }
 }
 

@@ -257,6 +257,18 @@ static void test_merge_exact(void ** state) {
     oscar_attn_merge(3, 2, 32, &o[0][0], &lse[0][0], out, lm);
     assert_true(rel_l2(out, ref, 64) < 1e-6);
     assert_true(fabsf(lm[0] - lref[0]) < 1e-5f);
+    // a NaN split (a NaN partial of row 1) stays NaN in that row, the other row is unchanged
+    float out2[2 * 32], lm2[2];
+    lse[1][1] = NAN;
+    oscar_attn_merge(3, 2, 32, &o[0][0], &lse[0][0], out2, lm2);
+    assert_memory_equal(out2, out, 32 * sizeof(float));
+    for (int32_t d = 0; d < 32; d++) assert_true(isnan(out2[32 + d]));
+    assert_true(isnan(lm2[1]));
+    // every split empty: zeros and -inf
+    for (int32_t s = 0; s < 3; s++) lse[s][0] = lse[s][1] = -INFINITY;
+    oscar_attn_merge(3, 2, 32, &o[0][0], &lse[0][0], out2, lm2);
+    for (int32_t d = 0; d < 64; d++) assert_true(out2[d] == 0.0f);
+    assert_true(lm2[0] == -INFINITY && lm2[1] == -INFINITY);
 }
 
 // oscar_attn_rows: each row's result is the same bits alone (n = 1) as in a block of 37
