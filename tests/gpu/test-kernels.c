@@ -47,8 +47,8 @@ static const char * meta_name(enum oscar_quant_meta_dtype t) {
 // Rows with realistic structure: a few outlier channels, some constant rows, some ties.
 // with_constant 0 replaces the constant rows by ordinary ones: fp16 cannot hold such a
 // row's zero point (-m / (1e-8 / 3) overflows to -inf and the scale rounds to 0, so
-// oscar_int2_dequantize_rows gives NaN; the CPU decode's merge then outputs 0 for the
-// head, which would compare 0 with 0): a limit of the format, not of the kernels. The
+// oscar_int2_dequantize_rows gives NaN, which the CPU decode's merge keeps in that head's
+// output): a limit of the format, not of the kernels. The
 // quant check keeps them (the stored bits must still match).
 static void fill_rows_kind(float * x, int64_t n, int32_t D, int with_constant) {
     for (int64_t r = 0; r < n; r++) {
