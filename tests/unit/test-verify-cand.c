@@ -36,41 +36,11 @@ enum { T = 96, HQ = 4, HKV = 2, D = 64, CE = 48, NC = 3 };
 #define K_TOL 1e-5
 #define V_TOL 1e-6
 
-static void close_rel(double a, double b, double tol, const char * what) {
-    double r = fabs(a - b) / (fabs(b) > 0 ? fabs(b) : 1.0);
-    if (r > tol) fail_msg("%s: %.10g vs %.10g (rel %.3g > %.3g)", what, a, b, r, tol);
-}
-
-struct fixture {
-    float * q, * k, * v, * wo, * k_hp, * v_hp, * kq[NC], * vq[NC];
-    int32_t ss[3];
-    struct oscar_layer_input in;
-    struct oscar_tiering tr;
-};
+#include "layer-fixture.h"
 
 static void setup(struct fixture * f) {
-    f->q = rnd((size_t) T * HQ * D, 1.0), f->k = rnd(N, 1.0), f->v = rnd(N, 1.0), f->wo = rnd((size_t) CE * HQ * D, 0.1);
-    f->ss[0] = 0, f->ss[1] = 40, f->ss[2] = T;
-    f->in = (struct oscar_layer_input){.layer = 0, .n_tokens = T, .n_seq = 2, .seq_start = f->ss, .q = f->q,
-                                       .k = f->k, .v = f->v, .wo = f->wo, .n_head = HQ, .n_head_kv = HKV,
-                                       .head_dim = D, .n_embd = CE};
-    f->tr = (struct oscar_tiering){.mode = OSCAR_TIERS_STATIC, .n_sink = 4, .n_recent = 8, .n_flush = 8, .block = 1};
-    f->k_hp = malloc(sizeof(float) * N), f->v_hp = malloc(sizeof(float) * N);
-    struct oscar_kv_transform tf;
-    assert_int_equal(oscar_kv_transform_preset("hadamard", 1, HKV, D, 0, OSCAR_META_F32, &f->tr, false, NULL, NULL,
-                                               false, NULL, NULL, &tf), OSCAR_OK);
     const double ratios[NC] = {1.0, 0.9, 0.8};
-    for (int c = 0; c < NC; c++) {
-        f->kq[c] = malloc(sizeof(float) * N), f->vq[c] = malloc(sizeof(float) * N);
-        tf.k_clip = tf.v_clip = ratios[c];
-        assert_int_equal(oscar_kv_transform_layer(&tf, 0, T, 2, f->ss, f->k, f->v, f->k_hp, f->v_hp, f->kq[c],
-                                                  f->vq[c], 2, NULL), OSCAR_OK);
-    }
-}
-
-static void teardown(struct fixture * f) {
-    free(f->q), free(f->k), free(f->v), free(f->wo), free(f->k_hp), free(f->v_hp);
-    for (int c = 0; c < NC; c++) free(f->kq[c]), free(f->vq[c]);
+    setup_layer(f, 40, 4, 8, ratios, 2);
 }
 
 static void test_vs_explicit(void ** state) {
