@@ -33,18 +33,7 @@ grep -q "sliding-window attention (sliding_window = 64)" "$T/err" || { echo "FAI
 # 2. the fixture's weights, a byte tokenizer, text
 FX=tests/fixtures/models/tiny-gemma3
 mkdir -p "$T/m8" "$T/m64"
-python3 - "$T/m8/tokenizer.json" <<'PY'
-import json, sys
-# GPT-2's byte-to-unicode table: token id = byte value
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs: bs.append(b); cs.append(256 + n); n += 1
-json.dump({"normalizer": None, "added_tokens": [],
-           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
-           "model": {"type": "BPE", "vocab": {chr(c): b for b, c in zip(bs, cs)}, "merges": []}},
-          open(sys.argv[1], "w"))
-PY
+python3 tests/tools/make-byte-tokenizer.py "$T/m8/tokenizer.json"
 cp "$FX/config.json" "$FX/model.safetensors" "$T/m8/"
 cp "$T/m8/tokenizer.json" "$FX/model.safetensors" "$T/m64/"
 sed 's/"sliding_window": 8,/"sliding_window": 64,/' "$FX/config.json" > "$T/m64/config.json"

@@ -23,22 +23,11 @@ cmp "$T/a/oscar.safetensors" "$T/b/oscar.safetensors" || { echo "FAIL: --threads
 "$CAL" "${common[@]}" -t 2 -o "$T/c" --checkpoint-every 64
 cmp "$T/a/oscar.safetensors" "$T/c/oscar.safetensors" || { echo "FAIL: a checkpointed run differs"; exit 1; }
 
-# 2. the fixture's weights and an ASCII byte tokenizer
+# 2. the fixture's weights and an ASCII byte tokenizer (ids < 128: its vocabulary)
 FX=tests/fixtures/models/tiny-glm4-moe
 mkdir -p "$T/m"
 cp "$FX/config.json" "$FX/model.safetensors" "$T/m/"
-python3 - "$T/m/tokenizer.json" <<'PY'
-import json, sys
-# GPT-2's byte-to-unicode table, ASCII only: token id = byte value < 128
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs: bs.append(b); cs.append(256 + n); n += 1
-json.dump({"normalizer": None, "added_tokens": [],
-           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
-           "model": {"type": "BPE", "vocab": {chr(c): b for b, c in zip(bs, cs) if b < 128}, "merges": []}},
-          open(sys.argv[1], "w"))
-PY
+python3 tests/tools/make-byte-tokenizer.py "$T/m/tokenizer.json" --below 128
 for i in $(seq 1 60); do echo "It is a truth universally acknowledged, line $i, that experts must be routed."; done > "$T/c.txt"
 fx=(-m "$T/m" -f "$T/c.txt" --tokens 1024 -c 32 --heldout 2 --sink 4 --recent 8)
 "$CAL" "${fx[@]}" -t 2 -o "$T/fa" 2> "$T/fa.err" || { echo "FAIL: calibrate on the fixture: $(tail -3 "$T/fa.err")"; exit 1; }
