@@ -140,7 +140,8 @@ enum oscar_status oscar_stats_layer_info(const struct oscar_stats * s, int32_t l
 //   header (96 bytes): magic "OSCSTATS", version, endian tag 0x01020304,
 //     header size, kinds, n_layer, n_head, n_head_kv, head_dim, block, phase,
 //     payload size, payload CRC-32, header CRC-32 (over the header with this
-//     field zeroed)
+//     field zeroed), the VATT score scale (f32; 0 = 1/sqrt(D), what older
+//     files' zero reserved bytes read as), then 28 reserved bytes that must be 0
 //   payload: per-layer counters, fp64 accumulators of the enabled kinds,
 //     SST/VATT weight sums and negative counts, then the staged rows of each
 //     layer (pending rows only).
