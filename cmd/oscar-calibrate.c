@@ -370,6 +370,18 @@ static double capture_rate(const struct oscar_calib_plan * plan, const struct os
     return s > 0 ? (double) plan->n_tokens / s : 0.0;
 }
 
+// The tokenizer's ids of the corpus must be rows of the model's embedding (a --tokenizer from
+// another model would otherwise fail in the forward pass, after the corpus was read).
+static enum oscar_status check_token_ids(const struct opts * o, const struct oscar_model * m,
+                                         const struct oscar_calib_corpus * corpus) {
+    for (int64_t i = 0; i < corpus->n; i++)
+        if (corpus->tokens[i] < 0 || corpus->tokens[i] >= m->config.n_vocab)
+            return osc_error(OSCAR_ERR_INVALID, "%s: token id %d (corpus token %lld) is outside %s's vocabulary "
+                             "of %d: the tokenizer is not the model's", o->tokenizer ? o->tokenizer : o->model,
+                             (int) corpus->tokens[i], (long long) i, m->source, (int) m->config.n_vocab);
+    return OSCAR_OK;
+}
+
 // Corpus (or synthetic tokens for --random-init) -> plan -> the layer-major
 // pass (statistics and held-out rows), writing the store if asked.
 static enum oscar_status from_forward(const struct opts * o, const struct oscar_calib_engine * e,
@@ -384,6 +396,7 @@ static enum oscar_status from_forward(const struct opts * o, const struct oscar_
     enum oscar_status rc = o->random_init ? oscar_calib_synthetic_corpus(need, m->config.n_vocab, p->seed, corpus)
                          : mixed(o) ? oscar_calib_corpus_load_mix(tok, o->corpus, o->n_corpus, o->jsonl_field, p, corpus)
                                     : oscar_calib_corpus_load(tok, o->corpus[0].path, o->jsonl_field, need, corpus);
+    if (rc == OSCAR_OK && !o->random_init) rc = check_token_ids(o, m, corpus);
     if (rc == OSCAR_OK) rc = oscar_calib_plan_make(corpus, p, plan);
     if (rc != OSCAR_OK) return rc;
     if (o->save_act) {

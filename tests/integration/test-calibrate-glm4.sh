@@ -53,4 +53,15 @@ set +e
 rc=$?
 set -e
 [ "$rc" -eq 2 ] && grep -q "replaces" "$T/err" || { echo "FAIL: --random-init with --tokenizer: rc $rc"; exit 1; }
+# a tokenizer whose ids pass the model's vocabulary (all 256 bytes; the model has 160 rows): refused
+# after reading the corpus, before any forward pass, naming the tokenizer; nothing written
+python3 tests/tools/make-byte-tokenizer.py "$T/wide.json"
+{ echo "Café au lait, naïve façade."; cat "$T/c.txt"; } > "$T/c8.txt" # UTF-8: bytes >= 160
+set +e
+"$CAL" -m "$FX.gguf" -f "$T/c8.txt" "${fx[@]:4}" --tokenizer "$T/wide.json" -q -o "$T/w" 2> "$T/err"
+rc=$?
+set -e
+[ "$rc" -eq 1 ] && grep -q "wide.json: token id .* outside .* vocabulary of 160" "$T/err" \
+    || { echo "FAIL: a tokenizer wider than the model: rc $rc: $(cat "$T/err")"; exit 1; }
+[ ! -e "$T/w" ] || { echo "FAIL: the refused run left $T/w"; exit 1; }
 echo "ok: oscar-calibrate on GLM-4 MoE (tiny-glm4-moe shape and fixture): artifacts written, identical across threads and checkpoints, gate passes, GGUF = safetensors"
