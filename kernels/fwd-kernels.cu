@@ -60,6 +60,14 @@ __device__ double block_sum_256(double v, double * sh) {
     return r;
 }
 
+// 1 / sqrt(mean(xr^2) + eps) of one row of C, the sum of squares in fp64 (a block of 256 threads).
+static __device__ float row_rms_inv(const float * xr, int32_t C, float eps, double * sh) {
+    double ss = 0.0;
+    for (int32_t i = threadIdx.x; i < C; i += 256) ss += (double) xr[i] * (double) xr[i];
+    ss = block_sum_256(ss, sh);
+    return (float) (1.0 / sqrt(ss / (double) C + (double) eps));
+}
+
 // off + w: off = 0 gives w itself (the Llama norm, unchanged bits)
 template <typename Y>
 __global__ void __launch_bounds__(256) k_rmsnorm(Y * y, const float * x, const float * w, float off, int32_t C,
@@ -67,10 +75,7 @@ __global__ void __launch_bounds__(256) k_rmsnorm(Y * y, const float * x, const f
     __shared__ double sh[256];
     const float * xr = x + (size_t) blockIdx.x * C;
     Y * yr = y + (size_t) blockIdx.x * C;
-    double ss = 0.0;
-    for (int32_t i = threadIdx.x; i < C; i += 256) ss += (double) xr[i] * (double) xr[i];
-    ss = block_sum_256(ss, sh);
-    const float r = (float) (1.0 / sqrt(ss / (double) C + (double) eps));
+    const float r = row_rms_inv(xr, C, eps, sh);
     for (int32_t i = threadIdx.x; i < C; i += 256) put(&yr[i], (off + w[i]) * (xr[i] * r));
 }
 
@@ -98,10 +103,7 @@ __global__ void __launch_bounds__(256) k_add_rmsnorm(float * x, const float * y,
     __shared__ double sh[256];
     const float * yr = y + (size_t) blockIdx.x * C;
     float * xr = x + (size_t) blockIdx.x * C;
-    double ss = 0.0;
-    for (int32_t i = threadIdx.x; i < C; i += 256) ss += (double) yr[i] * (double) yr[i];
-    ss = block_sum_256(ss, sh);
-    const float r = (float) (1.0 / sqrt(ss / (double) C + (double) eps));
+    const float r = row_rms_inv(yr, C, eps, sh);
     for (int32_t i = threadIdx.x; i < C; i += 256) xr[i] = __fadd_rn(xr[i], __fmul_rn(off + w[i], __fmul_rn(yr[i], r)));
 }
 
