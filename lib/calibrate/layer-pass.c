@@ -19,7 +19,8 @@
 // token order (stats.h), which is unchanged. Memory: the hidden states of all
 // sequences [N, C], one layer's calibration K/V [N_cal, Hkv, D] x 2 when SST is
 // on, two layers' weights, the held-out rows (one layer's with a finisher whose
-// gate runs per layer, else every layer's), and the forward scratch of one batch.
+// gate runs per layer, else every layer's), with --refine optr one layer's training rows
+// (optr-rows.c), and the forward scratch of one batch.
 //
 // Checkpoints (layer-ckpt.c) are taken between layers, after at least
 // p->checkpoint_every token-layers since the last one; --resume continues at
