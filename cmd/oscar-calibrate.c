@@ -79,8 +79,9 @@ static void usage(FILE * f) {
             "      --sign-passes N       most passes over the eigenvectors of each rotation [2]\n");
     fprintf(f, // two strings: C11 compilers need not take one longer than 4095 bytes
             "      --refine optr         after the fit, refine the rotations per KV head with OptR (output-aware,\n"
-            "                            through INT2; trained on the store's calibration rows, early-stopped on\n"
-            "                            the held-out rows; needs --from-activations) and store k_mean\n"
+            "                            through INT2; trained on the first calibration sequences, kept a layer\n"
+            "                            at a time in the pass or read from a store; early-stopped on the\n"
+            "                            held-out rows) and store k_mean\n"
             "      --optr-steps N        Adam steps per phase [80]   --optr-train-seq N  training sequences [0 = all]\n"
             "      --no-optr-center      no key centering (no k_mean)\n"
             "  -t, --threads N           [all cores]\n"
@@ -314,11 +315,6 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         fprintf(stderr, "--from-activations does not take --save-activations, --checkpoint-every or --resume\n");
         return 2;
     }
-    if (p->refine_optr && !o->from_act) {
-        fprintf(stderr, "oscar-calibrate: --refine optr trains on stored calibration rows: give --from-activations "
-                        "STORE (write one with --save-activations); the layer-major pass keeps only held-out rows\n");
-        return 2;
-    }
     if (p->sign_search && !oscar_composition_uses_u(p->composition)) {
         fprintf(stderr, "oscar-calibrate: --sign-search: --composition %s has no eigenvectors to sign\n",
                 oscar_composition_name(p->composition));
@@ -522,9 +518,8 @@ static enum oscar_status open_model(const struct opts * o, struct oscar_model * 
 }
 
 // Options a data-parallel run (several ranks) does not take: the message, or NULL.
-static const char * dp_refusal(const struct opts * o, const struct oscar_calib_params * p) {
+static const char * dp_refusal(const struct opts * o) {
     if (o->from_act || o->save_act) return "--save-activations / --from-activations";
-    if (p->refine_optr) return "--refine optr";
     if (on_cuda(o)) return "--device cuda (several GPUs: the NCCL path, not yet)";
     return NULL;
 }
@@ -667,7 +662,7 @@ int main(int argc, char ** argv) {
     struct osc_dp * dp = r.dp;
     if (dp->size > 1) {
         snprintf(r.rank_tag, sizeof r.rank_tag, "rank %d of %d: ", (int) dp->rank, (int) dp->size);
-        const char * no = dp_refusal(&r.o, &r.p);
+        const char * no = dp_refusal(&r.o);
         if (no) {
             if (dp->rank == 0) fprintf(stderr, "oscar-calibrate: %s is not available under mpirun (one process only)\n", no);
             osc_dp_close(dp);

@@ -260,11 +260,12 @@ void oscar_calib_fit_spread_heads(const struct oscar_calib_params * p, int32_t n
 void oscar_calib_fit_free(struct oscar_calib_fit * f);
 
 // ---- OptR refinement (refine.c) ----------------------------------------------------------
-// Per layer: OptR (rotation/optr.h) on the store's calibration rows, early-stopped
-// on the held-out rows h; f becomes per KV head (n_rot = Hkv) and gets k_mean when
-// p->optr_center. store NULL: OSCAR_ERR_INVALID saying --from-activations is needed
-// (the layer-major pass keeps no calibration rows; it would need to keep the first
-// p->optr_train_seq sequences of each layer as it keeps the held-out ones).
+// Per layer: OptR (rotation/optr.h) on calibration rows, early-stopped on the
+// held-out rows h; f becomes per KV head (n_rot = Hkv) and gets k_mean when
+// p->optr_center. The training rows come from an activation store (all of them,
+// --from-activations) or from the layer-major pass (struct oscar_calib_optr_rows:
+// only the sequences OptR trains on, and the key sums of every calibration row
+// for k_mean); both give the same bits.
 struct oscar_calib_refine {
     int32_t n_layer, n_head_kv, steps, n_train_seq;
     bool    center;
@@ -272,12 +273,44 @@ struct oscar_calib_refine {
     double  * k_base, * k_best;        // [L] held-out K loss (mean over heads) at R_base / as kept
     double  * v_base, * v_best;        // [L] the same for V
 };
-// The result arrays; refuses a missing store, or one (or a fit) of another shape than h's.
+// One layer's training rows, kept by the layer-major pass as its calibration batches run:
+// sequences 0 .. n_seq-1, the shortest prefix holding every sequence OptR picks (the first
+// p->optr_train_seq long enough ones, as from a store), and with centring the fp64 key sums of
+// every calibration row in row order. Reused layer after layer (one layer's rows in memory).
+struct oscar_calib_optr_rows {
+    int32_t n_seq;              // calibration sequences kept (0 .. n_seq-1)
+    int64_t n_rows;             // their rows: plan->seq_start[n_seq]
+    int64_t n_cal_rows;         // every calibration row (the key mean's)
+    size_t  q_row, kv_row;      // floats per row
+    float * q, * k, * v;        // [n_rows, Hq·D / Hkv·D] of the current layer
+    double * k_sum;             // [Hkv·D] the current layer's key sums (centring), or NULL
+    int64_t k_summed;           // rows summed (and, up to n_rows, kept) so far in the layer
+    int32_t layer;              // the layer the rows are of (-1: none)
+};
+// How many leading calibration sequences hold every training sequence of p (0: none is long
+// enough; -1: out of memory).
+int32_t oscar_calib_optr_train_prefix(const struct oscar_calib_params * p, const struct oscar_calib_plan * plan,
+                                      int32_t head_dim);
+// The buffers for p and plan's calibration sequences; OSCAR_ERR_INVALID when no sequence is
+// long enough for OptR (sink + recent + 8 rows).
+enum oscar_status oscar_calib_optr_rows_alloc(const struct oscar_calib_params * p, const struct oscar_calib_plan * plan,
+                                              int32_t n_head, int32_t n_head_kv, int32_t head_dim,
+                                              struct oscar_calib_optr_rows * r);
+// Whether a calibration batch starting at row row0 has rows to keep or sum.
+bool oscar_calib_optr_rows_want(const struct oscar_calib_optr_rows * r, int64_t row0);
+// Layer l's calibration rows [row0, row0 + n) (batches in row order; a new layer starts over).
+enum oscar_status oscar_calib_optr_rows_add(struct oscar_calib_optr_rows * r, int32_t l, int64_t row0, int64_t n,
+                                            const float * q, const float * k, const float * v);
+void oscar_calib_optr_rows_free(struct oscar_calib_optr_rows * r);
+
+// The result arrays; refuses a store (or a fit) of another shape than h's.
 enum oscar_status oscar_calib_refine_alloc(struct oscar_actstore * store, const struct oscar_calib_heldout * h,
                                            const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
                                            struct oscar_calib_refine * out);
-// Layer l (f per KV head, its base rotations in place): refined rotations and k_mean into f.
-enum oscar_status oscar_calib_refine_layer(struct oscar_actstore * store, const struct oscar_calib_plan * plan,
+// Layer l (f per KV head, its base rotations in place): refined rotations and k_mean into f,
+// trained on rows (the pass's, of layer l) or else on the store's.
+enum oscar_status oscar_calib_refine_layer(struct oscar_actstore * store, const struct oscar_calib_optr_rows * rows,
+                                           const struct oscar_calib_plan * plan,
                                            const struct oscar_calib_heldout * h, const struct oscar_calib_params * p,
                                            int32_t l, struct oscar_calib_fit * f, struct oscar_calib_refine * out,
                                            struct oscar_calib_timing * t);
@@ -363,7 +396,7 @@ void oscar_calib_gate_free(struct oscar_calib_gate * g);
 
 // ---- the finisher (finish.c) ----------------------------------------------------------------
 // The stages after the sums, one layer at a time as the layer-major pass ends
-// each layer: fit, --sign-search, --refine optr (store path), clip search,
+// each layer: fit, --sign-search, --refine optr, clip search,
 // gate; then end() makes what needs every layer (a shared clip choice, the
 // means, the medians). One evaluator (p->eval_device) serves every stage.
 // A target sharing clips model-wide runs the gate in end(), on every layer's
@@ -371,6 +404,7 @@ void oscar_calib_gate_free(struct oscar_calib_gate * g);
 struct oscar_calib_finisher {
     const struct oscar_calib_params * p;
     struct oscar_actstore * store;          // --refine optr's training rows (not owned), or NULL
+    const struct oscar_calib_optr_rows * optr_rows; // or the layer-major pass's (not owned), or NULL
     const struct oscar_calib_plan * plan;   // their sequences
     int32_t n_layer, n_head_kv;
     struct oscar_calib_fit    fit;

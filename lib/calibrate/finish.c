@@ -59,7 +59,7 @@ enum oscar_status oscar_calib_finish_layer(struct oscar_calib_finisher * fin, co
     if (st == OSCAR_OK && p->sign_search) st = oscar_calib_signs_layer(fin->ev, p, Hkv, l, &fin->fit, &fin->signs, fin->t);
     if (st == OSCAR_OK) oscar_calib_fit_spread_heads(p, Hkv, l, &fin->fit);
     if (st == OSCAR_OK && p->refine_optr)
-        st = oscar_calib_refine_layer(fin->store, fin->plan, h, p, l, &fin->fit, &fin->refine, fin->t);
+        st = oscar_calib_refine_layer(fin->store, fin->optr_rows, fin->plan, h, p, l, &fin->fit, &fin->refine, fin->t);
     if (st == OSCAR_OK) st = oscar_calib_clip_layer(fin->ev, &fin->fit, p, Hkv, l, &fin->clip, fin->t);
     if (st == OSCAR_OK && !fin->gate_at_end)
         st = oscar_calib_gate_layer(fin->ev, &fin->fit, &fin->clip, p, Hkv, l, &fin->gate, fin->t);

@@ -123,6 +123,10 @@ static void finish_params(const struct oscar_calib_params * p, char * out, size_
              p->v_clip, (int) p->n_grid, (unsigned long long) gh, oscar_target_get(p->target)->name,
              (int) p->sign_search, (int) p->sign_passes, (int) p->refine_optr,
              p->eval_device ? p->eval_device : "cpu");
+    const size_t used = strlen(out);
+    if (p->refine_optr && used < n)   // OptR's settings change its layers' results
+        snprintf(out + used, n - used, " optr steps %d train %d center %d", (int) p->optr_steps,
+                 (int) p->optr_train_seq, (int) p->optr_center);
 }
 
 static void fill_header(struct ckpt_header * hd, const struct osc_layer_ckpt * k, int32_t next_layer) {

@@ -19,7 +19,8 @@
 // token order (stats.h), which is unchanged. Memory: the hidden states of all
 // sequences [N, C], one layer's calibration K/V [N_cal, Hkv, D] x 2 when SST is
 // on, two layers' weights, the held-out rows (one layer's with a finisher whose
-// gate runs per layer, else every layer's), and the forward scratch of one batch.
+// gate runs per layer, else every layer's), with --refine optr one layer's training rows
+// (optr-rows.c), and the forward scratch of one batch.
 //
 // Checkpoints (layer-ckpt.c) are taken between layers, after at least
 // p->checkpoint_every token-layers since the last one; --resume continues at
@@ -71,13 +72,16 @@ struct layer_pass {
     int32_t * sbuf;            // [batch + 1] seq_start of the current batch
     const struct batch_ref * cur;
     double t_store;
+    bool optr_on;              // --refine optr on rank 0: the layer's training rows are kept
+    struct oscar_calib_optr_rows optr;
 };
 
-// The host hook: the held-out batches (and with an activation store every batch) want their rows.
+// The host hook: the held-out batches (and with an activation store every batch) want their rows,
+// and with --refine optr the calibration batches OptR trains on or takes the key mean of.
 static bool want_rows(void * user, int32_t layer) {
     (void) layer;
     const struct layer_pass * lp = user;
-    return lp->cur->heldout || lp->p->act_out;
+    return lp->cur->heldout || lp->p->act_out || (lp->optr_on && oscar_calib_optr_rows_want(&lp->optr, lp->cur->row0));
 }
 
 static enum oscar_status on_rows(void * user, const struct oscar_capture_layer * cap) {
@@ -93,7 +97,10 @@ static enum oscar_status on_rows(void * user, const struct oscar_capture_layer *
         lp->t_store += osc_now() - t0;
         if (st != OSCAR_OK) return st;
     }
-    if (!b->heldout) return OSCAR_OK;
+    if (!b->heldout)
+        return lp->optr_on ? oscar_calib_optr_rows_add(&lp->optr, cap->layer, b->row0, cap->n_tokens, cap->q, cap->k,
+                                                       cap->v)
+                           : OSCAR_OK;
     const size_t r0 = (size_t) (b->row0 - lp->n_cal);   // q[l] is the one slot with a finisher
     memcpy(lp->held->q[cap->layer] + r0 * qrow, cap->q, T * qrow * sizeof(float));
     memcpy(lp->held->k[cap->layer] + r0 * kvrow, cap->k, T * kvrow * sizeof(float));
@@ -155,6 +162,16 @@ static enum oscar_status plan_batches(struct layer_pass * lp) {
         if (set == 0) lp->n_cal = row;
     }
     lp->n_rows = row, lp->n_rows_all = all;
+    if (dp->size > 1 && lp->p->refine_optr) { // OptR runs on rank 0, on rows it has itself
+        const int32_t prefix = oscar_calib_optr_train_prefix(lp->p, plan, lp->c->head_dim);
+        if (lp->p->optr_center)
+            return osc_error(OSCAR_ERR_UNSUPPORTED, "--refine optr over %d ranks: the key mean (k_mean) sums every "
+                             "rank's calibration rows; use --no-optr-center or one process", (int) dp->size);
+        if (prefix > 0 && plan->seq_start[prefix] > lp->rank_cal[0])
+            return osc_error(OSCAR_ERR_UNSUPPORTED, "--refine optr over %d ranks: its training sequences (rows 0-%d) "
+                             "go past rank 0's calibration rows (%lld); give a smaller --optr-train-seq, or fewer ranks",
+                             (int) dp->size, (int) plan->seq_start[prefix] - 1, (long long) lp->rank_cal[0]);
+    }
     if (dp->size > 1) { // bit-identical when every share starts on the stats' block grid
         bool aligned = true;
         for (int64_t r = 1, start = 0; r < dp->size; r++)
@@ -227,6 +244,12 @@ static void report_memory(const struct layer_pass * lp) {
     mib((double) h->n_rows * slots * (Q + 2 * KV) * f + slots * C * Q * f, d, sizeof d);
     mib((double) fi.workspace_bytes, s, sizeof s);
     mib((double) fi.weight_bytes, w, sizeof w);
+    if (lp->optr_on) {
+        char o[32];
+        mib((double) lp->optr.n_rows * (double) (lp->optr.q_row + 2 * lp->optr.kv_row) * f, o, sizeof o);
+        osc_info("--refine optr keeps one layer's training rows on the host: %lld rows of %d sequences, %s",
+                 (long long) lp->optr.n_rows, (int) lp->optr.n_seq, o);
+    }
     osc_info("layer-major pass on %s holds: hidden states %s, one layer's K/V %s (both on the %s), "
              "held-out rows + W_O copies %s (host, %s), weights %s (embedding + two layers), workspace %s",
              fi.device, a, k, strcmp(fi.device, "cpu") ? "device" : "host", d,
@@ -384,6 +407,8 @@ static void teardown(struct layer_pass * lp) {
     free(lp->x_all);
     free(lp->rank_cal);
     free(lp->sbuf);
+    if (lp->fin) lp->fin->optr_rows = NULL;
+    oscar_calib_optr_rows_free(&lp->optr);
 }
 
 // Layer l over every batch, its sums ended (pass 1, then SST).
@@ -410,7 +435,7 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
                                       struct oscar_stats ** stats, struct oscar_calib_heldout * held,
                                       struct oscar_calib_timing * t) {
     struct layer_pass lp = {.e = e, .m = e->m, .c = &e->m->config, .plan = plan, .p = p, .held = held, .t = t,
-                            .dp = e->dp ? e->dp : osc_dp_single()};
+                            .dp = e->dp ? e->dp : osc_dp_single(), .optr = {.layer = -1}};
     lp.fin = lp.dp->rank == 0 ? fin : NULL; // rank 0 alone has the held-out rows
     struct oscar_capture_hook hook;
     *stats = NULL;
@@ -425,6 +450,11 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
     int32_t first = 0;
     const bool several = lp.dp->size > 1;
     if (st == OSCAR_OK && lp.fin) st = oscar_calib_finish_begin(lp.fin, p, held, NULL, plan, t);
+    if (st == OSCAR_OK && lp.fin && p->refine_optr) { // one layer's training rows, handed to the finisher
+        st = oscar_calib_optr_rows_alloc(p, plan, lp.c->n_head, lp.c->n_head_kv, lp.c->head_dim, &lp.optr);
+        lp.optr_on = st == OSCAR_OK;
+        lp.fin->optr_rows = lp.optr_on ? &lp.optr : NULL;
+    }
     if (st == OSCAR_OK) st = start(&lp, &ck, &first);
     if (st == OSCAR_OK && several && first > 0) st = exchange_rows(&lp, false);
     if (st == OSCAR_OK && several) st = osc_dp_stats_attach(lp.dp, lp.stats);

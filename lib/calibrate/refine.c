@@ -1,14 +1,14 @@
 // refine.c - the OptR stage of oscar-calibrate (--refine optr): after the fit,
 // before the clip search, every layer's rotations are refined per KV head by
 // lib/rotation/optr.h. Training rows: the calibration rows of the activation
-// store (--from-activations; the layer-major pass keeps only the held-out rows,
-// see calibrate.h); early stopping: the held-out rows the clip search and the
-// gate use (the paper early-stops on held-out chunks disjoint from the training
-// chunks, as these are). The losses use the run's INT2 group, scale dtype and
-// BF16 sink/recent, and the fixed clip ratios (--clip, default 0.96 / 0.92: the
-// paper trains with them; the clip search afterwards picks the served ones).
-// Per-layer rotations become per-KV-head ones. Refuses a store whose shapes
-// differ from the held-out rows'.
+// store (--from-activations), or those the layer-major pass kept of the layer
+// (optr-rows.c: the training sequences and the key sums, the same bits);
+// early stopping: the held-out rows the clip search and the gate use (the paper
+// early-stops on held-out chunks disjoint from the training chunks, as these
+// are). The losses use the run's INT2 group, scale dtype and BF16 sink/recent,
+// and the fixed clip ratios (--clip, default 0.96 / 0.92: the paper trains with
+// them; the clip search afterwards picks the served ones). Per-layer rotations
+// become per-KV-head ones. Refuses a store whose shapes differ from the held-out rows'.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,22 +55,38 @@ static struct oscar_optr_params optr_params(const struct oscar_calib_params * p,
     return op;
 }
 
+// The calibration sequences OptR chooses its training ones from: every one when centring (the
+// store route reads them all for the mean), else the first p->optr_train_seq.
+static int32_t candidate_sequences(const struct oscar_optr_params * op, const struct oscar_calib_plan * plan) {
+    return !op->center && op->max_train_seq > 0 && op->max_train_seq < plan->n_seq ? op->max_train_seq : plan->n_seq;
+}
+
+int32_t oscar_calib_optr_train_prefix(const struct oscar_calib_params * p, const struct oscar_calib_plan * plan,
+                                      int32_t head_dim) {
+    const struct oscar_optr_params op = optr_params(p, head_dim);
+    const int32_t n_cand = candidate_sequences(&op, plan);
+    int32_t * idx = malloc(((size_t) n_cand + 1) * sizeof(int32_t));
+    if (!idx) return -1;
+    const int32_t n = oscar_optr_train_sequences(&op, plan->seq_start, n_cand, idx);
+    const int32_t prefix = n > 0 ? idx[n - 1] + 1 : 0;
+    free(idx);
+    return prefix;
+}
+
 enum oscar_status oscar_calib_refine_alloc(struct oscar_actstore * store, const struct oscar_calib_heldout * h,
                                            const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
                                            struct oscar_calib_refine * out) {
     const int32_t L = h->n_layer, Hq = h->n_head, Hkv = h->n_head_kv, D = h->head_dim;
     memset(out, 0, sizeof(*out));
-    if (!store)
-        return osc_error(OSCAR_ERR_INVALID, "--refine optr trains on the calibration rows of an activation store: "
-                         "give --from-activations STORE (write one with --save-activations); the layer-major pass "
-                         "keeps only the held-out rows");
-    const struct oscar_actstore_info * si = oscar_actstore_get_info(store);
-    if (si->n_layer != L || si->n_head != Hq || si->n_head_kv != Hkv || si->head_dim != D || f->n_layer != L ||
-        f->head_dim != D || f->n_rot != Hkv)
-        return osc_error(OSCAR_ERR_INVALID, "optr: the store (L %d Hq %d Hkv %d D %d) and the fit (L %d D %d, %d "
-                         "rotations per layer) do not match the held-out rows (L %d Hq %d Hkv %d D %d)",
-                         (int) si->n_layer, (int) si->n_head, (int) si->n_head_kv, (int) si->head_dim,
-                         (int) f->n_layer, (int) f->head_dim, (int) f->n_rot, (int) L, (int) Hq, (int) Hkv, (int) D);
+    const struct oscar_actstore_info * si = store ? oscar_actstore_get_info(store) : NULL;
+    if (si && (si->n_layer != L || si->n_head != Hq || si->n_head_kv != Hkv || si->head_dim != D))
+        return osc_error(OSCAR_ERR_INVALID, "optr: the store (L %d Hq %d Hkv %d D %d) does not match the held-out "
+                         "rows (L %d Hq %d Hkv %d D %d)", (int) si->n_layer, (int) si->n_head, (int) si->n_head_kv,
+                         (int) si->head_dim, (int) L, (int) Hq, (int) Hkv, (int) D);
+    if (f->n_layer != L || f->head_dim != D || f->n_rot != Hkv)
+        return osc_error(OSCAR_ERR_INVALID, "optr: the fit (L %d D %d, %d rotations per layer) does not match the "
+                         "held-out rows (L %d Hkv %d D %d)", (int) f->n_layer, (int) f->head_dim, (int) f->n_rot,
+                         (int) L, (int) Hkv, (int) D);
     const struct oscar_optr_params op = optr_params(p, D);
     out->n_layer = L, out->n_head_kv = Hkv, out->steps = op.steps, out->center = op.center;
     out->k_kept = calloc((size_t) L, sizeof(int32_t)), out->v_kept = calloc((size_t) L, sizeof(int32_t));
@@ -83,35 +99,59 @@ enum oscar_status oscar_calib_refine_alloc(struct oscar_actstore * store, const 
     return OSCAR_OK;
 }
 
-enum oscar_status oscar_calib_refine_layer(struct oscar_actstore * store, const struct oscar_calib_plan * plan,
+// The store's rows of layer l: the training sequences' (every row when centring: the mean).
+static enum oscar_status store_rows(struct oscar_actstore * store, const struct oscar_calib_plan * plan,
+                                    const struct oscar_calib_heldout * h, const struct oscar_optr_params * op,
+                                    int32_t l, struct oscar_optr_rows * tr, float ** q, float ** k, float ** v,
+                                    struct oscar_calib_timing * t) {
+    const int32_t n_seq = candidate_sequences(op, plan);
+    const size_t R = (size_t) plan->seq_start[n_seq], D = (size_t) h->head_dim;
+    *q = malloc(R * (size_t) h->n_head * D * sizeof(float) + 1);
+    *k = malloc(R * (size_t) h->n_head_kv * D * sizeof(float) + 1);
+    *v = malloc(R * (size_t) h->n_head_kv * D * sizeof(float) + 1);
+    if (!*q || !*k || !*v) return osc_error(OSCAR_ERR_NOMEM, "optr: out of memory (%zu rows)", R);
+    double t1 = osc_now();
+    enum oscar_status st = oscar_actstore_read(store, OSCAR_ACT_CALIB, l, 0, (int32_t) R, *q, *k, *v);
+    if (t) t->store += osc_now() - t1;
+    *tr = (struct oscar_optr_rows){.n_seq = n_seq, .seq_start = plan->seq_start, .q = *q, .k = *k, .v = *v};
+    return st;
+}
+
+// The pass's rows of layer l (and its key mean from every calibration row's sums).
+static enum oscar_status pass_rows(const struct oscar_calib_optr_rows * r, const struct oscar_calib_plan * plan,
+                                   const struct oscar_optr_params * op, int32_t l, struct oscar_optr_rows * tr,
+                                   float ** k_mean) {
+    if (r->layer != l || (op->center && r->k_summed != r->n_cal_rows) || r->k_summed < r->n_rows)
+        return osc_error(OSCAR_ERR_INVALID, "optr: layer %d: the pass kept layer %d's rows (%lld of %lld summed)",
+                         (int) l, (int) r->layer, (long long) r->k_summed, (long long) r->n_cal_rows);
+    if (op->center) {
+        if (!(*k_mean = malloc(r->kv_row * sizeof(float)))) return osc_error(OSCAR_ERR_NOMEM, "optr: out of memory");
+        oscar_optr_key_mean_of_sum(r->k_sum, r->n_cal_rows, r->kv_row, *k_mean);
+    }
+    *tr = (struct oscar_optr_rows){.n_seq = r->n_seq, .seq_start = plan->seq_start, .q = r->q, .k = r->k, .v = r->v};
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_calib_refine_layer(struct oscar_actstore * store, const struct oscar_calib_optr_rows * rows,
+                                           const struct oscar_calib_plan * plan,
                                            const struct oscar_calib_heldout * h, const struct oscar_calib_params * p,
                                            int32_t l, struct oscar_calib_fit * f, struct oscar_calib_refine * out,
                                            struct oscar_calib_timing * t) {
-    double t0 = osc_now();
+    const double t0 = osc_now(), store0 = t ? t->store : 0.0;
     const int32_t Hq = h->n_head, Hkv = h->n_head_kv, D = h->head_dim;
     const struct oscar_optr_params op = optr_params(p, D);
-    // rows to read: every calibration row when centring (the mean), else the training sequences'
-    int32_t n_seq_used = op.max_train_seq > 0 && op.max_train_seq < plan->n_seq ? op.max_train_seq : plan->n_seq;
-    const int32_t n_rows = op.center ? plan->seq_start[plan->n_seq] : plan->seq_start[n_seq_used];
-    const size_t R = (size_t) n_rows;
-    float * q = malloc(R * (size_t) Hq * (size_t) D * sizeof(float) + 1);
-    float * k = malloc(R * (size_t) Hkv * (size_t) D * sizeof(float) + 1);
-    float * v = malloc(R * (size_t) Hkv * (size_t) D * sizeof(float) + 1);
-    enum oscar_status st = OSCAR_OK;
-    if (!q || !k || !v) {
-        st = osc_error(OSCAR_ERR_NOMEM, "optr: out of memory (%d rows)", (int) n_rows);
-        goto out;
-    }
-    double t1 = osc_now();
-    if ((st = oscar_actstore_read(store, OSCAR_ACT_CALIB, l, 0, n_rows, q, k, v)) != OSCAR_OK) goto out;
-    const double dt_read = osc_now() - t1;
-    if (t) t->store += dt_read, t0 += dt_read;   // store reads are counted in store, not refine
+    float * q = NULL, * k = NULL, * v = NULL, * k_mean = NULL;
+    struct oscar_optr_rows train;
+    enum oscar_status st = rows    ? pass_rows(rows, plan, &op, l, &train, &k_mean)
+                           : store ? store_rows(store, plan, h, &op, l, &train, &q, &k, &v, t)
+                                   : osc_error(OSCAR_ERR_INVALID, "optr: layer %d: no training rows", (int) l);
+    if (st != OSCAR_OK) goto out;
     const size_t HDD = (size_t) Hkv * (size_t) D * (size_t) D;
     struct oscar_optr_layer in = {
         .layer = l, .n_head = Hq, .n_head_kv = Hkv, .head_dim = D, .n_embd = h->n_embd, .wo = h->wo[l],
         .attn_scale = h->attn_scale,
         .k_rot_base = f->k_rot + (size_t) l * HDD, .v_rot_base = f->v_rot + (size_t) l * HDD,
-        .train = {.n_seq = op.center ? plan->n_seq : n_seq_used, .seq_start = plan->seq_start, .q = q, .k = k, .v = v},
+        .train = train, .k_mean = k_mean,
         .held = {.n_seq = h->n_seq, .seq_start = h->seq_start, .q = h->q[l], .k = h->k[l], .v = h->v[l]},
     };
     struct oscar_optr_result r;
@@ -136,8 +176,8 @@ enum oscar_status oscar_calib_refine_layer(struct oscar_actstore * store, const 
         f->orth_err_max = fmax(f->orth_err_max, orth_err(f->v_rot + i * (size_t) D * D, D));
     }
 out:
-    free(q); free(k); free(v);
-    if (t) t->refine += osc_now() - t0;
+    free(q); free(k); free(v); free(k_mean);
+    if (t) t->refine += osc_now() - t0 - (t->store - store0);   // store reads are counted in store
     return st;
 }
 

@@ -25,14 +25,22 @@ struct oscar_optr_params oscar_optr_default_params(int32_t head_dim, int32_t gro
     return p;
 }
 
+void oscar_optr_key_sum(double * sum, const float * k, int64_t n_rows, size_t hd) {
+    for (int64_t t = 0; t < n_rows; t++)
+        for (size_t i = 0; i < hd; i++) sum[i] += (double) k[(size_t) t * hd + i];
+}
+
+void oscar_optr_key_mean_of_sum(const double * sum, int64_t n_rows, size_t hd, float * out) {
+    for (size_t i = 0; i < hd; i++) out[i] = n_rows > 0 ? (float) (sum[i] / (double) n_rows) : 0.0f;
+}
+
 void oscar_optr_key_mean(const struct oscar_optr_rows * rows, int32_t n_head_kv, int32_t head_dim, float * out) {
     const size_t HD = (size_t) n_head_kv * head_dim;
     const int64_t T = rows->seq_start[rows->n_seq];
     double * sum = calloc(HD, sizeof(double));
     if (!sum) { memset(out, 0, HD * sizeof(float)); return; }
-    for (int64_t t = 0; t < T; t++)
-        for (size_t i = 0; i < HD; i++) sum[i] += (double) rows->k[(size_t) t * HD + i];
-    for (size_t i = 0; i < HD; i++) out[i] = T > 0 ? (float) (sum[i] / (double) T) : 0.0f;
+    oscar_optr_key_sum(sum, rows->k, T, HD);
+    oscar_optr_key_mean_of_sum(sum, T, HD, out);
     free(sum);
 }
 
@@ -122,6 +130,25 @@ void osc_optr_state_free(struct osc_optr_state * st) {
 
 static int32_t min_len(const struct oscar_optr_params * p) { return p->sink + p->recent + 8; }
 
+#define MAX_SET_SEQ 65536
+
+// The first sequences long enough, at most max_seq (0 = all) and MAX_SET_SEQ.
+static int32_t pick_sequences(const struct oscar_optr_params * p, const int32_t * seq_start, int32_t n_seq,
+                              int32_t max_seq, int32_t * idx) {
+    int32_t n = 0;
+    for (int32_t s = 0; s < n_seq && n < MAX_SET_SEQ && (max_seq == 0 || n < max_seq); s++)
+        if (seq_start[s + 1] - seq_start[s] >= min_len(p)) {
+            if (idx) idx[n] = s;
+            n++;
+        }
+    return n;
+}
+
+int32_t oscar_optr_train_sequences(const struct oscar_optr_params * p, const int32_t * seq_start, int32_t n_seq,
+                                   int32_t * idx) {
+    return pick_sequences(p, seq_start, n_seq, p->max_train_seq, idx);
+}
+
 // Allocates one item's arrays and fills the rows (centred keys, values, queries).
 static bool item_alloc(struct osc_optr_state * st, const struct oscar_optr_rows * r, int32_t s, int32_t h,
                        const float * k_mean, struct osc_optr_item * it) {
@@ -200,9 +227,8 @@ static void item_exact(struct osc_optr_state * st, struct osc_optr_item * it, st
 static enum oscar_status prepare_set(struct osc_optr_state * st, int k, const struct oscar_optr_rows * r,
                                      const float * k_mean, int32_t max_seq) {
     struct set_items * si = &st->sets[k];
-    int32_t idx[65536], n = 0;
-    for (int32_t s = 0; s < r->n_seq && n < 65536 && (max_seq == 0 || n < max_seq); s++)
-        if (r->seq_start[s + 1] - r->seq_start[s] >= min_len(&st->p)) idx[n++] = s;
+    int32_t idx[MAX_SET_SEQ];
+    const int32_t n = pick_sequences(&st->p, r->seq_start, r->n_seq, max_seq, idx);
     if (n == 0)
         return osc_error(OSCAR_ERR_INVALID, "optr: layer %d: no %s sequence has the %d rows OptR needs (sink %d + "
                          "recent %d + 8)", (int) st->in.layer, k ? "held-out" : "training", (int) min_len(&st->p),
@@ -477,7 +503,8 @@ enum oscar_status oscar_optr_refine_layer(const struct oscar_optr_layer * in, co
         rc = osc_error(OSCAR_ERR_NOMEM, "optr: out of memory");
         goto out;
     }
-    if (p->center) oscar_optr_key_mean(&in->train, Hkv, D, r->k_mean);
+    if (p->center && in->k_mean) memcpy(r->k_mean, in->k_mean, (size_t) Hkv * D * sizeof(float));
+    else if (p->center) oscar_optr_key_mean(&in->train, Hkv, D, r->k_mean);
     if ((rc = osc_optr_prepare(in, p, p->center ? r->k_mean : NULL, &st)) != OSCAR_OK) goto out;
     r->n_train_seq = st->sets[0].n_seq, r->n_held_seq = st->sets[1].n_seq;
     if ((rc = run_phase(st, 0, in->k_rot_base, p->margin_k, r->k_rot, r->k_train, r->k_held, r->k_best)) != OSCAR_OK ||

@@ -74,6 +74,9 @@ struct oscar_optr_layer {
     const float * k_rot_base;   // [Hkv, D, D] y = x·R
     const float * v_rot_base;   // [Hkv, D, D]
     struct oscar_optr_rows train, held;
+    const float * k_mean;       // [Hkv, D] the key mean to centre with (p->center), or NULL: that of the
+                                // train rows (oscar_optr_key_mean); a caller keeping only the training
+                                // sequences gives the mean of a larger set (oscar_optr_key_sum)
 };
 
 // Owned arrays (oscar_optr_result_free). Losses are per head (not averaged).
@@ -96,5 +99,16 @@ void oscar_optr_result_free(struct oscar_optr_result * r);
 
 // k_mean [Hkv, D]: the fp64 mean over all rows of the set (fixed order), as fp32.
 void oscar_optr_key_mean(const struct oscar_optr_rows * rows, int32_t n_head_kv, int32_t head_dim, float * out);
+// The same mean from running sums: sum [HD] += the n_rows rows of k [n_rows, HD] in row order
+// (called batch after batch, then key_mean_of_sum over every row: oscar_optr_key_mean's bits).
+void oscar_optr_key_sum(double * sum, const float * k, int64_t n_rows, size_t hd);
+void oscar_optr_key_mean_of_sum(const double * sum, int64_t n_rows, size_t hd, float * out);
+
+// The training sequences the refinement uses out of n_seq (seq_start [n_seq + 1]): the
+// first ones long enough (sink + recent + 8 rows), at most p->max_train_seq (0 = all) and
+// 65536. Writes their indices to idx (may be NULL) and returns how many. A caller that keeps
+// only sequences 0 .. idx[n-1] gets the same refinement as one that keeps all n_seq.
+int32_t oscar_optr_train_sequences(const struct oscar_optr_params * p, const int32_t * seq_start, int32_t n_seq,
+                                   int32_t * idx);
 
 #endif

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test-calibrate-optr.sh - oscar-calibrate --refine optr (lib/calibrate/refine.c):
-#  1. refused without --from-activations (exit 2, says why), and an unknown --refine;
+#  1. an unknown --refine is refused (in the pass: test-calibrate-optr-pass.sh);
 #  2. from a store: per-KV-head rotations [3,64,64] and layers.{i}.k_mean in the artifact,
 #     oscar.refine metadata, the OptR table and timing on stderr; --no-optr-center: no k_mean;
 #  3. -t 1 and -t 2 write byte-identical artifacts (fixed-order sums);
@@ -14,8 +14,6 @@ CAL=$B/bin/oscar-calibrate
 ARGS=(-m "$MODEL" --sink 8 --recent 16 --clip 0.96,0.92 -q)
 
 # 1. refusals
-"$CAL" "${ARGS[@]}" -f "$CORPUS" --tokens 256 -c 64 --refine optr -o "$T/x" 2> "$T/err"; rc=$?
-[ $rc -eq 2 ] && grep -q "from-activations" "$T/err" && [ ! -e "$T/x" ] || fail "--refine optr without a store: rc=$rc $(cat "$T/err")"
 "$CAL" "${ARGS[@]}" -f "$CORPUS" --refine bogus -o "$T/x" 2> "$T/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "known: optr" "$T/err" || fail "--refine bogus: rc=$rc"
 
