@@ -41,7 +41,10 @@ int main(int argc, char ** argv) {
          OSCAR_CLIP_SORT, 0.0f},
         // Gemma 3 27B's head_dim 128 and query_pre_attn_scalar 168 (the score scale 168^-1/2, not 128^-1/2)
         {"gemma3-scale", 128, 8, 4, 256, 2, {60, 19, 0}, OSCAR_TIERS_STATIC, 4, 8, 0, OSCAR_META_F32, OSCAR_CLIP_SORT,
-         0.0771516749810459862f},
+         0.0771516749810459862f, 0},
+        // a Gemma 3 local layer: a window of 16 keys, shorter than both sequences (softmax and logit sums in it)
+        {"gemma3-window", 128, 8, 4, 256, 2, {60, 19, 0}, OSCAR_TIERS_STATIC, 4, 8, 0, OSCAR_META_F32, OSCAR_CLIP_SORT,
+         0.0771516749810459862f, 16},
     };
     int fail = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
