@@ -455,7 +455,7 @@ static enum oscar_status from_store(const struct opts * o, const struct oscar_mo
     osc_info("%s: %lld calibration rows in %d sequences, %d held-out sequences, %s", o->from_act,
              (long long) plan->n_tokens, (int) plan->n_seq, (int) plan->n_heldout, in->bf16 ? "bfloat16" : "float32");
     if ((rc = oscar_calib_heldout_from_store(*store, m, held, t)) != OSCAR_OK) return rc;
-    return oscar_calib_accumulate_from_store(*store, plan, p, held->attn_scale, st, t);
+    return oscar_calib_accumulate_from_store(*store, plan, p, held->attn_scale, held->window, st, t);
 }
 
 // --json: the run's summary on stdout (jansson, so any path is valid JSON).

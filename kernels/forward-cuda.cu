@@ -865,7 +865,7 @@ out:
 
 // Pass 1, VATT of layer l (lib/stats/attn-mass.c on the device): per sequence, KV head h and
 // query head j of its group (in that order), score blocks of VATT_ROWS query rows against
-// their causal keys (fp32 GEMM), fp64 softmax and Σ p² per key into wbuf [Hkv, T]; then
+// their causal keys (fp32 GEMM; a sliding layer's softmax and sums take its window only), fp64 softmax and Σ p² per key into wbuf [Hkv, T]; then
 // Σ_t w v vᵀ and Σ_t w into the accumulators.
 static enum oscar_status capture_vatt(struct cuda_fwd * f, const struct oscar_batch * b, int32_t l, int32_t T) {
     const int32_t D = f->c.head_dim, H = f->c.n_head_kv, Hq = f->c.n_head, g = Hq / H;
@@ -886,7 +886,7 @@ static enum oscar_status capture_vatt(struct cuda_fwd * f, const struct oscar_ba
                                          f->k + ((size_t) a0 * H + h) * D, H * D,
                                          f->q + ((size_t) (a0 + i0) * Hq + j) * D, Hq * D, &zero, f->vatt_s, nk));
                     OSCAR_CUDA_TRY(osc_fwd_vatt_block(f->wbuf + (size_t) h * T + a0, f->vatt_lz, f->vatt_s, i0, rows,
-                                                      scale, f->stream));
+                                                      scale, oscar_layer_window(&f->c, l), f->stream));
                 }
     }
     OSCAR_CUDA_TRY(osc_fwd_scale_rows(z, f->wbuf, f->v, T, H, D, f->stream));

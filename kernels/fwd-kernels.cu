@@ -523,12 +523,13 @@ cudaError_t osc_fwd_sst_reduce(double * wsum, int64_t * nneg, const double * w, 
 // ---- attention-mass weights (VATT) ----------------------------------------------------------
 
 __global__ void __launch_bounds__(256) k_vatt_rowstats(double * lz, const float * S, int32_t i0, int32_t nk,
-                                                       double scale) {
+                                                       double scale, int32_t window) {
     __shared__ double sh[256];
-    const int32_t r = blockIdx.x, last = i0 + r;   // causal: keys 0 .. last
+    const int32_t r = blockIdx.x, last = i0 + r;   // causal: keys first .. last (a sliding layer: its window)
+    const int32_t first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
     const float * row = S + (size_t) r * nk;
     double m = -INFINITY;
-    for (int32_t t = threadIdx.x; t <= last; t += 256) m = fmax(m, (double) row[t] * scale);
+    for (int32_t t = first + threadIdx.x; t <= last; t += 256) m = fmax(m, (double) row[t] * scale);
     sh[threadIdx.x] = m;
     __syncthreads();
     for (int o = 128; o > 0; o >>= 1) {
@@ -538,17 +539,19 @@ __global__ void __launch_bounds__(256) k_vatt_rowstats(double * lz, const float 
     m = sh[0];
     __syncthreads();
     double z = 0.0;
-    for (int32_t t = threadIdx.x; t <= last; t += 256) z += exp((double) row[t] * scale - m);
+    for (int32_t t = first + threadIdx.x; t <= last; t += 256) z += exp((double) row[t] * scale - m);
     z = block_sum_256(z, sh);
     if (threadIdx.x == 0) lz[r] = m + log(z);
 }
 
 __global__ void k_vatt_colsum(double * w, const double * lz, const float * S, int32_t i0, int32_t rows, int32_t nk,
-                              double scale) {
+                              double scale, int32_t window) {
     const int32_t t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= nk) return;
     double acc = 0.0;
-    for (int32_t r = t > i0 ? t - i0 : 0; r < rows; r++) {
+    // rows i0 + r that see key t: r >= t - i0, and in a sliding layer i0 + r < t + window
+    const int32_t end = window > 0 && t + window - i0 < rows ? t + window - i0 : rows;
+    for (int32_t r = t > i0 ? t - i0 : 0; r < end; r++) {
         const double p = exp((double) S[(size_t) r * nk + t] * scale - lz[r]);
         acc += p * p;
     }
@@ -556,10 +559,10 @@ __global__ void k_vatt_colsum(double * w, const double * lz, const float * S, in
 }
 
 cudaError_t osc_fwd_vatt_block(double * w, double * lz, const float * S, int32_t i0, int32_t rows, double scale,
-                               cudaStream_t s) {
+                               int32_t window, cudaStream_t s) {
     const int32_t nk = i0 + rows;
-    k_vatt_rowstats<<<rows, 256, 0, s>>>(lz, S, i0, nk, scale);
-    k_vatt_colsum<<<(unsigned) ((nk + 255) / 256), 256, 0, s>>>(w, lz, S, i0, rows, nk, scale);
+    k_vatt_rowstats<<<rows, 256, 0, s>>>(lz, S, i0, nk, scale, window);
+    k_vatt_colsum<<<(unsigned) ((nk + 255) / 256), 256, 0, s>>>(w, lz, S, i0, rows, nk, scale, window);
     return cudaGetLastError();
 }
 

@@ -131,9 +131,10 @@ cudaError_t osc_fwd_sst_reduce(double * wsum, int64_t * nneg, const double * w, 
 // [i0, i0 + rows) against keys [0, nk), nk = i0 + rows: S [rows, nk] fp32 raw scores
 // q_i.k_t (keys t > i are ignored). lz [rows] = m + log Σ_{t<=i} exp(x - m) with
 // x = scale·S in fp64; then w [nk] fp64 += Σ_{rows i >= t} exp(2 (x_it - lz_i)), one
-// thread per key summing rows in order (deterministic).
+// thread per key summing rows in order (deterministic). window > 0 (a sliding layer): row i
+// sees only keys i - window < t <= i, in both sums; 0 = full causal.
 cudaError_t osc_fwd_vatt_block(double * w, double * lz, const float * S, int32_t i0, int32_t rows, double scale,
-                               cudaStream_t s);
+                               int32_t window, cudaStream_t s);
 // z [Hkv, T, D] = float(w [Hkv, T]) * v [T, Hkv, D]
 cudaError_t osc_fwd_scale_rows(float * z, const double * w, const float * v, int32_t T, int32_t Hkv, int32_t D,
                                cudaStream_t s);

@@ -1,7 +1,8 @@
 // layer-eval.cu - the layer evaluator of the calibration gate and clip search on the
 // GPU (contract in layer-eval.cuh). Per sequence and query head j (KV head h):
 //   Z_b = Q_j . Kb_bᵀ               b < nb variants of the keys (fp32 GEMM, batched)
-//   A   = causal softmax(Z / √D)    fp64 max / sum / exp per row, stored fp32
+//   A   = causal softmax(Z / √D)    fp64 max / sum / exp per row, stored fp32 (a sliding
+//                                   layer's window only, as its logit-error sums)
 //   O_b = A_b . Vb_b                (fp32 GEMM, batched)
 // then ‖O_b . W_Oᵀ‖² as fp64 sums of squares. Gate: b = {exact, method}. Clip search:
 // keys [K | K̂_c − K] (their masked ΣZ² are the logit-error sums), values
@@ -29,6 +30,7 @@ struct oscar_backend_eval {
     cublasHandle_t blas;
     cudaStream_t stream;
     int32_t T, n_seq, * seq_start;   // the current layer (host copy of the boundaries)
+    int32_t window;                  // its sliding window (0 = full causal): softmax and logit sums take only it
     float * q, * k, * v, * wo;       // device [T, Hq, D], [T, Hkv, D] x2, [C, Hq*D]
     uint8_t * int2_row;              // device [T]
     float * kb, * vb;                // device [max_cand + 1][T, Hkv, D] key / value variants
@@ -62,27 +64,30 @@ static __device__ double block_reduce(double v, double * red, bool is_max) {
     return r;
 }
 
-// Row t of batch blockIdx.y: softmax over p <= t of z·scale (fp64), zeros above the diagonal.
-__global__ void softmax_kernel(float * z, int n, long long zs, double scale) {
+// Row t of batch blockIdx.y: softmax over the keys t sees, f <= p <= t (f = t - window + 1 in a
+// sliding layer, else 0), of z·scale (fp64); zeros elsewhere.
+__global__ void softmax_kernel(float * z, int n, long long zs, double scale, int window) {
     __shared__ double red[EV_THREADS / 32];
-    const int t = blockIdx.x;
+    const int t = blockIdx.x, f = window > 0 && t - window + 1 > 0 ? t - window + 1 : 0;
     float * row = z + blockIdx.y * zs + (long long) t * n;
     double m = -INFINITY, s = 0.0;
-    for (int p = threadIdx.x; p <= t; p += blockDim.x) m = fmax(m, (double) row[p] * scale);
+    for (int p = f + threadIdx.x; p <= t; p += blockDim.x) m = fmax(m, (double) row[p] * scale);
     m = block_reduce(m, red, true);
-    for (int p = threadIdx.x; p <= t; p += blockDim.x) s += exp((double) row[p] * scale - m);
+    for (int p = f + threadIdx.x; p <= t; p += blockDim.x) s += exp((double) row[p] * scale - m);
     const double lz = m + log(block_reduce(s, red, false));
-    for (int p = threadIdx.x; p < n; p += blockDim.x) row[p] = p <= t ? (float) exp((double) row[p] * scale - lz) : 0.0f;
+    for (int p = threadIdx.x; p < n; p += blockDim.x)
+        row[p] = p >= f && p <= t ? (float) exp((double) row[p] * scale - lz) : 0.0f;
 }
 
-// part[b, block] = Σ x² over batch b's elements (i = t·n + p with p <= t only, if n_mask).
-__global__ void sumsq_kernel(const float * z, long long n_elem, long long zs, int n_mask, double * part) {
+// part[b, block] = Σ x² over batch b's elements (i = t·n + p with p <= t only, if n_mask; and
+// t - p < window too when window > 0).
+__global__ void sumsq_kernel(const float * z, long long n_elem, long long zs, int n_mask, int window, double * part) {
     __shared__ double red[EV_THREADS / 32];
     const float * zb = z + blockIdx.y * zs;
     double s = 0.0;
     for (long long i = (long long) blockIdx.x * blockDim.x + threadIdx.x; i < n_elem;
          i += (long long) gridDim.x * blockDim.x) {
-        if (n_mask && i % n_mask > i / n_mask) continue;
+        if (n_mask && (i % n_mask > i / n_mask || (window > 0 && i / n_mask - i % n_mask >= window))) continue;
         const double v = zb[i];
         s += v * v;
     }
@@ -117,7 +122,8 @@ static cublasStatus_t gemm(struct oscar_backend_eval * e, cublasOperation_t ta, 
 // acc[b * acc_stride] += Σ squares of batch b < nb (z + b·zs, n_elem each; causal mask if n_mask).
 static enum oscar_status sumsq(struct oscar_backend_eval * e, const float * z, long long n_elem, long long zs, int nb,
                                int n_mask, double * acc, int acc_stride) {
-    sumsq_kernel<<<dim3(EV_PARTS, (unsigned) nb), EV_THREADS, 0, e->stream>>>(z, n_elem, zs, n_mask, e->part);
+    sumsq_kernel<<<dim3(EV_PARTS, (unsigned) nb), EV_THREADS, 0, e->stream>>>(z, n_elem, zs, n_mask, n_mask ? e->window : 0,
+                                                                             e->part);
     OSCAR_CUDA_CHECK_LAUNCH();
     add_parts_kernel<<<(unsigned) ((nb + 127) / 128), 128, 0, e->stream>>>(e->part, EV_PARTS, nb, acc, acc_stride);
     OSCAR_CUDA_CHECK_LAUNCH();
@@ -153,7 +159,7 @@ static enum oscar_status attend(struct oscar_backend_eval * e, const float * kb,
                 enum oscar_status st = sumsq(e, e->z, zs, zs, nb, n, k_acc + h, Hkv);
                 if (st != OSCAR_OK) return st;
             }
-            softmax_kernel<<<dim3((unsigned) n, (unsigned) n_soft), EV_THREADS, 0, e->stream>>>(e->z, n, zs, scale);
+            softmax_kernel<<<dim3((unsigned) n, (unsigned) n_soft), EV_THREADS, 0, e->stream>>>(e->z, n, zs, scale, e->window);
             OSCAR_CUDA_CHECK_LAUNCH();
             OSCAR_CUBLAS_CHECK(gemm(e, CUBLAS_OP_N, CUBLAS_OP_N, D, n, n, Vb, Hkv * D, kvs, e->z, n, shared_a ? 0 : zs,
                             ob + ((long long) b0 * Hq + j) * D, Hq * D, obs, nb));
@@ -310,7 +316,8 @@ extern "C" enum oscar_status osc_cuda_eval_layer(struct oscar_backend_eval * e, 
     int32_t * ss = (int32_t *) realloc(e->seq_start, (size_t) (in->n_seq + 1) * sizeof(int32_t));
     if (!ss) return osc_error(OSCAR_ERR_NOMEM, "cuda layer eval: out of host memory");
     memcpy(ss, in->seq_start, (size_t) (in->n_seq + 1) * sizeof(int32_t));
-    e->seq_start = ss, e->n_seq = in->n_seq, e->T = T, e->o_ready = false;
+    if (in->window < 0) return osc_error(OSCAR_ERR_INVALID, "cuda layer eval: window %d < 0", in->window);
+    e->seq_start = ss, e->n_seq = in->n_seq, e->T = T, e->o_ready = false, e->window = in->window;
     const size_t D = (size_t) e->s.head_dim, qn = (size_t) T * e->s.n_head * D, kn = (size_t) T * e->s.n_head_kv * D;
     const cudaMemcpyKind h2d = cudaMemcpyHostToDevice;
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(e->q, in->q, qn * sizeof(float), h2d, e->stream));

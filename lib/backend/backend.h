@@ -40,6 +40,7 @@ struct oscar_eval_layer {
     const float * q;            // [T, Hq, D] post-RoPE
     const float * k, * v;       // [T, Hkv, D]
     const float * wo;           // [C, Hq*D]
+    int32_t window;             // the layer's sliding window (query t sees keys t - window < p <= t); 0 = full causal
 };
 enum oscar_eval_rot { OSCAR_EVAL_ROT_IDENTITY = 0, OSCAR_EVAL_ROT_HADAMARD = 1, OSCAR_EVAL_ROT_MATRIX = 2 };
 // How one of K / V is stored by a method, for this layer: y = bf16(x.R) (hp_bf16), the

@@ -42,7 +42,7 @@ static void round_rows(const float * x, size_t n, float * out) {
 static enum oscar_status add_chunk(struct cpu_fwd * c, const struct oscar_capture_layer * cap) {
     const struct oscar_stats_chunk ch = {
         .layer = cap->layer, .n_tokens = cap->n_tokens, .n_seq = cap->n_seq, .seq_start = cap->seq_start,
-        .q = cap->q, .k = cap->k, .v = cap->v,
+        .q = cap->q, .k = cap->k, .v = cap->v, .window = oscar_layer_window(&c->m->config, cap->layer),
     };
     const double t0 = osc_now();
     enum oscar_status st = oscar_stats_add(c->p.stats, &ch);

@@ -12,7 +12,7 @@ struct oscar_layer_input osc_calib_layer_input(const struct oscar_calib_heldout 
         .layer = layer, .n_tokens = (int32_t) h->n_rows, .n_seq = h->n_seq, .seq_start = h->seq_start,
         .q = h->q[layer], .k = h->k[layer], .v = h->v[layer], .wo = h->wo[layer],
         .n_head = h->n_head, .n_head_kv = h->n_head_kv, .head_dim = h->head_dim, .n_embd = h->n_embd,
-        .attn_scale = h->attn_scale,
+        .attn_scale = h->attn_scale, .window = h->window ? h->window[layer] : 0,
     };
     return in;
 }

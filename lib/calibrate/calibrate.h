@@ -150,6 +150,7 @@ void oscar_calib_plan_free(struct oscar_calib_plan * plan);
 struct oscar_calib_heldout {
     int32_t n_layer, n_head, n_head_kv, head_dim, n_embd;
     float attn_scale;        // the model's score scale as oscar_attn_scale_param gives it (0 = D^-1/2)
+    int32_t * window;        // [L] each layer's sliding window (oscar_layer_window; 0 = full causal)
     int32_t n_seq;
     int32_t * seq_start;     // [n_seq + 1] offsets into the rows below
     int64_t n_rows;          // T_h
@@ -162,6 +163,8 @@ struct oscar_calib_heldout {
                              // (the layer-major pass with a finisher); 0: each layer its own rows
 };
 void oscar_calib_heldout_free(struct oscar_calib_heldout * h);
+// [n_layer] oscar_layer_window of every layer (malloc'd; NULL when out of memory).
+int32_t * oscar_calib_layer_windows(const struct oscar_model_config * c);
 
 // ---- timings ----------------------------------------------------------------------------
 struct oscar_calib_timing {
@@ -226,9 +229,11 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
 enum oscar_status oscar_calib_plan_from_store(struct oscar_actstore * s, struct oscar_calib_plan * out);
 enum oscar_status oscar_calib_heldout_from_store(struct oscar_actstore * s, const struct oscar_model * m,
                                                  struct oscar_calib_heldout * out, struct oscar_calib_timing * t);
-// attn_scale: the model's (oscar_attn_scale_param; the held-out rows' attn_scale), for VATT's softmax.
+// attn_scale: the model's (oscar_attn_scale_param; the held-out rows' attn_scale), for VATT's softmax;
+// window [L]: each layer's sliding window (the held-out rows' window), for VATT's keys.
 enum oscar_status oscar_calib_accumulate_from_store(struct oscar_actstore * s, const struct oscar_calib_plan * plan,
                                                     const struct oscar_calib_params * p, float attn_scale,
+                                                    const int32_t * window,
                                                     struct oscar_stats ** out, struct oscar_calib_timing * t);
 // Peak resident set size of this process so far (getrusage), MiB.
 double oscar_calib_peak_rss_mb(void);

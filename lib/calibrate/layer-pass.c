@@ -194,6 +194,7 @@ static enum oscar_status alloc_heldout(struct layer_pass * lp) {
     memset(h, 0, sizeof *h);
     h->n_layer = c->n_layer, h->n_head = c->n_head, h->n_head_kv = c->n_head_kv;
     h->head_dim = c->head_dim, h->n_embd = c->n_embd, h->attn_scale = oscar_attn_scale_param(c);
+    h->window = oscar_calib_layer_windows(c);
     h->n_seq = plan->n_heldout;
     h->n_rows = plan->heldout_start[plan->n_heldout] - plan->heldout_start[0];
     const size_t L = (size_t) c->n_layer, T = (size_t) h->n_rows, D = (size_t) c->head_dim;
@@ -206,7 +207,7 @@ static enum oscar_status alloc_heldout(struct layer_pass * lp) {
     h->q = calloc(L, sizeof(float *)), h->k = calloc(L, sizeof(float *)), h->v = calloc(L, sizeof(float *));
     h->wo = calloc(L, sizeof(float *));
     h->seq_start = malloc(((size_t) h->n_seq + 1) * sizeof(int32_t));
-    if (!h->q || !h->k || !h->v || !h->wo || !h->seq_start) goto nomem;
+    if (!h->q || !h->k || !h->v || !h->wo || !h->seq_start || !h->window) goto nomem;
     const size_t nwo = (size_t) c->n_embd * (size_t) c->n_head * D;
     if (!(h->wo_block = osc_alloc_large(slots * nwo * sizeof(float)))) goto nomem;
     for (int32_t s = 0; s <= h->n_seq; s++) h->seq_start[s] = plan->heldout_start[s] - plan->heldout_start[0];
@@ -260,15 +261,8 @@ static void report_memory(const struct layer_pass * lp) {
 static enum oscar_status setup_rows(struct layer_pass * lp) {
     const struct oscar_model_config * c = lp->c;
     const struct oscar_calib_params * p = lp->p;
-    // The capture runs the model's own attention (sliding windows included), and KTK/VTV/QQT/SST do
-    // not depend on the attention pattern; but the attention-mass (VATT) weights and the held-out
-    // logit errors of the clip search and the gate take every earlier key of a sequence. That is
-    // exact while sequences fit in the window, so only longer sequences are refused.
-    const int32_t W = oscar_model_window(c);
-    if (W > 0 && p->seq_len > W)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "calibration: %s has sliding-window attention (sliding_window = %d) "
-                         "and seq_len %d is longer: the attention-mass (VATT) objective and the held-out metrics "
-                         "assume full causal attention; use a seq_len <= %d", lp->m->source, W, p->seq_len, W);
+    // Sliding-window layers: the capture, VATT and the held-out metrics all take each layer's own
+    // window (oscar_layer_window), so sequences longer than the window are calibrated as they attend.
     enum oscar_status st = plan_batches(lp);
     if (st != OSCAR_OK || (st = alloc_heldout(lp)) != OSCAR_OK) return st;
     lp->sbuf = malloc(((size_t) p->batch + 1) * sizeof(int32_t));

@@ -139,6 +139,11 @@ enum oscar_status oscar_calib_refine_layer(struct oscar_actstore * store, const 
                                            struct oscar_calib_timing * t) {
     const double t0 = osc_now(), store0 = t ? t->store : 0.0;
     const int32_t Hq = h->n_head, Hkv = h->n_head_kv, D = h->head_dim;
+    // OptR's losses rebuild full causal attention (optr-loss.c): a sliding layer's window is not in them yet
+    if (h->window && h->window[l] > 0 && p->seq_len > h->window[l])
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "optr: layer %d has a sliding window of %d keys < seq_len %d; OptR "
+                         "assumes full causal attention (calibrate without OptR refinement)", (int) l,
+                         (int) h->window[l], (int) p->seq_len);
     const struct oscar_optr_params op = optr_params(p, D);
     float * q = NULL, * k = NULL, * v = NULL, * k_mean = NULL;
     struct oscar_optr_rows train;

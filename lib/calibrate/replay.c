@@ -24,7 +24,14 @@ void oscar_calib_heldout_free(struct oscar_calib_heldout * h) {
     free(h->wo);
     free(h->wo_block);
     free(h->seq_start);
+    free(h->window);
     memset(h, 0, sizeof(*h));
+}
+
+int32_t * oscar_calib_layer_windows(const struct oscar_model_config * c) {
+    int32_t * w = malloc(((size_t) c->n_layer + 1) * sizeof(int32_t));
+    for (int32_t l = 0; w && l < c->n_layer; l++) w[l] = oscar_layer_window(c, l);
+    return w;
 }
 
 // ---- replay from an activation store ---------------------------------------------------------
@@ -80,13 +87,13 @@ enum oscar_status oscar_calib_heldout_from_store(struct oscar_actstore * s, cons
     int32_t nh;
     const int32_t * lens = oscar_actstore_seq_lens(s, OSCAR_ACT_HELDOUT, &nh);
     h->n_layer = c->n_layer, h->n_head = c->n_head, h->n_head_kv = c->n_head_kv, h->head_dim = c->head_dim;
-    h->n_embd = c->n_embd, h->attn_scale = oscar_attn_scale_param(c);
+    h->n_embd = c->n_embd, h->attn_scale = oscar_attn_scale_param(c), h->window = oscar_calib_layer_windows(c);
     h->n_seq = nh;
     h->seq_start = offsets(lens, nh);
     size_t L = (size_t) c->n_layer, D = (size_t) c->head_dim;
     h->q = calloc(L, sizeof(float *)), h->k = calloc(L, sizeof(float *)), h->v = calloc(L, sizeof(float *));
     h->wo = calloc(L, sizeof(float *));
-    if (!h->seq_start || !h->q || !h->k || !h->v || !h->wo) goto nomem;
+    if (!h->seq_start || !h->q || !h->k || !h->v || !h->wo || !h->window) goto nomem;
     h->n_rows = h->seq_start[nh];
     size_t T = (size_t) h->n_rows;
     for (size_t l = 0; l < L && st == OSCAR_OK; l++) {
@@ -107,6 +114,7 @@ nomem:
 
 enum oscar_status oscar_calib_accumulate_from_store(struct oscar_actstore * s, const struct oscar_calib_plan * plan,
                                                     const struct oscar_calib_params * p, float attn_scale,
+                                                    const int32_t * window,
                                                     struct oscar_stats ** out, struct oscar_calib_timing * t) {
     const struct oscar_actstore_info * in = oscar_actstore_get_info(s);
     struct oscar_stats_params sp = oscar_stats_default_params();
@@ -144,7 +152,7 @@ enum oscar_status oscar_calib_accumulate_from_store(struct oscar_actstore * s, c
                 if ((st = oscar_actstore_read(s, OSCAR_ACT_CALIB, l, r0, n, q, k, v)) != OSCAR_OK) break;
                 double t1 = osc_now();
                 struct oscar_stats_chunk ch = {.layer = l, .n_tokens = n, .n_seq = s1 - s0, .seq_start = sbuf,
-                                               .q = q, .k = k, .v = v};
+                                               .q = q, .k = k, .v = v, .window = window ? window[l] : 0};
                 st = oscar_stats_add(st_acc, &ch);
                 t->store += t1 - t0;
                 t->accumulate += osc_now() - t1;

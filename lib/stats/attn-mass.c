@@ -5,6 +5,8 @@
 //   p_{j,i,t} = exp(l_{j,i,t} - m) / Σ_{t'≤i} exp(l_{j,i,t'} - m),  l = q_{i,j}·k_{t,h}·scale,  a ≤ t ≤ i
 // (scale = 1/√D, or the model's attn_scale: Gemma 3's query_pre_attn_scalar^-1/2)
 //   w_{h,t}   = Σ_{j∈J(h)} Σ_{i=t}^{b-1} p_{j,i,t}²
+// A sliding layer (chunk window W > 0) narrows both sums to its window, keys i - W < t ≤ i, as the
+// forward attends; W = 0 runs exactly the operations of full causal attention.
 // i.e. the diagonal of SᵀS (column energy of the causal softmax matrix),
 // summed over the g query heads of the group. Computed in fp64, blocked over
 // query rows (O(n²) per sequence, memory O(QB·n)). Each (sequence, KV head)
@@ -24,7 +26,7 @@
 
 static void seq_head_weights(struct oscar_stats * s, const struct oscar_stats_chunk * c, int32_t a, int32_t b,
                              int32_t h, double * scr) {
-    const int32_t D = s->p.head_dim, Hq = s->p.n_head, H = s->p.n_head_kv, n = b - a;
+    const int32_t D = s->p.head_dim, Hq = s->p.n_head, H = s->p.n_head_kv, n = b - a, W = c->window;
     const size_t T = (size_t) s->max_tokens;
     double * K = scr;                               // [n, D]
     double * Qb = K + T * (size_t) D;               // [QB, D]
@@ -41,6 +43,7 @@ static void seq_head_weights(struct oscar_stats * s, const struct oscar_stats_ch
         for (int32_t i0 = 0; i0 < n; i0 += ATT_QBLOCK) {
             const int32_t nb = n - i0 < ATT_QBLOCK ? n - i0 : ATT_QBLOCK;
             const int32_t nk = i0 + nb; // keys 0 .. nk-1 are visible to some row of the block
+            // (with a window the block's first rows see none of its earliest keys: the dgemm covers them anyway)
             for (int32_t i = 0; i < nb; i++) {
                 const float * src = c->q + ((size_t) (a + i0 + i) * (size_t) Hq + (size_t) j) * (size_t) D;
                 for (int32_t d = 0; d < D; d++) Qb[(size_t) i * D + d] = (double) src[d];
@@ -49,12 +52,13 @@ static void seq_head_weights(struct oscar_stats * s, const struct oscar_stats_ch
             osc_dgemm(1, CblasNoTrans, CblasTrans, nb, nk, D, scale, Qb, D, K, D, 0.0, Lg, nk);
             for (int32_t i = 0; i < nb; i++) {
                 const double * row = Lg + (size_t) i * nk;
-                const int32_t last = i0 + i; // causal: keys 0 .. last
-                double m = row[0];
-                for (int32_t t = 1; t <= last; t++) m = row[t] > m ? row[t] : m;
+                const int32_t last = i0 + i; // causal: keys first .. last
+                const int32_t first = W > 0 && last - W + 1 > 0 ? last - W + 1 : 0;
+                double m = row[first];
+                for (int32_t t = first + 1; t <= last; t++) m = row[t] > m ? row[t] : m;
                 double z = 0.0;
-                for (int32_t t = 0; t <= last; t++) z += exp(row[t] - m);
-                for (int32_t t = 0; t <= last; t++) {
+                for (int32_t t = first; t <= last; t++) z += exp(row[t] - m);
+                for (int32_t t = first; t <= last; t++) {
                     const double p = exp(row[t] - m) / z;
                     wc[t] += p * p;
                 }

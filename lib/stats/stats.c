@@ -180,6 +180,8 @@ static enum oscar_status check_chunk(const struct oscar_stats * s, const struct 
         return osc_error(OSCAR_ERR_INVALID, "stats: layer %d: chunk of %d tokens exceeds max_tokens %d",
                          (int) c->layer, (int) c->n_tokens, (int) s->max_tokens);
     }
+    if (c->window < 0)
+        return osc_error(OSCAR_ERR_INVALID, "stats: layer %d: window %d < 0", (int) c->layer, (int) c->window);
     if (c->n_seq < 0 || (c->n_seq > 0 && !c->seq_start) || (c->n_seq == 0 && c->n_tokens > 0)) {
         return osc_error(OSCAR_ERR_INVALID, "stats: layer %d: attention-mass weights need sequence boundaries",
                          (int) c->layer);

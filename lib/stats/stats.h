@@ -20,7 +20,8 @@
 // the SAME sequence, w_{h,t} = Σ_{j∈J(h)} Σ_{i≥t} p_{j,i,t}²: the column energy
 // (SᵀS)_{tt} of every query head of the group, summed over heads. Each call's
 // sequences are taken as complete (keys before a chunk are not seen): feed
-// whole sequences when VATT is on.
+// whole sequences when VATT is on. With a chunk window W > 0 (a sliding layer)
+// query i sees only keys i - W < t <= i, as the forward pass attends.
 //
 // Determinism: rows are staged per layer into fixed blocks of
 // OSCAR_STATS_BLOCK tokens counted from the start of the stream, and each full
@@ -88,6 +89,8 @@ struct oscar_stats_chunk {
     const float *   q;         // [T, Hq, D]  post-norm, post-RoPE (NULL if unused)
     const float *   k;         // [T, Hkv, D] post-norm, post-RoPE
     const float *   v;         // [T, Hkv, D] raw v_proj output
+    int32_t         window;    // VATT: the layer's sliding window (keys seen per query, itself
+                               // included: t - window < key <= t); 0 = full causal (oscar_layer_window)
 };
 
 struct oscar_stats;

@@ -107,7 +107,8 @@ static enum oscar_status upload(struct oscar_eval_dev * ev, const struct oscar_t
         for (int64_t p = 0; p < len; p++) ev->int2_row[b + p] = p >= lo && p < hi;
     }
     struct oscar_eval_layer el = {.n_tokens = in->n_tokens, .n_seq = in->n_seq, .seq_start = in->seq_start,
-                                  .int2_row = ev->int2_row, .q = in->q, .k = in->k, .v = in->v, .wo = in->wo};
+                                  .int2_row = ev->int2_row, .q = in->q, .k = in->k, .v = in->v, .wo = in->wo,
+                                  .window = in->window};
     double t0 = osc_now();
     enum oscar_status st = ev->be->eval_layer(ev->dev, &el);
     ev->t_upload += osc_now() - t0;

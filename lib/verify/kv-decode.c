@@ -18,6 +18,7 @@ struct dec_layer {
     struct oscar_tier_sim sim;
     float * kx, * vx, * kn, * vn;   // [max_len, Hkv, D]
     uint8_t * int2;                 // [max_len] 1 = kn/vn hold the INT2 value
+    int32_t window;                 // oscar_layer_window: a sliding layer's queries see their last `window` keys
     int64_t kb;                     // block > 1: first position of the next K block
 };
 
@@ -53,9 +54,6 @@ enum oscar_status oscar_kv_decode_init(const struct oscar_kv_transform * tf, con
         return osc_error(OSCAR_ERR_INVALID, "kv decode: transform '%s' (L %d Hkv %d D %d, tiering %d) does not fit "
                          "model %s or is not a decode tiering", tf->name, tf->n_layer, tf->n_head_kv, tf->head_dim,
                          (int) tf->tiers.mode, cfg->name);
-    if (oscar_model_window(cfg) > 0 && max_len > oscar_model_window(cfg)) // the cache attends to every key
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "kv decode: model %s has sliding_window = %d < max_len %d; the "
-                         "simulated cache assumes full causal attention", cfg->name, oscar_model_window(cfg), max_len);
     struct oscar_kv_decode * d = calloc(1, sizeof *d);
     if (!d) return osc_error(OSCAR_ERR_NOMEM, "kv decode");
     d->tf = *tf, d->n_head = cfg->n_head, d->max_len = max_len, d->attn_scale = oscar_attn_scale_param(cfg);
@@ -67,6 +65,7 @@ enum oscar_status oscar_kv_decode_init(const struct oscar_kv_transform * tf, con
     for (int32_t l = 0; d->layers && l < tf->n_layer; l++) {
         struct dec_layer * y = &d->layers[l];
         y->kx = malloc(sizeof(float) * 4 * n), y->int2 = calloc((size_t) max_len, 1);
+        y->window = oscar_layer_window(cfg, l);
         if (!y->kx || !y->int2) break;
         y->vx = y->kx + n, y->kn = y->kx + 2 * n, y->vn = y->kx + 3 * n;
     }
@@ -165,7 +164,7 @@ static void attend_rows(struct oscar_kv_decode * d, int32_t layer, const struct 
     for (int64_t r = 0; r < n_rows; r++) {
         int32_t i = i0 + (int32_t) (r / Hq), j = (int32_t) (r % Hq);
         size_t o = (size_t) (j / g) * D, qo = ((size_t) i * Hq + j) * D;
-        oscar_kv_attend_query(in->q + qo, D, d->attn_scale, rs, y->kn + o, y->vn + o, y->kn + o, y->vn + o,
+        oscar_kv_attend_query(in->q + qo, D, d->attn_scale, y->window, rs, y->kn + o, y->vn + o, y->kn + o, y->vn + o,
                               t0 + (i - i0), 0, 0,
                               d->scratch + d->scratch_per_thread * (size_t) omp_get_thread_num(), out + qo);
     }

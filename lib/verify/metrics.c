@@ -24,13 +24,16 @@ static float dotf(const float * a, const float * b, int32_t D) {
     return r;
 }
 
+// The first key query t of a sequence sees: t - window + 1 in a sliding layer, else 0 (attention.h).
+static int64_t first_key(int32_t window, int64_t t) { return window > 0 && t - window + 1 > 0 ? t - window + 1 : 0; }
+
 static enum oscar_status check_input(const struct oscar_layer_input * in) {
     if (in->n_head < 1 || in->n_head_kv < 1 || in->n_head % in->n_head_kv || in->head_dim < 1 ||
         in->head_dim > OSCAR_MAX_HEAD_DIM || in->n_tokens < 0 || in->n_seq < 0 || !(in->attn_scale >= 0.0f) ||
-        isinf(in->attn_scale))
-        return osc_error(OSCAR_ERR_INVALID, "verify metrics: layer %d: bad shape Hq %d Hkv %d D %d T %d or score "
-                         "scale %g", in->layer, in->n_head, in->n_head_kv, in->head_dim, in->n_tokens,
-                         (double) in->attn_scale);
+        isinf(in->attn_scale) || in->window < 0)
+        return osc_error(OSCAR_ERR_INVALID, "verify metrics: layer %d: bad shape Hq %d Hkv %d D %d T %d, score "
+                         "scale %g or window %d", in->layer, in->n_head, in->n_head_kv, in->head_dim, in->n_tokens,
+                         (double) in->attn_scale, in->window);
     if (in->seq_start[0] != 0 || in->seq_start[in->n_seq] != in->n_tokens)
         return osc_error(OSCAR_ERR_INVALID, "verify metrics: layer %d: sequences do not cover %d tokens", in->layer,
                          in->n_tokens);
@@ -93,16 +96,17 @@ static void metrics_head(const struct oscar_layer_input * in, int32_t n, const s
     for (int32_t i = 0; i < n; i++) memset(&ps[i], 0, sizeof ps[i]);
     for (int64_t t = 0; t < len; t++) {
         const float * q = in->q + (size_t) (b + t) * qrs + (size_t) j * D;
+        const int64_t f = first_key(in->window, t);   // keys f .. t
         double m = -INFINITY, z = 0.0;
-        for (int64_t p = 0; p <= t; p++) {
+        for (int64_t p = f; p <= t; p++) {
             double x = (double) dotf(q, in->k + (size_t) (b + p) * krs + (size_t) h * D, D) * scale;
             sc[p] = x;
             if (x > m) m = x;
         }
-        for (int64_t p = 0; p <= t; p++) z += exp(sc[p] - m);
+        for (int64_t p = f; p <= t; p++) z += exp(sc[p] - m);
         double lz = m + log(z);
         for (int32_t d = 0; d < D; d++) acc[d] = 0.0;
-        for (int64_t p = 0; p <= t; p++) {
+        for (int64_t p = f; p <= t; p++) {
             const float * vv = in->v + (size_t) (b + p) * krs + (size_t) h * D;
             lp[p] = sc[p] - lz, pp[p] = exp(lp[p]);
             axpy_f64(acc, pp[p], vv, D);
@@ -114,7 +118,7 @@ static void metrics_head(const struct oscar_layer_input * in, int32_t n, const s
             oscar_tier_int2_range(c[i].tiers, t, len, &lo, &hi);
             double mh = exact[i] ? m : (double) -INFINITY, kl = 0.0;
             const double * sh = exact[i] ? sc : w->sh;
-            for (int64_t p = 0; p <= t; p++) {
+            for (int64_t p = f; p <= t; p++) {
                 bool i2 = p >= lo && p < hi;
                 double y = sc[p];
                 if (!exact[i]) {
@@ -126,17 +130,17 @@ static void metrics_head(const struct oscar_layer_input * in, int32_t n, const s
                 ps[i].logit_num += (y - sc[p]) * (y - sc[p]), ps[i].logit_den += sc[p] * sc[p];
                 ps[i].n_pairs_int2 += i2;
             }
-            ps[i].n_pairs += t + 1;
+            ps[i].n_pairs += t - f + 1;
             float * ohd = oh[i] + (size_t) (b + t) * qrs + (size_t) j * D;
             if (exact[i]) {   // softmax and values are the exact ones; KL = 0
                 for (int32_t d = 0; d < D; d++) ohd[d] = od[d];
                 continue;
             }
             double zh = 0.0;
-            for (int64_t p = 0; p <= t; p++) zh += exp(sh[p] - mh);
+            for (int64_t p = f; p <= t; p++) zh += exp(sh[p] - mh);
             double lzh = mh + log(zh);
             for (int32_t d = 0; d < D; d++) acch[d] = 0.0;
-            for (int64_t p = 0; p <= t; p++) {
+            for (int64_t p = f; p <= t; p++) {
                 size_t ko = (size_t) (b + p) * krs + (size_t) h * D;
                 const float * vh = (p >= lo && p < hi ? c[i].v_q : c[i].v_hp) + ko;
                 double lph = sh[p] - lzh, pph = exp(lph);
@@ -318,6 +322,7 @@ struct oscar_kv_sim {
     struct oscar_kv_transform tf;
     int32_t n_head, n_threads, max_tokens;
     float   attn_scale;                   // oscar_attn_scale_param of the model
+    int32_t * window;                     // [n_layer] oscar_layer_window: the keys each layer's queries see
     float * k_hp, * v_hp, * k_q, * v_q;   // [max_tokens, Hkv, D] each
     float * kt, * kt_q;                   // [Hkv, kt_size]: one sequence's k_hp / k_q rows, transposed
     size_t  kt_size;                      // oscar_attn_keys_transposed_size(max_tokens, D)
@@ -333,9 +338,6 @@ enum oscar_status oscar_kv_sim_init(const struct oscar_kv_transform * tf, const 
     if (cfg->n_layer != tf->n_layer || cfg->n_head_kv != tf->n_head_kv || cfg->head_dim != tf->head_dim)
         return osc_error(OSCAR_ERR_INVALID, "kv sim: transform '%s' (L %d Hkv %d D %d) does not fit model %s", tf->name,
                          tf->n_layer, tf->n_head_kv, tf->head_dim, cfg->name);
-    if (oscar_model_window(cfg) > 0 && max_tokens > oscar_model_window(cfg)) // the simulation attends to every key
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "kv sim: model %s has sliding_window = %d < max_tokens %d; the "
-                         "simulation assumes full causal attention", cfg->name, oscar_model_window(cfg), max_tokens);
     struct oscar_kv_sim * s = calloc(1, sizeof *s);
     if (!s) return osc_error(OSCAR_ERR_NOMEM, "kv sim");
     s->tf = *tf;
@@ -350,7 +352,9 @@ enum oscar_status oscar_kv_sim_init(const struct oscar_kv_transform * tf, const 
     s->kt_size = oscar_attn_keys_transposed_size(max_tokens, tf->head_dim);
     s->kt = malloc(sizeof(float) * 2 * s->kt_size * (size_t) tf->n_head_kv);
     s->kt_q = s->kt ? s->kt + s->kt_size * (size_t) tf->n_head_kv : NULL;
-    if (!s->k_hp || !s->scratch || !s->kt) {
+    s->window = malloc(sizeof(int32_t) * ((size_t) cfg->n_layer + 1));
+    for (int32_t l = 0; s->window && l < cfg->n_layer; l++) s->window[l] = oscar_layer_window(cfg, l);
+    if (!s->k_hp || !s->scratch || !s->kt || !s->window) {
         oscar_kv_sim_free(s);
         return osc_error(OSCAR_ERR_NOMEM, "kv sim: buffers for %d tokens", max_tokens);
     }
@@ -364,6 +368,7 @@ void oscar_kv_sim_free(struct oscar_kv_sim * s) {
     free(s->k_hp);
     free(s->scratch);
     free(s->kt);
+    free(s->window);
     free(s);
 }
 
@@ -374,18 +379,18 @@ void oscar_kv_sim_stats(const struct oscar_kv_sim * s, struct oscar_quant_stats 
 
 size_t oscar_kv_attend_scratch(int64_t max_len, int32_t D) { return oscar_attn_rows_scratch(1, max_len, D); }
 
-void oscar_kv_attend_query(const float * q, int32_t D, float attn_scale, size_t rs, const float * k_hp,
+void oscar_kv_attend_query(const float * q, int32_t D, float attn_scale, int64_t window, size_t rs, const float * k_hp,
                            const float * v_hp, const float * k_q, const float * v_q, int64_t t, int64_t lo, int64_t hi,
                            float * scratch, float * out) {
     const struct oscar_attn_keys kv = {.head_dim = D, .row_stride = rs, .k = k_hp, .v = v_hp, .k_alt = k_q,
-                                       .v_alt = v_q, .scale = attn_scale};
+                                       .v_alt = v_q, .scale = attn_scale, .window = window};
     oscar_attn_rows(&kv, 1, q, 0, &t, &lo, &hi, out, 0, scratch);
 }
 
 // Tokens [i0, i1) of sequence [b, b + len), query head j: each row attends to its keys per the tiering
 // in one blocked call (oscar_attn_rows gives each row the bits it gets alone, as the oracle computes it).
-static void sim_block(const struct oscar_kv_sim * s, const struct oscar_capture_layer * in, int64_t b, int64_t len,
-                      int32_t i0, int32_t i1, int32_t j, float * scratch, float * out) {
+static void sim_block(const struct oscar_kv_sim * s, int32_t layer, const struct oscar_capture_layer * in, int64_t b,
+                      int64_t len, int32_t i0, int32_t i1, int32_t j, float * scratch, float * out) {
     const int32_t D = s->tf.head_dim, Hq = s->n_head, g = Hq / s->tf.n_head_kv;
     const size_t  rs = (size_t) s->tf.n_head_kv * D, o = (size_t) b * rs + (size_t) (j / g) * D, qs = (size_t) Hq * D;
     int64_t       t[SIM_BQ], lo[SIM_BQ], hi[SIM_BQ];
@@ -396,7 +401,7 @@ static void sim_block(const struct oscar_kv_sim * s, const struct oscar_capture_
     const size_t kto = s->kt_size * (size_t) (j / g);
     const struct oscar_attn_keys kv = {.head_dim = D, .row_stride = rs, .k = s->k_hp + o, .v = s->v_hp + o,
                                        .k_alt = s->k_q + o, .v_alt = s->v_q + o, .kt = s->kt + kto,
-                                       .kt_alt = s->kt_q + kto, .scale = s->attn_scale};
+                                       .kt_alt = s->kt_q + kto, .scale = s->attn_scale, .window = s->window[layer]};
     const size_t q0 = (size_t) i0 * qs + (size_t) j * D;
     oscar_attn_rows(&kv, i1 - i0, in->q + q0, qs, t, lo, hi, out + q0, qs, scratch);
 }
@@ -428,7 +433,7 @@ static enum oscar_status sim_attend(void * user, int32_t layer, const struct osc
             // later blocks see more keys: hand them out first
             const int32_t blk = nb - 1 - task / Hq, j = task % Hq;
             const int32_t i0 = b + blk * SIM_BQ, i1 = i0 + SIM_BQ < b + len ? i0 + SIM_BQ : b + len;
-            sim_block(s, in, b, len, i0, i1, j, s->scratch + s->scratch_per_thread * (size_t) omp_get_thread_num(),
+            sim_block(s, layer, in, b, len, i0, i1, j, s->scratch + s->scratch_per_thread * (size_t) omp_get_thread_num(),
                       out);
         }
     }
@@ -454,7 +459,7 @@ static double quad_err(const double * S, const float * x, const float * ref, int
 }
 
 // K errors of one (sequence s, KV head h): walking t backwards, S_t = Σ_{i ≥ t}
-// Σ_{j ∈ J(h)} q_{i,j} q_{i,j}ᵀ, so the logit error of key row t summed over
+// Σ_{j ∈ J(h)} q_{i,j} q_{i,j}ᵀ (i < t + W in a sliding layer of window W), so the logit error of key row t summed over
 // every query that sees it is e_tᵀ S_t e_t (the INT2 set is query-independent).
 // num [n_cand], den: this pair's sums (unscaled by 1/D).
 static void cand_k_pair(const struct oscar_layer_input * in, const struct oscar_tiering * tr, int32_t s, int32_t h,
@@ -473,6 +478,12 @@ static void cand_k_pair(const struct oscar_layer_input * in, const struct oscar_
             for (int32_t a = 0; a < D; a++)
                 for (int32_t c = 0; c < D; c++) S[(size_t) a * D + c] += (double) q[a] * (double) q[c];
         }
+        // a sliding layer: query t + W no longer sees key t (a running fp64 sum, the window's queries)
+        for (int32_t j = h * g; in->window > 0 && t + in->window < len && j < (h + 1) * g; j++) {
+            const float * q = in->q + (size_t) (b + t + in->window) * qrs + (size_t) j * D;
+            for (int32_t a = 0; a < D; a++)
+                for (int32_t c = 0; c < D; c++) S[(size_t) a * D + c] -= (double) q[a] * (double) q[c];
+        }
         size_t ko = (size_t) (b + t) * krs + (size_t) h * D;
         const float * k = in->k + ko;
         *den += quad_err(S, k, NULL, D);
@@ -486,7 +497,8 @@ static void cand_k_pair(const struct oscar_layer_input * in, const struct oscar_
 }
 
 // Exact attention weights of (sequence, query head j): P [len, len], row t =
-// softmax(q_t·k_pᵀ·scale) over p <= t (fp64 exp, as metrics_head), zeros above.
+// softmax(q_t·k_pᵀ·scale) over the keys t sees (p <= t, within the window; fp64 exp, as
+// metrics_head), zeros elsewhere.
 static void cand_probs(const struct oscar_layer_input * in, int64_t b, int64_t len, int32_t j, int32_t nt, float * P) {
     int32_t D = in->head_dim, Hq = in->n_head, h = j / (Hq / in->n_head_kv);
     size_t krs = (size_t) in->n_head_kv * D, qrs = (size_t) Hq * D;
@@ -495,15 +507,17 @@ static void cand_probs(const struct oscar_layer_input * in, int64_t b, int64_t l
     for (int64_t t = 0; t < len; t++) {
         const float * q = in->q + (size_t) (b + t) * qrs + (size_t) j * D;
         float * row = P + (size_t) t * len;
+        const int64_t f = first_key(in->window, t);   // keys f .. t; zeros outside
         double m = -INFINITY, z = 0.0;
-        for (int64_t p = 0; p <= t; p++) {
+        for (int64_t p = 0; p < f; p++) row[p] = 0.0f;
+        for (int64_t p = f; p <= t; p++) {
             double x = (double) dotf(q, in->k + (size_t) (b + p) * krs + (size_t) h * D, D) * scale;
             row[p] = (float) x;   // held as float only until rescaled below
             if (x > m) m = x;
         }
-        for (int64_t p = 0; p <= t; p++) z += exp((double) row[p] - m);
+        for (int64_t p = f; p <= t; p++) z += exp((double) row[p] - m);
         double lz = m + log(z);
-        for (int64_t p = 0; p <= t; p++) row[p] = (float) exp((double) row[p] - lz);
+        for (int64_t p = f; p <= t; p++) row[p] = (float) exp((double) row[p] - lz);
         for (int64_t p = t + 1; p < len; p++) row[p] = 0.0f;
     }
 }

@@ -39,7 +39,8 @@
 // rows with demote_clip_algo (reference: OSCAR_CLIP_FLUSH = bisection).
 //
 // Metric definitions (per layer; sums over every query t, query head j, and
-// causal key p <= t of the same sequence):
+// causal key p <= t of the same sequence; in a sliding layer only the keys of
+// its window, t - W < p <= t, oscar_layer_input.window):
 //   k_rel_mse = Σ‖k̃ − k‖² / Σ‖k‖²     k̃ = the row as the END of its sequence
 //   v_rel_mse = same for V               sees it (INT2 or HP value)
 //   logit_err = Σ (q·k̂_p − q·k_p)² / Σ (q·k_p)²   (k̂_p the value query t sees)
@@ -208,6 +209,8 @@ struct oscar_layer_input {
     const float * wo;            // [C, Hq*D] or NULL (then out_rel is not computed)
     int32_t n_head, n_head_kv, head_dim, n_embd;
     float attn_scale;            // scores q·k·attn_scale; 0 = D^-1/2 (oscar_attn_scale_param of the model)
+    int32_t window;              // the layer's sliding window: query t sees keys t - window < p <= t
+                                 // (oscar_layer_window); 0 = full causal
 };
 
 struct oscar_layer_metrics {
@@ -295,14 +298,14 @@ enum oscar_status oscar_kv_sim_init(const struct oscar_kv_transform * tf, const 
 void oscar_kv_sim_free(struct oscar_kv_sim * s);
 struct oscar_attention_override oscar_kv_sim_override(struct oscar_kv_sim * s);
 // One query row of the simulation: out [D] = softmax(q·kᵀ·scale)·v (scale: oscar_attn_score_scale of
-// attn_scale) over keys p in [0, t], key p taken
+// attn_scale) over keys p in [0, t] (in a sliding layer, window > 0: (t - window, t]), key p taken
 // from (k_q, v_q) if lo <= p < hi, else (k_hp, v_hp); row p of each buffer at p·rs. fp32 scores and
 // weights, fp64 normaliser: lib/attention's oscar_attn_rows for one row, which gives a row the same
 // bits alone as in the simulation's blocks, so lib/verify/kv-decode.c (the oracle) and the
 // one-pass simulation agree bit for bit on the same rows. scratch: oscar_kv_attend_scratch(t + 1, D)
 // floats, 8-byte aligned.
 size_t oscar_kv_attend_scratch(int64_t max_len, int32_t D);
-void oscar_kv_attend_query(const float * q, int32_t D, float attn_scale, size_t rs, const float * k_hp,
+void oscar_kv_attend_query(const float * q, int32_t D, float attn_scale, int64_t window, size_t rs, const float * k_hp,
                            const float * v_hp, const float * k_q, const float * v_q, int64_t t, int64_t lo, int64_t hi,
                            float * scratch, float * out);
 // Quantizer statistics accumulated over all layers and calls (K and V).

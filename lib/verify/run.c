@@ -190,7 +190,8 @@ static enum oscar_status on_layer(void * user, const struct oscar_capture_layer 
     struct oscar_layer_input in = {.layer = cl->layer, .n_tokens = cl->n_tokens, .n_seq = cl->n_seq,
                                    .seq_start = cl->seq_start, .q = cl->q, .k = cl->k, .v = cl->v, .wo = wo,
                                    .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
-                                   .n_embd = c->n_embd, .attn_scale = oscar_attn_scale_param(c)};
+                                   .n_embd = c->n_embd, .attn_scale = oscar_attn_scale_param(c),
+                                   .window = oscar_layer_window(c, cl->layer)};
     // Every method in one call: the exact attention they are measured against is computed once.
     struct oscar_layer_metrics lm[OSCAR_VERIFY_MAX_METHODS];
     enum oscar_status st = oscar_verify_layer_metrics_methods(r->tfs, r->nm, &in, r->p->n_threads, lm);
@@ -536,12 +537,6 @@ static enum oscar_status check_params(const struct oscar_model * m, const struct
     if ((size_t) p->ctx > n_ids)
         return osc_error(OSCAR_ERR_INVALID, "verify: the corpus has %zu tokens, need at least one window of %d",
                          n_ids, p->ctx);
-    // the simulated caches and the metrics attend to every earlier key: exact only inside the window
-    const int32_t W = oscar_model_window(c), longest = p->ctx > p->metric_tokens ? p->ctx : p->metric_tokens;
-    if (W > 0 && longest > W)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "verify: %s has sliding-window attention (sliding_window = %d) and "
-                         "ctx / metric_tokens reach %d tokens: the KV-cache simulation and the metrics assume full "
-                         "causal attention; use ctx and metric_tokens <= %d", m->source, W, longest, W);
     if (p->recall) {
         enum oscar_status st = osc_recall_check(p->recall, p->ctx, n_ids);
         if (st != OSCAR_OK) return st;

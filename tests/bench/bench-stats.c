@@ -44,7 +44,7 @@ static double run(const struct shape * sh, uint32_t kinds, int n_tok, int chunk,
         for (int t = 0; t < n_tok; t += chunk) {
             int32_t st[2] = {0, chunk};
             for (int l = 0; l < sh->L; l++) {
-                struct oscar_stats_chunk c = {l, chunk, 1, st, q, k, v};
+                struct oscar_stats_chunk c = {l, chunk, 1, st, q, k, v, 0};
                 if (oscar_stats_add(s, &c) != OSCAR_OK) { fprintf(stderr, "%s\n", oscar_last_error()); exit(1); }
             }
         }

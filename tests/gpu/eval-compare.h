@@ -40,6 +40,7 @@ struct ec_case {
     enum oscar_quant_meta_dtype meta;
     enum oscar_clip_algo clip_algo;
     float attn_scale;   // the score scale (0 = 1/sqrt(D); Gemma 3's query_pre_attn_scalar^-1/2)
+    int32_t window;     // a sliding layer's window (0 = full causal)
 };
 
 static double ec_rel(double a, double b) {
@@ -74,7 +75,7 @@ static enum oscar_status ec_run(const char * backend, const struct ec_case * cs,
                                .prompt_len = 0, .block = 1};
     struct oscar_layer_input in = {.layer = 0, .n_tokens = T, .n_seq = cs->n_seq, .seq_start = seq_start, .q = q,
                                    .k = k, .v = v, .wo = wo, .n_head = Hq, .n_head_kv = Hkv, .head_dim = D, .n_embd = C,
-                                   .attn_scale = cs->attn_scale};
+                                   .attn_scale = cs->attn_scale, .window = cs->window};
     struct oscar_eval_shape shape = {.n_head = Hq, .n_head_kv = Hkv, .head_dim = D, .n_embd = C, .max_tokens = T,
                                      .max_len = max_len, .max_cand = NC, .attn_scale = cs->attn_scale};
     struct oscar_eval_dev * ev = NULL;

@@ -188,7 +188,9 @@ static enum oscar_status feed(void * user, const struct oscar_capture_layer * ca
     const struct oscar_model_config * mc = cap->config;
     const float * q = cap->q, * k = cap->k, * v = cap->v;
     if (h->s_vatt && oscar_stats_phase(h->s_vatt) == 1) {
-        const struct oscar_stats_chunk c32 = {cap->layer, cap->n_tokens, cap->n_seq, cap->seq_start, q, k, v};
+        // the layer's own window, as the device's VATT capture takes it
+        const struct oscar_stats_chunk c32 = {cap->layer, cap->n_tokens, cap->n_seq, cap->seq_start, q, k, v,
+                                              oscar_layer_window(mc, cap->layer)};
         enum oscar_status st = oscar_stats_add(h->s_vatt, &c32);
         if (st != OSCAR_OK) return st;
     }
@@ -202,7 +204,8 @@ static enum oscar_status feed(void * user, const struct oscar_capture_layer * ca
         round_tensor(b, nq + 2 * nkv);
         q = b, k = b + nq, v = b + nq + nkv;
     }
-    const struct oscar_stats_chunk c = {cap->layer, cap->n_tokens, cap->n_seq, cap->seq_start, q, k, v};
+    const struct oscar_stats_chunk c = {cap->layer, cap->n_tokens, cap->n_seq, cap->seq_start, q, k, v,
+                                        oscar_layer_window(mc, cap->layer)};
     return oscar_stats_add(h->s, &c);
 }
 

@@ -128,9 +128,9 @@ static void test_attend_query(void ** state) {
     float a[D], b[D], c[D];
     for (int64_t t = 0; t < T; t += 7) {
         const float * qa = f.q + (size_t) t * HQ * D, * qb = q2 + (size_t) t * HQ * D;
-        oscar_kv_attend_query(qa, D, 0.5f, rs, f.k_hp, f.v_hp, f.kq[0], f.vq[0], t, 10, T, scr, a);
-        oscar_kv_attend_query(qb, D, 0.0f, rs, f.k_hp, f.v_hp, f.kq[0], f.vq[0], t, 10, T, scr, b);
-        oscar_kv_attend_query(qa, D, 0.0f, rs, f.k_hp, f.v_hp, f.kq[0], f.vq[0], t, 10, T, scr, c);
+        oscar_kv_attend_query(qa, D, 0.5f, 0, rs, f.k_hp, f.v_hp, f.kq[0], f.vq[0], t, 10, T, scr, a);
+        oscar_kv_attend_query(qb, D, 0.0f, 0, rs, f.k_hp, f.v_hp, f.kq[0], f.vq[0], t, 10, T, scr, b);
+        oscar_kv_attend_query(qa, D, 0.0f, 0, rs, f.k_hp, f.v_hp, f.kq[0], f.vq[0], t, 10, T, scr, c);
         assert_memory_equal(a, b, sizeof a);
         if (t > 0) assert_memory_not_equal(a, c, sizeof a);
     }
@@ -216,8 +216,8 @@ static void test_gemma3_sim(void ** state) {
     assert_int_equal(oscar_model_load("tests/fixtures/models/tiny-gemma3", &m), OSCAR_OK);
     assert_false(oscar_attn_scale_is_default(&m->config));
     const int32_t n = oscar_model_window(&m->config);   // 8: windows the simulation attends exactly
-    int32_t tok[32];
-    for (int i = 0; i < 32; i++) tok[i] = (int32_t) ((i * 97 + 13) % m->config.n_vocab);
+    int32_t tok[64];
+    for (int i = 0; i < 64; i++) tok[i] = (int32_t) ((i * 97 + 13) % m->config.n_vocab);
     struct oscar_ppl_result exact, bf16, had;
     gemma3_ppl(m, tok, n, NULL, &exact);
     gemma3_ppl(m, tok, n, "bf16", &bf16);
@@ -225,15 +225,17 @@ static void test_gemma3_sim(void ** state) {
     printf("tiny-gemma3 ppl: forward %.6f, sim bf16 %.6f, hadamard INT2 %.6f\n", exact.ppl, bf16.ppl, had.ppl);
     assert_memory_equal(&exact.nll_sum, &bf16.nll_sum, sizeof exact.nll_sum);
     assert_true(isfinite(had.ppl) && had.nll_sum != exact.nll_sum);
-    // a window longer than the sliding window stays refused by name
-    struct oscar_tiering tr = {.mode = OSCAR_TIERS_STATIC, .n_sink = 2, .n_recent = 2, .n_flush = 8, .block = 1};
-    struct oscar_kv_transform tf;
-    const struct oscar_model_config * c = &m->config;
-    assert_int_equal(oscar_kv_transform_preset("bf16", c->n_layer, c->n_head_kv, c->head_dim, 0, OSCAR_META_F32, &tr,
-                                               false, NULL, NULL, false, NULL, NULL, &tf), OSCAR_OK);
-    struct oscar_kv_sim * sim = NULL;
-    assert_int_equal(oscar_kv_sim_init(&tf, &m->config, n + 1, 1, &sim), OSCAR_ERR_UNSUPPORTED);
-    assert_non_null(strstr(oscar_last_error(), "sliding_window"));
+    // windows of 2W tokens: the simulation's sliding layers attend to their last W keys as the
+    // forward does (the same bits), and a control with full causal attention differs
+    gemma3_ppl(m, tok, 2 * n, NULL, &exact);
+    gemma3_ppl(m, tok, 2 * n, "bf16", &bf16);
+    assert_memory_equal(&exact.nll_sum, &bf16.nll_sum, sizeof exact.nll_sum);
+    struct oscar_ppl_result full;
+    m->config.sliding_window = 0;
+    gemma3_ppl(m, tok, 2 * n, NULL, &full);
+    m->config.sliding_window = n;
+    printf("tiny-gemma3 ppl at 2W: windowed %.6f (sim %.6f), full causal %.6f\n", exact.ppl, bf16.ppl, full.ppl);
+    assert_true(full.nll_sum != exact.nll_sum);
     oscar_model_free(m);
 }
 

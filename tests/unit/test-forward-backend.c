@@ -165,7 +165,7 @@ static void test_cpu_set_attention(void ** state) {
 struct hook_ctx { struct oscar_stats * s; };
 static enum oscar_status feed(void * user, const struct oscar_capture_layer * cap) {
     struct hook_ctx * h = user;
-    const struct oscar_stats_chunk c = {cap->layer, cap->n_tokens, cap->n_seq, cap->seq_start, cap->q, cap->k, cap->v};
+    const struct oscar_stats_chunk c = {cap->layer, cap->n_tokens, cap->n_seq, cap->seq_start, cap->q, cap->k, cap->v, 0};
     return oscar_stats_add(h->s, &c);
 }
 
@@ -415,7 +415,7 @@ static void test_add_sums(void ** state) {
     double * sst = calloc(M, sizeof(double)), * wsum = calloc(L * HKV, sizeof(double));
     int64_t nneg[L * HKV] = {0};
     for (int32_t l = 0; l < L; l++) {
-        const struct oscar_stats_chunk c = {l, N, 0, NULL, q, k, v};
+        const struct oscar_stats_chunk c = {l, N, 0, NULL, q, k, v, 0};
         assert_int_equal(oscar_stats_add(a, &c), OSCAR_OK);
         for (int32_t h = 0; h < HKV; h++)
             for (int32_t t = 0; t < N; t++)
@@ -443,7 +443,7 @@ static void test_add_sums(void ** state) {
     // pass 2: w = k A_h kᵀ with the finalised A_h of b
     double A[D * D];
     for (int32_t l = 0; l < L; l++) {
-        const struct oscar_stats_chunk c = {l, N, 0, NULL, q, k, v};
+        const struct oscar_stats_chunk c = {l, N, 0, NULL, q, k, v, 0};
         assert_int_equal(oscar_stats_add(a, &c), OSCAR_OK);
         for (int32_t h = 0; h < HKV; h++) {
             assert_int_equal(oscar_stats_sigma(b, OSCAR_STATS_QQT, l, h, A), OSCAR_OK);
@@ -525,7 +525,7 @@ static void test_add_sums_vatt(void ** state) {
     stats_pair(L, HQ, HKV, D, OSCAR_STATS_VATT, &a, &b);
     float * q, * k, * v;
     random_qkv(N, HQ, HKV, D, 1.0f, &q, &k, &v);
-    const struct oscar_stats_chunk c = {0, N, 2, ss, q, k, v};
+    const struct oscar_stats_chunk c = {0, N, 2, ss, q, k, v, 0};
     assert_int_equal(oscar_stats_add(a, &c), OSCAR_OK);
     double vatt[HKV * D * D] = {0}, wsum[HKV] = {0}, w[N], lg[N];
     for (int32_t h = 0; h < HKV; h++) {
