@@ -103,6 +103,11 @@ static enum oscar_status cuda_kv_upload(const struct oscar_kv_cache * c, struct 
     enum oscar_status st = check_quant(&c->p.k_quant);
     if (st == OSCAR_OK) st = check_quant(&c->p.v_quant);
     if (st != OSCAR_OK) return st;
+    // The decode kernel dequantizes in fp32; bf16_dequant (the Triton GQA kernel's bf16 scale, zero and
+    // arithmetic, lib/quant/int2.c) would give other scores than the CPU reference: refuse, not approximate.
+    if (c->p.k_quant.bf16_dequant || c->p.v_quant.bf16_dequant)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "cuda decode: bf16_dequant (bf16 scale/zero arithmetic) is not "
+                         "emulated by the CUDA decode kernel; use the CPU backend");
     if (c->p.k_quant.meta_dtype != c->p.v_quant.meta_dtype)   // the kernel's view has one meta dtype for both
         return osc_error(OSCAR_ERR_UNSUPPORTED, "cuda decode: K and V metadata dtypes differ");
     struct oscar_backend_kv * kv = (struct oscar_backend_kv *) calloc(1, sizeof *kv);

@@ -2,12 +2,14 @@
 // between layers (--checkpoint-every, --resume).
 //
 // File (native little-endian, written atomically): struct ckpt_header
-// (version 5), then the lib/stats checkpoint bytes, the hidden states
+// (version 6), then the lib/stats checkpoint bytes, the hidden states
 // [n_rows, C] f32 entering layer next_layer, the held-out rows q, k, v of
 // layers 0 .. next_layer-1 when every layer's rows are kept (no finisher, or
 // one whose gate waits for a model-wide clip), and with a finisher the finished
 // layers' results: every array of result_table below, layers 0 .. next_layer-1
-// each, in the table's order (CRC-32 in the header). The header holds the plan (tokens, sequences,
+// each, in the table's order. CRC-32s in the header cover the hidden states and held-out rows
+// (states_crc), the results (results_crc) and the header itself (header_crc, taken with that
+// field zero; lib/stats has its own); a flipped byte anywhere is refused. The header holds the plan (tokens, sequences,
 // seq_len, batch, stats kinds, capture dtype, the backend and its precision) and
 // what the sums were made of:
 // the model's attention shape, the model's sha256 (the one the artifact
@@ -18,6 +20,7 @@
 // from the model and the plan, never taken from the file, and must match it
 // exactly. Resuming at a layer boundary replays exactly the batches of an
 // uninterrupted run, so the artifact is the same byte for byte.
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +31,7 @@
 #include "util/fs.h"
 
 #define CKPT_MAGIC "OSCCALCK"
-#define CKPT_VERSION 5u
+#define CKPT_VERSION 6u
 
 struct ckpt_header {
     char     magic[8];
@@ -53,10 +56,19 @@ struct ckpt_header {
     double   orth_err_max;     // the fit's so far
     uint64_t results_size;
     uint32_t results_crc;      // CRC-32 of the results bytes
-    uint32_t reserved;         // zero
+    uint32_t states_crc;       // v6: CRC-32 of the hidden states and held-out rows
     char     finish_params[512]; // the settings the results depend on
+    uint32_t header_crc;       // v6: CRC-32 of this header with this field zero
+    uint32_t reserved;         // zero
 };
-_Static_assert(sizeof(struct ckpt_header) == 1576, "layer checkpoint header layout (no padding)");
+_Static_assert(sizeof(struct ckpt_header) == 1584, "layer checkpoint header layout (no padding)");
+_Static_assert(offsetof(struct ckpt_header, header_crc) == 1576, "layer checkpoint header layout");
+
+static uint32_t header_crc(const struct ckpt_header * hd) {
+    struct ckpt_header c = *hd;
+    c.header_crc = 0;
+    return (uint32_t) crc32_z(crc32_z(0, NULL, 0), (const Bytef *) &c, sizeof c);
+}
 
 // The finished layers' result arrays: where each is and its bytes per layer.
 struct result_array {
@@ -188,6 +200,14 @@ enum oscar_status osc_layer_ckpt_save(const struct osc_layer_ckpt * k, const str
     for (int32_t i = 0; i < n_tab; i++)
         crc = crc32_z(crc, (const Bytef *) tab[i].base, tab[i].per_layer * (size_t) next_layer);
     hd.results_crc = (uint32_t) crc;
+    crc = crc32_z(crc32_z(0, NULL, 0), (const Bytef *) k->x, x_bytes(k));
+    for (int32_t l = 0; l < (int32_t) hd.held_layers; l++) {
+        crc = crc32_z(crc, (const Bytef *) h->q[l], T * (size_t) h->n_head * D * sizeof(float));
+        crc = crc32_z(crc, (const Bytef *) h->k[l], T * (size_t) h->n_head_kv * D * sizeof(float));
+        crc = crc32_z(crc, (const Bytef *) h->v[l], T * (size_t) h->n_head_kv * D * sizeof(float));
+    }
+    hd.states_crc = (uint32_t) crc;
+    hd.header_crc = header_crc(&hd);
     bool ok = fwrite(&hd, sizeof hd, 1, f.fp) == 1 && fwrite(sb, 1, hd.stats_size, f.fp) == hd.stats_size &&
               fwrite(k->x, 1, x_bytes(k), f.fp) == x_bytes(k);
     for (int32_t l = 0; ok && l < (int32_t) hd.held_layers; l++) {
@@ -312,6 +332,12 @@ enum oscar_status osc_layer_ckpt_load(const struct osc_layer_ckpt * k, struct os
                        CKPT_VERSION);
         goto out;
     }
+    if (version == 5u) {   // v5 had no CRC over its header and hidden states
+        st = osc_error(OSCAR_ERR_UNSUPPORTED, "%s: checkpoint version 5 (an older oscar-calibrate: no CRC over its "
+                       "header and hidden states); this build resumes version %u only: remove it and start afresh",
+                       k->path, CKPT_VERSION);
+        goto out;
+    }
     if (version != CKPT_VERSION) {
         st = osc_error(OSCAR_ERR_UNSUPPORTED, "%s: checkpoint version %u, this build resumes version %u (start afresh)",
                        k->path, (unsigned) version, CKPT_VERSION);
@@ -322,6 +348,10 @@ enum oscar_status osc_layer_ckpt_load(const struct osc_layer_ckpt * k, struct os
         goto out;
     }
     memcpy(&hd, mf.data, sizeof hd);
+    if (header_crc(&hd) != hd.header_crc) {   // before any field of it is trusted
+        st = osc_error(OSCAR_ERR_FORMAT, "%s: checkpoint header fails its CRC (corrupt file)", k->path);
+        goto out;
+    }
     if ((st = check_padding(k->path, &hd)) != OSCAR_OK) goto out;
     if ((st = check_source(k->path, &hd, &now)) != OSCAR_OK) goto out;
     if (hd.next_layer < 1 || hd.next_layer >= now.n_layer) {
@@ -349,6 +379,11 @@ enum oscar_status osc_layer_ckpt_load(const struct osc_layer_ckpt * k, struct os
     const uint8_t * res_at = (const uint8_t *) mf.data + mf.size - res;
     if ((uint32_t) crc32_z(crc32_z(0, NULL, 0), res_at, res) != hd.results_crc) {
         st = osc_error(OSCAR_ERR_FORMAT, "%s: checkpoint results fail their CRC (corrupt file)", k->path);
+        goto out;
+    }
+    const uint8_t * states_at = (const uint8_t *) mf.data + sizeof hd + hd.stats_size;
+    if ((uint32_t) crc32_z(crc32_z(0, NULL, 0), states_at, x_bytes(k) + held) != hd.states_crc) {
+        st = osc_error(OSCAR_ERR_FORMAT, "%s: checkpoint hidden states fail their CRC (corrupt file)", k->path);
         goto out;
     }
     const uint8_t * at = (const uint8_t *) mf.data + sizeof hd;

@@ -5,9 +5,10 @@
 #     replay (the same finisher over every stored layer at once) write identical bytes.
 #  2. --target sglang (the gate waits for the model-wide clips: every layer's rows kept,
 #     and in the checkpoint): SIGKILL after a checkpoint, --resume: identical bytes.
-#  3. the checkpoint (version 5, the finished layers' results in it): a resume with other
-#     finishing settings, a version 4 file and a header with a nonzero padding byte are
-#     refused (exit 1) naming what is wrong, and nothing is written.
+#  3. the checkpoint (version 6, the finished layers' results in it): a resume with other
+#     finishing settings, a version 4 or 5 file, and a flipped byte in the header (a padding
+#     byte), the hidden states or the results (each under a CRC) are refused (exit 1) naming
+#     what is wrong, and nothing is written.
 #  4. -v lists the held-out rows as one layer's (default target) or every layer's (sglang).
 set -u
 . "$(dirname "$0")/common.sh"
@@ -53,9 +54,22 @@ refused "other clip grid" "finished layers were made with settings" --target sgl
 refused "other target" "finished layers were made with settings"
 printf '\004' | dd of="$T/bad.ckpt" bs=1 seek=8 conv=notrunc status=none
 refused "version 4" "checkpoint version 4" --target sglang
-cp "$T/keep.ckpt" "$T/bad.ckpt"
-printf 'x' | dd of="$T/bad.ckpt" bs=1 seek=100 conv=notrunc status=none   # inside the NUL-padded device field
-refused "padding byte" "device is not NUL-padded" --target sglang
+printf '\005' | dd of="$T/bad.ckpt" bs=1 seek=8 conv=notrunc status=none
+refused "version 5" "checkpoint version 5" --target sglang
+flip() { # OFFSET: keep.ckpt with the byte at OFFSET changed, as bad.ckpt
+    cp "$T/keep.ckpt" "$T/bad.ckpt"
+    local b; b=$(od -An -tu1 -j "$1" -N1 "$T/bad.ckpt" | tr -d ' ')
+    printf "\\$(printf %03o $(( (b ^ 16) & 255 )))" | dd of="$T/bad.ckpt" bs=1 seek="$1" conv=notrunc status=none
+    cmp -s "$T/bad.ckpt" "$T/keep.ckpt" && fail "flip at $1 changed nothing"
+}
+flip 100   # inside the NUL-padded device field
+refused "padding byte" "header fails its CRC" --target sglang
+# the layout (formats/README.md): a 1584-byte header, the lib/stats bytes (96 + their payload size at 48), the states
+stats=$(( $(od -An -tu8 -j $((1584 + 48)) -N8 "$T/keep.ckpt" | tr -d ' ') + 96 ))
+flip $((1584 + stats + 5))
+refused "hidden state byte" "hidden states fail their CRC" --target sglang
+flip $(( $(stat -c %s "$T/keep.ckpt") - 1 ))
+refused "results byte" "results fail their CRC" --target sglang
 
 # 4. the memory report
 "$CAL" "${ARGS[@]/-q/-v}" -f "$CORPUS" -o "$T/m1" 2> "$T/m1.err" || fail "-v run failed"

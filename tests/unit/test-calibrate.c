@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zlib.h>
+
 #include "calibrate/calibrate.h"
 #include "util/log.h"
 
@@ -112,6 +114,77 @@ static void test_resume_refuses_other_sources(void ** state) {
     oscar_calib_plan_free(&f.plan);
 }
 
+// The layer checkpoint's header is LAYER_HDR bytes, its CRC-32 (taken with the field zero) at LAYER_HDR_CRC.
+enum { LAYER_HDR = 1584, LAYER_HDR_CRC = 1576 };
+static void reseal_header(uint8_t * hd, size_t h) {
+    assert_int_equal(h, (size_t) LAYER_HDR);
+    memset(hd + LAYER_HDR_CRC, 0, 4);
+    uint32_t c = (uint32_t) crc32(crc32(0, NULL, 0), hd, LAYER_HDR);
+    memcpy(hd + LAYER_HDR_CRC, &c, 4);
+}
+
+static size_t read_all(const char * path, uint8_t * buf, size_t cap) {
+    FILE * fp = fopen(path, "rb");
+    assert_non_null(fp);
+    size_t n = fread(buf, 1, cap, fp);
+    fclose(fp);
+    assert_true(n > LAYER_HDR && n < cap);
+    return n;
+}
+
+static void write_all(const char * path, const uint8_t * buf, size_t n) {
+    FILE * fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(buf, 1, n, fp), n);
+    fclose(fp);
+}
+
+// One flipped bit in the header, the statistics, the hidden states or the held-out rows is refused naming
+// the file and the part (issue 13: the header and the hidden states had no CRC before version 6).
+static void test_resume_refuses_a_flipped_byte(void ** state) {
+    (void) state;
+    struct fixture f;
+    fixture_init(&f);
+    struct oscar_model * a = model(2, 16);
+    assert_int_equal(accumulate(a, &f), OSCAR_OK);
+    static uint8_t good[1 << 20], bad[1 << 20];
+    const size_t n = read_all(f.ckpt, good, sizeof good);
+    uint8_t * stats = memmem(good, n, "OSCSTATS", 8);
+    assert_non_null(stats);
+    assert_int_equal((size_t) (stats - good), (size_t) LAYER_HDR);
+    uint64_t stats_size;
+    memcpy(&stats_size, stats + 48, 8);
+    stats_size += 96;
+    const size_t x_at = LAYER_HDR + stats_size;
+    assert_true(x_at < n);
+    const struct { size_t at; const char * what; } flips[] = {
+        {12, "header fails its CRC"},                      // next_layer
+        {LAYER_HDR - 600, "header fails its CRC"},         // the NUL padding of the corpus name
+        {LAYER_HDR + 200, "payload checksum mismatch"},    // the statistics (lib/stats: its own CRC)
+        {x_at + 3, "hidden states fail their CRC"},        // the first hidden state
+        {n - 1, "hidden states fail their CRC"},           // the last held-out row (every layer's: no finisher)
+    };
+    f.p.resume = true;
+    for (size_t i = 0; i < sizeof flips / sizeof flips[0]; i++) {
+        memcpy(bad, good, n);
+        bad[flips[i].at] ^= 0x10;
+        write_all(f.ckpt, bad, n);
+        assert_int_equal(accumulate(a, &f), OSCAR_ERR_FORMAT);
+        const char * msg = oscar_last_error();
+        if (!strstr(msg, flips[i].what) || !strstr(msg, f.ckpt))
+            fail_msg("byte %zu: message lacks '%s' or the checkpoint: %s", flips[i].at, flips[i].what, msg);
+    }
+    memcpy(bad, good, n);
+    bad[8] = 5;   // version 5 (no header CRC) is refused by name
+    write_all(f.ckpt, bad, n);
+    assert_int_equal(accumulate(a, &f), OSCAR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(oscar_last_error(), "checkpoint version 5"));
+    write_all(f.ckpt, good, n);
+    assert_int_equal(accumulate(a, &f), OSCAR_OK);   // the intact file still resumes
+    oscar_model_free(a);
+    oscar_calib_plan_free(&f.plan);
+}
+
 // A checkpoint whose statistics disagree with its own header (a forged or damaged
 // header) is refused before the statistics are used.
 static void test_resume_checks_the_statistics_shape(void ** state) {
@@ -145,6 +218,7 @@ static void test_resume_checks_the_statistics_shape(void ** state) {
     uint8_t * field = memmem(ha, h, &size_a, 8); // the header's stats size
     assert_non_null(field);
     memcpy(field, &size_b, 8);
+    reseal_header(ha, h); // a forged header, not a damaged one: its CRC matches
     size_t n = 0;
     memcpy(out, ha, h), n += h;
     memcpy(out + n, sb, size_b), n += size_b;
@@ -175,6 +249,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_refuses_other_sources),
         cmocka_unit_test(test_resume_checks_the_statistics_shape),
+        cmocka_unit_test(test_resume_refuses_a_flipped_byte),
         cmocka_unit_test(test_tiers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
