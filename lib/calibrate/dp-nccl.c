@@ -32,7 +32,7 @@ struct nccl_group {
 };
 
 static enum oscar_status nccl_fail(ncclResult_t r, const char * call) {
-    return osc_error(OSCAR_ERR_IO, "NCCL: %s failed: %s", call, ncclGetErrorString(r));
+    return osc_error(OSCAR_ERR_IO, "NCCL: %s failed: %s (set NCCL_DEBUG=WARN for more)", call, ncclGetErrorString(r));
 }
 static enum oscar_status cuda_fail(cudaError_t e, const char * call) {
     return osc_error(OSCAR_ERR_IO, "NCCL engine: %s failed: %s", call, cudaGetErrorString(e));

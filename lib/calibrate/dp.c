@@ -61,7 +61,7 @@ enum oscar_status osc_dp_open(int * argc, char *** argv, struct osc_dp ** out) {
         struct osc_dp * mpi = *out;
         if ((st = osc_dp_open_nccl(mpi, out)) != OSCAR_OK) { // every rank fails alike or the job ends
             *out = mpi;
-            fprintf(stderr, "oscar-calibrate: rank %d of %d: %s\n", (int) mpi->rank, (int) mpi->size, oscar_last_error());
+            fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error()); // it names the rank
             mpi->ops->abort(mpi, 1);
         }
     }
