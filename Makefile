@@ -119,7 +119,8 @@ ifeq ($(NCCL),1)
   ifneq ($(USE_CUDA)$(USE_MPI),11)
     $(error NCCL=1 needs CUDA (nvcc) and Open MPI (the bootstrap): make CUDA=1 MPI=1 NCCL=1)
   endif
-  NCCL_HOME ?= $(shell python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"] + "/nvidia/nccl")' 2>/dev/null)
+  NCCL_HOME ?= $(shell python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || \
+                 python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"] + "/nvidia/nccl")')
   ifeq ($(wildcard $(NCCL_HOME)/include/nccl.h),)
     $(error NCCL=1 but $(NCCL_HOME)/include/nccl.h is missing: set NCCL_HOME (pip install nvidia-nccl-cu13))
   endif
