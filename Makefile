@@ -108,6 +108,28 @@ ifeq ($(USE_CUDA),1)
   CPPFLAGS  += -DOSCAR_USE_CUDA
   CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
   LDLIBS    += $(CUDA_LIBS)
+  CUDA_INC  := -I$(CUDA_HOME)/include
+endif
+
+# NCCL (NCCL=1, off by default): the GPU engine of data-parallel calibration (lib/calibrate/dp-nccl.c),
+# needs CUDA=1 and MPI (its bootstrap). nccl.h and libnccl.so.2 under NCCL_HOME, by default the pip
+# wheel nvidia-nccl-cu13 (torch's dependency) in python3's site-packages: NCCL_HOME/{include,lib}.
+NCCL ?= 0
+ifeq ($(NCCL),1)
+  ifneq ($(USE_CUDA)$(USE_MPI),11)
+    $(error NCCL=1 needs CUDA (nvcc) and Open MPI (the bootstrap): make CUDA=1 MPI=1 NCCL=1)
+  endif
+  NCCL_HOME ?= $(shell python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || \
+                 python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"] + "/nvidia/nccl")')
+  ifeq ($(wildcard $(NCCL_HOME)/include/nccl.h),)
+    $(error NCCL=1 but $(NCCL_HOME)/include/nccl.h is missing: set NCCL_HOME (pip install nvidia-nccl-cu13))
+  endif
+  CPPFLAGS += -DOSCAR_USE_NCCL
+  NCCL_LIBS := -L$(NCCL_HOME)/lib -l:libnccl.so.2 -Wl,-rpath,$(NCCL_HOME)/lib
+  LDLIBS    += $(NCCL_LIBS)
+$(B)/obj/lib/calibrate/dp-nccl.o: CPPFLAGS += -I$(NCCL_HOME)/include
+else ifneq ($(NCCL),0)
+  $(error NCCL must be 0 or 1 (got '$(NCCL)'))
 endif
 
 LIB_SRC   := $(sort $(wildcard lib/*.c lib/*/*.c formats/*.c))
@@ -142,10 +164,13 @@ $(B)/obj/lib/util/version.o: CPPFLAGS += -I$(B)/gen
 
 # Objects depend on a stamp of the build configuration, so switching CUDA=0/1
 # in the same build folder rebuilds instead of mixing stale objects.
-BUILD_CONFIG := cuda=$(USE_CUDA) mpi=$(USE_MPI) cc=$(CC)
+BUILD_CONFIG := cuda=$(USE_CUDA) mpi=$(USE_MPI) nccl=$(NCCL) cc=$(CC)
 $(B)/config.stamp: FORCE
 	@mkdir -p $(B)
 	@[ "$$(cat $@ 2>/dev/null)" = "$(BUILD_CONFIG)" ] || echo "$(BUILD_CONFIG)" > $@
+
+# C files that call the CUDA runtime's C API (a rank's GPU, the NCCL engine)
+$(B)/obj/lib/calibrate/dp-device.o $(B)/obj/lib/calibrate/dp-nccl.o: CPPFLAGS += $(CUDA_INC)
 
 $(B)/obj/%.o: %.c $(B)/config.stamp
 	@mkdir -p $(dir $@)

@@ -520,7 +520,6 @@ static enum oscar_status open_model(const struct opts * o, struct oscar_model * 
 // Options a data-parallel run (several ranks) does not take: the message, or NULL.
 static const char * dp_refusal(const struct opts * o) {
     if (o->from_act || o->save_act) return "--save-activations / --from-activations";
-    if (on_cuda(o)) return "--device cuda (several GPUs: the NCCL path, not yet)";
     return NULL;
 }
 
@@ -668,8 +667,13 @@ int main(int argc, char ** argv) {
             osc_dp_close(dp);
             return 2;
         }
-        if (dp->rank != 0) oscar_log_set_level(OSCAR_LOG_ERROR), r.o.json = false;
     }
+    int gpu = -1; // under mpirun each rank drives one GPU: its node-local rank's
+    if (strcmp(dp->engine, "single") != 0 && on_cuda(&r.o) && osc_dp_use_local_gpu(dp, &gpu) != OSCAR_OK) {
+        fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
+        dp->ops->abort(dp, 1);
+    }
+    if (dp->size > 1 && dp->rank != 0) oscar_log_set_level(OSCAR_LOG_ERROR), r.o.json = false;
     snprintf(r.ckpt, sizeof(r.ckpt), "%s.ckpt", r.o.out);
     if (r.p.checkpoint_every > 0 || r.p.resume) r.p.checkpoint_path = r.ckpt;
     r.t0 = osc_now();

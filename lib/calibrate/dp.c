@@ -1,5 +1,7 @@
 // dp.c - the process group (dp.h): opening it, the one-process engine, the
 // contiguous share of a rank.
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,8 +45,28 @@ struct osc_dp * osc_dp_single(void) { return &single; }
 enum oscar_status osc_dp_open(int * argc, char *** argv, struct osc_dp ** out) {
     *out = &single;
     const char * n = getenv("OMPI_COMM_WORLD_SIZE");
+    const char * eng = getenv("OSCAR_DP");
+    const bool nccl = eng && strcmp(eng, "nccl") == 0;
+    if (eng && *eng && !nccl && strcmp(eng, "mpi") != 0)
+        return osc_error(OSCAR_ERR_INVALID, "OSCAR_DP=%s: the engines are mpi (the default) and nccl", eng);
+#ifndef OSCAR_USE_NCCL
+    if (n && nccl) return osc_error(OSCAR_ERR_UNSUPPORTED, "OSCAR_DP=nccl, but this build has no NCCL "
+                                    "(make CUDA=1 NCCL=1 MPI=1)");
+#endif
 #ifdef OSCAR_USE_MPI
-    if (n) return osc_dp_open_mpi(argc, argv, out);
+    if (!n) return OSCAR_OK;
+    enum oscar_status st = osc_dp_open_mpi(argc, argv, out);
+#ifdef OSCAR_USE_NCCL
+    if (st == OSCAR_OK && nccl) {
+        struct osc_dp * mpi = *out;
+        if ((st = osc_dp_open_nccl(mpi, out)) != OSCAR_OK) { // every rank fails alike or the job ends
+            *out = mpi;
+            fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error()); // it names the rank
+            mpi->ops->abort(mpi, 1);
+        }
+    }
+#endif
+    return st;
 #else
     (void) argc, (void) argv;
     if (n && atoi(n) > 1)

@@ -32,12 +32,13 @@ struct osc_dp_ops {
 
 struct osc_dp {
     int32_t rank, size;
-    const char * engine; // "single" or "mpi"
+    const char * engine; // "single", "mpi" or "nccl"
     const struct osc_dp_ops * ops;
 };
 
 // The group this process belongs to: MPI when started by Open MPI's mpirun (the
-// OMPI_COMM_WORLD_SIZE variable) and built with MPI, else one process.
+// OMPI_COMM_WORLD_SIZE variable) and built with MPI, else one process. OSCAR_DP=nccl under
+// mpirun: the NCCL engine (builds with NCCL=1), OSCAR_DP=mpi or unset: MPI.
 // OSCAR_ERR_UNSUPPORTED when mpirun started several ranks of a build without MPI.
 enum oscar_status osc_dp_open(int * argc, char *** argv, struct osc_dp ** out);
 // The one-process group (tests, and builds without MPI).
@@ -45,7 +46,14 @@ struct osc_dp * osc_dp_single(void);
 #ifdef OSCAR_USE_MPI
 enum oscar_status osc_dp_open_mpi(int * argc, char *** argv, struct osc_dp ** out);
 #endif
+#ifdef OSCAR_USE_NCCL
+// Over an open MPI group: binds the local GPU, NCCL communicator from rank 0's unique id (dp-nccl.c).
+enum oscar_status osc_dp_open_nccl(struct osc_dp * mpi, struct osc_dp ** out);
+#endif
 void osc_dp_close(struct osc_dp * dp);
+// Binds this rank to its GPU (dp-device.c): the node-local rank modulo the device count; logs the
+// choice. Call before any CUDA work. OSCAR_ERR_UNSUPPORTED without CUDA or a device.
+enum oscar_status osc_dp_use_local_gpu(const struct osc_dp * dp, int * device);
 
 // Rank r's share [*b0, *b1) of n items in contiguous blocks: floor(r·n/size) .. floor((r+1)·n/size).
 void osc_dp_share(const struct osc_dp * dp, int32_t rank, int64_t n, int64_t * b0, int64_t * b1);
@@ -58,6 +66,10 @@ struct oscar_stats;
 // when every share starts on a block boundary); after pass 1 the group's sums are broadcast,
 // so every rank weighs its SST rows with the same final A_h. Pass-2 sums end on rank 0 only.
 enum oscar_status osc_dp_stats_attach(struct osc_dp * dp, struct oscar_stats * s);
+// The same for a pass that adds whole-layer totals (the CUDA forward pass's device sums): each
+// rank's layer sums go to rank 0 and are added in rank order; equal to the one-device sums up to
+// fp64 rounding of the re-associated additions (the README's bound), bit for bit at one rank.
+enum oscar_status osc_dp_stats_attach_sums(struct osc_dp * dp, struct oscar_stats * s);
 // Bytes this rank has sent and received in those exchanges so far.
 void osc_dp_stats_bytes(int64_t * sent, int64_t * received);
 

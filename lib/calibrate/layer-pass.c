@@ -451,7 +451,9 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
     }
     if (st == OSCAR_OK) st = start(&lp, &ck, &first);
     if (st == OSCAR_OK && several && first > 0) st = exchange_rows(&lp, false);
-    if (st == OSCAR_OK && several) st = osc_dp_stats_attach(lp.dp, lp.stats);
+    const bool on_host = !e->device || strcmp(e->device, "cpu") == 0; // else whole-layer device totals
+    if (st == OSCAR_OK && several)
+        st = on_host ? osc_dp_stats_attach(lp.dp, lp.stats) : osc_dp_stats_attach_sums(lp.dp, lp.stats);
     if (st == OSCAR_OK) st = setup_backend(&lp, &hook, first > 0);
     if (st == OSCAR_OK && lp.dp->rank == 0) st = keep_done_layers(&lp, first);
     if (st == OSCAR_OK) report_memory(&lp);

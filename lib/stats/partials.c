@@ -178,3 +178,37 @@ enum oscar_status oscar_stats_layer_import(struct oscar_stats * s, int32_t layer
     pass1_io(s, layer, in, NULL);
     return OSCAR_OK;
 }
+
+size_t oscar_stats_layer_sums_doubles(const struct oscar_stats * s, int32_t pass) {
+    const size_t H = (size_t) s->p.n_head_kv;
+    return pass == 1 ? oscar_stats_export_doubles(s) : H * s->dd + 2 * H + 1;
+}
+
+// Pass 2's layer sums: SST [H, D, D], its weight sums [H], clamp counts [H] and the token count.
+static void pass2_io(const struct oscar_stats * s, int32_t layer, const double * in, double * out) {
+    const size_t H = (size_t) s->p.n_head_kv, n = H * s->dd, lh = (size_t) layer * H;
+    if (out) {
+        memcpy(out, s->sst + lh * s->dd, n * sizeof(double));
+        memcpy(out + n, s->sst_wsum + lh, H * sizeof(double));
+        for (size_t h = 0; h < H; h++) out[n + H + h] = (double) s->sst_nneg[lh + h];
+        out[n + 2 * H] = (double) s->n_tok2[layer];
+        return;
+    }
+    memcpy(s->sst + lh * s->dd, in, n * sizeof(double));
+    memcpy(s->sst_wsum + lh, in + n, H * sizeof(double));
+    for (size_t h = 0; h < H; h++) s->sst_nneg[lh + h] = (int64_t) in[n + H + h];
+    s->n_tok2[layer] = (int64_t) in[n + 2 * H];
+}
+
+void oscar_stats_layer_sums_get(const struct oscar_stats * s, int32_t layer, double * out) {
+    if (s->phase[layer] == 1) pass1_io(s, layer, NULL, out);
+    else pass2_io(s, layer, NULL, out);
+}
+
+enum oscar_status oscar_stats_layer_sums_set(struct oscar_stats * s, int32_t layer, const double * in) {
+    if (layer < 0 || layer >= s->p.n_layer || s->phase[layer] == 3)
+        return osc_error(OSCAR_ERR_INVALID, "stats: sums set into layer %d outside a pass", (int) layer);
+    if (s->phase[layer] == 1) return oscar_stats_layer_import(s, layer, in);
+    pass2_io(s, layer, in, NULL);
+    return OSCAR_OK;
+}

@@ -53,4 +53,12 @@ size_t oscar_stats_export_doubles(const struct oscar_stats * s);
 void oscar_stats_layer_export(const struct oscar_stats * s, int32_t layer, double * out);
 enum oscar_status oscar_stats_layer_import(struct oscar_stats * s, int32_t layer, const double * in);
 
+// Whole-layer sums (the CUDA pass adds one layer's device totals, oscar_stats_add_layer_sums, and
+// keeps no parts): layer `layer`'s sums of its current pass as layer_sums_doubles(pass) doubles
+// (pass 1: as layer_export; pass 2: SST [H, D, D], weight sums [H], clamp counts [H], token
+// count), and back (pass 1: as layer_import, this process's own count kept for pass 2's check).
+size_t oscar_stats_layer_sums_doubles(const struct oscar_stats * s, int32_t pass);
+void oscar_stats_layer_sums_get(const struct oscar_stats * s, int32_t layer, double * out);
+enum oscar_status oscar_stats_layer_sums_set(struct oscar_stats * s, int32_t layer, const double * in);
+
 #endif

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# gpu-nccl-check.sh - on the GPU machine: data-parallel calibration on CUDA under mpirun, with
+# the MPI engine and the NCCL engine (OSCAR_DP=nccl), on the random-init SmolLM2-135M shape
+# (seconds per run):
+#   1. one process --device cuda, mpirun -np 1 (MPI), mpirun -np 1 (NCCL): artifacts
+#      byte-identical (cmp);
+#   2. with >= 2 GPUs, np = 2, 4, 8 (up to the GPU count) with both engines: eigenvalues within
+#      the README's bound of the one-process artifact (compare-artifacts.py, 1e-6 of each
+#      layer's largest), wall time, rank 0's bytes sent/received: a table on stdout;
+#   3. with >= 2 GPUs, kill -9 of one rank mid-run: non-zero exit, no artifact.
+# Builds with CUDA=1 MPI=1 NCCL=1 (NCCL_HOME: default torch's nvidia-nccl wheel); Open MPI from
+# .devcarry/mpi-debs when the machine has none (gpu-deps.sh).
+#   bash tests/gpu/gpu-nccl-check.sh      (OUT: logs go there)
+set -u -o pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cd "$root"
+logdir=${OUT:-$root/build/gpu-nccl-check}
+mkdir -p "$logdir"
+. "$here/gpu-deps.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+make CUDA=1 MPI=1 NCCL=1 WERROR=1 -j"${JOBS:-$(nproc)}" build/bin/oscar-calibrate >"$logdir/build.log" 2>&1 \
+    || { tail -40 "$logdir/build.log"; echo "FAIL: build"; exit 1; }
+CAL=build/bin/oscar-calibrate
+rc=0
+work=$(mktemp -d)
+fail() { echo "FAIL: $*"; rc=1; }
+# 8 batches of 2 x 512 tokens: every rank of np <= 8 gets whole batches on the 128-token grid
+args=(--device cuda --random-init smollm2-135m --tokens 8192 -c 512 -b 2 --heldout 1 --clip 0.96,0.92 -v)
+mpi() { timeout 300 mpirun --oversubscribe -np "$1" "${@:2}"; }
+
+echo "== 1. one process vs mpirun -np 1 (MPI) vs mpirun -np 1 (NCCL)"
+timeout 300 $CAL "${args[@]}" -o "$work/single" 2>"$logdir/single.err" || fail "single process"
+mpi 1 $CAL "${args[@]}" -o "$work/mpi1" 2>"$logdir/mpi1.err" || fail "mpirun -np 1, MPI engine"
+OSCAR_DP=nccl mpi 1 -x OSCAR_DP $CAL "${args[@]}" -o "$work/nccl1" 2>"$logdir/nccl1.err" || fail "mpirun -np 1, NCCL engine"
+grep -h "CUDA device" "$logdir"/nccl1.err | head -2
+for a in mpi1 nccl1; do
+    if cmp "$work/single/oscar.safetensors" "$work/$a/oscar.safetensors"; then echo "$a: oscar.safetensors byte-identical"
+    else fail "$a: oscar.safetensors differs from the one-process artifact"; fi
+done
+
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+echo "== 2. np >= 2 ($ngpu GPUs)"
+if [ "$ngpu" -lt 2 ]; then
+    echo "skipped: 1 GPU"
+else
+    printf '%-6s %-4s %8s %10s %12s  %s\n' engine np wall_s sent_MiB received_MiB eigenvalues
+    for np in 2 4 8; do
+        [ "$np" -le "$ngpu" ] || continue
+        for eng in mpi nccl; do
+            t0=$(date +%s.%N)
+            OSCAR_DP=$eng mpi "$np" -x OSCAR_DP $CAL "${args[@]}" -o "$work/$eng$np" 2>"$logdir/$eng$np.err" \
+                || fail "$eng np=$np"
+            t1=$(date +%s.%N)
+            bytes=$(grep -ho "sent [0-9.]* MiB and received [0-9.]* MiB" "$logdir/$eng$np.err" | head -1 | awk '{print $2, $6}')
+            if python3 "$here/compare-artifacts.py" "$work/single" "$work/$eng$np" --eig-rtol 1e-6 >"$logdir/$eng$np.cmp" 2>&1
+            then eig=ok; else eig=FAIL; fail "$eng np=$np: eigenvalues beyond 1e-6 (see $eng$np.cmp)"; fi
+            printf '%-6s %-4s %8.2f %10s %12s  %s\n' "$eng" "$np" "$(echo "$t1 - $t0" | bc)" ${bytes:-n/a n/a} "$eig"
+        done
+    done
+    echo "== 3. kill -9 of rank 1 mid-run"
+    for eng in mpi nccl; do
+        OSCAR_DP=$eng mpi 2 -x OSCAR_DP $CAL "${args[@]}" --tokens 65536 -o "$work/kill-$eng" 2>"$logdir/kill-$eng.err" &
+        job=$!
+        victim=
+        for _ in $(seq 300); do # rank 1: the oscar-calibrate of this run with OMPI_COMM_WORLD_RANK=1
+            for p in $(pgrep -x oscar-calibrate); do
+                grep -q "kill-$eng" "/proc/$p/cmdline" 2>/dev/null && tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null \
+                    | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p
+            done
+            [ -n "$victim" ] && break; sleep 0.1
+        done
+        sleep 3; [ -n "$victim" ] && kill -9 "$victim"
+        wait $job; code=$?
+        if [ "$code" -ne 0 ] && [ ! -e "$work/kill-$eng/oscar.safetensors" ]; then echo "$eng: killed rank -> exit $code, no artifact"
+        else fail "$eng: killed rank gave exit $code (artifact: $(ls "$work/kill-$eng" 2>/dev/null))"; fi
+    done
+fi
+rm -rf "$work"
+[ $rc -eq 0 ] && echo "gpu-nccl-check: PASS" || echo "gpu-nccl-check: FAIL"
+exit $rc
