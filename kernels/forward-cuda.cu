@@ -1241,6 +1241,8 @@ out:
 static void cuda_info(const void * ctx, struct oscar_fwd_info * out) {
     const struct cuda_fwd * f = (const struct cuda_fwd *) ctx;
     snprintf(out->device, sizeof out->device, "%.120s", f->name);
+    out->on_device = true;
+    out->layer_sums = true;
     out->weight_bytes = f->weight_bytes;
     out->workspace_bytes = f->work_bytes;
     out->device_used_bytes = f->used_max;

@@ -165,6 +165,9 @@ enum oscar_status oscar_fwd_end_pass(struct oscar_fwd * f);
 
 struct oscar_fwd_info {
     char    device[128];       // "cpu" or the GPU name
+    bool    on_device;         // activations and capture sums live off the host (cuda)
+    bool    layer_sums;        // the capture hands lib/stats whole-layer totals at each layer's end
+                               // (oscar_stats_add_layer_sums, cuda) rather than per block as rows stream (cpu)
     int64_t weight_bytes;      // device copy of the weights (cuda) / host fp32 weights (cpu)
     int64_t workspace_bytes;   // activations, capture accumulators, cuBLAS workspace
     int64_t device_used_bytes; // cuda: total - free of cudaMemGetInfo, largest seen (0 on cpu)

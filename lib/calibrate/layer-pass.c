@@ -253,7 +253,7 @@ static void report_memory(const struct layer_pass * lp) {
     }
     osc_info("layer-major pass on %s holds: hidden states %s, one layer's K/V %s (both on the %s), "
              "held-out rows + W_O copies %s (host, %s), weights %s (embedding + two layers), workspace %s",
-             fi.device, a, k, strcmp(fi.device, "cpu") ? "device" : "host", d,
+             fi.device, a, k, fi.on_device ? "device" : "host", d,
              h->n_slot == 1 ? "one layer: each is finished as it ends" : "every layer", w, s);
 }
 
@@ -292,6 +292,14 @@ static enum oscar_status setup_backend(struct layer_pass * lp, struct oscar_capt
     if (st == OSCAR_OK) st = oscar_fwd_rows_init(lp->f, lp->n_rows, lp->n_cal);
     if (st == OSCAR_OK && resumed) st = oscar_fwd_rows_copy(lp->f, lp->x_host, false);
     return st;
+}
+
+// The ranks' sums meet on rank 0 as the backend adds them: per block as rows stream (cpu), or
+// as whole-layer totals at each layer's end (a backend that keeps its sums on the device).
+static enum oscar_status attach_exchange(struct layer_pass * lp) {
+    struct oscar_fwd_info fi;
+    oscar_fwd_info(lp->f, &fi);
+    return fi.layer_sums ? osc_dp_stats_attach_sums(lp->dp, lp->stats) : osc_dp_stats_attach(lp->dp, lp->stats);
 }
 
 // Layer l's weights on the backend before it runs; the next layer read meanwhile.
@@ -451,10 +459,8 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
     }
     if (st == OSCAR_OK) st = start(&lp, &ck, &first);
     if (st == OSCAR_OK && several && first > 0) st = exchange_rows(&lp, false);
-    const bool on_host = !e->device || strcmp(e->device, "cpu") == 0; // else whole-layer device totals
-    if (st == OSCAR_OK && several)
-        st = on_host ? osc_dp_stats_attach(lp.dp, lp.stats) : osc_dp_stats_attach_sums(lp.dp, lp.stats);
     if (st == OSCAR_OK) st = setup_backend(&lp, &hook, first > 0);
+    if (st == OSCAR_OK && several) st = attach_exchange(&lp);
     if (st == OSCAR_OK && lp.dp->rank == 0) st = keep_done_layers(&lp, first);
     if (st == OSCAR_OK) report_memory(&lp);
     struct osc_progress pr;
