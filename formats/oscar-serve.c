@@ -57,11 +57,16 @@ enum oscar_status oscar_serve_check(const struct oscar_artifact * a, const struc
         return osc_error(OSCAR_ERR_UNSUPPORTED, "target %s: INT2 group %d does not divide head_dim %d, which %s "
                          "refuses (_resolve_quant_grouping); recalibrate with a --group-size that divides it",
                          t->name, (int) group, (int) a->head_dim, t->engine);
+    if (!oscar_target_arch_ok(t, arch) && !t->archs)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "target %s: the artifact is for a %s model, and %s: %s", t->name,
+                         arch, t->engine, t->refused_why);
     if (!oscar_target_arch_ok(t, arch))
         return osc_error(OSCAR_ERR_UNSUPPORTED, "target %s: the artifact is for a %s model, and %s applies rotation "
                          "tensors only in %s graphs (src/models/qwen3.cpp; another architecture's GGUF fails to load "
-                         "with \"wrong number of tensors\"); serve this one with SGLang (--format pt)", t->name, arch,
-                         t->engine, oscar_target_arch_list(t));
+                         "with \"wrong number of tensors\"); %s", t->name, arch, t->engine, oscar_target_arch_list(t),
+                         oscar_target_arch_ok(oscar_target_get(OSCAR_TARGET_SGLANG), arch)
+                             ? "serve this one with SGLang (--format pt)"
+                             : "no OSCAR engine serves its rotations (--target oscar for oscar-verify)");
     if (g && !g->base_arch)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "target %s: %s reads the rotation tensors from the model's own GGUF, "
                          "so a standalone rotation file cannot be served; pass --base MODEL.gguf (or --target oscar "

@@ -46,10 +46,14 @@ enum oscar_status oscar_calib_check_target(const struct oscar_calib_params * p, 
     if (!t->per_head_rotations && p->grouping != OSCAR_GROUP_LAYER)
         return osc_error(OSCAR_ERR_INVALID, "--target %s: %s loads one [D,D] rotation per layer, not one per KV "
                          "head; use --rotation-grouping layer (or --target oscar)", t->name, t->engine);
+    if (arch && !oscar_target_arch_ok(t, arch) && !t->archs)
+        return osc_error(OSCAR_ERR_INVALID, "--target %s: the model is %s, and %s: %s; use --target oscar for it",
+                         t->name, arch, t->engine, t->refused_why);
     if (arch && !oscar_target_arch_ok(t, arch))
         return osc_error(OSCAR_ERR_INVALID, "--target %s: %s applies rotations only in %s graphs, and the model is "
-                         "%s; use --target sglang or oscar for it", t->name, t->engine, oscar_target_arch_list(t),
-                         arch);
+                         "%s; use %s for it", t->name, t->engine, oscar_target_arch_list(t), arch,
+                         oscar_target_arch_ok(oscar_target_get(OSCAR_TARGET_SGLANG), arch) ? "--target sglang or oscar"
+                                                                                         : "--target oscar");
     if (p->sink % t->window_align || p->recent % t->window_align)
         return osc_error(OSCAR_ERR_INVALID, "--target %s: %s needs --sink and --recent in multiples of %d (its "
                          "page of INT2 tokens with a bfloat16 high-precision tier), not %d and %d", t->name,

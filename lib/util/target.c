@@ -16,7 +16,11 @@
 //    each a multiple of N_Q = 4 * itemsize(SGLANG_MIXED_KV_HP_DTYPE) = 8 for bfloat16, else
 //    UnifiedInt2HPKVPool raises ValueError (unified_kv_pool.py compute_page_geometry);
 //  - architectures: the pool sits under every full-attention model (hybrid SWA models are excluded
-//    in server_args.py _unified_mixed_kv_active).
+//    in server_args.py _unified_mixed_kv_active), but the Triton backend turns the mixed INT2 path
+//    and its rotations off whenever the model has a sliding window (layers/attention/triton_backend.py:
+//    enable_mixed_kv needs model_runner.sliding_window_size None, which is set from the model's
+//    get_attention_sliding_window_size: gemma3_causal.py has one). Of oscar's architectures that is
+//    gemma3; glm4moe (Glm4MoeForCausalLM, full attention) and the MoE models stay on the pool.
 // llama.cpp fork:
 //  - clips: ggml/src/ggml-quants.c q2_0_clip_ratio reads one LLAMA_KV_CLIP_RATIO for K and V
 //    (0 when unset = no clip);
@@ -27,6 +31,7 @@
 //  - rotations: src/models/qwen3.cpp alone creates blk.%d.attn_k_rot / attn_v_rot ([D, D] per
 //    layer); other architectures reject the extra tensors ("wrong number of tensors").
 static const char * const llamacpp_archs[] = {"qwen3", NULL};
+static const char * const sglang_refused[] = {"gemma3", NULL};
 
 static const struct oscar_target_profile profiles[] = {
     {.id = OSCAR_TARGET_OSCAR, .name = "oscar", .engine = "oscar (no engine restrictions)",
@@ -37,7 +42,10 @@ static const struct oscar_target_profile profiles[] = {
      .clips = OSCAR_TARGET_CLIPS_KV, .clip_quant = "oscar",
      .cache = "uniform asymmetric INT2 (--kv-cache-dtype int2) with the run's group size and scale dtype",
      .has_window = true, .sink = 32, .recent = 128, .window_align = 8, .per_head_rotations = false,
-     .per_head_clips = false, .archs = NULL, .format = "pt"},
+     .per_head_clips = false, .archs = NULL, .archs_refused = sglang_refused,
+     .refused_why = "its Triton backend serves a model with sliding-window layers without the INT2 cache and "
+                    "its rotations (triton_backend.py: enable_mixed_kv needs sliding_window_size None)",
+     .format = "pt"},
     {.id = OSCAR_TARGET_LLAMACPP, .name = "llamacpp", .engine = "the OSCAR llama.cpp fork",
      .clips = OSCAR_TARGET_CLIPS_ONE, .clip_quant = "q2_0",
      .cache = "Q2_0 (--cache-type-k/v q2_0: 32-element Lloyd-Max blocks, f16 scale and mean)",
@@ -67,6 +75,8 @@ enum oscar_status osc_parse_target(const char * opt, const char * text, const st
 }
 
 bool oscar_target_arch_ok(const struct oscar_target_profile * p, const char * arch) {
+    for (const char * const * a = p->archs_refused; a && *a; a++)
+        if (arch && !strcmp(*a, arch)) return false;
     if (!p->archs) return true;
     for (const char * const * a = p->archs; *a; a++)
         if (arch && !strcmp(*a, arch)) return true;

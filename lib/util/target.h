@@ -42,6 +42,8 @@ struct oscar_target_profile {
     int32_t                 window_align;  // sink and recent must be multiples of this (1: any)
     bool                    per_head_rotations, per_head_clips;
     const char * const *    archs;         // NULL-terminated oscar_arch_name() list; NULL = every one
+    const char * const *    archs_refused; // of those, the ones the engine serves without rotations (NULL: none)
+    const char *            refused_why;   // why, for the message naming the architecture
     const char *            format;        // oscar-zoo export --format the engine reads, or NULL (any)
 };
 

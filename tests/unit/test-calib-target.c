@@ -110,6 +110,9 @@ static void test_profiles(void ** state) {
     assert_int_equal(t->recent, 128);
     assert_false(t->per_head_rotations);
     assert_string_equal(t->format, "pt");
+    assert_false(oscar_target_arch_ok(t, "gemma3"));    // sliding windows: the fork's Triton backend drops INT2
+    assert_true(oscar_target_arch_ok(t, "glm4moe"));    // full attention: served on the INT2 pool
+    assert_true(oscar_target_arch_ok(t, "qwen3moe"));
     assert_int_equal(osc_parse_target("--target", "llamacpp", &t), OSCAR_OK);
     assert_int_equal(t->clips, OSCAR_TARGET_CLIPS_ONE);
     assert_string_equal(t->clip_quant, "q2_0");
@@ -130,6 +133,9 @@ static void test_check_target(void ** state) {
     struct oscar_calib_params p = params(OSCAR_TARGET_SGLANG);
     p.sink = 32, p.recent = 128;
     assert_int_equal(oscar_calib_check_target(&p, "llama"), OSCAR_OK);
+    assert_int_equal(oscar_calib_check_target(&p, "gemma3"), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "the model is gemma3, and the SGLang OSCAR fork: its Triton backend"));
+    assert_int_equal(oscar_calib_check_target(&p, "glm4moe"), OSCAR_OK);
     p.sink = 30;
     assert_int_equal(oscar_calib_check_target(&p, "llama"), OSCAR_ERR_INVALID);
     assert_non_null(strstr(oscar_last_error(), "multiples of 8"));
@@ -140,6 +146,9 @@ static void test_check_target(void ** state) {
     assert_int_equal(oscar_calib_check_target(&p, "qwen3"), OSCAR_OK);
     assert_int_equal(oscar_calib_check_target(&p, "llama"), OSCAR_ERR_INVALID);
     assert_non_null(strstr(oscar_last_error(), "only in qwen3 graphs, and the model is llama"));
+    assert_non_null(strstr(oscar_last_error(), "use --target sglang or oscar"));
+    assert_int_equal(oscar_calib_check_target(&p, "gemma3"), OSCAR_ERR_INVALID);
+    assert_non_null(strstr(oscar_last_error(), "and the model is gemma3; use --target oscar for it"));
     p.clip_search = false, p.k_clip = 0.96, p.v_clip = 0.92;
     assert_int_equal(oscar_calib_check_target(&p, "qwen3"), OSCAR_ERR_INVALID);
     assert_non_null(strstr(oscar_last_error(), "one clip ratio for K and V"));
