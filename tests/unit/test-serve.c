@@ -61,6 +61,14 @@ static void test_checks(void ** state) {
     refused(oscar_serve_check(a, T(OSCAR_TARGET_LLAMACPP), &none), "pass --base MODEL.gguf");
     oscar_artifact_free(a);
 
+    // Gemma 3: the SGLang fork's Triton backend drops its INT2 cache for sliding-window models
+    a = artifact("gemma3", false, 2, 64);
+    refused(oscar_serve_check(a, T(OSCAR_TARGET_SGLANG), NULL), "for a gemma3 model, and the SGLang OSCAR fork: "
+            "its Triton backend");
+    refused(oscar_serve_check(a, T(OSCAR_TARGET_LLAMACPP), &q3), "no OSCAR engine serves its rotations");
+    assert_int_equal(oscar_serve_check(a, T(OSCAR_TARGET_OSCAR), NULL), OSCAR_OK);
+    oscar_artifact_free(a);
+
     a = artifact("qwen3", true, 2, 64);
     refused(oscar_serve_check(a, T(OSCAR_TARGET_SGLANG), NULL),
             "--target oscar: k_rotation_perhead.pt, format_version 2");
