@@ -9,7 +9,8 @@
 // layers' results: every array of result_table below, layers 0 .. next_layer-1
 // each, in the table's order. CRC-32s in the header cover the hidden states and held-out rows
 // (states_crc), the results (results_crc) and the header itself (header_crc, taken with that
-// field zero; lib/stats has its own); a flipped byte anywhere is refused. The header holds the plan (tokens, sequences,
+// field zero; lib/stats has its own); a flipped byte anywhere is refused, and so is a
+// hidden state or held-out value that is not finite (no forward pass hands one on). The header holds the plan (tokens, sequences,
 // seq_len, batch, stats kinds, capture dtype, the backend and its precision) and
 // what the sums were made of:
 // the model's attention shape, the model's sha256 (the one the artifact
@@ -20,6 +21,7 @@
 // from the model and the plan, never taken from the file, and must match it
 // exactly. Resuming at a layer boundary replays exactly the batches of an
 // uninterrupted run, so the artifact is the same byte for byte.
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -312,6 +314,16 @@ static enum oscar_status check_padding(const char * path, const struct ckpt_head
     return OSCAR_OK;
 }
 
+// The index of the first NaN or infinity among the n bytes of floats at b (any alignment), or -1.
+static int64_t first_non_finite(const uint8_t * b, size_t n) {
+    for (size_t i = 0; i + sizeof(float) <= n; i += sizeof(float)) {
+        float v;
+        memcpy(&v, b + i, sizeof v);
+        if (!isfinite(v)) return (int64_t) (i / sizeof(float));
+    }
+    return -1;
+}
+
 enum oscar_status osc_layer_ckpt_load(const struct osc_layer_ckpt * k, struct oscar_stats ** stats,
                                       int32_t * next_layer) {
     struct osc_mapped_file mf;
@@ -384,6 +396,13 @@ enum oscar_status osc_layer_ckpt_load(const struct osc_layer_ckpt * k, struct os
     const uint8_t * states_at = (const uint8_t *) mf.data + sizeof hd + hd.stats_size;
     if ((uint32_t) crc32_z(crc32_z(0, NULL, 0), states_at, x_bytes(k) + held) != hd.states_crc) {
         st = osc_error(OSCAR_ERR_FORMAT, "%s: checkpoint hidden states fail their CRC (corrupt file)", k->path);
+        goto out;
+    }
+    const int64_t bad = first_non_finite(states_at, x_bytes(k) + held);
+    if (bad >= 0) {   // a forward pass never hands on one (lib/stats refuses a non-finite q)
+        const int64_t nx = (int64_t) (x_bytes(k) / sizeof(float));
+        st = osc_error(OSCAR_ERR_FORMAT, "%s: checkpoint %s value %lld is not finite (corrupt file)", k->path,
+                       bad < nx ? "hidden state" : "held-out row", (long long) (bad < nx ? bad : bad - nx));
         goto out;
     }
     const uint8_t * at = (const uint8_t *) mf.data + sizeof hd;

@@ -19,6 +19,7 @@
 #                       small: deflated records, optr: per KV head with extra keys, k_mean)
 #   reg-os-system.pt    a pickle calling os.system (must be refused)
 #   reg-deflate-claim.pt  a fuzzer finding, kept by hand: a deflated record claiming 2.8 GB (was allocated up front)
+# fuzz-layer-ckpt's seeds are not made here: the target writes them itself (see fuzz-layer-ckpt.c).
 # fuzz-tokenizer-json:
 #   tiny.json           BPE with NFC, Digits + ByteLevel, added tokens (+ \0 tokenizer_config.json)
 #   reg-split-string.json  issue 18 item 12: Split with a String pattern

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,6 +186,46 @@ static void test_resume_refuses_a_flipped_byte(void ** state) {
     oscar_calib_plan_free(&f.plan);
 }
 
+// A NaN hidden state or held-out value under good CRCs (a forged file) is refused by the reader,
+// naming the file and the part; before, the pass ran layer 1 on it and failed in lib/stats
+// ("non-finite q", naming no checkpoint). Found by tests/fuzz/fuzz-layer-ckpt.c.
+static void test_resume_refuses_a_non_finite_state(void ** state) {
+    (void) state;
+    struct fixture f;
+    fixture_init(&f);
+    struct oscar_model * a = model(2, 16);
+    assert_int_equal(accumulate(a, &f), OSCAR_OK);
+    static uint8_t good[1 << 20], bad[1 << 20];
+    const size_t n = read_all(f.ckpt, good, sizeof good);
+    uint64_t stats_size, results_size;
+    memcpy(&stats_size, good + 112, 8);
+    memcpy(&results_size, good + 1048, 8);
+    assert_int_equal(results_size, 0);   // no finisher: the states and held-out rows run to the end
+    const size_t x_at = LAYER_HDR + stats_size;
+    const struct { size_t at; const char * what; } nans[] = {
+        {x_at + 4, "hidden state value 1 is not finite"},
+        {n - 4, "held-out row"},
+    };
+    f.p.resume = true;
+    for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++) {
+        memcpy(bad, good, n);
+        const float v = nanf("");
+        memcpy(bad + nans[i].at, &v, 4);
+        const uint32_t c = (uint32_t) crc32(crc32(0, NULL, 0), bad + x_at, (uInt) (n - x_at));
+        memcpy(bad + 1060, &c, 4);   // states_crc
+        reseal_header(bad, LAYER_HDR);
+        write_all(f.ckpt, bad, n);
+        assert_int_equal(accumulate(a, &f), OSCAR_ERR_FORMAT);
+        const char * msg = oscar_last_error();
+        if (!strstr(msg, nans[i].what) || !strstr(msg, f.ckpt))
+            fail_msg("NaN at %zu: message lacks '%s' or the checkpoint: %s", nans[i].at, nans[i].what, msg);
+    }
+    write_all(f.ckpt, good, n);
+    assert_int_equal(accumulate(a, &f), OSCAR_OK);
+    oscar_model_free(a);
+    oscar_calib_plan_free(&f.plan);
+}
+
 // A checkpoint whose statistics disagree with its own header (a forged or damaged
 // header) is refused before the statistics are used.
 static void test_resume_checks_the_statistics_shape(void ** state) {
@@ -250,6 +291,7 @@ int main(void) {
         cmocka_unit_test(test_resume_refuses_other_sources),
         cmocka_unit_test(test_resume_checks_the_statistics_shape),
         cmocka_unit_test(test_resume_refuses_a_flipped_byte),
+        cmocka_unit_test(test_resume_refuses_a_non_finite_state),
         cmocka_unit_test(test_tiers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
