@@ -6,8 +6,8 @@
 // "rope_parameters" or the older "rope_scaling" (+ "rope_theta",
 // "partial_rotary_factor" at the top level). Refuses hidden_act other than
 // silu, o_proj/MLP biases (llama attention_bias / mlp_bias, qwen3
-// attention_bias), RoPE types other than default / linear / llama3 and
-// partial rotary outside phi3, naming the field and its value.
+// attention_bias), RoPE types other than default / linear / llama3 / yarn and
+// partial rotary outside phi3 and glm4_moe, naming the field and its value.
 //
 // Sliding windows, as transformers 5 applies them: mistral and phi3 use
 // "sliding_window" in every layer (mistral's default is 4096 when the key is
@@ -154,7 +154,56 @@ static enum oscar_status rope_num(const char * name, json_t * o, const char * fi
     return OSCAR_OK;
 }
 
-// rope_theta, rope type (default, linear, llama3) and its parameters, partial rotary (phi3).
+// The object's `key` as a number >= 0 (absent or null: def), named "<field>.<key>" in errors.
+static enum oscar_status rope_opt(const char * name, json_t * o, const char * field, const char * key, double def,
+                                  bool positive, double * out) {
+    json_t * v = json_object_get(o, key);
+    *out = def;
+    if (!v || json_is_null(v)) return OSCAR_OK;
+    if (!json_is_number(v) || !(json_number_value(v) >= 0) || (positive && !(json_number_value(v) > 0)))
+        return osc_error(OSCAR_ERR_FORMAT, "%s: %s.%s must be a %s number", name, field, key,
+                         positive ? "positive" : "non-negative");
+    *out = json_number_value(v);
+    return OSCAR_OK;
+}
+
+// transformers' get_mscale: YaRN's attention scaling for a context `scale` times the original.
+static double yarn_mscale(double scale, double mscale) { return scale <= 1.0 ? 1.0 : 0.1 * mscale * log(scale) + 1.0; }
+
+// YaRN as transformers 5 reads it (_compute_yarn_parameters, standardize_rope_params): factor is required
+// (null: max_position_embeddings / original); original_max_position_embeddings at the top level wins, then
+// the object's, then max_position_embeddings; beta_fast / beta_slow default 32 / 1; truncate defaults to
+// true; the attention factor multiplying cos/sin is attention_factor when given, else
+// get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both are non-zero, else
+// get_mscale(factor) = 0.1 ln(factor) + 1.
+static enum oscar_status parse_yarn(const char * name, json_t * root, json_t * o, const char * field,
+                                    struct oscar_model_config * c) {
+    json_t * top = json_object_get(root, "original_max_position_embeddings");
+    enum oscar_status s = get_int(name, top && !json_is_null(top) ? root : o, "original_max_position_embeddings",
+                                  c->n_ctx_train, &c->rope_orig_ctx);
+    if (s != OSCAR_OK) return s;
+    json_t * fv = json_object_get(o, "factor");
+    double factor, af, fast, slow, ms, ms_all;
+    if (!fv) return osc_error(OSCAR_ERR_FORMAT, "%s: %s.factor is required for rope_type yarn", name, field);
+    if (json_is_null(fv)) factor = (double)c->n_ctx_train / (double)c->rope_orig_ctx;
+    else if ((s = rope_num(name, o, field, "factor", &factor)) != OSCAR_OK) return s;
+    s = rope_opt(name, o, field, "attention_factor", 0.0, true, &af);
+    if (s == OSCAR_OK) s = rope_opt(name, o, field, "beta_fast", 32.0, true, &fast);
+    if (s == OSCAR_OK) s = rope_opt(name, o, field, "beta_slow", 1.0, true, &slow);
+    if (s == OSCAR_OK) s = rope_opt(name, o, field, "mscale", 0.0, false, &ms);
+    if (s == OSCAR_OK) s = rope_opt(name, o, field, "mscale_all_dim", 0.0, false, &ms_all);
+    if (s != OSCAR_OK) return s;
+    json_t * tr = json_object_get(o, "truncate");
+    if (tr && !json_is_null(tr) && !json_is_boolean(tr))
+        return osc_error(OSCAR_ERR_FORMAT, "%s: %s.truncate must be true or false", name, field);
+    if (af == 0.0) af = ms != 0.0 && ms_all != 0.0 ? yarn_mscale(factor, ms) / yarn_mscale(factor, ms_all)
+                                                   : yarn_mscale(factor, 1.0);
+    c->rope_scaling = OSCAR_ROPE_YARN, c->rope_factor = (float)factor, c->rope_attn_factor = (float)af;
+    c->rope_beta_fast = (float)fast, c->rope_beta_slow = (float)slow, c->rope_no_truncate = json_is_false(tr);
+    return OSCAR_OK;
+}
+
+// rope_theta, rope type (default, linear, llama3, yarn) and its parameters, partial rotary (phi3).
 static enum oscar_status parse_rope(const char * name, json_t * root, struct oscar_model_config * c) {
     const char * field;
     json_t * o = rope_object(root, &field);
@@ -193,9 +242,11 @@ static enum oscar_status parse_rope(const char * name, json_t * root, struct osc
         json_t * top = json_object_get(root, "original_max_position_embeddings");
         s = get_int(name, top && !json_is_null(top) ? root : o, "original_max_position_embeddings", c->n_ctx_train,
                     &c->rope_orig_ctx);
+    } else if (strcmp(t, "yarn") == 0) {
+        s = parse_yarn(name, root, o, field, c);
     } else if (strcmp(t, "default") != 0) {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s.rope_type \"%.32s\" is not supported (default, linear, "
-                         "llama3 are)", name, field, t);
+                         "llama3, yarn are)", name, field, t);
     }
     if (s != OSCAR_OK) return s;
     // partial rotary: transformers 5 keeps it in the RoPE object, older configs at the top level

@@ -2,11 +2,11 @@
 //
 // Accepts model_type llama, mistral, qwen2, qwen3, phi3, qwen2_moe, qwen3_moe, mixtral, glm4_moe, gemma3_text and
 // gemma3 (the text model of its text_config) (architectures[0] is
-// checked against them too), RoPE types default, linear and llama3
+// checked against them too), RoPE types default, linear, llama3 and yarn
 // (rope_parameters or rope_scaling), phi3's and glm4_moe's partial_rotary_factor, and
 // sliding windows as transformers applies them (hf-config.c). Refuses, with a
 // message naming the file, the field and the value: unknown model types and
-// RoPE types (yarn, dynamic, longrope, ...), layer patterns it cannot express
+// RoPE types (dynamic, longrope, ...), layer patterns it cannot express
 // (OSCAR_ERR_UNSUPPORTED), missing or non-positive sizes, heads that do not
 // divide, and malformed JSON (OSCAR_ERR_FORMAT).
 #ifndef OSCAR_FORMATS_HF_CONFIG_H

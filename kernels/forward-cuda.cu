@@ -625,7 +625,8 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f, const float * rope
     const enum oscar_status staged = alloc_host_staging(f);
     if (staged != OSCAR_OK) return staged;
     if (!f->h_pos || !f->h_blocks) return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
-    // the CPU pass's frequencies (RoPE scaling, GGUF rope_freqs divisors; the sliding layers' own base)
+    // the CPU pass's frequencies (RoPE scaling, YaRN's included, GGUF rope_freqs divisors; the sliding
+    // layers' own base); YaRN's attention factor goes to the epilogue per layer
     float inv[OSC_FWD_MAX_HEAD_DIM / 2];
     const size_t R2 = (size_t) oscar_rope_dim(c) / 2;
     oscar_rope_inv_freq(c, rope_freqs, inv);
@@ -1047,7 +1048,8 @@ static enum oscar_status run_layer(struct cuda_fwd * f, const struct oscar_batch
     STAGE(1);
     OSCAR_CUDA_TRY(osc_fwd_qkv_epilogue(f->q, f->k, f->v, bf16_copies ? f->qb : NULL, bf16_copies ? f->kb : NULL,
                                         bf16_copies ? f->vb : NULL, f->big, w->bqkv, w->q_norm, w->k_norm,
-                                        c->norm_offset, f->d_pos, inv_freq, oscar_rope_dim(c), T, c->n_head,
+                                        c->norm_offset, f->d_pos, inv_freq, oscar_rope_attn_factor_layer(c, l),
+                                        oscar_rope_dim(c), T, c->n_head,
                                         c->n_head_kv, D, c->rms_eps, s));
     STAGE(2);
     if (f->kvsim) {

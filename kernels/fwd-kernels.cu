@@ -127,7 +127,8 @@ __global__ void __launch_bounds__(256) k_qkv_epilogue(float * q, float * k, floa
                                                       osc_bf16 * kb, osc_bf16 * vb, const float * qkv,
                                                       const float * bias, const float * qn, const float * kn,
                                                       float off, const int32_t * pos, const float * inv_freq,
-                                                      int32_t R, int32_t Hq, int32_t Hkv, int32_t D, float eps) {
+                                                      float rope_scale, int32_t R, int32_t Hq, int32_t Hkv, int32_t D,
+                                                      float eps) {
     const int32_t t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int32_t H = Hq + 2 * Hkv, h2 = R / 2, row = H * D;
     const float p = (float) pos[t];
@@ -173,7 +174,8 @@ __global__ void __launch_bounds__(256) k_qkv_epilogue(float * q, float * k, floa
             float x0 = a[n], x1 = c[n];
             if (nw) x0 = (off + nw[i]) * (x0 * r), x1 = (off + nw[i + h2]) * (x1 * r);
             const float ang = inv_freq[i] * p; // fp32 angle, as transformers computes it
-            const float cs = cosf(ang), sn = sinf(ang);
+            // times the attention factor, as the CPU's tables (transformers: emb.cos() * attention_scaling)
+            const float cs = __fmul_rn(cosf(ang), rope_scale), sn = __fmul_rn(sinf(ang), rope_scale);
             const float y0 = x0 * cs - x1 * sn, y1 = x1 * cs + x0 * sn;
             dst[i] = y0, dst[i + h2] = y1;
             if (dstb) dstb[i] = __float2bfloat16(y0), dstb[i + h2] = __float2bfloat16(y1);
@@ -189,15 +191,15 @@ __global__ void __launch_bounds__(256) k_qkv_epilogue(float * q, float * k, floa
 
 cudaError_t osc_fwd_qkv_epilogue(float * q, float * k, float * v, osc_bf16 * qb, osc_bf16 * kb, osc_bf16 * vb,
                                  const float * qkv, const float * bias, const float * qn, const float * kn, float off,
-                                 const int32_t * pos, const float * inv_freq, int32_t R, int32_t T, int32_t Hq,
-                                 int32_t Hkv, int32_t D, float eps, cudaStream_t s) {
+                                 const int32_t * pos, const float * inv_freq, float rope_scale, int32_t R, int32_t T,
+                                 int32_t Hq, int32_t Hkv, int32_t D, float eps, cudaStream_t s) {
     if (R <= 0 || R > D || R % 2 != 0) return cudaErrorInvalidValue;
     if (R < D)
-        k_qkv_epilogue<true><<<T, 256, 0, s>>>(q, k, v, qb, kb, vb, qkv, bias, qn, kn, off, pos, inv_freq, R, Hq, Hkv,
-                                               D, eps);
+        k_qkv_epilogue<true><<<T, 256, 0, s>>>(q, k, v, qb, kb, vb, qkv, bias, qn, kn, off, pos, inv_freq,
+                                               rope_scale, R, Hq, Hkv, D, eps);
     else
-        k_qkv_epilogue<false><<<T, 256, 0, s>>>(q, k, v, qb, kb, vb, qkv, bias, qn, kn, off, pos, inv_freq, R, Hq, Hkv,
-                                                D, eps);
+        k_qkv_epilogue<false><<<T, 256, 0, s>>>(q, k, v, qb, kb, vb, qkv, bias, qn, kn, off, pos, inv_freq,
+                                                rope_scale, R, Hq, Hkv, D, eps);
     return cudaGetLastError();
 }
 

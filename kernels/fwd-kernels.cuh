@@ -42,13 +42,14 @@ cudaError_t osc_fwd_add_rmsnorm(float * x, const float * y, const float * w, flo
                                 float eps, cudaStream_t s);
 // qkv [T, (Hq + 2 Hkv) D] fp32 (+ bias [(Hq + 2 Hkv) D] or NULL) -> q [T, Hq, D], k [T, Hkv, D]
 // after optional per-head RMSNorm by (off + qn/kn [D]) (qn/kn NULL: none) and RoPE at pos [T]
-// with inv_freq [R/2] over the first R dims (pairs (i, i + R/2); dims R .. D-1 pass through);
+// with inv_freq [R/2] over the first R dims (pairs (i, i + R/2); dims R .. D-1 pass through),
+// cos/sin multiplied by rope_scale (YaRN's attention factor; 1 is exact);
 // v [T, Hkv, D] = the raw v part (+ bias). qb/kb/vb (same shapes, bf16, or all NULL) get
 // bf16 copies of q/k/v (the tensor-core attention and the pass-1 capture GEMMs read them).
 cudaError_t osc_fwd_qkv_epilogue(float * q, float * k, float * v, osc_bf16 * qb, osc_bf16 * kb, osc_bf16 * vb,
                                  const float * qkv, const float * bias, const float * qn, const float * kn, float off,
-                                 const int32_t * pos, const float * inv_freq, int32_t R, int32_t T, int32_t Hq,
-                                 int32_t Hkv, int32_t D, float eps, cudaStream_t s);
+                                 const int32_t * pos, const float * inv_freq, float rope_scale, int32_t R, int32_t T,
+                                 int32_t Hq, int32_t Hkv, int32_t D, float eps, cudaStream_t s);
 // h [T, F] bf16 or fp32 = act(gu[:, :F]) * gu[:, F:], gu [T, 2F] fp32; act SiLU, or with
 // gelu_tanh torch's gelu(approximate="tanh") in fp32 (the CPU's glu, operation by operation)
 cudaError_t osc_fwd_swiglu(osc_bf16 * h, const float * gu, int32_t T, int32_t F, bool gelu_tanh, cudaStream_t s);

@@ -9,8 +9,8 @@
 // Reductions that decide accuracy (RMSNorm sum of squares, softmax denominators)
 // are accumulated in double. RoPE angles follow Hugging Face (fp32 inv_freq and
 // fp32 angle = inv_freq * pos) so that captured Q/K match transformers bit-closely;
-// the frequencies come from oscar_rope_inv_freq (plain, linear or Llama 3 scaling,
-// GGUF rope_freqs divisors), only the first rope_dim dims of a head rotate
+// the frequencies come from oscar_rope_inv_freq (plain, linear, Llama 3 or YaRN scaling,
+// GGUF rope_freqs divisors; YaRN's attention factor multiplies cos/sin), only the first rope_dim dims of a head rotate
 // (partial rotary), and sliding-window layers attend to their last W keys (with their own
 // RoPE base when rope_theta_swa is set: Gemma's local layers). Gemma's other choices are
 // parameters of the same pass: RMSNorms by (norm_offset + w), the GELU-tanh MLP, the score scale
@@ -94,6 +94,10 @@ static enum oscar_status check_model(const struct oscar_model * m) {
     if (c->rope_scaling != OSCAR_ROPE_DEFAULT && !(c->rope_factor > 0.0f))
         return osc_error(OSCAR_ERR_INVALID, "%s: RoPE scaling factor %g is not positive", m->source,
                          (double)c->rope_factor);
+    if ((unsigned)c->rope_scaling > OSCAR_ROPE_YARN || !(c->rope_attn_factor >= 0.0f) ||
+        (c->rope_scaling == OSCAR_ROPE_YARN && c->rope_orig_ctx <= 0))
+        return osc_error(OSCAR_ERR_INVALID, "%s: unknown RoPE scaling %d, negative attention factor or YaRN "
+                         "without its original context", m->source, (int)c->rope_scaling);
     if (!(c->rope_theta > 0.0f) || !(c->rms_eps >= 0.0f) || !(c->rope_theta_swa >= 0.0f))
         return osc_error(OSCAR_ERR_INVALID, "%s: bad rope_theta, local RoPE base or rms_eps", m->source);
     if (!(c->attn_scale >= 0.0f) || !(c->norm_offset >= 0.0f) || c->swa_pattern < 0 ||
@@ -294,6 +298,35 @@ static float llama3_freq(const struct oscar_model_config * c, float f) {
     return (1.0f - smooth) * scaled / factor + smooth * scaled;
 }
 
+// The dim (in [0, R - 1]) at which a frequency makes n_rot turns over orig_ctx positions, in double
+// as transformers' find_correction_dim (Python floats).
+static double yarn_dim(double n_rot, int32_t R, double theta, int32_t orig_ctx) {
+    return (double)R * log((double)orig_ctx / (n_rot * 2.0 * M_PI)) / (2.0 * log(theta));
+}
+
+// YaRN (transformers' _compute_yarn_parameters, fp32 like its torch ops): frequency i is f (extrapolated)
+// below the correction range [low, high] of dims, f / factor (interpolated) above it, and in between
+// interp * (1 - e) + extrap * e with e = 1 - clamp((i - low) / (high - low), 0, 1). The range is where a
+// frequency turns beta_fast .. beta_slow times over rope_orig_ctx, rounded outwards (floor / ceil) unless
+// rope_no_truncate, clipped to [0, R - 1]. llama.cpp's ggml_rope_yarn_corr_dims computes the same range in
+// fp32 and always rounds it (GGUF has no truncate key).
+static float yarn_freq(const struct oscar_model_config * c, int32_t i, float pos_freq) {
+    const int32_t R = oscar_rope_dim(c);
+    // transformers: beta_fast or 32, beta_slow or 1
+    const double  fast = c->rope_beta_fast > 0.0f ? (double)c->rope_beta_fast : 32.0;
+    const double  slow = c->rope_beta_slow > 0.0f ? (double)c->rope_beta_slow : 1.0;
+    double low = yarn_dim(fast, R, (double)c->rope_theta, c->rope_orig_ctx);
+    double high = yarn_dim(slow, R, (double)c->rope_theta, c->rope_orig_ctx);
+    if (!c->rope_no_truncate) low = floor(low), high = ceil(high);
+    low = low > 0.0 ? low : 0.0, high = high < (double)(R - 1) ? high : (double)(R - 1);
+    if (low == high) high += 0.001; // transformers' guard against a zero-width ramp
+    const float extrap = 1.0f / pos_freq, interp = 1.0f / (c->rope_factor * pos_freq);
+    float ramp = ((float)i - (float)low) / (float)(high - low);
+    ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+    const float e = 1.0f - ramp;
+    return interp * (1.0f - e) + extrap * e;
+}
+
 void oscar_rope_inv_freq(const struct oscar_model_config * c, const float * rope_freqs, float * out) {
     oscar_rope_inv_freq_layer(c, c->n_layer, rope_freqs, out); // no layer n_layer: the global frequencies
 }
@@ -305,13 +338,20 @@ void oscar_rope_inv_freq_layer(const struct oscar_model_config * c, int32_t laye
     const float   theta = local ? c->rope_theta_swa : c->rope_theta;
     for (int32_t i = 0; i < R / 2; i++) {
         // Hugging Face: inv_freq = 1 / theta ** (arange(0, R, 2) / R), all in fp32.
-        float f = 1.0f / powf(theta, (float)(2 * i) / (float)R);
+        const float pos_freq = powf(theta, (float)(2 * i) / (float)R);
+        float f = 1.0f / pos_freq;
         // Gemma's local layers are unscaled
         if (!local && c->rope_scaling == OSCAR_ROPE_LINEAR) f = f / c->rope_factor;
         else if (!local && c->rope_scaling == OSCAR_ROPE_LLAMA3) f = llama3_freq(c, f);
+        else if (!local && c->rope_scaling == OSCAR_ROPE_YARN) f = yarn_freq(c, i, pos_freq);
         // llama.cpp: theta_i / freq_factor_i
         out[i] = rope_freqs ? f / rope_freqs[i] : f;
     }
+}
+
+float oscar_rope_attn_factor_layer(const struct oscar_model_config * c, int32_t layer) {
+    const bool local = c->rope_theta_swa > 0.0f && layer < c->n_layer && oscar_layer_sliding(c, layer);
+    return local || !(c->rope_attn_factor > 0.0f) ? 1.0f : c->rope_attn_factor;
 }
 
 // ---- elementwise pieces ------------------------------------------------------------------------
@@ -369,22 +409,24 @@ static void norm_rope(struct oscar_forward * f, int32_t l, float * x, int32_t T,
     }
 }
 
-static void fill_tables(const float * inv_freq, const int32_t * pos, int32_t T, int32_t h2, float * cos_t,
-                        float * sin_t) {
+// cos/sin of the fp32 angles, times `scale` in fp32 (transformers: emb.cos() * attention_scaling; x 1 is exact).
+static void fill_tables(const float * inv_freq, float scale, const int32_t * pos, int32_t T, int32_t h2,
+                        float * cos_t, float * sin_t) {
     for (int32_t t = 0; t < T; t++) {
         float p = (float)pos[t];
         for (int32_t i = 0; i < h2; i++) {
             float a                    = inv_freq[i] * p; // fp32 angle, as transformers computes it
-            cos_t[(size_t)t * h2 + i] = cosf(a);
-            sin_t[(size_t)t * h2 + i] = sinf(a);
+            cos_t[(size_t)t * h2 + i] = cosf(a) * scale;
+            sin_t[(size_t)t * h2 + i] = sinf(a) * scale;
         }
     }
 }
 
 static void rope_tables(struct oscar_forward * f, int32_t T) {
-    const int32_t h2 = oscar_rope_dim(&f->m->config) / 2;
-    fill_tables(f->inv_freq, f->pos, T, h2, f->cos_t, f->sin_t);
-    if (f->cos_swa) fill_tables(f->inv_swa, f->pos, T, h2, f->cos_swa, f->sin_swa);
+    const struct oscar_model_config * c = &f->m->config;
+    const int32_t h2 = oscar_rope_dim(c) / 2;
+    fill_tables(f->inv_freq, oscar_rope_attn_factor_layer(c, c->n_layer), f->pos, T, h2, f->cos_t, f->sin_t);
+    if (f->cos_swa) fill_tables(f->inv_swa, 1.0f, f->pos, T, h2, f->cos_swa, f->sin_swa);
 }
 
 // g = act(g) * u: SiLU, or the tanh GELU in fp32 as torch's gelu(approximate="tanh").

@@ -1,4 +1,4 @@
-// load-gguf.c - model config and fp32 weights from a llama/qwen2/qwen3/qwen2moe/qwen3moe/glm4moe GGUF.
+// load-gguf.c - model config and fp32 weights from a llama/qwen2/qwen3/qwen2moe/qwen3moe/glm4moe/gemma3/phi3 GGUF.
 //
 // Keys are "<arch>.block_count" etc. with arch = general.architecture; head_dim
 // comes from "<arch>.attention.key_length" when present, else
@@ -11,10 +11,17 @@
 //
 // RoPE scaling as llama.cpp reads it: rope_freqs.weight (Llama 3.x: per-frequency
 // divisors, angle = pos * theta_i / freq_factor_i), "<arch>.rope.scaling.type"
-// linear with rope.scaling.factor; other scaling types, scaling keys without a
-// type or rope_freqs, and partial rotary (rope.dimension_count < head_dim) are
-// refused naming the key and its value. "<arch>.attention.sliding_window"
-// (llama.cpp's key) sets a window on every layer.
+// linear with rope.scaling.factor, yarn (read_yarn); other scaling types, LongRoPE's
+// rope_factors_long/short, scaling keys without a type or rope_freqs, and partial rotary
+// (rope.dimension_count < head_dim) outside glm4moe and phi3 are refused naming the key and
+// its value. "<arch>.attention.sliding_window" (llama.cpp's key; 0 = none) sets a window on
+// every layer.
+//
+// phi3 as llama.cpp's converter (Phi3MiniModel) writes it: no q/k permutation (NEOX RoPE on the
+// first rope.dimension_count dims), fused blk.N.attn_qkv and blk.N.ffn_up = gate | up (phi3_fused),
+// head_dim = embedding_length / head_count. Its attention.sliding_window is applied as transformers'
+// Phi3 applies sliding_window (every layer); llama.cpp's phi3 loader currently drops it ("Phi SWA is
+// currently disabled"), so on sequences longer than the window llama.cpp's logits differ from both.
 //
 // qwen2moe / qwen3moe: <arch>.expert_count, expert_used_count, expert_feed_forward_length,
 // expert_shared_feed_forward_length (qwen2moe), expert_weights_norm, expert_gating_func;
@@ -79,16 +86,62 @@ static void unpermute(float * x, float * tmp, int64_t n_rows, int64_t cols, int3
     }
 }
 
+// Rows [first, first + rows) of the 2-D tensor t of `total` rows of `cols` (a row is ne[0], a whole
+// number of quantization blocks) into dst; dst NULL: the shape check only.
+static enum oscar_status gguf_rows(const struct gguf_src * s, const struct osc_gguf_tensor * t, int64_t total,
+                                   int64_t first, int64_t rows, int64_t cols, float * dst) {
+    const char * path = osc_gguf_path(s->g);
+    if (t->ne[0] != cols || t->ne[1] != total || t->ne[2] != 1 || t->ne[3] != 1)
+        return osc_error(OSCAR_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld] (ggml order), the "
+                         "config needs [%lld, %lld]", path, t->name, (long long) t->ne[0], (long long) t->ne[1],
+                         (long long) t->ne[2], (long long) t->ne[3], (long long) cols, (long long) total);
+    if (!dst) return OSCAR_OK;
+    size_t bb = 0;
+    int64_t be = 0;
+    if (!osc_ggml_type_info(t->type, &bb, &be))
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: tensor '%s' has an unsupported type", path, t->name);
+    const size_t row_bytes = (size_t) (cols / be) * bb;
+    const char * src = (const char *) t->data + (size_t) first * row_bytes;
+    enum oscar_status st = osc_ggml_dequantize(t->type, src, dst, rows * cols);
+    osc_mapped_drop(src, (size_t) rows * row_bytes);
+    return st == OSCAR_OK ? st : osc_error_prefix(st, "%s: tensor '%s'", path, t->name);
+}
+
+// Phi-3 as llama.cpp's converter writes it: q/k/v fused in blk.N.attn_qkv (rows q | k | v; separate
+// attn_q/k/v when it is absent, as llama.cpp's loader also takes), gate and up stacked in blk.N.ffn_up
+// (rows gate | up: ggml_swiglu gates with the first half). Sets the fused tensor's name, its rows and the
+// first row of `kind`; false for the tensors stored like Llama's.
+static bool phi3_fused(const struct gguf_src * s, enum osc_wkind kind, int32_t layer, char * name, size_t n,
+                       int64_t * total, int64_t * first) {
+    const struct oscar_model_config * c = s->c;
+    const int64_t q = (int64_t) c->n_head * c->head_dim, kv = (int64_t) c->n_head_kv * c->head_dim, F = c->n_ff;
+    if (kind == OSC_W_Q || kind == OSC_W_K || kind == OSC_W_V) {
+        snprintf(name, n, "blk.%d.attn_qkv.weight", layer);
+        if (!osc_gguf_find_tensor(s->g, name)) return false;
+        *total = q + 2 * kv, *first = kind == OSC_W_Q ? 0 : kind == OSC_W_K ? q : q + kv;
+        return true;
+    }
+    if (kind == OSC_W_GATE || kind == OSC_W_UP) {
+        snprintf(name, n, "blk.%d.ffn_up.weight", layer);
+        *total = 2 * F, *first = kind == OSC_W_GATE ? 0 : F;
+        return true;
+    }
+    return false;
+}
+
 static enum oscar_status gguf_get(void * ctx, enum osc_wkind kind, int32_t layer, int64_t rows, int64_t cols,
                                   float * dst) {
     struct gguf_src * s = ctx;
     char name[96];
-    tensor_name(kind, layer, name, sizeof name);
+    int64_t total = rows, first = 0; // rows [first, first + rows) of a tensor of `total` rows (Phi-3's fused)
+    if (s->c->arch != OSCAR_ARCH_PHI3 || !phi3_fused(s, kind, layer, name, sizeof name, &total, &first))
+        tensor_name(kind, layer, name, sizeof name);
     if (kind == OSC_W_FFN_NORM && s->c->arch == OSCAR_ARCH_GLM4_MOE) // glm4moe's FFN pre-norm keeps HF's name
         snprintf(name, sizeof name, "blk.%d.post_attention_norm.weight", layer);
     const char * path = osc_gguf_path(s->g);
     const struct osc_gguf_tensor * t = osc_gguf_find_tensor(s->g, name);
     if (!t) return osc_error(OSCAR_ERR_NOT_FOUND, "%s: tensor '%s' is missing", path, name);
+    if (total != rows) return gguf_rows(s, t, total, first, rows, cols, dst);
     // the stacked experts are 3-D: [cols, rows of one expert, E] in ggml order
     const bool exps = kind == OSC_W_EXP_GATE || kind == OSC_W_EXP_UP || kind == OSC_W_EXP_DOWN;
     const int64_t E = exps ? s->c->n_expert : 1;
@@ -134,13 +187,50 @@ static enum oscar_status get_f32(struct osc_gguf * g, const char * arch, const c
     return st == OSCAR_ERR_NOT_FOUND ? OSCAR_OK : st; // keep the default
 }
 
+// YaRN as llama.cpp runs it for llama / qwen2 / qwen3 / qwen3moe / phi3: rope.scaling.factor (freq_scale =
+// 1 / factor), rope.scaling.original_context_length (default context_length: n_ctx_orig_yarn), the
+// correction range of beta_fast 32 / beta_slow 1 (its context defaults; these archs do not read the
+// converter's yarn_beta_* keys) rounded outwards, and cos/sin scaled by 0.1 ln(factor) + 1 (ggml's mscale
+// with the context's attn factor, which llama.cpp recomputes from the factor). That is transformers'
+// _compute_yarn_parameters with its defaults. Where the two disagree the file is refused, naming the key:
+// the converter writes HF's attention_factor as yarn_attn_factor and beta_fast / beta_slow as
+// yarn_beta_*, which transformers would use and llama.cpp ignores for these archs; yarn_ext_factor != 1,
+// yarn_log_multiplier (DeepSeek's mscale_all_dim) and rope.scaling.attn_factor != 1 change llama.cpp's
+// result and have no transformers counterpart here; rope_freqs.weight with yarn would be applied twice.
+static enum oscar_status read_yarn(struct osc_gguf * g, const char * arch, struct oscar_model_config * c) {
+    const char * path = osc_gguf_path(g);
+    c->rope_scaling = OSCAR_ROPE_YARN, c->rope_orig_ctx = c->n_ctx_train;
+    c->rope_beta_fast = 32.0f, c->rope_beta_slow = 1.0f;
+    c->rope_attn_factor = c->rope_factor > 1.0f ? (float) (0.1 * log((double) c->rope_factor) + 1.0) : 1.0f;
+    enum oscar_status st = get_i32(g, arch, "rope.scaling.original_context_length", false, &c->rope_orig_ctx);
+    if (st != OSCAR_OK) return st;
+    if (c->has_rope_freqs)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: rope_freqs.weight with %s.rope.scaling.type yarn is not "
+                         "supported", path, arch);
+    static const char * keys[] = {"rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
+                                  "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_log_multiplier",
+                                  "rope.scaling.attn_factor", "rope.scaling.yarn_attn_factor"};
+    const float want[] = {32.0f, 1.0f, 1.0f, 0.0f, 1.0f, c->rope_attn_factor};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        float v = want[i];
+        st = get_f32(g, arch, keys[i], &v);
+        if (st != OSCAR_OK) return st;
+        if (fabsf(v - want[i]) > 1e-6f * fabsf(want[i]))
+            return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s.%s = %g is not supported (llama.cpp and transformers "
+                             "would compute different RoPE; only %g is)", path, arch, keys[i], (double) v,
+                             (double) want[i]);
+    }
+    return OSCAR_OK;
+}
+
 // rope.dimension_count, rope_freqs.weight, rope.scaling.* (see the top of the file).
 static enum oscar_status read_rope(struct osc_gguf * g, const char * arch, struct oscar_model_config * c) {
     const char * path = osc_gguf_path(g);
     int32_t n_rot = c->head_dim;
     enum oscar_status st = get_i32(g, arch, "rope.dimension_count", false, &n_rot);
     if (st != OSCAR_OK) return st;
-    if (c->arch == OSCAR_ARCH_GLM4_MOE && n_rot < c->head_dim && n_rot % 2 == 0) { // NEOX on the first n_rot dims
+    if ((c->arch == OSCAR_ARCH_GLM4_MOE || c->arch == OSCAR_ARCH_PHI3) && n_rot < c->head_dim && n_rot % 2 == 0) {
+        // NEOX on the first n_rot dims
         c->rope_dim = n_rot;
     } else if (n_rot != c->head_dim) {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s.rope.dimension_count = %d is not supported (partial rotary; "
@@ -158,13 +248,22 @@ static enum oscar_status read_rope(struct osc_gguf * g, const char * arch, struc
     float factor = 1.0f;
     st = get_f32(g, arch, "rope.scaling.factor", &factor);
     if (st != OSCAR_OK) return st;
-    if (strcmp(type, "linear") == 0) {
-        if (!(factor > 0.0f)) return osc_error(OSCAR_ERR_FORMAT, "%s: %s.rope.scaling.factor = %g is not positive",
-                                               path, arch, (double) factor);
+    static const char * longrope[] = {"rope_factors_long.weight", "rope_factors_short.weight"};
+    for (int i = 0; i < 2; i++)
+        if (osc_gguf_find_tensor(g, longrope[i]))
+            return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: tensor '%s' (LongRoPE) is not supported", path, longrope[i]);
+    if (strcmp(type, "linear") == 0 || strcmp(type, "yarn") == 0) {
+        if (!(factor > 0.0f)) return osc_error(OSCAR_ERR_FORMAT, "%s: %s.rope.scaling.factor = %g is not positive "
+                                               "(%s scaling needs it)", path, arch, (double) factor, type);
         c->rope_scaling = OSCAR_ROPE_LINEAR, c->rope_factor = factor;
+        if (strcmp(type, "yarn") != 0) return OSCAR_OK;
+        snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+        if (osc_gguf_find_key(g, key) < 0) // llama.cpp would run factor 1 (no scaling): a file that says yarn means more
+            return osc_error(OSCAR_ERR_FORMAT, "%s: %s is missing (yarn scaling needs it)", path, key);
+        return read_yarn(g, arch, c);
     } else if (type[0] && strcmp(type, "none") != 0 && !(c->has_rope_freqs && strcmp(type, "llama3") == 0)) {
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s = \"%s\" is not supported (none, linear, or rope_freqs.weight "
-                         "are)", path, key, type);
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s = \"%s\" is not supported (none, linear, yarn, or "
+                         "rope_freqs.weight are)", path, key, type);
     } else if (!type[0] && factor != 1.0f && !c->has_rope_freqs) {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: %s.rope.scaling.factor = %g without %s or rope_freqs.weight: "
                          "the RoPE scaling is unknown", path, arch, (double) factor, key);
@@ -292,13 +391,14 @@ static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_con
     else if (alen && strcmp(arch, "qwen2moe") == 0) c->arch = OSCAR_ARCH_QWEN2_MOE;
     else if (alen && strcmp(arch, "qwen3moe") == 0) c->arch = OSCAR_ARCH_QWEN3_MOE;
     else if (alen && strcmp(arch, "glm4moe") == 0) c->arch = OSCAR_ARCH_GLM4_MOE;
+    else if (alen && strcmp(arch, "phi3") == 0) c->arch = OSCAR_ARCH_PHI3;
     else if (alen && strcmp(arch, "gemma3") == 0) c->arch = OSCAR_ARCH_GEMMA3;
     else if (alen && strncmp(arch, "gemma", 5) == 0) { // as hf-config.c: the other Gemma families by name
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: GGUF architecture '%s' (Gemma) is not supported: of the Gemma "
                          "families only gemma3 is; the others are different models", path, arch);
     } else {
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: GGUF architecture '%.*s' is not supported (llama, qwen2, qwen3, "
-                         "qwen2moe, qwen3moe, glm4moe, gemma3 are)", path, (int) (alen > 64 ? 64 : alen), a);
+                         "qwen2moe, qwen3moe, glm4moe, gemma3, phi3 are)", path, (int) (alen > 64 ? 64 : alen), a);
     }
     c->n_ctx_train = 2048;
     c->rope_theta = 10000.0f;
@@ -317,7 +417,9 @@ static enum oscar_status read_config(struct osc_gguf * g, struct oscar_model_con
     st = get_i32(g, arch, "attention.key_length", false, &c->head_dim);
     if (st != OSCAR_OK) return st;
     st = read_rope(g, arch, c);
-    if (st == OSCAR_OK) st = get_i32(g, arch, "attention.sliding_window", false, &c->sliding_window);
+    uint32_t swa = 0; // 0 or absent: no window (the phi3 converter writes 0 for none)
+    if (st == OSCAR_OK) st = get_u32_or(g, arch, "attention.sliding_window", INT32_MAX, &swa);
+    c->sliding_window = (int32_t) swa;
     if (st != OSCAR_OK) return st;
     const struct osc_gguf_tensor * emb = osc_gguf_find_tensor(g, "token_embd.weight");
     if (!emb) return osc_error(OSCAR_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", path);

@@ -60,6 +60,8 @@ enum oscar_rope_scaling {
     OSCAR_ROPE_DEFAULT = 0,
     OSCAR_ROPE_LINEAR  = 1, // inv_freq / rope_factor
     OSCAR_ROPE_LLAMA3  = 2, // Llama 3.x: low frequencies / rope_factor, high kept, a smooth ramp between
+    OSCAR_ROPE_YARN    = 3, // YaRN: frequencies / rope_factor past the correction range, kept before it, a
+                            // linear ramp over it (rope_beta_fast/slow, rope_orig_ctx); cos/sin x rope_attn_factor
 };
 
 const char * oscar_arch_name(enum oscar_arch arch);
@@ -80,10 +82,15 @@ struct oscar_model_config {
     // the rest pass through (Phi-3 partial_rotary_factor).
     int32_t rope_dim;              // 0 = head_dim
     enum oscar_rope_scaling rope_scaling;
-    float   rope_factor;           // LINEAR, LLAMA3
+    float   rope_factor;           // LINEAR, LLAMA3, YARN
     float   rope_low_freq_factor;  // LLAMA3
     float   rope_high_freq_factor; // LLAMA3
-    int32_t rope_orig_ctx;         // LLAMA3: original_max_position_embeddings
+    int32_t rope_orig_ctx;         // LLAMA3, YARN: original_max_position_embeddings
+    float   rope_beta_fast;        // YARN: rotations bounding the correction range (transformers: 32, 1)
+    float   rope_beta_slow;
+    bool    rope_no_truncate;      // YARN: the range is not rounded to whole dims (transformers' truncate false)
+    float   rope_attn_factor;      // the global layers' cos/sin are multiplied by it (YaRN's attention factor,
+                                   // mscale); 0 = 1
     // Sliding-window attention: in the sliding layers a token at t sees keys j
     // with t - sliding_window < j <= t; sliding_window 0 = full causal attention
     // everywhere. Layer l is a sliding layer iff l >= swa_first_layer and, when
@@ -205,6 +212,9 @@ int32_t oscar_model_window(const struct oscar_model_config * c);
 void oscar_rope_inv_freq(const struct oscar_model_config * c, const float * rope_freqs, float * out);
 void oscar_rope_inv_freq_layer(const struct oscar_model_config * c, int32_t layer, const float * rope_freqs,
                                float * out);
+// What `layer`'s cos/sin are multiplied by: rope_attn_factor (1 when 0) in the global layers, 1 in the
+// sliding layers of a model whose local layers have their own base (rope_theta_swa > 0: unscaled).
+float oscar_rope_attn_factor_layer(const struct oscar_model_config * c, int32_t layer);
 
 // ---- layers on demand ------------------------------------------------------------
 // oscar_model_open checks the file exactly as oscar_model_load does (config,

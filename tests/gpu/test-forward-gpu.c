@@ -7,7 +7,8 @@
 //   test-forward-gpu bench [--seqs 15] [--len 2048] [--layers 36] [--reps 3] [--hf file.csv]
 //
 // check, per model (tiny-llama, tiny-qwen2, tiny-qwen3, tiny-llama3 (+ GGUF), tiny-mistral (+ GGUF:
-// sliding window 16), tiny-phi3 (window 20, partial rotary 8 of 16 dims), tiny-gemma3-hub (bf16
+// sliding window 16), tiny-phi3 (+ GGUF; window 20, partial rotary 8 of 16 dims), tiny-qwen3-yarn (+ GGUF:
+// YaRN factor 4 over 64 positions, cos/sin x 1.1386), tiny-gemma3-hub (bf16
 // safetensors, + GGUF: Gemma 3's layer, local/global layers) fixtures, and a random-init
 // SmolLM2-135M-shaped model, a head_dim-128 model rotating 64 dims under a window of 100 and a
 // head_dim-256 model with Gemma 3's layer unless --small), on one batch of 3 sequences (fixtures
@@ -43,7 +44,7 @@
 // tiny-gemma3 (query_pre_attn_scalar 24 != head_dim 32) is checked in full with accumulators of its
 // score scale, and an accumulator made for head_dim^-1/2 must be refused. Controls (fp32 mode, cheap): the GPU run with one feature
 // switched off in its config - tiny-mistral's window, tiny-phi3's partial rotary, tiny-gemma3's
-// embedding scale - must MISS the CPU logits by more than 10x the fp32 bound (1e-3), so the rows
+// embedding scale, tiny-qwen3-yarn's attention factor - must MISS the CPU logits by more than 10x the fp32 bound (1e-3), so the rows
 // above pass because the feature is computed, not because it does not matter on these fixtures
 // (measured on the CPU pass, feature on vs off: mistral's window 0.56, phi3's partial rotary
 // 9e-3 - its tiny random weights make RoPE a small effect -, gemma3's embedding scale 1.07).
@@ -400,9 +401,11 @@ static int do_check(bool small, const char * real_model, const char * corpus) {
     // tiny-llama3: Llama 3.x RoPE scaling from config.json, and from the GGUF's rope_freqs.weight;
     // tiny-mistral / tiny-phi3: sliding windows (phi3: partial rotary too); tiny-gemma3-hub:
     // Gemma 3's layer with its local (window 12, base 10^4) and global layers
+    // tiny-qwen3-yarn (+ GGUF): YaRN's frequencies (from the host) and its attention factor on cos/sin;
+    // tiny-phi3.gguf: the fused tensors split at load
     const char * tiny[] = {"tiny-llama",  "tiny-qwen2",       "tiny-qwen3",     "tiny-llama3",
-                           "tiny-llama3.gguf", "tiny-mistral", "tiny-mistral.gguf", "tiny-phi3",
-                           "tiny-gemma3-hub",  "tiny-gemma3-hub.gguf"};
+                           "tiny-llama3.gguf", "tiny-mistral", "tiny-mistral.gguf", "tiny-phi3", "tiny-phi3.gguf",
+                           "tiny-gemma3-hub",  "tiny-gemma3-hub.gguf", "tiny-qwen3-yarn", "tiny-qwen3-yarn.gguf"};
     for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) {
         char dir[256];
         snprintf(dir, sizeof dir, "tests/fixtures/models/%s", tiny[i]);
@@ -446,6 +449,14 @@ static int do_check(bool small, const char * real_model, const char * corpus) {
         off = m->config;
         off.rope_dim = 0; // every dim rotated
         control_off("tiny-phi3", "partial rotary", m, &off, &b);
+        oscar_model_free(m);
+        TRY(oscar_model_load("tests/fixtures/models/tiny-qwen3-yarn", &m));
+        off = m->config;
+        off.rope_attn_factor = 1.0f; // YaRN's frequencies, cos/sin unscaled
+        int32_t tok_y[327]; // its vocabulary is 128
+        for (int32_t t = 0; t < seq_start[3]; t++) tok_y[t] = tok[t] % m->config.n_vocab;
+        const struct oscar_batch by = {3, seq_start, tok_y, NULL};
+        control_off("tiny-qwen3-yarn", "YaRN's attention factor", m, &off, &by);
         oscar_model_free(m);
     }
     // what the kernels do not implement is refused by name, never run wrong

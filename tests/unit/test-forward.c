@@ -1,6 +1,6 @@
-// test-forward.c - CPU forward pass against transformers (tiny random-init Llama/Qwen2/Qwen3, Llama 3.x RoPE
-// scaling, Mistral sliding window, Phi-3, Gemma 3, MoE (Qwen2/3, Mixtral, GLM-4) fixtures; GGUF variants against
-// the same fixtures), capture hooks,
+// test-forward.c - CPU forward pass against transformers (tiny random-init Llama/Qwen2/Qwen3, Llama 3.x and YaRN
+// RoPE scaling, Mistral sliding window, Phi-3, Gemma 3, MoE (Qwen2/3, Mixtral, GLM-4) fixtures; GGUF variants
+// against the same fixtures), capture hooks,
 // attention override, batching, sliding-window attention at its boundary, perplexity convention.
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +14,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "formats/gguf-writer.h"
+#include "formats/gguf.h"
 #include "model/model.h"
 #include "util/fs.h"
 #include "forward-fixture.h"
@@ -296,6 +298,89 @@ static void test_oracle_phi3(void ** state) {
     printf("tiny-phi3 rotating all dims: logits rel-L2 %.3e\n", e);
     assert_true(e > 10 * ORACLE_TOL);
     fixture_free(&fx);
+}
+
+// The same weights as llama.cpp's converter writes Phi-3 (make_yarn_phi3_fixtures.py): fused attn_qkv, ffn_up =
+// gate | up, partial rotary from phi3.rope.dimension_count, the window from phi3.attention.sliding_window.
+// Control: the file with each ffn_up's gate and up halves swapped must miss the fixture.
+static void test_oracle_phi3_gguf(void ** state) {
+    (void)state;
+    const char * gguf = "tests/fixtures/models/tiny-phi3.gguf";
+    check_oracle_model("tiny-phi3", gguf);
+    struct fixture fx;
+    fixture_load_model(&fx, "tiny-phi3", gguf);
+    const struct oscar_model_config c = fx.model->config;
+    assert_int_equal(c.arch, OSCAR_ARCH_PHI3);
+    assert_true(c.rope_dim == 8 && c.sliding_window == 20 && c.head_dim == 16 && !c.tied_embeddings);
+    fixture_free(&fx);
+    struct osc_gguf * g = NULL;
+    struct osc_gguf_writer * w = NULL;
+    assert_int_equal(osc_gguf_open(gguf, &g), OSCAR_OK);
+    assert_int_equal(osc_gguf_writer_new(32, &w), OSCAR_OK);
+    assert_int_equal(osc_gguf_copy_kvs(w, g), OSCAR_OK);
+    int swapped = 0;
+    char * up[8] = {0}; // the swapped copies, alive until the write
+    for (int64_t i = 0; i < osc_gguf_n_tensors(g); i++) {
+        const struct osc_gguf_tensor * t = osc_gguf_tensor(g, i);
+        const size_t n = strlen(t->name);
+        const void * data = t->data;
+        if (n > 14 && strcmp(t->name + n - 14, ".ffn_up.weight") == 0) { // [2F rows of ne0]: swap the halves
+            assert_int_equal(t->type, OSC_GGML_F32);
+            assert_true(swapped < 8);
+            const size_t half = t->nbytes / 2;
+            char * x = up[swapped++] = malloc(t->nbytes);
+            assert_non_null(x);
+            memcpy(x, (const char *)t->data + half, half);
+            memcpy(x + half, t->data, half);
+            data = x;
+        }
+        assert_int_equal(osc_gguf_writer_tensor(w, t->name, t->type, t->n_dims, t->ne, data, t->nbytes), OSCAR_OK);
+    }
+    assert_int_equal(swapped, c.n_layer);
+    char * path = osc_path_join(tmpdir, "phi3-swapped.gguf");
+    assert_int_equal(osc_gguf_writer_write(w, path), OSCAR_OK);
+    osc_gguf_writer_free(w);
+    for (int j = 0; j < swapped; j++) free(up[j]);
+    osc_gguf_close(g);
+    fixture_load_model(&fx, "tiny-phi3", path);
+    double e = oracle_err_with(&fx, &fx.model->config);
+    printf("tiny-phi3.gguf with ffn_up's gate / up halves swapped: logits rel-L2 %.3e\n", e);
+    assert_true(e > 10 * ORACLE_TOL);
+    fixture_free(&fx);
+    free(path);
+}
+
+// YaRN (make_yarn_phi3_fixtures.py): qwen3, head_dim 32, rope_theta 1e4, factor 4 over an original context of 64,
+// beta 32 / 1 (dims 0..5 of 16 on the ramp), cos/sin x (0.1 ln 4 + 1); sequences of 100, 40, 80 tokens. From
+// config.json (transformers 5's rope_parameters) and from the GGUF (rope.scaling.type yarn, factor,
+// original_context_length). Controls: without the attention factor, as linear scaling (same factor and attention
+// factor), unscaled: each must miss.
+static void test_oracle_qwen3_yarn(void ** state) {
+    (void)state;
+    const char * files[] = {"", "tests/fixtures/models/tiny-qwen3-yarn.gguf"};
+    for (int i = 0; i < 2; i++) {
+        check_oracle_model("tiny-qwen3-yarn", files[i]);
+        struct fixture fx;
+        fixture_load_model(&fx, "tiny-qwen3-yarn", files[i]);
+        const struct oscar_model_config c = fx.model->config;
+        assert_int_equal(c.arch, OSCAR_ARCH_QWEN3);
+        assert_int_equal(c.rope_scaling, OSCAR_ROPE_YARN);
+        assert_true(c.rope_factor == 4.0f && c.rope_orig_ctx == 64 && c.head_dim == 32 && !c.rope_no_truncate);
+        assert_true(fabsf(c.rope_attn_factor - (float)(0.1 * log(4.0) + 1.0)) < 1e-7f);
+        const char * name = i ? "tiny-qwen3-yarn.gguf" : "tiny-qwen3-yarn";
+        struct { const char * what; struct oscar_model_config c; } off[3] = {{"without the attention factor", c},
+                                                                              {"as linear scaling", c},
+                                                                              {"unscaled", c}};
+        off[0].c.rope_attn_factor = 1.0f;
+        off[1].c.rope_scaling = OSCAR_ROPE_LINEAR;
+        off[2].c.rope_scaling = OSCAR_ROPE_DEFAULT, off[2].c.rope_attn_factor = 0.0f;
+        for (int j = 0; j < 3; j++) {
+            double e = oracle_err_with(&fx, &off[j].c);
+            printf("%s %s: logits rel-L2 %.3e\n", name, off[j].what, e);
+            assert_true(e > 10 * ORACLE_TOL);
+        }
+        fixture_free(&fx);
+    }
 }
 
 // ---- hooks -------------------------------------------------------------------------------------
@@ -767,6 +852,8 @@ int main(void) {
         cmocka_unit_test(test_oracle_llama3_gguf),
         cmocka_unit_test(test_oracle_mistral),
         cmocka_unit_test(test_oracle_phi3),
+        cmocka_unit_test(test_oracle_phi3_gguf),
+        cmocka_unit_test(test_oracle_qwen3_yarn),
         cmocka_unit_test(test_oracle_gemma3),
         cmocka_unit_test(test_oracle_gemma3_hub),
         cmocka_unit_test(test_oracle_gemma3_mm_v5),

@@ -591,7 +591,7 @@ static void test_hf_config_rope_window(void ** state) {
                                 "\"low_freq_factor\":4,\"high_freq_factor\":4}", &c), OSCAR_ERR_FORMAT);
     assert_error_names("high_freq_factor", NULL);
     // other RoPE types are refused naming the field and the value
-    const char * types[] = {"yarn", "dynamic", "longrope", "su"};
+    const char * types[] = {"dynamic", "longrope", "su", "YaRN"};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         char extra[128];
         snprintf(extra, sizeof extra, "\"rope_scaling\":{\"rope_type\":\"%s\",\"factor\":2}", types[i]);
@@ -661,6 +661,85 @@ static void test_hf_config_rope_window(void ** state) {
                                 "[\"full_attention\",\"sliding_attention\"]", &c), OSCAR_ERR_FORMAT);
     assert_error_names("layer_types", "sliding");
     assert_int_equal(parse_with("qwen2", 2, "\"layer_types\":[\"full_attention\"]", &c), OSCAR_ERR_FORMAT);
+}
+
+// YaRN from config.json with transformers 5's rules and defaults; bad values refused naming the field.
+static void test_hf_config_yarn(void ** state) {
+    (void) state;
+    struct oscar_model_config c;
+    const float mscale4 = (float) (0.1 * log(4.0) + 1.0);
+    assert_int_equal(parse_with("qwen3", 2, "\"rope_parameters\":{\"rope_type\":\"yarn\",\"rope_theta\":1e6,\"factor\":4.0,"
+                                "\"original_max_position_embeddings\":256}", &c), OSCAR_OK);
+    assert_int_equal(c.rope_scaling, OSCAR_ROPE_YARN);
+    assert_true(c.rope_theta == 1e6f && c.rope_factor == 4.0f && c.rope_orig_ctx == 256 && !c.rope_no_truncate);
+    assert_true(c.rope_beta_fast == 32.0f && c.rope_beta_slow == 1.0f && c.rope_attn_factor == mscale4);
+    // the older rope_scaling with "type"; original_max_position_embeddings absent: max_position_embeddings; a
+    // top-level one wins over the object's (transformers' standardize_rope_params)
+    assert_int_equal(parse_with("qwen2", 2, "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":2}", &c), OSCAR_OK);
+    assert_true(c.rope_scaling == OSCAR_ROPE_YARN && c.rope_orig_ctx == 1024 && c.rope_factor == 2.0f);
+    assert_int_equal(parse_with("llama", 2, "\"original_max_position_embeddings\":128,\"rope_scaling\":{\"rope_type\":"
+                                "\"yarn\",\"factor\":8,\"original_max_position_embeddings\":512}", &c), OSCAR_OK);
+    assert_int_equal(c.rope_orig_ctx, 128);
+    // the attention factor: given, or mscale / mscale_all_dim, or 0.1 ln(factor) + 1 (1 for factor <= 1)
+    assert_int_equal(parse_with("qwen3_moe", 2, "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4,"
+                                "\"attention_factor\":0.5,\"beta_fast\":16,\"beta_slow\":2,\"truncate\":false}", &c),
+                     OSCAR_OK);
+    assert_true(c.rope_attn_factor == 0.5f && c.rope_beta_fast == 16.0f && c.rope_beta_slow == 2.0f);
+    assert_true(c.rope_no_truncate);
+    assert_int_equal(parse_with("llama", 2, "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":40,\"mscale\":0.5,"
+                                "\"mscale_all_dim\":1.0}", &c), OSCAR_OK);
+    assert_true(c.rope_attn_factor == (float) ((0.05 * log(40.0) + 1.0) / (0.1 * log(40.0) + 1.0)));
+    assert_int_equal(parse_with("llama", 2, "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":40,\"mscale\":0.5,"
+                                "\"mscale_all_dim\":0}", &c), OSCAR_OK); // both needed: else the default
+    assert_true(c.rope_attn_factor == (float) (0.1 * log(40.0) + 1.0));
+    assert_int_equal(parse_with("llama", 2, "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":0.5}", &c), OSCAR_OK);
+    assert_true(c.rope_attn_factor == 1.0f);
+    // factor null: max_position_embeddings / original_max_position_embeddings
+    assert_int_equal(parse_with("qwen2", 2, "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":null,"
+                                "\"original_max_position_embeddings\":256}", &c), OSCAR_OK);
+    assert_true(c.rope_factor == 4.0f);
+    // a missing or bad field is named
+    assert_int_equal(parse_with("qwen3", 2, "\"rope_parameters\":{\"rope_type\":\"yarn\"}", &c), OSCAR_ERR_FORMAT);
+    assert_error_names("rope_parameters.factor", "required");
+    assert_int_equal(parse_with("qwen3", 2, "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":-2}", &c),
+                     OSCAR_ERR_FORMAT);
+    assert_error_names("rope_scaling.factor", NULL);
+    assert_int_equal(parse_with("qwen3", 2, "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2,\"beta_fast\":0}",
+                                &c), OSCAR_ERR_FORMAT);
+    assert_error_names("rope_scaling.beta_fast", NULL);
+    assert_int_equal(parse_with("qwen3", 2, "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2,"
+                                "\"attention_factor\":\"x\"}", &c), OSCAR_ERR_FORMAT);
+    assert_error_names("rope_scaling.attention_factor", NULL);
+    assert_int_equal(parse_with("qwen3", 2, "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2,\"truncate\":1}",
+                                &c), OSCAR_ERR_FORMAT);
+    assert_error_names("rope_scaling.truncate", NULL);
+    assert_int_equal(parse_with("qwen3", 2, "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2,"
+                                "\"original_max_position_embeddings\":0}", &c), OSCAR_ERR_FORMAT);
+    assert_error_names("original_max_position_embeddings", NULL);
+    assert_int_equal(parse_with("phi3", 2, "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2}", &c),
+                     OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("rope_scaling.rope_type", "phi3");
+
+    // the frequencies (head_dim 16, theta 1e4, factor 4, original 64: range [floor(-0.99), ceil(2.02)] = [0, 3]):
+    // frequency 0 kept, 3.. divided by 4, 1 and 2 on the ramp; truncate false moves the ramp
+    assert_int_equal(parse_with("llama", 2, "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4,"
+                                "\"original_max_position_embeddings\":64}", &c), OSCAR_OK);
+    float y[8], d[8], nt[8];
+    oscar_rope_inv_freq(&c, NULL, y);
+    struct oscar_model_config u = c;
+    u.rope_scaling = OSCAR_ROPE_DEFAULT;
+    oscar_rope_inv_freq(&u, NULL, d);
+    u = c, u.rope_no_truncate = true;
+    oscar_rope_inv_freq(&u, NULL, nt);
+    assert_true(y[0] == d[0]);
+    for (int i = 3; i < 8; i++) assert_true(fabsf(y[i] - d[i] / 4.0f) <= 1e-7f * d[i]);
+    for (int i = 1; i < 3; i++) {
+        const double e = 1.0 - i / 3.0, want = (double) d[i] / 4.0 * (1.0 - e) + (double) d[i] * e;
+        assert_true(fabs((double) y[i] - want) <= 1e-6 * want);
+    }
+    // the unrounded range is [0, 2.02]: frequencies 1 and 2 are further along the ramp, the others as rounded
+    assert_true(nt[0] == y[0] && nt[1] < y[1] && nt[2] < y[2] && nt[3] == y[3]);
+    assert_true(oscar_rope_attn_factor_layer(&c, 0) == mscale4);
 }
 
 static void test_load_errors(void ** state) {
@@ -845,13 +924,13 @@ static void test_gguf_gemma_refused(void ** state) {
     free(p);
 }
 
-// A copy of the tiny-llama3 GGUF with a string key and/or a float key added, without rope_freqs.weight
-// when drop_freqs.
-static char * llama3_gguf_with(const char * name, const char * skey, const char * sval, const char * fkey, float fval,
-                               bool drop_freqs) {
+// A copy of `src` with a string and/or a float key added (NULL: none), without rope_freqs.weight when
+// drop_freqs, with a 1-D tensor `extra` of 4 ones added (NULL: none).
+static char * gguf_copy_with(const char * src, const char * name, const char * skey, const char * sval,
+                             const char * fkey, float fval, bool drop_freqs, const char * extra) {
     struct osc_gguf * g = NULL;
     struct osc_gguf_writer * w = NULL;
-    assert_int_equal(osc_gguf_open(LLAMA3_GGUF, &g), OSCAR_OK);
+    assert_int_equal(osc_gguf_open(src, &g), OSCAR_OK);
     assert_int_equal(osc_gguf_writer_new(32, &w), OSCAR_OK);
     assert_int_equal(osc_gguf_copy_kvs(w, g), OSCAR_OK);
     if (skey) assert_int_equal(osc_gguf_writer_kv_cstr(w, skey, sval), OSCAR_OK);
@@ -861,11 +940,19 @@ static char * llama3_gguf_with(const char * name, const char * skey, const char 
         if (drop_freqs && strcmp(t->name, "rope_freqs.weight") == 0) continue;
         assert_int_equal(osc_gguf_writer_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), OSCAR_OK);
     }
+    static const float ones[4] = {1, 1, 1, 1};
+    const int64_t ne[1] = {4};
+    if (extra) assert_int_equal(osc_gguf_writer_tensor(w, extra, OSC_GGML_F32, 1, ne, ones, sizeof ones), OSCAR_OK);
     char * path = osc_path_join(tmpdir, name);
     assert_int_equal(osc_gguf_writer_write(w, path), OSCAR_OK);
     osc_gguf_writer_free(w);
     osc_gguf_close(g);
     return path;
+}
+
+static char * llama3_gguf_with(const char * name, const char * skey, const char * sval, const char * fkey, float fval,
+                               bool drop_freqs) {
+    return gguf_copy_with(LLAMA3_GGUF, name, skey, sval, fkey, fval, drop_freqs, NULL);
 }
 
 // A copy of the tiny-llama3 GGUF whose rope_freqs.weight[3] is 0 (a divisor).
@@ -895,7 +982,7 @@ static char * llama3_gguf_bad_freqs(const char * name) {
     return path;
 }
 
-// GGUF RoPE metadata: rope_freqs.weight is read, linear scaling applied, anything else refused by name.
+// GGUF RoPE metadata: rope_freqs.weight is read, linear and yarn scaling applied, anything else refused by name.
 static void test_gguf_rope(void ** state) {
     (void) state;
     struct oscar_model * m = NULL;
@@ -909,8 +996,43 @@ static void test_gguf_rope(void ** state) {
     assert_true(m->config.rope_factor == 4.0f && !m->rope_freqs);
     oscar_model_free(m);
     free(p);
+    // yarn over Llama 3's divisors would scale twice; without them it loads (beta 32 / 1, 0.1 ln 4 + 1)
     p = llama3_gguf_with("yarn.gguf", "llama.rope.scaling.type", "yarn", "llama.rope.scaling.factor", 4.0f, false);
-    expect_load_error(p, OSCAR_ERR_UNSUPPORTED, "llama.rope.scaling.type", "yarn");
+    expect_load_error(p, OSCAR_ERR_UNSUPPORTED, "rope_freqs.weight with llama.rope.scaling.type", "yarn");
+    free(p);
+    p = llama3_gguf_with("yarn2.gguf", "llama.rope.scaling.type", "yarn", "llama.rope.scaling.factor", 4.0f, true);
+    assert_int_equal(oscar_model_load(p, &m), OSCAR_OK);
+    assert_true(m->config.rope_scaling == OSCAR_ROPE_YARN && m->config.rope_factor == 4.0f && !m->rope_freqs);
+    assert_true(m->config.rope_orig_ctx == m->config.n_ctx_train && m->config.rope_beta_fast == 32.0f);
+    assert_true(m->config.rope_attn_factor == (float) (0.1 * log(4.0) + 1.0));
+    oscar_model_free(m);
+    free(p);
+    p = llama3_gguf_with("yarn0.gguf", "llama.rope.scaling.type", "yarn", NULL, 0.0f, true);
+    expect_load_error(p, OSCAR_ERR_FORMAT, "llama.rope.scaling.factor", "yarn");
+    free(p);
+    // keys the converter writes from config.json that llama.cpp ignores for these archs (transformers would not):
+    // refused by name; the values both agree on load
+    const char * yarn = "tests/fixtures/models/tiny-qwen3-yarn.gguf";
+    static const struct { const char * key; float v; bool ok; } keys[] = {
+        {"qwen3.rope.scaling.yarn_beta_fast", 16.0f, false}, {"qwen3.rope.scaling.yarn_beta_fast", 32.0f, true},
+        {"qwen3.rope.scaling.yarn_beta_slow", 2.0f, false}, {"qwen3.rope.scaling.yarn_attn_factor", 1.0f, false},
+        {"qwen3.rope.scaling.yarn_attn_factor", 1.13862944f, true}, {"qwen3.rope.scaling.yarn_ext_factor", 0.5f, false},
+        {"qwen3.rope.scaling.yarn_log_multiplier", 0.1f, false}, {"qwen3.rope.scaling.attn_factor", 2.0f, false},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        p = gguf_copy_with(yarn, "yarnkey.gguf", NULL, NULL, keys[i].key, keys[i].v, false, NULL);
+        if (keys[i].ok) {
+            assert_int_equal(oscar_model_load(p, &m), OSCAR_OK);
+            oscar_model_free(m);
+        } else {
+            expect_load_error(p, OSCAR_ERR_UNSUPPORTED, keys[i].key, "is not supported");
+        }
+        free(p);
+    }
+    // LongRoPE (Phi-3 128k) factors are refused by name
+    p = gguf_copy_with("tests/fixtures/models/tiny-phi3.gguf", "longrope.gguf", NULL, NULL, NULL, 0.0f, false,
+                       "rope_factors_long.weight");
+    expect_load_error(p, OSCAR_ERR_UNSUPPORTED, "rope_factors_long.weight", "LongRoPE");
     free(p);
     // Llama 3 metadata without its divisors: the scaling cannot be reproduced
     p = llama3_gguf_with("nofreqs.gguf", NULL, NULL, "llama.rope.scaling.factor", 8.0f, true);
@@ -1054,6 +1176,7 @@ int main(void) {
         cmocka_unit_test(test_hf_config),
         cmocka_unit_test(test_layers_on_demand),
         cmocka_unit_test(test_hf_config_rope_window),
+        cmocka_unit_test(test_hf_config_yarn),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_layer_count),
         cmocka_unit_test(test_validate_before_alloc),
