@@ -1,14 +1,20 @@
 // test-forward-gpu.c - the CUDA forward pass (oscar_fwd, device "cuda") against the CPU
 // reference, and its calibration-shape benchmark. Built and run by gpu-forward-check.sh.
 //
-//   test-forward-gpu check [--seed N] [--small] [--model GGUF --corpus TEXT]
+//   test-forward-gpu check [--seed N] [--small] [--moe] [--model GGUF --corpus TEXT]
 //                                                 correctness (exit 0 pass, 1 fail, 77 no device);
-//                                                 --model adds the real model on 3 x 512 corpus tokens
+//                                                 --model adds the real model on 3 x 512 corpus tokens;
+//                                                 --moe: the MoE fixtures and controls only
 //   test-forward-gpu bench [--seqs 15] [--len 2048] [--layers 36] [--reps 3] [--hf file.csv]
+//   test-forward-gpu moebench [--seqs 15] [--len 2048] [--layers 8] [--reps 3]
+//                                                 the sparse MLP vs a dense one of equal FLOPs
 //
 // check, per model (tiny-llama, tiny-qwen2, tiny-qwen3, tiny-llama3 (+ GGUF), tiny-mistral (+ GGUF:
 // sliding window 16), tiny-phi3 (window 20, partial rotary 8 of 16 dims), tiny-gemma3-hub (bf16
-// safetensors, + GGUF: Gemma 3's layer, local/global layers) fixtures, and a random-init
+// safetensors, + GGUF: Gemma 3's layer, local/global layers), the mixture-of-experts tiny-qwen3-moe,
+// tiny-qwen2-moe (gated shared expert), tiny-mixtral and tiny-glm4-moe (+ GGUF: sigmoid grouped routing,
+// choice-only bias, routed scale, ungated shared expert, a dense first layer; experts bf16 on the
+// device, the router fp32 on both sides) fixtures, and a random-init
 // SmolLM2-135M-shaped model, a head_dim-128 model rotating 64 dims under a window of 100 and a
 // head_dim-256 model with Gemma 3's layer unless --small), on one batch of 3 sequences (fixtures
 // 100, 37, 190 tokens, random models 256, 128, 201: several windows long, so windowed blocks skip
@@ -47,6 +53,9 @@
 // above pass because the feature is computed, not because it does not matter on these fixtures
 // (measured on the CPU pass, feature on vs off: mistral's window 0.56, phi3's partial rotary
 // 9e-3 - its tiny random weights make RoPE a small effect -, gemma3's embedding scale 1.07).
+// The MoE routing has controls of the same kind: tiny-glm4-moe without its e_score_correction_bias
+// or without grouped top-k, tiny-qwen3-moe without the top-k renormalisation. Item 4 covers the
+// sparse MLP's determinism (its combine adds each token's experts in top-k order, no atomics).
 //
 // The same model also runs in the fp32 mode (oscar_fwd_params.fp32: fp32 weights, activations
 // and GEMM inputs, CUBLAS_COMPUTE_32F without TF32, the fp32 attention kernel, pass-1 Gram
@@ -85,6 +94,7 @@
 
 #include "backend/forward-backend.h"
 #include "calibrate/calibrate.h"
+#include "calibrate/random-source.h"
 #include "model/model.h"
 #include "stats/stats.h"
 
@@ -127,8 +137,15 @@ static void round_model(struct oscar_model * m) {
     for (int32_t l = 0; l < c->n_layer; l++) {
         struct oscar_layer_weights * w = &m->layers[l];
         round_tensor(w->wq, Q * C), round_tensor(w->wk, KV * C), round_tensor(w->wv, KV * C);
-        round_tensor(w->wo, C * Q), round_tensor(w->w_gate, F * C), round_tensor(w->w_up, F * C);
-        round_tensor(w->w_down, C * F);
+        round_tensor(w->wo, C * Q);
+        if (w->router) { // a sparse layer: the experts are bf16 on the device, the router stays fp32
+            const size_t E = (size_t) c->n_expert, Fe = (size_t) c->n_ff_expert, Fs = (size_t) c->n_ff_shared;
+            round_tensor(w->exp_gate, E * Fe * C), round_tensor(w->exp_up, E * Fe * C);
+            round_tensor(w->exp_down, E * C * Fe);
+            if (Fs > 0) round_tensor(w->sh_gate, Fs * C), round_tensor(w->sh_up, Fs * C), round_tensor(w->sh_down, C * Fs);
+        } else {
+            round_tensor(w->w_gate, F * C), round_tensor(w->w_up, F * C), round_tensor(w->w_down, C * F);
+        }
     }
 }
 
@@ -381,7 +398,10 @@ static const char * const TABLE_HEAD =
     " CPU s / GPU s (pass 1) |\n"
     "|---|---|---|---|---|---|---|---|---|---|---|\n";
 
-static int do_check(bool small, const char * real_model, const char * corpus) {
+static bool is_moe_fixture(const char * name) { return strstr(name, "moe") || strstr(name, "mixtral"); }
+
+// moe_only: the MoE fixtures and their controls alone (the memcheck of the sparse MLP).
+static int do_check(bool small, bool moe_only, const char * real_model, const char * corpus) {
     struct oscar_fwd_params p = oscar_fwd_default_params();
     p.device = "cuda";
     struct oscar_model * m = NULL;
@@ -400,17 +420,22 @@ static int do_check(bool small, const char * real_model, const char * corpus) {
     // tiny-llama3: Llama 3.x RoPE scaling from config.json, and from the GGUF's rope_freqs.weight;
     // tiny-mistral / tiny-phi3: sliding windows (phi3: partial rotary too); tiny-gemma3-hub:
     // Gemma 3's layer with its local (window 12, base 10^4) and global layers
+    // the mixture-of-experts fixtures: softmax top-k renormalised (qwen3-moe, mixtral), with a
+    // sigmoid-gated shared expert (qwen2-moe), glm4_moe's sigmoid grouped routing with a choice-only
+    // bias, routed scale, an ungated shared expert and a dense first layer (glm4-moe)
     const char * tiny[] = {"tiny-llama",  "tiny-qwen2",       "tiny-qwen3",     "tiny-llama3",
                            "tiny-llama3.gguf", "tiny-mistral", "tiny-mistral.gguf", "tiny-phi3",
-                           "tiny-gemma3-hub",  "tiny-gemma3-hub.gguf"};
+                           "tiny-gemma3-hub",  "tiny-gemma3-hub.gguf", "tiny-qwen3-moe", "tiny-qwen2-moe",
+                           "tiny-mixtral",     "tiny-glm4-moe", "tiny-glm4-moe.gguf"};
     for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) {
+        if (moe_only && !is_moe_fixture(tiny[i])) continue;
         char dir[256];
         snprintf(dir, sizeof dir, "tests/fixtures/models/%s", tiny[i]);
         TRY(oscar_model_load(dir, &m));
         check_model(tiny[i], m, lens, 3, NULL);
         oscar_model_free(m);
     }
-    {   // tiny-gemma3: query_pre_attn_scalar 24, head_dim 32: everything with its score scale (the
+    if (!moe_only) {   // tiny-gemma3: query_pre_attn_scalar 24, head_dim 32: everything with its score scale (the
         // attention-mass sums included); an accumulator made for head_dim^-1/2 is refused
         int32_t seq_start[4] = {0};
         for (int32_t s = 0; s < 3; s++) seq_start[s + 1] = seq_start[s] + lens[s];
@@ -448,20 +473,28 @@ static int do_check(bool small, const char * real_model, const char * corpus) {
         control_off("tiny-phi3", "partial rotary", m, &off, &b);
         oscar_model_free(m);
     }
-    // what the kernels do not implement is refused by name, never run wrong
-    TRY(oscar_model_load("tests/fixtures/models/tiny-glm4-moe", &m));
-    f = NULL;
-    {
-        const enum oscar_status st = oscar_fwd_init(m, &p, &f);
-        const bool ok = st == OSCAR_ERR_UNSUPPORTED &&
-                        strstr(oscar_last_error(), "mixture-of-experts models (glm4moe, 8 experts)");
-        printf("tiny-glm4-moe on cuda: %s (%s)\n", ok ? "refused" : "NOT REFUSED", oscar_last_error());
-        g_fail |= !ok;
+    {   // MoE controls: the device routing without one of its rules must miss the CPU logits
+        int32_t seq_start[4] = {0};
+        for (int32_t s = 0; s < 3; s++) seq_start[s + 1] = seq_start[s] + lens[s];
+        int32_t tok[327];
+        TRY(oscar_model_load("tests/fixtures/models/tiny-glm4-moe", &m));
+        for (int32_t t = 0; t < seq_start[3]; t++) tok[t] = (int32_t) (rnd_u64() % 128); // both vocabularies
+        const struct oscar_batch b = {3, seq_start, tok, NULL};
+        struct oscar_model_config off = m->config;
+        off.expert_bias = false;
+        control_off("tiny-glm4-moe", "the e_score_correction_bias", m, &off, &b);
+        off = m->config;
+        off.n_expert_group = 1, off.n_group_used = 1;
+        control_off("tiny-glm4-moe", "grouped top-k", m, &off, &b);
+        oscar_model_free(m);
+        TRY(oscar_model_load("tests/fixtures/models/tiny-qwen3-moe", &m));
+        off = m->config;
+        off.expert_norm_topk = false;
+        control_off("tiny-qwen3-moe", "top-k renormalisation", m, &off, &b);
+        oscar_model_free(m);
     }
-    oscar_fwd_free(f);
-    oscar_model_free(m);
     if (real_model) check_real(real_model, corpus);
-    if (!small) {
+    if (!small && !moe_only) {
         struct oscar_model_config c;
         memset(&c, 0, sizeof c);
         c.arch = OSCAR_ARCH_LLAMA, c.n_layer = 30, c.n_embd = 576, c.n_head = 9, c.n_head_kv = 3, c.head_dim = 64;
@@ -624,9 +657,65 @@ static int do_bench(int32_t n_seq, int32_t len, int32_t layers, int reps, const 
     return 0;
 }
 
+// The bare pass's MLP stage (OSCAR_FWD_PROFILE=1 cudaEvents, stage 4 -> 5) of model c on b:
+// device ms per layer and run (best of reps after a warm-up); *secs the best run's wall time.
+static double mlp_ms(const struct oscar_model_config * c, const struct oscar_batch * b, int reps, double * secs) {
+    struct oscar_fwd_params p = oscar_fwd_default_params();
+    p.device = "cuda", p.max_tokens = b->seq_start[b->n_seq];
+    struct oscar_fwd * f = NULL;
+    struct oscar_fwd_info a, z;
+    TRY(oscar_fwd_init_random(c, 42, &p, &f));
+    TRY(oscar_fwd_run(f, b, NULL)); // warm-up
+    double best = INFINITY;
+    *secs = INFINITY;
+    for (int r = 0; r < reps; r++) {
+        oscar_fwd_info(f, &a);
+        const double t0 = now_s();
+        TRY(oscar_fwd_run(f, b, NULL));
+        const double dt = now_s() - t0;
+        oscar_fwd_info(f, &z);
+        const double ms = (z.stage_ms[4] - a.stage_ms[4]) / c->n_layer;
+        if (ms < best) best = ms;
+        if (dt < *secs) *secs = dt;
+    }
+    oscar_fwd_free(f);
+    return best;
+}
+
+// moebench: the Qwen3-30B-A3B shape's sparse MLP (routing, the counting sort, the gather, one
+// GEMM pair per expert, the combine) against a dense MLP of equal FLOPs (n_ff =
+// k Fe, the same model otherwise), both in this process on the same tokens.
+static int do_moebench(int32_t n_seq, int32_t len, int32_t layers, int reps) {
+    struct oscar_model_config moe, dense;
+    TRY(oscar_calib_random_config("qwen3-30b-a3b", &moe));
+    moe.n_layer = layers;
+    dense = moe;
+    dense.arch = OSCAR_ARCH_QWEN3, dense.n_expert = 0, dense.n_expert_used = 0, dense.n_ff_expert = 0;
+    dense.moe_step = 0, dense.expert_norm_topk = false, dense.n_ff = moe.n_expert_used * moe.n_ff_expert;
+    const int32_t T = n_seq * len;
+    int32_t * seq_start = malloc(sizeof(int32_t) * (size_t) (n_seq + 1)), * tok = malloc(sizeof(int32_t) * (size_t) T);
+    for (int32_t s = 0; s <= n_seq; s++) seq_start[s] = s * len;
+    for (int32_t t = 0; t < T; t++) tok[t] = (int32_t) (rnd_u64() % (uint64_t) moe.n_vocab);
+    const struct oscar_batch b = {n_seq, seq_start, tok, NULL};
+    setenv("OSCAR_FWD_PROFILE", "1", 1);
+    double s_moe, s_dense;
+    const double m_moe = mlp_ms(&moe, &b, reps, &s_moe), m_dense = mlp_ms(&dense, &b, reps, &s_dense);
+    unsetenv("OSCAR_FWD_PROFILE");
+    // 3 GEMMs of 2 C (k Fe) FLOPs per token: the same for both
+    const double flop = 6.0 * T * moe.n_embd * (double) moe.n_expert_used * moe.n_ff_expert;
+    printf("\nMLP at equal FLOPs: Qwen3-30B-A3B shape (%d layers, %d tokens = %d x %d; 128 experts of 768, top-8) vs "
+           "dense n_ff %d; device ms per layer (cudaEvents), best of %d\n\n", layers, T, n_seq, len, dense.n_ff, reps);
+    printf("| MLP | ms per layer | TFLOP/s | rate vs dense | bare prefill s (%d layers) |\n|---|---|---|---|---|\n", layers);
+    printf("| sparse: route + sort + gather + expert GEMMs + combine | %.2f | %.0f | %.0f%% | %.3f |\n", m_moe,
+           flop / (m_moe * 1e-3) * 1e-12, 100.0 * m_dense / m_moe, s_moe);
+    printf("| dense, n_ff = k Fe | %.2f | %.0f | 100%% | %.3f |\n", m_dense, flop / (m_dense * 1e-3) * 1e-12, s_dense);
+    free(seq_start), free(tok);
+    return 0;
+}
+
 int main(int argc, char ** argv) {
     uint64_t seed = (uint64_t) time(NULL);
-    bool small = false;
+    bool small = false, moe_only = false;
     int32_t n_seq = 15, len = 2048, layers = 36, reps = 3;
     const char * hf = NULL, * real = NULL, * corpus = NULL;
     if (argc < 2) {
@@ -636,6 +725,7 @@ int main(int argc, char ** argv) {
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--small")) small = true;
+        else if (!strcmp(argv[i], "--moe")) moe_only = true;
         else if (!strcmp(argv[i], "--seqs") && i + 1 < argc) n_seq = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--len") && i + 1 < argc) len = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
@@ -654,8 +744,9 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "--model needs --corpus\n");
         return 2;
     }
-    if (!strcmp(argv[1], "check")) return do_check(small, real, corpus);
+    if (!strcmp(argv[1], "check")) return do_check(small, moe_only, real, corpus);
     if (!strcmp(argv[1], "bench")) return do_bench(n_seq, len, layers, reps, hf);
+    if (!strcmp(argv[1], "moebench")) return do_moebench(n_seq, len, layers, reps);
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 2;
 }
