@@ -106,6 +106,7 @@ static uint64_t rnd_u64(void) {
 }
 
 static int g_fail = 0;
+static int g_n_sensitive = 0; // bf16 rows not gated on logits / e2e (compare_mode)
 
 static double now_s(void) {
     struct timespec ts;
@@ -278,8 +279,12 @@ static void out_row(bool fp32, const char * fmt, ...) {
 }
 
 // One table row: the CPU pass vs the cuda pass in one mode (bf16: the caller has rounded m's
-// matrices to bf16; fp32: m as loaded) on batch b, against the bounds derived above.
-static void compare_mode(const char * name, const struct oscar_model * m, const struct oscar_batch * b, bool fp32) {
+// matrices to bf16; fp32: m as loaded) on batch b, against the bounds derived above. cpu_io: the
+// fp32 mode stores the CPU logits of the unrounded model there; the bf16 mode reads them back to
+// measure how far the CPU pass itself moves when only the matrices are rounded (see
+// ROUTING-SENSITIVE below).
+static void compare_mode(const char * name, const struct oscar_model * m, const struct oscar_batch * b, bool fp32,
+                         float * cpu_io) {
     const struct oscar_model_config * c = &m->config;
     const int32_t T = b->seq_start[b->n_seq];
     const size_t V = (size_t) c->n_vocab;
@@ -294,8 +299,19 @@ static void compare_mode(const char * name, const struct oscar_model * m, const 
     run_passes(m, "cuda", fp32, b, T, s_gpu2, NULL, NULL, lg2, &t_gpu2);
     const double e_logit = rel_l2(lg, lc, (size_t) T * V);
     const bool det_logits = memcmp(lg, lg2, sizeof(float) * T * V) == 0;
-    out_row(fp32, "| %s | %d | %.2e | %s |", name, T, e_logit, det_logits ? "yes" : "NO");
-    if (!(e_logit <= max_logit) || !det_logits) g_fail = 1;
+    double sens = 0.0;
+    if (fp32) memcpy(cpu_io, lc, sizeof(float) * T * V);
+    else sens = rel_l2(lc, cpu_io, (size_t) T * V);
+    // ROUTING-SENSITIVE: a model whose CPU pass moves by more than the bf16 logit bound when only
+    // its matrices are rounded (expert choices flip under any bf16-sized perturbation: tiny-glm4-moe,
+    // 9.4e-2, where the dense fixtures move by 2e-3 .. 4e-3) cannot meet the bf16 logit and e2e
+    // bounds, whose derivation assumes smooth propagation; its bf16 row is printed, its same-token
+    // sums and determinism are gated, and its fp32 row (1e-4) checks the pass itself
+    const bool sensitive = !fp32 && !(sens <= max_logit);
+    out_row(fp32, "| %s%s | %d | %.2e | %s |", name, sensitive ? " (routing-sensitive)" : "", T, e_logit,
+            det_logits ? "yes" : "NO");
+    if ((!sensitive && !(e_logit <= max_logit)) || !det_logits) g_fail = 1;
+    if (sensitive) g_n_sensitive++;
     const enum oscar_stats_kind kinds[5] = {OSCAR_STATS_KTK, OSCAR_STATS_VTV, OSCAR_STATS_QQT, OSCAR_STATS_SST,
                                             OSCAR_STATS_VATT};
     bool all_det = true;
@@ -307,9 +323,11 @@ static void compare_mode(const char * name, const struct oscar_model * m, const 
         stats_diff(s_gpu, s_gpu2, kinds[i], c->n_layer, c->head_dim, &det);
         all_det = all_det && det;
         out_row(fp32, " %.1e / %.1e |", same, e2e);
-        if (!(same <= max_same) || !(e2e <= max_e2e)) g_fail = 1;
+        if (!(same <= max_same) || (!sensitive && !(e2e <= max_e2e))) g_fail = 1;
     }
-    out_row(fp32, " %s | %.3f / %.3f |\n", all_det ? "yes" : "NO", t_cpu, t_gpu2);
+    out_row(fp32, " %s | %.3f / %.3f |", all_det ? "yes" : "NO", t_cpu, t_gpu2);
+    if (sensitive) out_row(fp32, " the CPU pass moves %.1e under bf16 matrices: logits and e2e not gated here |", sens);
+    out_row(fp32, "\n");
     if (!all_det) g_fail = 1;
     fflush(stdout);
     oscar_stats_free(s_cpu), oscar_stats_free(s_gpu), oscar_stats_free(s_hook), oscar_stats_free(s_gpu2);
@@ -362,9 +380,11 @@ static void check_model(const char * name, struct oscar_model * m, const int32_t
     int32_t * tok = malloc(sizeof(int32_t) * (size_t) T);
     for (int32_t t = 0; t < T; t++) tok[t] = tokens ? tokens[t] : (int32_t) (rnd_u64() % (uint64_t) c->n_vocab);
     const struct oscar_batch b = {n_seq, seq_start, tok, NULL};
-    compare_mode(name, m, &b, true);
+    float * cpu_logits = malloc(sizeof(float) * (size_t) T * (size_t) c->n_vocab);
+    compare_mode(name, m, &b, true, cpu_logits);
     round_model(m);
-    compare_mode(name, m, &b, false);
+    compare_mode(name, m, &b, false, cpu_logits);
+    free(cpu_logits);
     free(tok);
 }
 
@@ -529,7 +549,8 @@ static int do_check(bool small, bool moe_only, const char * real_model, const ch
     printf("\nfp32 mode (oscar_fwd_params.fp32): CPU pass on the unrounded weights; bounds: logits 1e-4,"
            " same-tok 1e-4, e2e 1e-4\n\n");
     printf("%s%s", TABLE_HEAD, g_fp32_rows);
-    printf("check: %s\n", g_fail ? "FAIL" : "PASS");
+    printf("check: %s (%d routing-sensitive bf16 row(s) gated on same-token sums and determinism only)\n",
+           g_fail ? "FAIL" : "PASS", g_n_sensitive);
     return g_fail;
 }
 
