@@ -145,6 +145,8 @@ struct cuda_fwd {
     // profile (OSCAR_FWD_PROFILE=1)
     cudaEvent_t * ev;                   // [L, N_STAGES + 1] or NULL
     double stage_ms[N_STAGES];
+    cudaEvent_t * moe_ev;               // [L, 4] the sparse MLP's phases (fwd-moe.cuh), or NULL
+    double moe_ms[3];
     // layer-major pass
     float * rows;                       // [n_rows, C] hidden states of every row of the pass
     float * keep_k, * keep_v;           // [n_keep, Hkv, D] this layer's calibration K/V (SST), or NULL
@@ -520,7 +522,10 @@ static void cuda_free(void * ctx) {
     if (f->ev)
         for (int32_t i = 0; i < f->c.n_layer * (N_STAGES + 1); i++)
             if (f->ev[i]) cudaEventDestroy(f->ev[i]);
-    free(f->ev), free(f->h_ab), free(f->h_c);
+    if (f->moe_ev)
+        for (int32_t i = 0; i < f->c.n_layer * 4; i++)
+            if (f->moe_ev[i]) cudaEventDestroy(f->moe_ev[i]);
+    free(f->ev), free(f->moe_ev), free(f->h_ab), free(f->h_c);
     free(f->layers), free(f->h_pos), free(f->h_blocks);
     osc_kvsim_free(f->kvsim);
     cudaFreeHost(f->hq), cudaFreeHost(f->hk), cudaFreeHost(f->hv), cudaFreeHost(f->hatt), cudaFreeHost(f->hx);
@@ -677,9 +682,11 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f, const float * rope
     const size_t T = (size_t) f->max_tokens, C = (size_t) c->n_embd, D = (size_t) c->head_dim;
     const size_t Q = (size_t) c->n_head * D, KV = (size_t) c->n_head_kv * D, F = (size_t) c->n_ff;
     const size_t NQKV = Q + 2 * KV, L = (size_t) c->n_layer, H = (size_t) c->n_head_kv;
-    // the MLP's widest GEMM output and activation: the dense MLP's, or the experts' (T K rows of
-    // 2 Fe: K rows per token) and the shared expert's
-    const size_t KFe = f->has_moe ? (size_t) c->n_expert_used * c->n_ff_expert : 0;
+    // the MLP's widest GEMM output and activation per token: the dense MLP's, or the experts'
+    // (osc_moe_rows rows of 2 Fe: K per token and the padding, rounded up to whole tokens) and
+    // the shared expert's
+    const size_t RM = f->has_moe ? osc_moe_rows(c, T) : 0;
+    const size_t KFe = f->has_moe ? (RM * (size_t) c->n_ff_expert + T - 1) / T : 0;
     const size_t Fs = f->has_moe ? (size_t) c->n_ff_shared : 0;
     const size_t FD = f->has_dense ? F : 0, FH0 = FD > KFe ? FD : KFe, FH = FH0 > Fs ? FH0 : Fs;
     const size_t wide0 = NQKV > 2 * FH ? NQKV : 2 * FH, wide = wide0 > C ? wide0 : C; // C: a sandwich norm's input
@@ -753,17 +760,17 @@ static enum oscar_status alloc_moe_work(struct cuda_fwd * f) {
     const struct oscar_model_config * c = &f->c;
     const size_t T = (size_t) f->max_tokens, C = (size_t) c->n_embd, E = (size_t) c->n_expert;
     const size_t n = T * (size_t) c->n_expert_used, NR = E + (osc_moe_has_gate_row(c) ? 1 : 0);
+    const size_t R = osc_moe_rows(c, T);
     struct osc_moe_work * k = &f->mw;
     if (!f->p.fp32) OSCAR_CUDA_CHECK(dalloc(f, &f->xr, T * C, false));
     OSCAR_CUDA_CHECK(dalloc(f, &k->logit, T * NR, false));
     OSCAR_CUDA_CHECK(dalloc(f, &k->choice, T * E, false));
     OSCAR_CUDA_CHECK(dalloc(f, &k->top_e, n, false));
     OSCAR_CUDA_CHECK(dalloc(f, &k->top_w, n, false));
-    OSCAR_CUDA_CHECK(dalloc(f, &k->by_exp, n, false));
     OSCAR_CUDA_CHECK(dalloc(f, &k->row_of, n, false));
     OSCAR_CUDA_CHECK(dalloc(f, &k->cnt, E, false));
-    OSCAR_CUDA_CHECK(dalloc_w(f, &k->xg, n * C, false));
-    OSCAR_CUDA_CHECK(dalloc(f, &k->ye, n * C, false));
+    OSCAR_CUDA_CHECK(dalloc_w(f, &k->xg, R * C, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &k->ye, R * C, false));
     OSCAR_CUDA_CHECK(cudaMallocHost((void **) &k->h_cnt, E * sizeof(int32_t)));
     k->gu = f->big, k->h = f->h;
     return OSCAR_OK;
@@ -823,6 +830,14 @@ static enum oscar_status cuda_init(const struct oscar_model * m, const struct os
                 goto out;
             }
             for (int32_t i = 0; i < n; i++) OSCAR_CUDA_TRY(cudaEventCreate(&f->ev[i]));
+            if (f->has_moe) {
+                f->moe_ev = (cudaEvent_t *) calloc((size_t) c->n_layer * 4, sizeof(cudaEvent_t));
+                if (!f->moe_ev) {
+                    st = osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
+                    goto out;
+                }
+                for (int32_t i = 0; i < c->n_layer * 4; i++) OSCAR_CUDA_TRY(cudaEventCreate(&f->moe_ev[i]));
+            }
         }
     }
     if (p->layered && !p->fp32 && m) OSCAR_CUDA_TRY(cudaMalloc((void **) &f->stage, STAGE_FLOATS * sizeof(float)));
@@ -1211,7 +1226,8 @@ static enum oscar_status run_layer(struct cuda_fwd * f, const struct oscar_batch
             OSCAR_CUDA_TRY(osc_fwd_rmsnorm(f->xr, f->x, w->ffn_norm, c->norm_offset, T, C, c->rms_eps, s));
             xr = f->xr;
         }
-        if ((st = osc_moe_mlp(f->blas, s, f->wtype, c, &w->moe, &f->mw, f->x, xr, f->xn, T)) != OSCAR_OK) goto out;
+        cudaEvent_t * mev = f->moe_ev ? f->moe_ev + (size_t) l * 4 : NULL;
+        if ((st = osc_moe_mlp(f->blas, s, f->wtype, c, &w->moe, &f->mw, f->x, xr, f->xn, T, mev)) != OSCAR_OK) goto out;
     } else {
         OSCAR_CUBLAS_TRY(gemm_w(f, f->big, f->xn, w->wgu, T, 2 * F, C, 0.0f));
         OSCAR_CUDA_TRY(act_swiglu(f, T));
@@ -1256,6 +1272,22 @@ out:
     return st;
 }
 
+// Layer l's stage (and sparse MLP phase) times of its last run into the profile sums, after a sync.
+static enum oscar_status add_profile(struct cuda_fwd * f, int32_t l) {
+    float ms = 0.0f;
+    for (int32_t i = 0; f->ev && i < N_STAGES; i++) {
+        cudaEvent_t * e = f->ev + (size_t) l * (N_STAGES + 1);
+        OSCAR_CUDA_CHECK(cudaEventElapsedTime(&ms, e[i], e[i + 1]));
+        f->stage_ms[i] += (double) ms;
+    }
+    for (int32_t i = 0; f->moe_ev && oscar_layer_is_moe(&f->c, l) && i < 3; i++) {
+        cudaEvent_t * e = f->moe_ev + (size_t) l * 4;
+        OSCAR_CUDA_CHECK(cudaEventElapsedTime(&ms, e[i], e[i + 1]));
+        f->moe_ms[i] += (double) ms;
+    }
+    return OSCAR_OK;
+}
+
 static enum oscar_status cuda_run(void * ctx, const struct oscar_batch * b, float * logits) {
     struct cuda_fwd * f = (struct cuda_fwd *) ctx;
     if (f->p.layered) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: whole passes on a layer-major pass");
@@ -1273,14 +1305,8 @@ static enum oscar_status cuda_run(void * ctx, const struct oscar_batch * b, floa
     if (st == OSCAR_OK && logits) st = lm_head(f, T, logits);
     if (st != OSCAR_OK) return st;
     OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));
-    if (f->ev)
-        for (int32_t l = 0; l < f->c.n_layer; l++)
-            for (int32_t i = 0; i < N_STAGES; i++) {
-                float ms = 0.0f;
-                cudaEvent_t * e = f->ev + (size_t) l * (N_STAGES + 1);
-                OSCAR_CUDA_CHECK(cudaEventElapsedTime(&ms, e[i], e[i + 1]));
-                f->stage_ms[i] += (double) ms;
-            }
+    for (int32_t l = 0; l < f->c.n_layer && st == OSCAR_OK; l++) st = add_profile(f, l);
+    if (st != OSCAR_OK) return st;
     if (f->pass == 1 || f->pass == 2) f->n_tok += T;
     note_used(f);
     return OSCAR_OK;
@@ -1391,6 +1417,7 @@ static void cuda_info(const void * ctx, struct oscar_fwd_info * out) {
     out->workspace_bytes = f->work_bytes;
     out->device_used_bytes = f->used_max;
     for (int i = 0; i < N_STAGES; i++) out->stage_ms[i] = f->stage_ms[i];
+    for (int i = 0; i < 3; i++) out->moe_ms[i] = f->moe_ms[i];
     out->attention_tc = f->att_tc ? 1 : 0;
 }
 
@@ -1566,6 +1593,7 @@ static enum oscar_status cuda_layer_run(void * ctx, int32_t l, const struct osca
     if (st == OSCAR_OK && sums) f->layer_tok += T;
     // the caller times each batch (forward vs held-out); a few syncs per layer cost nothing
     if (st == OSCAR_OK) OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));
+    if (st == OSCAR_OK) st = add_profile(f, l);
     note_used(f);
     return st;
 }

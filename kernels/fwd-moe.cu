@@ -5,14 +5,15 @@
 // repeated argmax (a tie to the lower expert). The kept groups of grouped top-k are the first
 // n_group_used by (group score descending, index ascending): the set the CPU's repeated argmax
 // picks. The counting sort is one block per expert scanning the entries in order, so the
-// entries of an expert keep their token order whatever the launch.
+// entries of an expert keep their token order whatever the launch; each expert's rows start
+// at a multiple of OSC_MOE_ROW_ALIGN.
 #include "kernels/cublas-check.cuh"
 #include "kernels/fwd-kernels.cuh"
 #include "kernels/fwd-moe.cuh"
 
 #include <math.h>
 
-enum { SORT_THREADS = 1024, ROW_THREADS = 256 };
+enum { SORT_THREADS = 1024, SCATTER_ITEMS = 4, ROW_THREADS = 256 };
 
 bool osc_moe_has_gate_row(const struct oscar_model_config * c) { return c->n_ff_shared > 0 && !c->shared_ungated; }
 
@@ -122,45 +123,63 @@ __global__ void __launch_bounds__(SORT_THREADS) k_count(const int32_t * te, int3
     }
 }
 
-// Block e writes expert e's entries, in entry order, at rows [Σ_{e' < e} cnt, ...) of by_exp.
+__host__ __device__ static int32_t pad_rows(int32_t m) {
+    return (m + OSC_MOE_ROW_ALIGN - 1) / OSC_MOE_ROW_ALIGN * OSC_MOE_ROW_ALIGN;
+}
+
+// Block e gives expert e's entries, in entry order, the rows from Σ_{e' < e} pad_rows(cnt) on.
+// Each thread takes SCATTER_ITEMS consecutive entries per step and the threads' counts are
+// scanned in thread order, so the ranks follow the entry order.
 __global__ void __launch_bounds__(SORT_THREADS) k_scatter(const int32_t * te, int32_t n, const int32_t * cnt,
-                                                          int32_t * by_exp, int32_t * row_of) {
+                                                          int32_t * row_of) {
     const int32_t e = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     __shared__ int32_t base, wsum[SORT_THREADS / 32];
     if (threadIdx.x == 0) {
         int32_t o = 0;
-        for (int32_t i = 0; i < e; i++) o += cnt[i];
+        for (int32_t i = 0; i < e; i++) o += pad_rows(cnt[i]);
         base = o;
     }
     __syncthreads();
-    for (int32_t i0 = 0; i0 < n; i0 += blockDim.x) {
-        const int32_t i = i0 + threadIdx.x;
-        const bool hit = i < n && te[i] == e;
-        const unsigned m = __ballot_sync(0xffffffffu, hit);
-        if (lane == 0) wsum[warp] = __popc(m);
+    for (int32_t i0 = 0; i0 < n; i0 += (int32_t) blockDim.x * SCATTER_ITEMS) {
+        const int32_t first = i0 + (int32_t) threadIdx.x * SCATTER_ITEMS;
+        int32_t mine = 0;
+        for (int32_t q = 0; q < SCATTER_ITEMS; q++) mine += first + q < n && te[first + q] == e;
+        int32_t incl = mine; // inclusive scan over the warp's lanes
+        for (int32_t o = 1; o < 32; o <<= 1) {
+            const int32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += v;
+        }
+        if (lane == 31) wsum[warp] = incl;
         __syncthreads();
         int32_t before = 0, total = 0;
         for (int32_t w = 0; w < (int32_t) (blockDim.x >> 5); w++) {
             before += w < warp ? wsum[w] : 0;
             total += wsum[w];
         }
-        if (hit) {
-            const int32_t r = base + before + __popc(m & ((1u << lane) - 1u));
-            by_exp[r] = i, row_of[i] = r;
-        }
+        int32_t r = base + before + incl - mine;
+        for (int32_t q = 0; q < SCATTER_ITEMS; q++)
+            if (first + q < n && te[first + q] == e) row_of[first + q] = r++;
         __syncthreads(); // wsum and base are rewritten below
         if (threadIdx.x == 0) base += total;
         __syncthreads();
     }
 }
 
-// xg row r = xn row by_exp[r] / K.
+// xg row row_of[i] = xn row i / K (block i: entry i).
 template <typename X>
-__global__ void k_gather(X * xg, const X * xn, const int32_t * by_exp, int32_t K, int32_t C) {
-    const int32_t r = blockIdx.x;
-    const X * src = xn + (size_t) (by_exp[r] / K) * C;
-    X * dst = xg + (size_t) r * C;
+__global__ void k_gather(X * xg, const X * xn, const int32_t * row_of, int32_t K, int32_t C) {
+    const int32_t i = blockIdx.x;
+    const X * src = xn + (size_t) (i / K) * C;
+    X * dst = xg + (size_t) row_of[i] * C;
     for (int32_t i = threadIdx.x; i < C; i += blockDim.x) dst[i] = src[i];
+}
+
+// The same in 16-byte words (rows of a multiple of 16 bytes: every row starts 16-byte aligned).
+__global__ void k_gather16(uint4 * xg, const uint4 * xn, const int32_t * row_of, int32_t K, int32_t words) {
+    const int32_t i = blockIdx.x;
+    const uint4 * src = xn + (size_t) (i / K) * words;
+    uint4 * dst = xg + (size_t) row_of[i] * words;
+    for (int32_t j = threadIdx.x; j < words; j += blockDim.x) dst[j] = src[j];
 }
 
 // x[t] += Σ_j tw[t, j] ye[row_of[t K + j]] (j in top-k order), then + g_t ysh[t] (g_t the shared
@@ -197,13 +216,15 @@ static cudaError_t act(cudaDataType_t wtype, void * h, const float * gu, int32_t
 
 enum oscar_status osc_moe_mlp(cublasHandle_t blas, cudaStream_t s, cudaDataType_t wtype,
                               const struct oscar_model_config * c, const struct osc_moe_dlayer * w,
-                              const struct osc_moe_work * k, float * x, const float * xr, const void * xn, int32_t T) {
+                              const struct osc_moe_work * k, float * x, const float * xr, const void * xn, int32_t T,
+                              cudaEvent_t * ev) {
     const int32_t E = c->n_expert, K = c->n_expert_used, C = c->n_embd, Fe = c->n_ff_expert, Fs = c->n_ff_shared;
     const bool gate_row = osc_moe_has_gate_row(c), gelu = c->act == OSCAR_ACT_GELU_TANH;
     const int32_t NR = E + (gate_row ? 1 : 0), n = T * K, rb = (T + 127) / 128;
     const size_t es = wtype == CUDA_R_32F ? sizeof(float) : sizeof(osc_bf16);
     const float one = 1.0f, zero = 0.0f;
     enum oscar_status st = OSCAR_OK;
+    if (ev) OSCAR_CUDA_TRY(cudaEventRecord(ev[0], s));
     // router logits in fp32 (the CPU routes on fp32 rows and weights)
     OSCAR_CUBLAS_TRY(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, NR, T, C, &one, w->router, CUDA_R_32F, C, xr,
                                   CUDA_R_32F, C, &zero, k->logit, CUDA_R_32F, NR, CUBLAS_COMPUTE_32F,
@@ -218,33 +239,37 @@ enum oscar_status osc_moe_mlp(cublasHandle_t blas, cudaStream_t s, cudaDataType_
     }
     OSCAR_CUDA_TRY(cudaGetLastError());
     k_count<<<E, SORT_THREADS, 0, s>>>(k->top_e, n, k->cnt);
-    k_scatter<<<E, SORT_THREADS, 0, s>>>(k->top_e, n, k->cnt, k->by_exp, k->row_of);
-    if (wtype == CUDA_R_32F)
-        k_gather<<<n, ROW_THREADS, 0, s>>>((float *) k->xg, (const float *) xn, k->by_exp, K, C);
+    k_scatter<<<E, SORT_THREADS, 0, s>>>(k->top_e, n, k->cnt, k->row_of);
+    if ((C * es) % 16 == 0)
+        k_gather16<<<n, ROW_THREADS, 0, s>>>((uint4 *) k->xg, (const uint4 *) xn, k->row_of, K, (int32_t) (C * es / 16));
+    else if (wtype == CUDA_R_32F)
+        k_gather<<<n, ROW_THREADS, 0, s>>>((float *) k->xg, (const float *) xn, k->row_of, K, C);
     else
-        k_gather<<<n, ROW_THREADS, 0, s>>>((osc_bf16 *) k->xg, (const osc_bf16 *) xn, k->by_exp, K, C);
+        k_gather<<<n, ROW_THREADS, 0, s>>>((osc_bf16 *) k->xg, (const osc_bf16 *) xn, k->row_of, K, C);
     OSCAR_CUDA_TRY(cudaGetLastError());
+    if (ev) OSCAR_CUDA_TRY(cudaEventRecord(ev[1], s));
     OSCAR_CUDA_TRY(cudaMemcpyAsync(k->h_cnt, k->cnt, (size_t) E * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
     OSCAR_CUDA_TRY(cudaStreamSynchronize(s));
     {
         const size_t gu_e = (size_t) 2 * Fe * C, dn_e = (size_t) C * Fe;
-        int32_t r0 = 0;
-        for (int32_t e = 0; e < E; e++) { // gate/up of each non-empty expert over its rows
-            const int32_t m = k->h_cnt[e];
+        int32_t r0 = 0, routed = 0;
+        for (int32_t e = 0; e < E; e++) { // gate/up of each non-empty expert over its (padded) rows
+            const int32_t m = pad_rows(k->h_cnt[e]);
             if (m > 0)
-                OSCAR_CUBLAS_TRY(gemm_rows(blas, wtype, k->gu + (size_t) r0 * 2 * Fe, (const char *) k->xg + (size_t) r0 * C * es,
+                OSCAR_CUBLAS_TRY(gemm_rows(blas, wtype, k->gu + (size_t) r0 * 2 * Fe,
+                                           (const char *) k->xg + (size_t) r0 * C * es,
                                            (const char *) w->exp_gu + e * gu_e * es, m, 2 * Fe, C));
-            r0 += m;
+            r0 += m, routed += k->h_cnt[e];
         }
-        if (r0 != n) {
+        if (routed != n) {
             st = osc_error(OSCAR_ERR_NUMERIC, "forward-cuda: %d of %d expert entries routed (non-finite router "
-                           "logits?)", r0, n);
+                           "logits?)", routed, n);
             goto out;
         }
-        OSCAR_CUDA_TRY(act(wtype, k->h, k->gu, n, Fe, gelu, s));
+        OSCAR_CUDA_TRY(act(wtype, k->h, k->gu, r0, Fe, gelu, s));
         r0 = 0;
         for (int32_t e = 0; e < E; e++) {
-            const int32_t m = k->h_cnt[e];
+            const int32_t m = pad_rows(k->h_cnt[e]);
             if (m > 0)
                 OSCAR_CUBLAS_TRY(gemm_rows(blas, wtype, k->ye + (size_t) r0 * C, (const char *) k->h + (size_t) r0 * Fe * es,
                                            (const char *) w->exp_down + e * dn_e * es, m, C, Fe));
@@ -256,9 +281,11 @@ enum oscar_status osc_moe_mlp(cublasHandle_t blas, cudaStream_t s, cudaDataType_
         OSCAR_CUDA_TRY(act(wtype, k->h, k->gu, T, Fs, gelu, s));
         OSCAR_CUBLAS_TRY(gemm_rows(blas, wtype, k->gu, k->h, w->sh_down, T, C, Fs));
     }
+    if (ev) OSCAR_CUDA_TRY(cudaEventRecord(ev[2], s));
     k_combine<<<T, ROW_THREADS, 0, s>>>(x, k->ye, k->row_of, k->top_w, Fs > 0 ? k->gu : NULL, k->logit, NR,
                                         gate_row ? E : -1, K, C);
     OSCAR_CUDA_TRY(cudaGetLastError());
+    if (ev) OSCAR_CUDA_TRY(cudaEventRecord(ev[3], s));
 out:
     return st;
 }

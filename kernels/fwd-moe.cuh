@@ -20,6 +20,15 @@ extern "C" {
 
 // Most expert groups the device routing handles (a bit mask per token).
 #define OSC_MOE_MAX_GROUPS 64
+// Each expert's rows start at a multiple of this in the grouped buffers (xg, gu, h, ye): the
+// GEMMs run over whole tiles and see few distinct row counts (one cuBLAS plan per count); the
+// padding rows are computed and never read.
+#define OSC_MOE_ROW_ALIGN 128
+
+// Rows of the grouped buffers for T tokens: T K entries plus each expert's padding.
+static inline size_t osc_moe_rows(const struct oscar_model_config * c, size_t T) {
+    return T * (size_t) c->n_expert_used + (size_t) c->n_expert * (OSC_MOE_ROW_ALIGN - 1);
+}
 
 // One sparse layer's device weights. Matrices are of type wtype (bf16, or fp32 in the fp32 mode).
 struct osc_moe_dlayer {
@@ -37,14 +46,13 @@ struct osc_moe_work {
     float *   choice; // [T, E] softmax probabilities, or sigmoid scores + bias (what the top-k picks from)
     int32_t * top_e;  // [T, K] each token's experts, best first
     float *   top_w;  // [T, K] their weights
-    int32_t * by_exp; // [T K] the entries t K + j grouped by expert, tokens ascending within one
-    int32_t * row_of; // [T K] the position of entry t K + j in by_exp
+    int32_t * row_of; // [T K] the grouped row of entry t K + j: its expert's rows, tokens ascending
     int32_t * cnt;    // [E] entries per expert
     int32_t * h_cnt;  // [E] pinned host copy
-    void *    xg;     // [T K, C] gathered normed rows (wtype)
-    float *   gu;     // [T K, 2 Fe] and [T, 2 Fs] gate/up outputs; then [T, C] the shared expert's output
-    void *    h;      // [T K, Fe] and [T, Fs] activations (wtype)
-    float *   ye;     // [T K, C] expert outputs in by_exp order
+    void *    xg;     // [R, C] gathered normed rows (wtype), R = osc_moe_rows
+    float *   gu;     // [R, 2 Fe] and [T, 2 Fs] gate/up outputs; then [T, C] the shared expert's output
+    void *    h;      // [R, Fe] and [T, Fs] activations (wtype)
+    float *   ye;     // [R, C] expert outputs
 };
 
 // Whether the router matrix carries shared_expert_gate's row (NR = E + 1).
@@ -52,9 +60,12 @@ bool osc_moe_has_gate_row(const struct oscar_model_config * c);
 
 // x [T, C] += the sparse MLP of w on the normed rows: xr [T, C] fp32 (router input, the CPU's
 // fp32 normed rows) and xn [T, C] of type wtype (the experts' input; fp32 mode: xn == xr).
-// Synchronises the stream once (the per-expert row counts size the GEMMs on the host).
+// Synchronises the stream once (the per-expert row counts size the GEMMs on the host). ev: NULL,
+// or 4 events recorded at the start, after the grouping, after the expert and shared GEMMs, and
+// after the combine (profiling).
 enum oscar_status osc_moe_mlp(cublasHandle_t blas, cudaStream_t s, cudaDataType_t wtype,
                               const struct oscar_model_config * c, const struct osc_moe_dlayer * w,
-                              const struct osc_moe_work * k, float * x, const float * xr, const void * xn, int32_t T);
+                              const struct osc_moe_work * k, float * x, const float * xr, const void * xn, int32_t T,
+                              cudaEvent_t * ev);
 
 #endif

@@ -12,7 +12,8 @@
 #   4. benchmarks (unless --no-bench): the sparse MLP vs a dense MLP of equal FLOPs (Qwen3-30B-A3B
 #      shape, one process), oscar-calibrate --device cuda on the Qwen3-30B-A3B shape (30,720 tokens)
 #      against transformers' bare prefill of the same shape, and the GLM-4.7 shape (92 layers, 160
-#      experts, 716 GB in bf16) through layer streaming on one device.
+#      experts, 716 GB in bf16) through layer streaming on one device (OSCAR_FWD_PROFILE=1: the
+#      forward's device time per stage).
 #
 #   bash tests/gpu/gpu-moe-check.sh [--no-bench] [--bench-only] [--no-hf]
 # Env: OUT (logs go there), OSCAR_DEBS (gpu-deps.sh), JOBS. Exit 0 only if every check passes.
@@ -83,11 +84,14 @@ if [ "$bench" -eq 1 ]; then
     /usr/bin/time -v timeout 200 $CAL --device cuda --random-init qwen3-30b-a3b --tokens 30720 -c 2048 -b 15 \
         --heldout 1 -o "$work/q30b" --json -v >"$logdir/q30b.json" 2>"$logdir/q30b.err" || fail "qwen3-30b-a3b"
     show "$logdir/q30b.err"
+    echo "-- the same with OSCAR_FWD_PROFILE=1 (cudaEvents per stage: where the forward time goes)"
+    OSCAR_FWD_PROFILE=1 timeout 200 $CAL --device cuda --random-init qwen3-30b-a3b --tokens 30720 -c 2048 -b 15 \
+        --heldout 1 -o "$work/q30b-prof" -v 2>&1 | grep -E "forward stages|timing:" | cut -c1-330
     echo "== 4c. GLM-4.7 shape (92 layers, 160 experts top-8, 716 GB in bf16) on one device, 8192 tokens"
-    /usr/bin/time -v timeout 300 $CAL --device cuda --random-init glm-4.7 --tokens 8192 -c 2048 \
+    OSCAR_FWD_PROFILE=1 /usr/bin/time -v timeout 300 $CAL --device cuda --random-init glm-4.7 --tokens 8192 -c 2048 \
         -b 4 --heldout 1 -o "$work/glm47" --json -v >"$logdir/glm47.json" 2>"$logdir/glm47.err" || fail "glm-4.7"
     show "$logdir/glm47.err"
-    tail -3 "$logdir/glm47.err"
+    grep -E "forward stages" "$logdir/glm47.err" | cut -c1-330
     if [ "$hf" -eq 1 ]; then
         echo "== 4d. transformers bare prefill, Qwen3-30B-A3B shape, 15 x 2048 tokens"
         PYTHONUNBUFFERED=1 timeout 240 python3 tests/gpu/bench-prefill-hf.py --shape qwen3-30b-a3b --layers 48 \
