@@ -101,7 +101,7 @@ static void usage(FILE * f) {
             "      --gpu-precision bf16|fp32  with --device cuda: bf16 weights and GEMM inputs, capture bf16\n"
             "                            (fast), or fp32 throughout (the CPU pass's numerics, slower) [bf16]\n"
             "      --random-init NAME    random-weight model of a named shape (qwen3-8b, llama3-70b, smollm2-135m,\n"
-            "                            qwen3-30b-a3b, tiny-qwen3-moe, tiny-gemma3, tiny-glm4-moe)\n"
+            "                            qwen3-30b-a3b, glm-4.7, tiny-qwen3-moe, tiny-gemma3, tiny-glm4-moe)\n"
             "                            on synthetic tokens, instead of --model/--corpus: for benchmarks only\n"
             "  -q, --quiet               errors only on stderr (no progress, gate table or timings)\n"
             "  -v, --verbose             stage timings\n"

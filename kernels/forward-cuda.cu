@@ -8,7 +8,9 @@
 // Llama/SmolLM, Qwen2/3 (q/k norms, biases), Mistral and Qwen sliding windows, Phi-3 and GLM
 // partial rotary, and Gemma 3's layer ((1 + w) RMSNorms, sandwich norms, GELU-tanh MLP,
 // sqrt(C)-scaled embedding, query_pre_attn_scalar score scale, local/global RoPE bases on
-// its sliding/global layers). Mixture-of-experts models are refused (the CPU pass runs them).
+// its sliding/global layers), and the mixture-of-experts layers of Qwen2/3-MoE, Mixtral and
+// GLM-4.x MoE (kernels/fwd-moe.cu: device routing, experts grouped by a stable sort, one GEMM
+// pair per expert, a fixed-order combine); their dense layers run the dense MLP.
 // fp32 mode (oscar_fwd_params.fp32): the same pass with every weight matrix, embedding
 // and GEMM input (xn, att, h, pass-1 Gram inputs) in fp32 and the fp32 attention
 // kernel. One mechanism carries both: those buffers are `void *` of f->esize bytes per
@@ -34,6 +36,7 @@ extern "C" {
 #include "kernels/cuda-common.cuh"
 #include "kernels/fwd-kernels.cuh"
 #include "kernels/fwd-kvsim.cuh"
+#include "kernels/fwd-moe.cuh"
 #include "kernels/fwd-score.cuh"
 
 #include <math.h>
@@ -41,7 +44,7 @@ extern "C" {
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_ALLOCS = 64 };
+enum { MAX_ALLOCS = 96 };
 static const int32_t LOGIT_ROWS = 512; // LM-head rows per GEMM (logits leave the device in chunks)
 static const size_t STAGE_FLOATS = (size_t) 16 << 20; // 64 MB of fp32 staging for weight conversion
 static const size_t BLAS_WS_BYTES = (size_t) 32 << 20;
@@ -63,8 +66,9 @@ struct dlayer {
     // matrices: bf16, or fp32 in the fp32 mode (struct cuda_fwd's esize / wtype)
     void * wqkv;         // [NQKV, C]
     void * wo;           // [C, Q]
-    void * wgu;          // [2F, C]: gate rows, then up rows
+    void * wgu;          // [2F, C]: gate rows, then up rows (dense layers)
     void * wdown;        // [C, F]
+    struct osc_moe_dlayer moe; // sparse layers (oscar_layer_is_moe); a layered slot holds both kinds
 };
 
 struct cuda_fwd {
@@ -141,6 +145,8 @@ struct cuda_fwd {
     // profile (OSCAR_FWD_PROFILE=1)
     cudaEvent_t * ev;                   // [L, N_STAGES + 1] or NULL
     double stage_ms[N_STAGES];
+    cudaEvent_t * moe_ev;               // [L, 4] the sparse MLP's phases (fwd-moe.cuh), or NULL
+    double moe_ms[3];
     // layer-major pass
     float * rows;                       // [n_rows, C] hidden states of every row of the pass
     float * keep_k, * keep_v;           // [n_keep, Hkv, D] this layer's calibration K/V (SST), or NULL
@@ -158,6 +164,10 @@ struct cuda_fwd {
     // host hook staging
     float * hq, * hk, * hv, * hatt, * hx;
     float * h_wo;                       // pinned [C, Q] staging of copy_wo (allocated at first use)
+    // mixture of experts: which MLP kinds the layers use, the sparse MLP's scratch
+    bool has_dense, has_moe;
+    float * xr;                         // [T, C] fp32 normed rows for the router (bf16 mode; fp32: xn)
+    struct osc_moe_work mw;
 };
 
 // ---- small helpers -----------------------------------------------------------------------
@@ -235,11 +245,28 @@ static enum oscar_status upload_w(struct cuda_fwd * f, void * dst, const float *
     return upload_bf16(f, (osc_bf16 *) dst, src, n, stage);
 }
 
+// Floats (fp32 slab) and matrix elements (wtype slab) of one layer's weights; a layered slot
+// (sparse < 0) holds what any layer may need.
+static void layer_sizes(const struct cuda_fwd * f, int sparse, size_t * n_norm, size_t * n_mat) {
+    const struct oscar_model_config * c = &f->c;
+    const size_t C = (size_t) c->n_embd, D = (size_t) c->head_dim, Q = (size_t) c->n_head * D;
+    const size_t KV = (size_t) c->n_head_kv * D, F = (size_t) c->n_ff, NQKV = Q + 2 * KV;
+    const size_t E = (size_t) c->n_expert, Fe = (size_t) c->n_ff_expert, Fs = (size_t) c->n_ff_shared;
+    const bool dense = sparse < 0 ? f->has_dense : sparse == 0, moe = sparse < 0 ? f->has_moe : sparse == 1;
+    *n_norm = 2 * C + (c->post_norms ? 2 * C : 0) + (c->qk_norm ? 2 * D : 0) + (c->qkv_bias ? NQKV : 0);
+    *n_mat = NQKV * C + C * Q + (dense ? 3 * F * C : 0);
+    if (moe) {
+        *n_norm += (E + (osc_moe_has_gate_row(c) ? 1 : 0)) * C + (c->expert_bias ? E : 0);
+        *n_mat += E * 3 * Fe * C + 3 * Fs * C;
+    }
+}
+
 static enum oscar_status alloc_weights(struct cuda_fwd * f) {
     const struct oscar_model_config * c = &f->c;
     const size_t C = (size_t) c->n_embd, D = (size_t) c->head_dim, Q = (size_t) c->n_head * D;
     const size_t KV = (size_t) c->n_head_kv * D, F = (size_t) c->n_ff, V = (size_t) c->n_vocab;
-    const size_t NQKV = Q + 2 * KV;
+    const size_t NQKV = Q + 2 * KV, E = (size_t) c->n_expert, Fe = (size_t) c->n_ff_expert;
+    const size_t Fs = (size_t) c->n_ff_shared;
     f->layers = (struct dlayer *) calloc((size_t) c->n_layer, sizeof(struct dlayer));
     if (!f->layers) return osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
     OSCAR_CUDA_CHECK(dalloc_w(f, &f->embd, V * C, true));
@@ -248,25 +275,42 @@ static enum oscar_status alloc_weights(struct cuda_fwd * f) {
     OSCAR_CUDA_CHECK(dalloc(f, &f->out_norm, C, true));
     // one slab per kind of tensor keeps the allocation count independent of L
     const size_t L = f->p.layered ? 2 : (size_t) c->n_layer; // layered: the two slots
+    size_t tot_norm = 0, tot_mat = 0, n_norm, n_mat;
+    for (size_t l = 0; l < L; l++) {
+        layer_sizes(f, f->p.layered ? -1 : oscar_layer_is_moe(c, (int32_t) l), &n_norm, &n_mat);
+        tot_norm += n_norm, tot_mat += n_mat;
+    }
     float * norms;
     void * mats;
-    const size_t n_norm = 2 * C + (c->post_norms ? 2 * C : 0) + (c->qk_norm ? 2 * D : 0) + (c->qkv_bias ? NQKV : 0);
-    const size_t n_mat = NQKV * C + C * Q + 2 * F * C + C * F;
-    OSCAR_CUDA_CHECK(dalloc(f, &norms, L * n_norm, true));
-    OSCAR_CUDA_CHECK(dalloc_w(f, &mats, L * n_mat, true));
+    OSCAR_CUDA_CHECK(dalloc(f, &norms, tot_norm, true));
+    OSCAR_CUDA_CHECK(dalloc_w(f, &mats, tot_mat, true));
+    float * p = norms;
+    size_t m = 0; // element offset in mats
     for (size_t l = 0; l < L; l++) {
         struct dlayer * w = f->p.layered ? &f->slots[l] : &f->layers[l];
-        float * p = norms + l * n_norm;
+        const int sparse = f->p.layered ? -1 : oscar_layer_is_moe(c, (int32_t) l);
+        const bool dense = sparse < 0 ? f->has_dense : sparse == 0, moe = sparse < 0 ? f->has_moe : sparse == 1;
         w->attn_norm = p, p += C;
         w->ffn_norm = p, p += C;
         if (c->post_norms) w->attn_post_norm = p, p += C, w->ffn_post_norm = p, p += C;
         if (c->qk_norm) w->q_norm = p, p += D, w->k_norm = p, p += D;
-        if (c->qkv_bias) w->bqkv = p;
-        const size_t m = l * n_mat; // element offsets in mats
-        w->wqkv = at(f, mats, m);
-        w->wo = at(f, mats, m + NQKV * C);
-        w->wgu = at(f, mats, m + NQKV * C + C * Q);
-        w->wdown = at(f, mats, m + NQKV * C + C * Q + 2 * F * C);
+        if (c->qkv_bias) w->bqkv = p, p += NQKV;
+        w->wqkv = at(f, mats, m), m += NQKV * C;
+        w->wo = at(f, mats, m), m += C * Q;
+        if (dense) {
+            w->wgu = at(f, mats, m), m += 2 * F * C;
+            w->wdown = at(f, mats, m), m += C * F;
+        }
+        if (moe) {
+            w->moe.router = p, p += (E + (osc_moe_has_gate_row(c) ? 1 : 0)) * C;
+            if (c->expert_bias) w->moe.exp_bias = p, p += E;
+            w->moe.exp_gu = at(f, mats, m), m += E * 2 * Fe * C;
+            w->moe.exp_down = at(f, mats, m), m += E * C * Fe;
+            if (Fs > 0) {
+                w->moe.sh_gu = at(f, mats, m), m += 2 * Fs * C;
+                w->moe.sh_down = at(f, mats, m), m += C * Fs;
+            }
+        }
     }
     return OSCAR_OK;
 }
@@ -321,6 +365,36 @@ out:
     return st;
 }
 
+// A sparse layer's MLP weights (model.h's stacked experts) into d.
+static enum oscar_status upload_moe(struct cuda_fwd * f, const struct osc_moe_dlayer * d,
+                                    const struct oscar_layer_weights * w, float * stage) {
+    const struct oscar_model_config * c = &f->c;
+    const size_t C = (size_t) c->n_embd, E = (size_t) c->n_expert, Fe = (size_t) c->n_ff_expert;
+    const size_t Fs = (size_t) c->n_ff_shared;
+    const bool gate_row = osc_moe_has_gate_row(c);
+    enum oscar_status st = OSCAR_OK;
+    if (!d->exp_gu || !w->exp_gate || !w->exp_up || !w->exp_down || (c->expert_bias && !w->exp_bias) ||
+        (Fs > 0 && (!w->sh_gate || !w->sh_up || !w->sh_down || (gate_row && !w->sh_scale))))
+        return osc_error(OSCAR_ERR_INVALID, "forward-cuda: a sparse layer's router, experts or shared expert is "
+                         "missing");
+#define UP(call) do { st = (call); if (st != OSCAR_OK) return st; } while (0)
+    UP(upload_f32(f, d->router, w->router, E * C));
+    if (gate_row) UP(upload_f32(f, d->router + E * C, w->sh_scale, C));
+    if (c->expert_bias) UP(upload_f32(f, d->exp_bias, w->exp_bias, E));
+    for (size_t e = 0; e < E; e++) { // each expert's gate rows, then its up rows
+        UP(upload_w(f, at(f, d->exp_gu, e * 2 * Fe * C), w->exp_gate + e * Fe * C, Fe * C, stage));
+        UP(upload_w(f, at(f, d->exp_gu, (e * 2 + 1) * Fe * C), w->exp_up + e * Fe * C, Fe * C, stage));
+    }
+    UP(upload_w(f, d->exp_down, w->exp_down, E * C * Fe, stage));
+    if (Fs > 0) {
+        UP(upload_w(f, d->sh_gu, w->sh_gate, Fs * C, stage));
+        UP(upload_w(f, at(f, d->sh_gu, Fs * C), w->sh_up, Fs * C, stage));
+        UP(upload_w(f, d->sh_down, w->sh_down, C * Fs, stage));
+    }
+#undef UP
+    return st;
+}
+
 // One layer's host fp32 weights into d (bf16, or fp32 in the fp32 mode), through stage.
 static enum oscar_status upload_layer(struct cuda_fwd * f, const struct dlayer * d, const struct oscar_layer_weights * w,
                                       float * stage) {
@@ -351,6 +425,9 @@ static enum oscar_status upload_layer(struct cuda_fwd * f, const struct dlayer *
         UP(upload_w(f, at(f, d->wqkv, Q * C), w->wk, KV * C, stage));
         UP(upload_w(f, at(f, d->wqkv, (Q + KV) * C), w->wv, KV * C, stage));
         UP(upload_w(f, d->wo, w->wo, C * Q, stage));
+        if (w->router) return upload_moe(f, &d->moe, w, stage);
+        if (!d->wgu || !w->w_gate || !w->w_up || !w->w_down)
+            return osc_error(OSCAR_ERR_INVALID, "forward-cuda: a dense layer's MLP is missing");
         UP(upload_w(f, d->wgu, w->w_gate, F * C, stage));
         UP(upload_w(f, at(f, d->wgu, F * C), w->w_up, F * C, stage));
         UP(upload_w(f, d->wdown, w->w_down, C * F, stage));
@@ -412,8 +489,23 @@ static enum oscar_status random_layer(struct cuda_fwd * f, const struct dlayer *
         if (c->qkv_bias) OSCAR_CUDA_CHECK(osc_fwd_random_f32(d->bqkv, NQKV, seed, id + 4, false, s));
         OSCAR_CUDA_CHECK(random_w(f, d->wqkv, NQKV * C, seed, id + 5));
         OSCAR_CUDA_CHECK(random_w(f, d->wo, C * Q, seed, id + 6));
-        OSCAR_CUDA_CHECK(random_w(f, d->wgu, 2 * F * C, seed, id + 7));
-        OSCAR_CUDA_CHECK(random_w(f, d->wdown, C * F, seed, id + 8));
+        if (oscar_layer_is_moe(c, l)) {
+            // the sparse MLP's tensors: ids of their own (bit 40), 16 per layer as above
+            const int64_t E = c->n_expert, Fe = c->n_ff_expert, Fs = c->n_ff_shared;
+            const uint64_t mid = id + ((uint64_t) 1 << 40);
+            const int64_t NR = E + (osc_moe_has_gate_row(c) ? 1 : 0);
+            OSCAR_CUDA_CHECK(osc_fwd_random_f32(d->moe.router, NR * C, seed, mid + 0, false, s));
+            if (c->expert_bias) OSCAR_CUDA_CHECK(osc_fwd_random_f32(d->moe.exp_bias, E, seed, mid + 1, false, s));
+            OSCAR_CUDA_CHECK(random_w(f, d->moe.exp_gu, E * 2 * Fe * C, seed, mid + 2));
+            OSCAR_CUDA_CHECK(random_w(f, d->moe.exp_down, E * C * Fe, seed, mid + 3));
+            if (Fs > 0) {
+                OSCAR_CUDA_CHECK(random_w(f, d->moe.sh_gu, 2 * Fs * C, seed, mid + 4));
+                OSCAR_CUDA_CHECK(random_w(f, d->moe.sh_down, C * Fs, seed, mid + 5));
+            }
+        } else {
+            OSCAR_CUDA_CHECK(random_w(f, d->wgu, 2 * F * C, seed, id + 7));
+            OSCAR_CUDA_CHECK(random_w(f, d->wdown, C * F, seed, id + 8));
+        }
     }
     return OSCAR_OK;
 }
@@ -430,11 +522,15 @@ static void cuda_free(void * ctx) {
     if (f->ev)
         for (int32_t i = 0; i < f->c.n_layer * (N_STAGES + 1); i++)
             if (f->ev[i]) cudaEventDestroy(f->ev[i]);
-    free(f->ev), free(f->h_ab), free(f->h_c);
+    if (f->moe_ev)
+        for (int32_t i = 0; i < f->c.n_layer * 4; i++)
+            if (f->moe_ev[i]) cudaEventDestroy(f->moe_ev[i]);
+    free(f->ev), free(f->moe_ev), free(f->h_ab), free(f->h_c);
     free(f->layers), free(f->h_pos), free(f->h_blocks);
     osc_kvsim_free(f->kvsim);
     cudaFreeHost(f->hq), cudaFreeHost(f->hk), cudaFreeHost(f->hv), cudaFreeHost(f->hatt), cudaFreeHost(f->hx);
     cudaFreeHost(f->h_wo);
+    cudaFreeHost(f->mw.h_cnt);
     cudaFree(f->stage);
     cudaGetLastError();
     free(f);
@@ -449,10 +545,22 @@ static enum oscar_status check_config(const struct oscar_model_config * c, const
                          OSC_FWD_MAX_HEAD_DIM);
     if (!(c->rope_theta > 0.0f) || !(c->rms_eps >= 0.0f))
         return osc_error(OSCAR_ERR_INVALID, "forward-cuda: bad rope_theta or rms_eps");
-    // first: a MoE model (glm4_moe also rotates part of each head) is refused for its experts
-    if (c->n_expert > 0)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: mixture-of-experts models (%s, %d experts) are not "
-                         "implemented on the GPU; use the cpu backend", oscar_arch_name(c->arch), c->n_expert);
+    if (c->n_expert < 0 || c->n_expert > OSCAR_MAX_EXPERTS ||
+        (c->n_expert > 0 && (c->n_expert_used <= 0 || c->n_expert_used > c->n_expert || c->n_ff_expert <= 0 ||
+                             c->n_ff_shared < 0 || c->moe_step <= 0 || c->post_norms)))
+        return osc_error(OSCAR_ERR_INVALID, "forward-cuda: bad experts (%d experts, top-%d, ff %d, shared ff %d, "
+                         "step %d, sandwich norms %d)", c->n_expert, c->n_expert_used, c->n_ff_expert,
+                         c->n_ff_shared, c->moe_step, (int) c->post_norms);
+    if (c->n_expert > 0 && c->expert_gating == OSCAR_GATING_SIGMOID) {
+        const int32_t G = c->n_expert_group > 1 ? c->n_expert_group : 1;
+        if (G > OSC_MOE_MAX_GROUPS || c->n_expert % G != 0 || (G > 1 && (c->n_expert / G < 2 || c->n_group_used < 1 ||
+            c->n_group_used > G || c->n_expert_used > c->n_group_used * (c->n_expert / G))))
+            return osc_error(OSCAR_ERR_UNSUPPORTED, "forward-cuda: expert groups (n_group %d, topk_group %d, %d "
+                             "experts, top-%d): groups of >= 2 that hold the top-k, at most %d groups",
+                             c->n_expert_group, c->n_group_used, c->n_expert, c->n_expert_used, OSC_MOE_MAX_GROUPS);
+    } else if (c->n_expert > 0 && c->expert_gating != OSCAR_GATING_SOFTMAX) {
+        return osc_error(OSCAR_ERR_INVALID, "forward-cuda: unknown expert gating %d", (int) c->expert_gating);
+    }
     // the rest of the layer is the CPU pass's (lib/model/forward.c check_model: the same ranges)
     if (c->rope_dim < 0 || c->rope_dim > c->head_dim || c->rope_dim % 2 != 0 || c->sliding_window < 0 ||
         c->swa_pattern < 0 || !(c->rope_theta_swa >= 0.0f) || !(c->attn_scale >= 0.0f) || !(c->norm_offset >= 0.0f) ||
@@ -574,7 +682,14 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f, const float * rope
     const size_t T = (size_t) f->max_tokens, C = (size_t) c->n_embd, D = (size_t) c->head_dim;
     const size_t Q = (size_t) c->n_head * D, KV = (size_t) c->n_head_kv * D, F = (size_t) c->n_ff;
     const size_t NQKV = Q + 2 * KV, L = (size_t) c->n_layer, H = (size_t) c->n_head_kv;
-    const size_t wide0 = NQKV > 2 * F ? NQKV : 2 * F, wide = wide0 > C ? wide0 : C; // C: a sandwich norm's input
+    // the MLP's widest GEMM output and activation per token: the dense MLP's, or the experts'
+    // (osc_moe_rows rows of 2 Fe: K per token and the padding, rounded up to whole tokens) and
+    // the shared expert's
+    const size_t RM = f->has_moe ? osc_moe_rows(c, T) : 0;
+    const size_t KFe = f->has_moe ? (RM * (size_t) c->n_ff_expert + T - 1) / T : 0;
+    const size_t Fs = f->has_moe ? (size_t) c->n_ff_shared : 0;
+    const size_t FD = f->has_dense ? F : 0, FH0 = FD > KFe ? FD : KFe, FH = FH0 > Fs ? FH0 : Fs;
+    const size_t wide0 = NQKV > 2 * FH ? NQKV : 2 * FH, wide = wide0 > C ? wide0 : C; // C: a sandwich norm's input
     const size_t lr = T < (size_t) LOGIT_ROWS ? T : (size_t) LOGIT_ROWS;
     OSCAR_CUDA_CHECK(dalloc(f, &f->d_tok, T, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->d_pos, T, false));
@@ -591,7 +706,7 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f, const float * rope
     }
     OSCAR_CUDA_CHECK(dalloc_w(f, &f->xn, T * C, false));
     OSCAR_CUDA_CHECK(dalloc_w(f, &f->att, T * Q, false));
-    OSCAR_CUDA_CHECK(dalloc_w(f, &f->h, T * F, false));
+    OSCAR_CUDA_CHECK(dalloc_w(f, &f->h, T * FH, false));
     if (!f->p.layered) OSCAR_CUDA_CHECK(dalloc(f, &f->logit_buf, lr * (size_t) c->n_vocab, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->blas_ws, BLAS_WS_BYTES, false));
     OSCAR_CUDA_CHECK(dalloc(f, &f->inv_freq, D / 2, false));
@@ -640,6 +755,28 @@ static enum oscar_status alloc_workspace(struct cuda_fwd * f, const float * rope
     return OSCAR_OK;
 }
 
+// The sparse MLP's scratch for max_tokens tokens (fwd-moe.cuh); f->big and f->h were sized
+// for its gate/up outputs and activations.
+static enum oscar_status alloc_moe_work(struct cuda_fwd * f) {
+    const struct oscar_model_config * c = &f->c;
+    const size_t T = (size_t) f->max_tokens, C = (size_t) c->n_embd, E = (size_t) c->n_expert;
+    const size_t n = T * (size_t) c->n_expert_used, NR = E + (osc_moe_has_gate_row(c) ? 1 : 0);
+    const size_t R = osc_moe_rows(c, T);
+    struct osc_moe_work * k = &f->mw;
+    if (!f->p.fp32) OSCAR_CUDA_CHECK(dalloc(f, &f->xr, T * C, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &k->logit, T * NR, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &k->choice, T * E, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &k->top_e, n, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &k->top_w, n, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &k->row_of, n, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &k->cnt, E, false));
+    OSCAR_CUDA_CHECK(dalloc_w(f, &k->xg, R * C, false));
+    OSCAR_CUDA_CHECK(dalloc(f, &k->ye, R * C, false));
+    OSCAR_CUDA_CHECK(cudaMallocHost((void **) &k->h_cnt, E * sizeof(int32_t)));
+    k->gu = f->big, k->h = f->h;
+    return OSCAR_OK;
+}
+
 static enum oscar_status zero_pass_acc(struct cuda_fwd * f);
 static enum oscar_status load_amat(struct cuda_fwd * f);
 
@@ -673,8 +810,13 @@ static enum oscar_status cuda_init(const struct oscar_model * m, const struct os
                        "read bf16 q/k/v): set capture_bf16, or fp32 for an fp32 capture");
         goto out;
     }
+    for (int32_t l = 0; l < c->n_layer; l++) {
+        if (oscar_layer_is_moe(c, l)) f->has_moe = true;
+        else f->has_dense = true;
+    }
     st = alloc_weights(f);
     if (st == OSCAR_OK) st = alloc_workspace(f, m ? m->rope_freqs : NULL);
+    if (st == OSCAR_OK && f->has_moe) st = alloc_moe_work(f);
     if (st != OSCAR_OK) goto out;
     OSCAR_CUBLAS_TRY(cublasSetWorkspace(f->blas, f->blas_ws, BLAS_WS_BYTES));
     {
@@ -689,6 +831,14 @@ static enum oscar_status cuda_init(const struct oscar_model * m, const struct os
                 goto out;
             }
             for (int32_t i = 0; i < n; i++) OSCAR_CUDA_TRY(cudaEventCreate(&f->ev[i]));
+            if (f->has_moe) {
+                f->moe_ev = (cudaEvent_t *) calloc((size_t) c->n_layer * 4, sizeof(cudaEvent_t));
+                if (!f->moe_ev) {
+                    st = osc_error(OSCAR_ERR_NOMEM, "forward-cuda: out of host memory");
+                    goto out;
+                }
+                for (int32_t i = 0; i < c->n_layer * 4; i++) OSCAR_CUDA_TRY(cudaEventCreate(&f->moe_ev[i]));
+            }
         }
     }
     if (p->layered && !p->fp32 && m) OSCAR_CUDA_TRY(cudaMalloc((void **) &f->stage, STAGE_FLOATS * sizeof(float)));
@@ -1072,13 +1222,23 @@ static enum oscar_status run_layer(struct cuda_fwd * f, const struct oscar_batch
     }
     STAGE(4);
     OSCAR_CUDA_TRY(act_rmsnorm(f, f->xn, f->x, w->ffn_norm, T));
-    OSCAR_CUBLAS_TRY(gemm_w(f, f->big, f->xn, w->wgu, T, 2 * F, C, 0.0f));
-    OSCAR_CUDA_TRY(act_swiglu(f, T));
-    if (c->post_norms) { // f->big is free again: the gate/up output is in f->h
-        OSCAR_CUBLAS_TRY(gemm_w(f, f->big, f->h, w->wdown, T, C, F, 0.0f));
-        OSCAR_CUDA_TRY(osc_fwd_add_rmsnorm(f->x, f->big, w->ffn_post_norm, c->norm_offset, T, C, c->rms_eps, s));
+    if (oscar_layer_is_moe(c, l)) { // the router reads fp32 normed rows, the experts xn (no sandwich norms here)
+        const float * xr = (const float *) f->xn;
+        if (!f->p.fp32) {
+            OSCAR_CUDA_TRY(osc_fwd_rmsnorm(f->xr, f->x, w->ffn_norm, c->norm_offset, T, C, c->rms_eps, s));
+            xr = f->xr;
+        }
+        cudaEvent_t * mev = f->moe_ev ? f->moe_ev + (size_t) l * 4 : NULL;
+        if ((st = osc_moe_mlp(f->blas, s, f->wtype, c, &w->moe, &f->mw, f->x, xr, f->xn, T, mev)) != OSCAR_OK) goto out;
     } else {
-        OSCAR_CUBLAS_TRY(gemm_w(f, f->x, f->h, w->wdown, T, C, F, 1.0f));
+        OSCAR_CUBLAS_TRY(gemm_w(f, f->big, f->xn, w->wgu, T, 2 * F, C, 0.0f));
+        OSCAR_CUDA_TRY(act_swiglu(f, T));
+        if (c->post_norms) { // f->big is free again: the gate/up output is in f->h
+            OSCAR_CUBLAS_TRY(gemm_w(f, f->big, f->h, w->wdown, T, C, F, 0.0f));
+            OSCAR_CUDA_TRY(osc_fwd_add_rmsnorm(f->x, f->big, w->ffn_post_norm, c->norm_offset, T, C, c->rms_eps, s));
+        } else {
+            OSCAR_CUBLAS_TRY(gemm_w(f, f->x, f->h, w->wdown, T, C, F, 1.0f));
+        }
     }
     STAGE(5);
     if (f->p.layered && f->p.capture_bf16) { // every consumer below sees the bf16 values
@@ -1114,6 +1274,22 @@ out:
     return st;
 }
 
+// Layer l's stage (and sparse MLP phase) times of its last run into the profile sums, after a sync.
+static enum oscar_status add_profile(struct cuda_fwd * f, int32_t l) {
+    float ms = 0.0f;
+    for (int32_t i = 0; f->ev && i < N_STAGES; i++) {
+        cudaEvent_t * e = f->ev + (size_t) l * (N_STAGES + 1);
+        OSCAR_CUDA_CHECK(cudaEventElapsedTime(&ms, e[i], e[i + 1]));
+        f->stage_ms[i] += (double) ms;
+    }
+    for (int32_t i = 0; f->moe_ev && oscar_layer_is_moe(&f->c, l) && i < 3; i++) {
+        cudaEvent_t * e = f->moe_ev + (size_t) l * 4;
+        OSCAR_CUDA_CHECK(cudaEventElapsedTime(&ms, e[i], e[i + 1]));
+        f->moe_ms[i] += (double) ms;
+    }
+    return OSCAR_OK;
+}
+
 static enum oscar_status cuda_run(void * ctx, const struct oscar_batch * b, float * logits) {
     struct cuda_fwd * f = (struct cuda_fwd *) ctx;
     if (f->p.layered) return osc_error(OSCAR_ERR_INVALID, "forward-cuda: whole passes on a layer-major pass");
@@ -1131,14 +1307,8 @@ static enum oscar_status cuda_run(void * ctx, const struct oscar_batch * b, floa
     if (st == OSCAR_OK && logits) st = lm_head(f, T, logits);
     if (st != OSCAR_OK) return st;
     OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));
-    if (f->ev)
-        for (int32_t l = 0; l < f->c.n_layer; l++)
-            for (int32_t i = 0; i < N_STAGES; i++) {
-                float ms = 0.0f;
-                cudaEvent_t * e = f->ev + (size_t) l * (N_STAGES + 1);
-                OSCAR_CUDA_CHECK(cudaEventElapsedTime(&ms, e[i], e[i + 1]));
-                f->stage_ms[i] += (double) ms;
-            }
+    for (int32_t l = 0; l < f->c.n_layer && st == OSCAR_OK; l++) st = add_profile(f, l);
+    if (st != OSCAR_OK) return st;
     if (f->pass == 1 || f->pass == 2) f->n_tok += T;
     note_used(f);
     return OSCAR_OK;
@@ -1249,6 +1419,7 @@ static void cuda_info(const void * ctx, struct oscar_fwd_info * out) {
     out->workspace_bytes = f->work_bytes;
     out->device_used_bytes = f->used_max;
     for (int i = 0; i < N_STAGES; i++) out->stage_ms[i] = f->stage_ms[i];
+    for (int i = 0; i < 3; i++) out->moe_ms[i] = f->moe_ms[i];
     out->attention_tc = f->att_tc ? 1 : 0;
 }
 
@@ -1424,6 +1595,7 @@ static enum oscar_status cuda_layer_run(void * ctx, int32_t l, const struct osca
     if (st == OSCAR_OK && sums) f->layer_tok += T;
     // the caller times each batch (forward vs held-out); a few syncs per layer cost nothing
     if (st == OSCAR_OK) OSCAR_CUDA_CHECK(cudaStreamSynchronize(f->stream));
+    if (st == OSCAR_OK) st = add_profile(f, l);
     note_used(f);
     return st;
 }

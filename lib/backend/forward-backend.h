@@ -176,6 +176,10 @@ struct oscar_fwd_info {
     // Stages: 0 rmsnorm + qkv GEMM, 1 q/k/v epilogue, 2 attention, 3 o GEMM, 4 MLP (norm,
     // gate/up GEMM, SwiGLU, down GEMM), 5 capture. All 0 otherwise.
     double  stage_ms[6];
+    // ... and within stage 4 of the sparse layers: 0 router GEMM, routing, grouping by expert and
+    // gather, 1 the expert and shared GEMMs with their activation (after the host sync on the
+    // row counts), 2 the combine
+    double  moe_ms[3];
     int32_t attention_tc;      // cuda: 1 if the tensor-core attention runs (0: fp32 kernel, always with fp32)
     double  host_sums_s;       // cpu: seconds spent in lib/stats adding sums inside runs (not layer ends)
 };

@@ -488,6 +488,12 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
         t->forward -= fi.host_sums_s;   // the CPU adds the sums inside its runs
         t->accumulate += fi.host_sums_s;
         osc_debug("after the layer-major pass: peak RSS %.1f MiB", oscar_calib_peak_rss_mb());
+        if (fi.stage_ms[4] > 0.0) // cuda with OSCAR_FWD_PROFILE=1: where the device time of the batches went
+            osc_info("forward stages (device s, every batch): qkv %.2f, epilogue %.2f, attention %.2f, o %.2f, "
+                     "MLP %.2f (sparse: route+group %.2f, expert GEMMs %.2f, combine %.2f), capture %.2f",
+                     fi.stage_ms[0] * 1e-3, fi.stage_ms[1] * 1e-3, fi.stage_ms[2] * 1e-3, fi.stage_ms[3] * 1e-3,
+                     fi.stage_ms[4] * 1e-3, fi.moe_ms[0] * 1e-3, fi.moe_ms[1] * 1e-3, fi.moe_ms[2] * 1e-3,
+                     fi.stage_ms[5] * 1e-3);
         if (several) {
             int64_t sent, got;
             osc_dp_stats_bytes(&sent, &got);

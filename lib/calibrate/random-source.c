@@ -28,6 +28,15 @@ enum oscar_status oscar_calib_random_config(const char * name, struct oscar_mode
         c->head_dim = 128, c->n_ff = 6144, c->n_vocab = 151936, c->n_ctx_train = 40960;
         c->rope_theta = 1000000.0f, c->rms_eps = 1e-6f, c->qk_norm = true;
         c->n_expert = 128, c->n_expert_used = 8, c->n_ff_expert = 768, c->expert_norm_topk = true, c->moe_step = 1;
+    } else if (name && !strcmp(name, "glm-4.7")) { // GLM-4.7 (358B): 160 sigmoid-routed experts top-8, 1 shared expert,
+        // 3 dense layers, partial rotary 64 of 128, q/k/v bias and q/k norms; larger than one device in bf16
+        c->arch = OSCAR_ARCH_GLM4_MOE, c->n_layer = 92, c->n_embd = 5120, c->n_head = 96, c->n_head_kv = 8;
+        c->head_dim = 128, c->rope_dim = 64, c->n_ff = 12288, c->n_vocab = 151552, c->n_ctx_train = 202752;
+        c->rope_theta = 1000000.0f, c->rms_eps = 1e-5f, c->qkv_bias = true, c->qk_norm = true;
+        c->n_expert = 160, c->n_expert_used = 8, c->n_ff_expert = 1536, c->n_ff_shared = 1536;
+        c->expert_norm_topk = true, c->moe_step = 1, c->expert_gating = OSCAR_GATING_SIGMOID, c->expert_bias = true;
+        c->shared_ungated = true, c->n_expert_group = 1, c->n_group_used = 1, c->expert_scale = 2.5f;
+        c->n_dense_layers = 3, c->dense_layers[0] = 0, c->dense_layers[1] = 1, c->dense_layers[2] = 2;
     } else if (name && !strcmp(name, "tiny-qwen3-moe")) { // tests: tests/fixtures/models/tiny-qwen3-moe's shape
         c->arch = OSCAR_ARCH_QWEN3_MOE, c->n_layer = 3, c->n_embd = 64, c->n_head = 4, c->n_head_kv = 2;
         c->head_dim = 16, c->n_ff = 96, c->n_vocab = 128, c->n_ctx_train = 256;
@@ -53,7 +62,7 @@ enum oscar_status oscar_calib_random_config(const char * name, struct oscar_mode
         c->n_dense_layers = 1, c->dense_layers[0] = 0;
     } else {
         return osc_error(OSCAR_ERR_INVALID, "random-init: unknown shape '%s' (qwen3-8b, llama3-70b, smollm2-135m, "
-                         "qwen3-30b-a3b, tiny-qwen3-moe, tiny-gemma3, tiny-glm4-moe)", name ? name : "(null)");
+                         "qwen3-30b-a3b, glm-4.7, tiny-qwen3-moe, tiny-gemma3, tiny-glm4-moe)", name ? name : "(null)");
     }
     snprintf(c->name, sizeof c->name, "%s shape (random init)", name);
     return OSCAR_OK;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-forward-check.sh - the CUDA forward pass on a GPU machine: build with CUDA=1,
 # the no-GPU unit test of the seam (now taking its CUDA branch), test-forward-gpu check
-# (logits vs the CPU pass, device capture sums vs lib/stats, determinism; each model in
+# (logits vs the CPU pass, device capture sums vs lib/stats, determinism, the MoE fixtures and their
+# routing controls included; each model in
 # the default bf16 mode and in the fp32 mode, oscar_fwd_params.fp32, the latter against
 # the CPU pass on unrounded weights with 1e-4 bounds), a compute-sanitizer memcheck of
 # the small cases (both modes), then the Qwen3-8B-shape calibration

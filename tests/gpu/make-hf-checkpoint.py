@@ -3,10 +3,12 @@
 # (bf16 safetensors shards, config.json) with the repo's Qwen3 tokenizer, for the GPU
 # end-to-end runs of oscar-calibrate on a real checkpoint directory (issue 13).
 #
-#   python3 tests/gpu/make-hf-checkpoint.py OUT [--shape qwen3-8b|small] [--seed 0]
+#   python3 tests/gpu/make-hf-checkpoint.py OUT [--shape qwen3-8b|small|small-moe] [--seed 0]
 #
 # qwen3-8b: the Qwen3-8B shape (36 layers, 4096, 32/8 heads of 128, ff 12288, untied), 16 GB.
 # small: 8 layers, 512, 8/4 heads of 64, ff 1536 (the CPU-vs-CUDA agreement check).
+# small-moe: Qwen3-MoE, 4 layers, 512, 8/4 heads of 64, 16 experts of 256, top-4 renormalised (the
+# CPU-vs-CUDA agreement of the MoE layers, issue 14).
 # Needs torch, transformers and the zstd tool (tests/gpu/gpu-deps.sh); runs on the GPU if present.
 import argparse
 import os
@@ -26,6 +28,9 @@ SHAPES = {
                      num_key_value_heads=8, head_dim=128),
     "small": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
                   num_key_value_heads=4, head_dim=64),
+    "small-moe": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=4, num_attention_heads=8,
+                      num_key_value_heads=4, head_dim=64, num_experts=16, num_experts_per_tok=4,
+                      moe_intermediate_size=256, norm_topk_prob=True, decoder_sparse_step=1),
 }
 
 
@@ -35,13 +40,15 @@ def main():
     ap.add_argument("--shape", default="qwen3-8b", choices=sorted(SHAPES))
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
-    cfg = transformers.Qwen3Config(vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
+    moe = a.shape.endswith("-moe")
+    make_cfg = transformers.Qwen3MoeConfig if moe else transformers.Qwen3Config
+    cfg = make_cfg(vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
                                    rms_norm_eps=1e-6, tie_word_embeddings=False, **SHAPES[a.shape])
     torch.manual_seed(a.seed)
     t0 = time.time()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     with torch.device(dev):
-        model = transformers.Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+        model = (transformers.Qwen3MoeForCausalLM if moe else transformers.Qwen3ForCausalLM)(cfg).to(torch.bfloat16)
     t1 = time.time()
     model.save_pretrained(a.out, safe_serialization=True, max_shard_size="5GB")
     t2 = time.time()

@@ -1,15 +1,21 @@
 // test-forward-gpu.c - the CUDA forward pass (oscar_fwd, device "cuda") against the CPU
 // reference, and its calibration-shape benchmark. Built and run by gpu-forward-check.sh.
 //
-//   test-forward-gpu check [--seed N] [--small] [--model GGUF --corpus TEXT]
+//   test-forward-gpu check [--seed N] [--small] [--moe] [--model GGUF --corpus TEXT]
 //                                                 correctness (exit 0 pass, 1 fail, 77 no device);
-//                                                 --model adds the real model on 3 x 512 corpus tokens
+//                                                 --model adds the real model on 3 x 512 corpus tokens;
+//                                                 --moe: the MoE fixtures and controls only
 //   test-forward-gpu bench [--seqs 15] [--len 2048] [--layers 36] [--reps 3] [--hf file.csv]
+//   test-forward-gpu moebench [--seqs 15] [--len 2048] [--layers 8] [--reps 3]
+//                                                 the sparse MLP vs a dense one of equal FLOPs
 //
 // check, per model (tiny-llama, tiny-qwen2, tiny-qwen3, tiny-llama3 (+ GGUF), tiny-mistral (+ GGUF:
 // sliding window 16), tiny-phi3 (+ GGUF; window 20, partial rotary 8 of 16 dims), tiny-qwen3-yarn (+ GGUF:
 // YaRN factor 4 over 64 positions, cos/sin x 1.1386), tiny-gemma3-hub (bf16
-// safetensors, + GGUF: Gemma 3's layer, local/global layers) fixtures, and a random-init
+// safetensors, + GGUF: Gemma 3's layer, local/global layers), the mixture-of-experts tiny-qwen3-moe,
+// tiny-qwen2-moe (gated shared expert), tiny-mixtral and tiny-glm4-moe (+ GGUF: sigmoid grouped routing,
+// choice-only bias, routed scale, ungated shared expert, a dense first layer; experts bf16 on the
+// device, the router fp32 on both sides) fixtures, and a random-init
 // SmolLM2-135M-shaped model, a head_dim-128 model rotating 64 dims under a window of 100 and a
 // head_dim-256 model with Gemma 3's layer unless --small), on one batch of 3 sequences (fixtures
 // 100, 37, 190 tokens, random models 256, 128, 201: several windows long, so windowed blocks skip
@@ -48,6 +54,9 @@
 // above pass because the feature is computed, not because it does not matter on these fixtures
 // (measured on the CPU pass, feature on vs off: mistral's window 0.56, phi3's partial rotary
 // 9e-3 - its tiny random weights make RoPE a small effect -, gemma3's embedding scale 1.07).
+// The MoE routing has controls of the same kind: tiny-glm4-moe without its e_score_correction_bias
+// or without grouped top-k, tiny-qwen3-moe without the top-k renormalisation. Item 4 covers the
+// sparse MLP's determinism (its combine adds each token's experts in top-k order, no atomics).
 //
 // The same model also runs in the fp32 mode (oscar_fwd_params.fp32: fp32 weights, activations
 // and GEMM inputs, CUBLAS_COMPUTE_32F without TF32, the fp32 attention kernel, pass-1 Gram
@@ -86,6 +95,7 @@
 
 #include "backend/forward-backend.h"
 #include "calibrate/calibrate.h"
+#include "calibrate/random-source.h"
 #include "model/model.h"
 #include "stats/stats.h"
 
@@ -97,6 +107,7 @@ static uint64_t rnd_u64(void) {
 }
 
 static int g_fail = 0;
+static int g_n_sensitive = 0; // bf16 rows not gated on logits / e2e (compare_mode)
 
 static double now_s(void) {
     struct timespec ts;
@@ -128,8 +139,15 @@ static void round_model(struct oscar_model * m) {
     for (int32_t l = 0; l < c->n_layer; l++) {
         struct oscar_layer_weights * w = &m->layers[l];
         round_tensor(w->wq, Q * C), round_tensor(w->wk, KV * C), round_tensor(w->wv, KV * C);
-        round_tensor(w->wo, C * Q), round_tensor(w->w_gate, F * C), round_tensor(w->w_up, F * C);
-        round_tensor(w->w_down, C * F);
+        round_tensor(w->wo, C * Q);
+        if (w->router) { // a sparse layer: the experts are bf16 on the device, the router stays fp32
+            const size_t E = (size_t) c->n_expert, Fe = (size_t) c->n_ff_expert, Fs = (size_t) c->n_ff_shared;
+            round_tensor(w->exp_gate, E * Fe * C), round_tensor(w->exp_up, E * Fe * C);
+            round_tensor(w->exp_down, E * C * Fe);
+            if (Fs > 0) round_tensor(w->sh_gate, Fs * C), round_tensor(w->sh_up, Fs * C), round_tensor(w->sh_down, C * Fs);
+        } else {
+            round_tensor(w->w_gate, F * C), round_tensor(w->w_up, F * C), round_tensor(w->w_down, C * F);
+        }
     }
 }
 
@@ -262,8 +280,12 @@ static void out_row(bool fp32, const char * fmt, ...) {
 }
 
 // One table row: the CPU pass vs the cuda pass in one mode (bf16: the caller has rounded m's
-// matrices to bf16; fp32: m as loaded) on batch b, against the bounds derived above.
-static void compare_mode(const char * name, const struct oscar_model * m, const struct oscar_batch * b, bool fp32) {
+// matrices to bf16; fp32: m as loaded) on batch b, against the bounds derived above. cpu_io: the
+// fp32 mode stores the CPU logits of the unrounded model there; the bf16 mode reads them back to
+// measure how far the CPU pass itself moves when only the matrices are rounded (see
+// ROUTING-SENSITIVE below).
+static void compare_mode(const char * name, const struct oscar_model * m, const struct oscar_batch * b, bool fp32,
+                         float * cpu_io) {
     const struct oscar_model_config * c = &m->config;
     const int32_t T = b->seq_start[b->n_seq];
     const size_t V = (size_t) c->n_vocab;
@@ -278,8 +300,19 @@ static void compare_mode(const char * name, const struct oscar_model * m, const 
     run_passes(m, "cuda", fp32, b, T, s_gpu2, NULL, NULL, lg2, &t_gpu2);
     const double e_logit = rel_l2(lg, lc, (size_t) T * V);
     const bool det_logits = memcmp(lg, lg2, sizeof(float) * T * V) == 0;
-    out_row(fp32, "| %s | %d | %.2e | %s |", name, T, e_logit, det_logits ? "yes" : "NO");
-    if (!(e_logit <= max_logit) || !det_logits) g_fail = 1;
+    double sens = 0.0;
+    if (fp32) memcpy(cpu_io, lc, sizeof(float) * T * V);
+    else sens = rel_l2(lc, cpu_io, (size_t) T * V);
+    // ROUTING-SENSITIVE: a model whose CPU pass moves by more than the bf16 logit bound when only
+    // its matrices are rounded (expert choices flip under any bf16-sized perturbation: tiny-glm4-moe,
+    // 9.4e-2, where the dense fixtures move by 2e-3 .. 4e-3) cannot meet the bf16 logit and e2e
+    // bounds, whose derivation assumes smooth propagation; its bf16 row is printed, its same-token
+    // sums and determinism are gated, and its fp32 row (1e-4) checks the pass itself
+    const bool sensitive = !fp32 && !(sens <= max_logit);
+    out_row(fp32, "| %s%s | %d | %.2e | %s |", name, sensitive ? " (routing-sensitive)" : "", T, e_logit,
+            det_logits ? "yes" : "NO");
+    if ((!sensitive && !(e_logit <= max_logit)) || !det_logits) g_fail = 1;
+    if (sensitive) g_n_sensitive++;
     const enum oscar_stats_kind kinds[5] = {OSCAR_STATS_KTK, OSCAR_STATS_VTV, OSCAR_STATS_QQT, OSCAR_STATS_SST,
                                             OSCAR_STATS_VATT};
     bool all_det = true;
@@ -291,9 +324,11 @@ static void compare_mode(const char * name, const struct oscar_model * m, const 
         stats_diff(s_gpu, s_gpu2, kinds[i], c->n_layer, c->head_dim, &det);
         all_det = all_det && det;
         out_row(fp32, " %.1e / %.1e |", same, e2e);
-        if (!(same <= max_same) || !(e2e <= max_e2e)) g_fail = 1;
+        if (!(same <= max_same) || (!sensitive && !(e2e <= max_e2e))) g_fail = 1;
     }
-    out_row(fp32, " %s | %.3f / %.3f |\n", all_det ? "yes" : "NO", t_cpu, t_gpu2);
+    out_row(fp32, " %s | %.3f / %.3f |", all_det ? "yes" : "NO", t_cpu, t_gpu2);
+    if (sensitive) out_row(fp32, " the CPU pass moves %.1e under bf16 matrices: logits and e2e not gated here |", sens);
+    out_row(fp32, "\n");
     if (!all_det) g_fail = 1;
     fflush(stdout);
     oscar_stats_free(s_cpu), oscar_stats_free(s_gpu), oscar_stats_free(s_hook), oscar_stats_free(s_gpu2);
@@ -346,9 +381,11 @@ static void check_model(const char * name, struct oscar_model * m, const int32_t
     int32_t * tok = malloc(sizeof(int32_t) * (size_t) T);
     for (int32_t t = 0; t < T; t++) tok[t] = tokens ? tokens[t] : (int32_t) (rnd_u64() % (uint64_t) c->n_vocab);
     const struct oscar_batch b = {n_seq, seq_start, tok, NULL};
-    compare_mode(name, m, &b, true);
+    float * cpu_logits = malloc(sizeof(float) * (size_t) T * (size_t) c->n_vocab);
+    compare_mode(name, m, &b, true, cpu_logits);
     round_model(m);
-    compare_mode(name, m, &b, false);
+    compare_mode(name, m, &b, false, cpu_logits);
+    free(cpu_logits);
     free(tok);
 }
 
@@ -382,7 +419,10 @@ static const char * const TABLE_HEAD =
     " CPU s / GPU s (pass 1) |\n"
     "|---|---|---|---|---|---|---|---|---|---|---|\n";
 
-static int do_check(bool small, const char * real_model, const char * corpus) {
+static bool is_moe_fixture(const char * name) { return strstr(name, "moe") || strstr(name, "mixtral"); }
+
+// moe_only: the MoE fixtures and their controls alone (the memcheck of the sparse MLP).
+static int do_check(bool small, bool moe_only, const char * real_model, const char * corpus) {
     struct oscar_fwd_params p = oscar_fwd_default_params();
     p.device = "cuda";
     struct oscar_model * m = NULL;
@@ -402,18 +442,23 @@ static int do_check(bool small, const char * real_model, const char * corpus) {
     // tiny-mistral / tiny-phi3: sliding windows (phi3: partial rotary too); tiny-gemma3-hub:
     // Gemma 3's layer with its local (window 12, base 10^4) and global layers
     // tiny-qwen3-yarn (+ GGUF): YaRN's frequencies (from the host) and its attention factor on cos/sin;
-    // tiny-phi3.gguf: the fused tensors split at load
+    // tiny-phi3.gguf: the fused tensors split at load;
+    // the mixture-of-experts fixtures: softmax top-k renormalised (qwen3-moe, mixtral), with a
+    // sigmoid-gated shared expert (qwen2-moe), glm4_moe's sigmoid grouped routing with a choice-only
+    // bias, routed scale, an ungated shared expert and a dense first layer (glm4-moe)
     const char * tiny[] = {"tiny-llama",  "tiny-qwen2",       "tiny-qwen3",     "tiny-llama3",
                            "tiny-llama3.gguf", "tiny-mistral", "tiny-mistral.gguf", "tiny-phi3", "tiny-phi3.gguf",
-                           "tiny-gemma3-hub",  "tiny-gemma3-hub.gguf", "tiny-qwen3-yarn", "tiny-qwen3-yarn.gguf"};
+                           "tiny-gemma3-hub",  "tiny-gemma3-hub.gguf", "tiny-qwen3-yarn", "tiny-qwen3-yarn.gguf",
+                           "tiny-qwen3-moe", "tiny-qwen2-moe", "tiny-mixtral", "tiny-glm4-moe", "tiny-glm4-moe.gguf"};
     for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) {
+        if (moe_only && !is_moe_fixture(tiny[i])) continue;
         char dir[256];
         snprintf(dir, sizeof dir, "tests/fixtures/models/%s", tiny[i]);
         TRY(oscar_model_load(dir, &m));
         check_model(tiny[i], m, lens, 3, NULL);
         oscar_model_free(m);
     }
-    {   // tiny-gemma3: query_pre_attn_scalar 24, head_dim 32: everything with its score scale (the
+    if (!moe_only) {   // tiny-gemma3: query_pre_attn_scalar 24, head_dim 32: everything with its score scale (the
         // attention-mass sums included); an accumulator made for head_dim^-1/2 is refused
         int32_t seq_start[4] = {0};
         for (int32_t s = 0; s < 3; s++) seq_start[s + 1] = seq_start[s] + lens[s];
@@ -459,20 +504,28 @@ static int do_check(bool small, const char * real_model, const char * corpus) {
         control_off("tiny-qwen3-yarn", "YaRN's attention factor", m, &off, &by);
         oscar_model_free(m);
     }
-    // what the kernels do not implement is refused by name, never run wrong
-    TRY(oscar_model_load("tests/fixtures/models/tiny-glm4-moe", &m));
-    f = NULL;
-    {
-        const enum oscar_status st = oscar_fwd_init(m, &p, &f);
-        const bool ok = st == OSCAR_ERR_UNSUPPORTED &&
-                        strstr(oscar_last_error(), "mixture-of-experts models (glm4moe, 8 experts)");
-        printf("tiny-glm4-moe on cuda: %s (%s)\n", ok ? "refused" : "NOT REFUSED", oscar_last_error());
-        g_fail |= !ok;
+    {   // MoE controls: the device routing without one of its rules must miss the CPU logits
+        int32_t seq_start[4] = {0};
+        for (int32_t s = 0; s < 3; s++) seq_start[s + 1] = seq_start[s] + lens[s];
+        int32_t tok[327];
+        TRY(oscar_model_load("tests/fixtures/models/tiny-glm4-moe", &m));
+        for (int32_t t = 0; t < seq_start[3]; t++) tok[t] = (int32_t) (rnd_u64() % 128); // both vocabularies
+        const struct oscar_batch b = {3, seq_start, tok, NULL};
+        struct oscar_model_config off = m->config;
+        off.expert_bias = false;
+        control_off("tiny-glm4-moe", "the e_score_correction_bias", m, &off, &b);
+        off = m->config;
+        off.n_expert_group = 1, off.n_group_used = 1;
+        control_off("tiny-glm4-moe", "grouped top-k", m, &off, &b);
+        oscar_model_free(m);
+        TRY(oscar_model_load("tests/fixtures/models/tiny-qwen3-moe", &m));
+        off = m->config;
+        off.expert_norm_topk = false;
+        control_off("tiny-qwen3-moe", "top-k renormalisation", m, &off, &b);
+        oscar_model_free(m);
     }
-    oscar_fwd_free(f);
-    oscar_model_free(m);
     if (real_model) check_real(real_model, corpus);
-    if (!small) {
+    if (!small && !moe_only) {
         struct oscar_model_config c;
         memset(&c, 0, sizeof c);
         c.arch = OSCAR_ARCH_LLAMA, c.n_layer = 30, c.n_embd = 576, c.n_head = 9, c.n_head_kv = 3, c.head_dim = 64;
@@ -507,7 +560,8 @@ static int do_check(bool small, const char * real_model, const char * corpus) {
     printf("\nfp32 mode (oscar_fwd_params.fp32): CPU pass on the unrounded weights; bounds: logits 1e-4,"
            " same-tok 1e-4, e2e 1e-4\n\n");
     printf("%s%s", TABLE_HEAD, g_fp32_rows);
-    printf("check: %s\n", g_fail ? "FAIL" : "PASS");
+    printf("check: %s (%d routing-sensitive bf16 row(s) gated on same-token sums and determinism only)\n",
+           g_fail ? "FAIL" : "PASS", g_n_sensitive);
     return g_fail;
 }
 
@@ -635,9 +689,78 @@ static int do_bench(int32_t n_seq, int32_t len, int32_t layers, int reps, const 
     return 0;
 }
 
+// The bare pass's MLP stage (OSCAR_FWD_PROFILE=1 cudaEvents, stage 4 -> 5) of model c: device ms
+// per layer and run, best of reps after a warm-up on b[0], run r on b[r + 1] (other tokens: other
+// routings, as the layers of a calibration see); *secs the best run's wall time, phase[3] the
+// sparse MLP's phases of that run (ms per layer).
+static double mlp_ms(const struct oscar_model_config * c, const struct oscar_batch * b, int reps, double * secs,
+                     double * phase) {
+    struct oscar_fwd_params p = oscar_fwd_default_params();
+    p.device = "cuda", p.max_tokens = b->seq_start[b->n_seq];
+    struct oscar_fwd * f = NULL;
+    struct oscar_fwd_info a, z;
+    TRY(oscar_fwd_init_random(c, 42, &p, &f));
+    TRY(oscar_fwd_run(f, &b[0], NULL)); // warm-up
+    double best = INFINITY;
+    *secs = INFINITY;
+    for (int r = 0; r < reps; r++) {
+        oscar_fwd_info(f, &a);
+        const double t0 = now_s();
+        TRY(oscar_fwd_run(f, &b[r + 1], NULL));
+        const double dt = now_s() - t0;
+        oscar_fwd_info(f, &z);
+        const double ms = (z.stage_ms[4] - a.stage_ms[4]) / c->n_layer;
+        if (ms < best) {
+            best = ms;
+            for (int i = 0; i < 3; i++) phase[i] = (z.moe_ms[i] - a.moe_ms[i]) / c->n_layer;
+        }
+        if (dt < *secs) *secs = dt;
+    }
+    oscar_fwd_free(f);
+    return best;
+}
+
+// moebench: the Qwen3-30B-A3B shape's sparse MLP (routing, the counting sort, the gather, one
+// GEMM pair per expert, the combine) against a dense MLP of equal FLOPs (n_ff = k Fe, the same
+// model otherwise), both in this process on the same token sets.
+static int do_moebench(int32_t n_seq, int32_t len, int32_t layers, int reps) {
+    struct oscar_model_config moe, dense;
+    TRY(oscar_calib_random_config("qwen3-30b-a3b", &moe));
+    moe.n_layer = layers;
+    dense = moe;
+    dense.arch = OSCAR_ARCH_QWEN3, dense.n_expert = 0, dense.n_expert_used = 0, dense.n_ff_expert = 0;
+    dense.moe_step = 0, dense.expert_norm_topk = false, dense.n_ff = moe.n_expert_used * moe.n_ff_expert;
+    const int32_t T = n_seq * len;
+    int32_t * seq_start = malloc(sizeof(int32_t) * (size_t) (n_seq + 1));
+    int32_t * tok = malloc(sizeof(int32_t) * (size_t) T * (size_t) (reps + 1));
+    struct oscar_batch * b = malloc(sizeof *b * (size_t) (reps + 1));
+    for (int32_t s = 0; s <= n_seq; s++) seq_start[s] = s * len;
+    for (int r = 0; r <= reps; r++) { // a token set per run
+        for (int32_t t = 0; t < T; t++) tok[(size_t) r * T + t] = (int32_t) (rnd_u64() % (uint64_t) moe.n_vocab);
+        b[r] = (struct oscar_batch){n_seq, seq_start, tok + (size_t) r * T, NULL};
+    }
+    setenv("OSCAR_FWD_PROFILE", "1", 1);
+    double s_moe, s_dense, ph[3], ph_dense[3];
+    const double m_moe = mlp_ms(&moe, b, reps, &s_moe, ph), m_dense = mlp_ms(&dense, b, reps, &s_dense, ph_dense);
+    unsetenv("OSCAR_FWD_PROFILE");
+    // 3 GEMMs of 2 C (k Fe) FLOPs per token: the same for both
+    const double flop = 6.0 * T * moe.n_embd * (double) moe.n_expert_used * moe.n_ff_expert;
+    printf("\nMLP at equal FLOPs: Qwen3-30B-A3B shape (%d layers, %d tokens = %d x %d; 128 experts of 768, top-8) vs "
+           "dense n_ff %d; device ms per layer (cudaEvents), best of %d\n\n", layers, T, n_seq, len, dense.n_ff, reps);
+    printf("| MLP | ms per layer | TFLOP/s | rate vs dense | bare prefill s (%d layers) |\n|---|---|---|---|---|\n", layers);
+    printf("| sparse: route + sort + gather + expert GEMMs + combine | %.2f | %.0f | %.0f%% | %.3f |\n", m_moe,
+           flop / (m_moe * 1e-3) * 1e-12, 100.0 * m_dense / m_moe, s_moe);
+    printf("| dense, n_ff = k Fe | %.2f | %.0f | 100%% | %.3f |\n", m_dense, flop / (m_dense * 1e-3) * 1e-12, s_dense);
+    printf("\nsparse MLP phases (ms per layer): router GEMM + routing + grouping + gather %.2f, expert GEMMs + "
+           "activation %.2f (%.0f TFLOP/s, %.0f%% of the dense MLP's rate), combine %.2f\n", ph[0], ph[1],
+           flop / (ph[1] * 1e-3) * 1e-12, 100.0 * m_dense / ph[1], ph[2]);
+    free(seq_start), free(tok), free(b);
+    return 0;
+}
+
 int main(int argc, char ** argv) {
     uint64_t seed = (uint64_t) time(NULL);
-    bool small = false;
+    bool small = false, moe_only = false;
     int32_t n_seq = 15, len = 2048, layers = 36, reps = 3;
     const char * hf = NULL, * real = NULL, * corpus = NULL;
     if (argc < 2) {
@@ -647,6 +770,7 @@ int main(int argc, char ** argv) {
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--small")) small = true;
+        else if (!strcmp(argv[i], "--moe")) moe_only = true;
         else if (!strcmp(argv[i], "--seqs") && i + 1 < argc) n_seq = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--len") && i + 1 < argc) len = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
@@ -665,8 +789,9 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "--model needs --corpus\n");
         return 2;
     }
-    if (!strcmp(argv[1], "check")) return do_check(small, real, corpus);
+    if (!strcmp(argv[1], "check")) return do_check(small, moe_only, real, corpus);
     if (!strcmp(argv[1], "bench")) return do_bench(n_seq, len, layers, reps, hf);
+    if (!strcmp(argv[1], "moebench")) return do_moebench(n_seq, len, layers, reps);
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 2;
 }

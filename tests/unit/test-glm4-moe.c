@@ -202,7 +202,7 @@ static void test_gguf_refusals(void ** state) {
     assert_int_equal(oscar_model_load(g, &m), OSCAR_ERR_UNSUPPORTED);
     assert_error_names("rot.gguf", "glm4moe.rope.dimension_count = 15", "partial rotary");
     free(g);
-    // the CUDA forward refuses mixture-of-experts models (kernels/forward-cuda.cu); nothing to run here
+    // the CUDA forward's MoE layers are checked on a GPU (tests/gpu/test-forward-gpu.c, gpu-moe-check.sh)
 }
 
 int main(void) {
