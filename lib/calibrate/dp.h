@@ -7,6 +7,9 @@
 //
 // Every collective is called by every rank in the same order; payloads are
 // bytes; rank 0 is the root. Errors come back as OSCAR_ERR_IO naming the call.
+// Users: the pass's sums (dp-stats.c), its checkpoints (layer-pass.c) and the
+// finisher's split of each layer's clip search and gate (finish-split.c: two
+// broadcasts and two gathers per layer), so every engine carries all of them.
 #ifndef OSCAR_CALIBRATE_DP_H
 #define OSCAR_CALIBRATE_DP_H
 

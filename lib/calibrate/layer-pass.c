@@ -29,7 +29,9 @@
 // Data-parallel (e->dp, calibrate.h): each rank keeps only its share of the
 // batches (rows numbered locally: its calibration rows, then on rank 0 the
 // held-out rows); the sums meet on rank 0 at each layer end (dp-stats.c);
-// checkpoints gather every rank's hidden states into the single-process layout.
+// checkpoints gather every rank's hidden states into the single-process layout;
+// rank 0 finishes each layer with the other ranks scoring parts of its clip grid
+// and gate (finish-split.h: they hold one slot of held-out rows, sent by rank 0).
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
