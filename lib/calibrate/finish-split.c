@@ -1,9 +1,11 @@
 // finish-split.c - the clip search and gate of each layer split over the ranks
 // (contract and the reasons for this split in finish-split.h). Per layer and in
-// this order on every rank: two broadcasts (held-out q/k/v rows; with a clip
-// search the layer's K and V rotations), one gather of grid shares (with a clip
-// search), one gather of gate errors (when the gate runs per layer). W_O is not
-// sent: every rank keeps the copy its own backend ran (layer-pass.c).
+// this order on every rank: broadcasts of the held-out q, k, v rows and, with a
+// clip search, of rank 0's rotation layout (1 or Hkv per layer, so that a
+// finisher choosing it per run or per layer is followed) and the layer's K and
+// V rotations; one gather of grid shares (with a clip search); one gather of
+// gate errors (when the gate runs per layer). W_O is not sent: every rank keeps
+// the copy its own backend ran (layer-pass.c).
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,7 +18,8 @@ struct osc_calib_split {
     const struct oscar_calib_params * p;
     int32_t Hkv, G;
     bool gate_per_layer;
-    struct oscar_calib_fit view;   // ranks > 0: the layer's rotations (k_rot, v_rot of every layer)
+    struct oscar_calib_fit view;   // ranks > 0: the layer's rotations, laid out as rank 0's fit (n_rot
+                                   // from rank 0 each layer; room for Hkv per layer)
     struct oscar_eval_dev * ev;    // ranks > 0: their evaluator
     double * ek, * kref, * evv, * pack;   // [G, Hkv], [Hkv], [G, Hkv + 1], [G, 2 Hkv + 1]
 };
@@ -50,8 +53,8 @@ enum oscar_status osc_calib_split_open(struct osc_dp * dp, const struct oscar_ca
     if (ok && dp->rank != 0) { // the fit's rotation layout (fit.c), and an evaluator like rank 0's
         const size_t D = (size_t) h->head_dim;
         s->view.n_layer = h->n_layer, s->view.head_dim = h->head_dim;
-        s->view.n_rot = p->refine_optr ? h->n_head_kv : oscar_calib_fit_n_fitted(p, h->n_head_kv);
-        const size_t n = (size_t) h->n_layer * (size_t) s->view.n_rot * D * D;
+        s->view.n_rot = h->n_head_kv;
+        const size_t n = (size_t) h->n_layer * (size_t) h->n_head_kv * D * D;
         ok = (s->view.k_rot = calloc(n, sizeof(float))) && (s->view.v_rot = calloc(n, sizeof(float)));
         if (ok) st = osc_calib_eval_open(h, p, p->clip_search && p->n_grid > 1 ? p->n_grid : 1, &s->ev);
     }
@@ -79,7 +82,15 @@ static enum oscar_status share_layer(struct osc_calib_split * s, const struct os
     enum oscar_status st = bcast(s, h->q[l], T * (size_t) h->n_head * D * sizeof(float));
     if (st == OSCAR_OK) st = bcast(s, h->k[l], T * H * D * sizeof(float));
     if (st == OSCAR_OK) st = bcast(s, h->v[l], T * H * D * sizeof(float));
-    const size_t nr = (size_t) f->n_rot * D * D, at = (size_t) l * nr;
+    int32_t n_rot = f->n_rot;   // rank 0's layout (1 or Hkv rotations per layer), which the view takes
+    if (st == OSCAR_OK && s->G > 0) st = bcast(s, &n_rot, sizeof n_rot);
+    if (st == OSCAR_OK && s->G > 0 && s->dp->rank != 0) {
+        if (n_rot != 1 && n_rot != h->n_head_kv)
+            return osc_error(OSCAR_ERR_IO, "finishing split: layer %d: rank 0 sent %d rotations per layer (1 or %d)",
+                             (int) l, (int) n_rot, (int) h->n_head_kv);
+        s->view.n_rot = n_rot;
+    }
+    const size_t nr = (size_t) n_rot * D * D, at = (size_t) l * nr;
     if (st == OSCAR_OK && s->G > 0) st = bcast(s, f->k_rot + at, nr * sizeof(float));
     if (st == OSCAR_OK && s->G > 0) st = bcast(s, f->v_rot + at, nr * sizeof(float));
     return st;
