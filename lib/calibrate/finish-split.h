@@ -10,6 +10,11 @@
 // it needs the chosen clips; naive and Hadamard on ranks 1 and 2, or both on
 // rank 1), each the bits of the three evaluated together. So the artifact is
 // byte-identical to the one-process artifact for every rank count.
+// Why inside each layer rather than whole layers per rank: the pass meets at
+// every layer end (sums gathered, pass-1 sums broadcast), so a rank finishing a
+// whole layer would hold every rank's next layer back by that long, unless all
+// layers' held-out rows were kept for the end; this way each rank keeps one slot
+// and every result is on rank 0 (checkpoints, --resume unchanged).
 // It applies when the evaluator is the CPU's (lib/verify); a device evaluator
 // (--device cuda) scores whole grids, and rank 0 finishes alone there.
 #ifndef OSCAR_CALIBRATE_FINISH_SPLIT_H
