@@ -36,6 +36,7 @@
 
 struct oscar_actstore;
 struct osc_dp;
+struct osc_calib_split;
 
 #define OSCAR_CALIBRATE_VERSION OSCAR_VERSION
 #define OSCAR_CLIP_GRID_MAX 128
@@ -377,6 +378,15 @@ enum oscar_status oscar_calib_clip_alloc(const struct oscar_calib_params * p, co
 enum oscar_status oscar_calib_clip_layer(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
                                          const struct oscar_calib_params * p, int32_t n_head_kv, int32_t l,
                                          struct oscar_calib_clip * c, struct oscar_calib_timing * t);
+// The two halves of oscar_calib_clip_layer, for a search split over ranks (finish-split.c):
+// the errors of grid candidates [c0, c1) on ev's layer (ek [G, Hkv] and evv [G, Hkv + 1] rows
+// c0 .. c1-1, kref [Hkv], vref unless NULL; the whole grid's bits, eval-device.h), then, from
+// the whole grid's errors, layer l's choice into c (ek is overwritten).
+enum oscar_status oscar_calib_clip_errors(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
+                                          const struct oscar_calib_params * p, int32_t n_head_kv, int32_t c0,
+                                          int32_t c1, double * ek, double * kref, double * evv, double * vref);
+void oscar_calib_clip_choose(const struct oscar_calib_params * p, int32_t n_head_kv, int32_t l, double * ek,
+                             const double * kref, const double * evv, double vref, struct oscar_calib_clip * c);
 // After every layer: the model-wide choice of a target sharing clips (each layer's record
 // replaced by it), else the medians.
 void oscar_calib_clip_end(const struct oscar_calib_params * p, struct oscar_calib_clip * c);
@@ -395,6 +405,13 @@ enum oscar_status oscar_calib_gate_layer(struct oscar_eval_dev * ev, const struc
                                          const struct oscar_calib_clip * c, const struct oscar_calib_params * p,
                                          int32_t n_head_kv, int32_t l, struct oscar_calib_gate * g,
                                          struct oscar_calib_timing * t);
+// The gate's methods of `mask` (OSCAR_GATE_*) on ev's layer: err[0] naive, [1] Hadamard, [2]
+// OSCAR (f, c needed only for it); each the bits of the three together (eval-device.h), so the
+// ranks of a split gate may take a method each.
+enum { OSCAR_GATE_NAIVE = 1, OSCAR_GATE_HADAMARD = 2, OSCAR_GATE_OSCAR = 4, OSCAR_GATE_ALL = 7 };
+enum oscar_status oscar_calib_gate_methods(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
+                                           const struct oscar_calib_clip * c, const struct oscar_calib_params * p,
+                                           int32_t n_head_kv, unsigned mask, double err[3]);
 // After every layer: the means (layers in order) and the pass flag.
 void oscar_calib_gate_end(struct oscar_calib_gate * g);
 void oscar_calib_gate_free(struct oscar_calib_gate * g);
@@ -421,6 +438,8 @@ struct oscar_calib_finisher {
     int32_t n_done;                         // layers 0 .. n_done-1 are finished
     struct oscar_eval_dev * ev;
     struct oscar_calib_timing * t;
+    struct osc_calib_split * split;         // rank 0 of several: clip search and gate shared with the
+                                            // other ranks (finish-split.h; set by the pass), or NULL
 };
 // Whether p's gate waits for end() (clips shared model-wide: every layer's rows needed then).
 bool oscar_calib_finish_gate_at_end(const struct oscar_calib_params * p);

@@ -144,49 +144,72 @@ enum oscar_status oscar_calib_clip_alloc(const struct oscar_calib_params * p, co
     return OSCAR_OK;
 }
 
+// The search's transform: the target's clip quantizer with the fitted rotations, the held-out tiering.
+static enum oscar_status clip_transform(const struct oscar_calib_fit * f, const struct oscar_calib_params * p,
+                                        int32_t Hkv, struct oscar_kv_transform * tf) {
+    const struct oscar_target_profile * prof = oscar_target_get(p->target);
+    enum oscar_status st = osc_calib_transform(prof->clip_quant, p, f, NULL, f->n_layer, Hkv, f->head_dim, tf);
+    tf->tiers = osc_calib_tiering(p); // the held-out tiering whatever the preset's (q2_0: its ring)
+    tf->tiers.block = 1;
+    return st;
+}
+
+enum oscar_status oscar_calib_clip_errors(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
+                                          const struct oscar_calib_params * p, int32_t n_head_kv, int32_t c0,
+                                          int32_t c1, double * ek, double * kref, double * evv, double * vref) {
+    struct oscar_kv_transform tf;
+    enum oscar_status st = clip_transform(f, p, n_head_kv, &tf);
+    if (st == OSCAR_OK)
+        st = oscar_eval_dev_candidates_part(ev, &tf, p->n_grid, c0, c1, p->grid, f->n_rot > 1, ek, kref, evv, vref);
+    return st;
+}
+
+void oscar_calib_clip_choose(const struct oscar_calib_params * p, int32_t n_head_kv, int32_t l, double * ek,
+                             const double * kref, const double * evv, double vref, struct oscar_calib_clip * c) {
+    const int32_t Hkv = n_head_kv, NC = c->n_clip, G = p->n_grid;
+    if (NC == 1) { // pool K heads; V: all heads together
+        double kr = 0.0;
+        for (int32_t hh = 0; hh < Hkv; hh++) kr += kref[hh];
+        for (int32_t g = 0; g < G; g++) {
+            double sum = 0.0;
+            for (int32_t hh = 0; hh < Hkv; hh++) sum += ek[(size_t) g * (size_t) Hkv + (size_t) hh];
+            ek[(size_t) g * (size_t) Hkv] = sum;
+        }
+        for (int32_t g = 0; c->grid_k && g < G; g++) {
+            c->grid_k[(size_t) l * (size_t) G + (size_t) g] = rel(ek[(size_t) g * (size_t) Hkv], kr);
+            c->grid_v[(size_t) l * (size_t) G + (size_t) g] =
+                rel(evv[(size_t) g * (size_t) (Hkv + 1) + (size_t) Hkv], vref);
+        }
+        pick(p, ek, Hkv, 0, kr, &c->k[l], &c->k_err[l], &c->k_err1[l]);
+        pick(p, evv, Hkv + 1, Hkv, vref, &c->v[l], &c->v_err[l], &c->v_err1[l]);
+    } else {
+        for (int32_t hh = 0; hh < Hkv; hh++) {
+            size_t i = (size_t) l * (size_t) Hkv + (size_t) hh;
+            pick(p, ek, Hkv, hh, kref[hh], &c->k[i], &c->k_err[i], &c->k_err1[i]);
+            pick(p, evv, Hkv + 1, hh, vref, &c->v[i], &c->v_err[i], &c->v_err1[i]);
+        }
+    }
+    osc_debug("clip layer %d: K %.2f V %.2f", (int) l, (double) c->k[(size_t) l * (size_t) NC],
+              (double) c->v[(size_t) l * (size_t) NC]);
+}
+
 enum oscar_status oscar_calib_clip_layer(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
                                          const struct oscar_calib_params * p, int32_t n_head_kv, int32_t l,
                                          struct oscar_calib_clip * c, struct oscar_calib_timing * t) {
     if (!p->clip_search) return OSCAR_OK;
     double t0 = osc_now();
-    const int32_t Hkv = n_head_kv, NC = c->n_clip, G = p->n_grid, L = f->n_layer;
-    const struct oscar_target_profile * prof = oscar_target_get(p->target);
+    const int32_t Hkv = n_head_kv, G = p->n_grid;
     struct clip_errors s = {0};
     struct oscar_kv_transform tf;
-    enum oscar_status st = osc_calib_transform(prof->clip_quant, p, f, NULL, L, Hkv, f->head_dim, &tf);
+    enum oscar_status st = clip_transform(f, p, Hkv, &tf);
     if (st != OSCAR_OK) goto out;
-    tf.tiers = osc_calib_tiering(p); // the held-out tiering whatever the preset's (q2_0: its ring)
-    tf.tiers.block = 1;
     if (!errors_init(&s, Hkv, G)) {
         st = osc_error(OSCAR_ERR_NOMEM, "clip search: out of memory");
         goto out;
     }
-    if ((st = oscar_eval_dev_candidates(ev, &tf, G, p->grid, NC > 1, s.ek, s.kref, s.ev, &s.vref)) != OSCAR_OK)
+    if ((st = oscar_eval_dev_candidates(ev, &tf, G, p->grid, c->n_clip > 1, s.ek, s.kref, s.ev, &s.vref)) != OSCAR_OK)
         goto out;
-    if (NC == 1) { // pool K heads; V: all heads together
-        double kr = 0.0;
-        for (int32_t hh = 0; hh < Hkv; hh++) kr += s.kref[hh];
-        for (int32_t g = 0; g < G; g++) {
-            double sum = 0.0;
-            for (int32_t hh = 0; hh < Hkv; hh++) sum += s.ek[(size_t) g * (size_t) Hkv + (size_t) hh];
-            s.ek[(size_t) g * (size_t) Hkv] = sum;
-        }
-        for (int32_t g = 0; c->grid_k && g < G; g++) {
-            c->grid_k[(size_t) l * (size_t) G + (size_t) g] = rel(s.ek[(size_t) g * (size_t) Hkv], kr);
-            c->grid_v[(size_t) l * (size_t) G + (size_t) g] =
-                rel(s.ev[(size_t) g * (size_t) (Hkv + 1) + (size_t) Hkv], s.vref);
-        }
-        pick(p, s.ek, Hkv, 0, kr, &c->k[l], &c->k_err[l], &c->k_err1[l]);
-        pick(p, s.ev, Hkv + 1, Hkv, s.vref, &c->v[l], &c->v_err[l], &c->v_err1[l]);
-    } else {
-        for (int32_t hh = 0; hh < Hkv; hh++) {
-            size_t i = (size_t) l * (size_t) Hkv + (size_t) hh;
-            pick(p, s.ek, Hkv, hh, s.kref[hh], &c->k[i], &c->k_err[i], &c->k_err1[i]);
-            pick(p, s.ev, Hkv + 1, hh, s.vref, &c->v[i], &c->v_err[i], &c->v_err1[i]);
-        }
-    }
-    osc_debug("clip layer %d: K %.2f V %.2f", (int) l, (double) c->k[(size_t) l * (size_t) NC],
-              (double) c->v[(size_t) l * (size_t) NC]);
+    oscar_calib_clip_choose(p, Hkv, l, s.ek, s.kref, s.ev, s.vref, c);
 out:
     errors_free(&s);
     if (t) t->clip += osc_now() - t0;

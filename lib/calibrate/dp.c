@@ -84,3 +84,26 @@ void osc_dp_share(const struct osc_dp * dp, int32_t rank, int64_t n, int64_t * b
     *b0 = n * rank / dp->size;
     *b1 = n * (rank + 1) / dp->size;
 }
+
+enum oscar_status osc_dp_gather_shares(struct osc_dp * dp, int64_t n, size_t item, const void * mine, void * all) {
+    int64_t b0, b1;
+    osc_dp_share(dp, dp->rank, n, &b0, &b1);
+    size_t * counts = calloc((size_t) dp->size, sizeof(size_t));
+    if (!counts) return osc_error(OSCAR_ERR_NOMEM, "gather of shares: out of memory");
+    void * got = NULL;
+    enum oscar_status st = dp->ops->gather(dp, mine, (size_t) (b1 - b0) * item, &got, counts);
+    size_t off = 0;   // rank r's items arrive after ranks 0 .. r-1's and go to [r0, r1)
+    for (int32_t r = 0; st == OSCAR_OK && dp->rank == 0 && r < dp->size; r++) {
+        int64_t r0, r1;
+        osc_dp_share(dp, r, n, &r0, &r1);
+        if (counts[r] != (size_t) (r1 - r0) * item) {
+            st = osc_error(OSCAR_ERR_IO, "gather of shares: rank %d sent %zu bytes, its %lld items are %zu", (int) r,
+                           counts[r], (long long) (r1 - r0), (size_t) (r1 - r0) * item);
+            break;
+        }
+        if (counts[r]) memcpy((char *) all + (size_t) r0 * item, (const char *) got + off, counts[r]);
+        off += counts[r];
+    }
+    free(got), free(counts);
+    return st;
+}

@@ -7,6 +7,9 @@
 //
 // Every collective is called by every rank in the same order; payloads are
 // bytes; rank 0 is the root. Errors come back as OSCAR_ERR_IO naming the call.
+// Users: the pass's sums (dp-stats.c), its checkpoints (layer-pass.c) and the
+// finisher's split of each layer's clip search and gate (finish-split.c: two
+// broadcasts and two gathers per layer), so every engine carries all of them.
 #ifndef OSCAR_CALIBRATE_DP_H
 #define OSCAR_CALIBRATE_DP_H
 
@@ -57,6 +60,13 @@ enum oscar_status osc_dp_use_local_gpu(const struct osc_dp * dp, int * device);
 
 // Rank r's share [*b0, *b1) of n items in contiguous blocks: floor(r·n/size) .. floor((r+1)·n/size).
 void osc_dp_share(const struct osc_dp * dp, int32_t rank, int64_t n, int64_t * b0, int64_t * b1);
+
+// Every rank's share (osc_dp_share) of n items of `item` bytes, mine holding this rank's, put
+// together on the root in rank order into all ([n] items, each at its index; other ranks may pass
+// NULL). A share of the wrong size is an error naming the rank. The finisher's split (finish-split.c)
+// combines its parts this way: placement only, no arithmetic, so the root holds what one
+// process computing every item would.
+enum oscar_status osc_dp_gather_shares(struct osc_dp * dp, int64_t n, size_t item, const void * mine, void * all);
 
 // ---- the statistics of a data-parallel pass (dp-stats.c) ----------------------------------
 struct oscar_stats;

@@ -3,9 +3,14 @@
 // end. Each stage's per-layer function reads only layer l's rows and results,
 // so finishing layer l as soon as its sums end gives what a stage-after-stage
 // run over all layers gives, bit for bit; every mean is summed in layer order.
+// Under mpirun (fin->split) the clip search and the per-layer gate of each layer
+// are shared with the other ranks, each evaluating part of the clip grid and of
+// the gate's methods with the one-process bits (finish-split.h); the fit, the
+// sign search and OptR stay here on rank 0.
 #include <string.h>
 
 #include "calibrate/calib-verify.h"
+#include "calibrate/finish-split.h"
 #include "util/log.h"
 
 void oscar_calib_finish_free(struct oscar_calib_finisher * fin) {
@@ -60,8 +65,9 @@ enum oscar_status oscar_calib_finish_layer(struct oscar_calib_finisher * fin, co
     if (st == OSCAR_OK) oscar_calib_fit_spread_heads(p, Hkv, l, &fin->fit);
     if (st == OSCAR_OK && p->refine_optr)
         st = oscar_calib_refine_layer(fin->store, fin->optr_rows, fin->plan, h, p, l, &fin->fit, &fin->refine, fin->t);
-    if (st == OSCAR_OK) st = oscar_calib_clip_layer(fin->ev, &fin->fit, p, Hkv, l, &fin->clip, fin->t);
-    if (st == OSCAR_OK && !fin->gate_at_end)
+    if (st == OSCAR_OK && fin->split) st = osc_calib_split_finish(fin->split, fin, h, l); // both, with the other ranks
+    if (st == OSCAR_OK && !fin->split) st = oscar_calib_clip_layer(fin->ev, &fin->fit, p, Hkv, l, &fin->clip, fin->t);
+    if (st == OSCAR_OK && !fin->split && !fin->gate_at_end)
         st = oscar_calib_gate_layer(fin->ev, &fin->fit, &fin->clip, p, Hkv, l, &fin->gate, fin->t);
     if (st == OSCAR_OK) fin->n_done = l + 1;
     return st;

@@ -30,23 +30,34 @@ enum oscar_status oscar_calib_gate_alloc(int32_t n_layer, struct oscar_calib_gat
     return OSCAR_OK;
 }
 
+enum oscar_status oscar_calib_gate_methods(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
+                                           const struct oscar_calib_clip * c, const struct oscar_calib_params * p,
+                                           int32_t n_head_kv, unsigned mask, double err[3]) {
+    const int32_t L = f->n_layer, D = f->head_dim;
+    struct oscar_kv_transform all[3], tf[3];
+    int32_t n = 0, which[3];
+    enum oscar_status st;
+    if ((st = osc_calib_transform("naive", p, NULL, NULL, L, n_head_kv, D, &all[0])) != OSCAR_OK ||
+        (st = osc_calib_transform("hadamard", p, NULL, NULL, L, n_head_kv, D, &all[1])) != OSCAR_OK ||
+        ((mask & OSCAR_GATE_OSCAR) &&
+         (st = osc_calib_transform("oscar-searched", p, f, c, L, n_head_kv, D, &all[2])) != OSCAR_OK))
+        return st;
+    all[1].k_clip = 0.96, all[1].v_clip = 0.92;   // the reference's fixed ratios (method.md §9.5)
+    for (int32_t i = 0; i < 3; i++)
+        if (mask & (1u << i)) tf[n] = all[i], which[n++] = i;
+    double e[3] = {0};
+    st = n ? oscar_eval_dev_out_rel_methods(ev, tf, n, e) : OSCAR_OK; // one exact attention for them all
+    for (int32_t i = 0; i < n; i++) err[which[i]] = e[i];
+    return st;
+}
+
 enum oscar_status oscar_calib_gate_layer(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
                                          const struct oscar_calib_clip * c, const struct oscar_calib_params * p,
                                          int32_t n_head_kv, int32_t l, struct oscar_calib_gate * g,
                                          struct oscar_calib_timing * t) {
-    double t0 = osc_now();
-    const int32_t L = g->n_layer, D = f->head_dim;
-    struct oscar_kv_transform naive, had, osc;
-    enum oscar_status st;
-    if ((st = osc_calib_transform("naive", p, NULL, NULL, L, n_head_kv, D, &naive)) == OSCAR_OK &&
-        (st = osc_calib_transform("hadamard", p, NULL, NULL, L, n_head_kv, D, &had)) == OSCAR_OK &&
-        (st = osc_calib_transform("oscar-searched", p, f, c, L, n_head_kv, D, &osc)) == OSCAR_OK) {
-        had.k_clip = 0.96, had.v_clip = 0.92;   // the reference's fixed ratios (method.md §9.5)
-        const struct oscar_kv_transform tf[3] = {naive, had, osc};
-        double err[3];
-        st = oscar_eval_dev_out_rel_methods(ev, tf, 3, err); // one exact attention for the three
-        g->naive[l] = err[0], g->hadamard[l] = err[1], g->oscar[l] = err[2];
-    }
+    double t0 = osc_now(), err[3] = {0};
+    enum oscar_status st = oscar_calib_gate_methods(ev, f, c, p, n_head_kv, OSCAR_GATE_ALL, err);
+    if (st == OSCAR_OK) g->naive[l] = err[0], g->hadamard[l] = err[1], g->oscar[l] = err[2];
     if (t) t->gate += osc_now() - t0;
     return st;
 }

@@ -29,7 +29,9 @@
 // Data-parallel (e->dp, calibrate.h): each rank keeps only its share of the
 // batches (rows numbered locally: its calibration rows, then on rank 0 the
 // held-out rows); the sums meet on rank 0 at each layer end (dp-stats.c);
-// checkpoints gather every rank's hidden states into the single-process layout.
+// checkpoints gather every rank's hidden states into the single-process layout;
+// rank 0 finishes each layer with the other ranks scoring parts of its clip grid
+// and gate (finish-split.h: they hold one slot of held-out rows, sent by rank 0).
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -38,6 +40,7 @@
 #include "calibrate/actstore.h"
 #include "calibrate/calibrate.h"
 #include "calibrate/dp.h"
+#include "calibrate/finish-split.h"
 #include "calibrate/layer-ckpt.h"
 #include "util/log.h"
 #include "util/mem.h"
@@ -59,6 +62,8 @@ struct layer_pass {
     struct oscar_stats * stats;
     struct oscar_calib_heldout * held;
     struct oscar_calib_finisher * fin; // rank 0's, begun by the pass, or NULL
+    bool split_on;             // several ranks share each layer's clip search and gate (finish-split.h)
+    struct osc_calib_split * split;
     struct oscar_calib_timing * t;
     struct oscar_fwd * f;
     struct batch_ref * batches;
@@ -198,11 +203,12 @@ static enum oscar_status alloc_heldout(struct layer_pass * lp) {
     h->n_seq = plan->n_heldout;
     h->n_rows = plan->heldout_start[plan->n_heldout] - plan->heldout_start[0];
     const size_t L = (size_t) c->n_layer, T = (size_t) h->n_rows, D = (size_t) c->head_dim;
-    if (lp->dp->rank != 0) { // the held-out rows are rank 0's
+    if (lp->dp->rank != 0 && !lp->split_on) { // the held-out rows are rank 0's
         h->n_seq = 0, h->n_rows = 0;
         return OSCAR_OK;
     }
-    h->n_slot = lp->fin && !oscar_calib_finish_gate_at_end(lp->p) ? 1 : 0;
+    // the other ranks of a split finisher: one slot, which rank 0's rows fill (W_O: their own copy)
+    h->n_slot = lp->dp->rank != 0 || (lp->fin && !oscar_calib_finish_gate_at_end(lp->p)) ? 1 : 0;
     const size_t slots = h->n_slot == 1 ? 1 : L;
     h->q = calloc(L, sizeof(float *)), h->k = calloc(L, sizeof(float *)), h->v = calloc(L, sizeof(float *));
     h->wo = calloc(L, sizeof(float *));
@@ -409,7 +415,8 @@ static void teardown(struct layer_pass * lp) {
     free(lp->x_all);
     free(lp->rank_cal);
     free(lp->sbuf);
-    if (lp->fin) lp->fin->optr_rows = NULL;
+    if (lp->fin) lp->fin->optr_rows = NULL, lp->fin->split = NULL;
+    osc_calib_split_free(lp->split);
     oscar_calib_optr_rows_free(&lp->optr);
 }
 
@@ -439,6 +446,7 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
     struct layer_pass lp = {.e = e, .m = e->m, .c = &e->m->config, .plan = plan, .p = p, .held = held, .t = t,
                             .dp = e->dp ? e->dp : osc_dp_single(), .optr = {.layer = -1}};
     lp.fin = lp.dp->rank == 0 ? fin : NULL; // rank 0 alone has the held-out rows
+    lp.split_on = fin && osc_calib_split_applies(lp.dp, p);   // the same on every rank
     struct oscar_capture_hook hook;
     *stats = NULL;
     memset(held, 0, sizeof *held); // freed on any failure, even one before it is filled
@@ -457,6 +465,8 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
         lp.optr_on = st == OSCAR_OK;
         lp.fin->optr_rows = lp.optr_on ? &lp.optr : NULL;
     }
+    if (st == OSCAR_OK && lp.split_on) st = osc_calib_split_open(lp.dp, p, held, &lp.split);
+    if (st == OSCAR_OK && lp.fin) lp.fin->split = lp.split;
     if (st == OSCAR_OK) st = start(&lp, &ck, &first);
     if (st == OSCAR_OK && several && first > 0) st = exchange_rows(&lp, false);
     if (st == OSCAR_OK) st = setup_backend(&lp, &hook, first > 0);
@@ -471,6 +481,7 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
         if (st == OSCAR_OK) st = run_layer(&lp, l, &pr);
         if (st == OSCAR_OK) st = release_layer(&lp, l);
         if (st == OSCAR_OK && lp.fin) st = oscar_calib_finish_layer(lp.fin, lp.stats, held, l); // then the slot is free
+        else if (st == OSCAR_OK && lp.split) st = osc_calib_split_work(lp.split, held, l);     // rank 0 finishes with it
         since += lp.n_rows_all; // the same on every rank: they checkpoint together
         if (st == OSCAR_OK && ck.path && p->checkpoint_every > 0 && since >= p->checkpoint_every && l + 1 < L) {
             st = oscar_fwd_rows_copy(lp.f, lp.x_host, true);
@@ -499,6 +510,11 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
             osc_dp_stats_bytes(&sent, &got);
             osc_debug("data-parallel sums: rank %d sent %.2f MiB and received %.2f MiB", (int) lp.dp->rank,
                       (double) sent / 1048576.0, (double) got / 1048576.0);
+            osc_calib_split_bytes(&sent, &got);
+            if (lp.split)
+                osc_debug("data-parallel finishing (clip search and gate split over %d ranks): rank %d sent %.2f MiB "
+                          "and received %.2f MiB", (int) lp.dp->size, (int) lp.dp->rank, (double) sent / 1048576.0,
+                          (double) got / 1048576.0);
         }
     }
     t->store += lp.t_store;

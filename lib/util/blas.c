@@ -10,7 +10,7 @@
 
 // Tile sizes: large enough that packing B costs ~1 % of a tile's work,
 // small enough that a 512-token batch still gives every core a tile.
-enum { TILE_M = 128, TILE_N = 512 };
+enum { TILE_M = 128, TILE_N = OSC_GEMM_TILE_N };
 
 // Checked on every call, not once: a caller (a benchmark) may have changed it.
 void osc_blas_init(void) {

@@ -25,6 +25,12 @@ void osc_blas_init(void);
 // otherwise (also if the exec fails). Call first thing in main, before any thread starts.
 void osc_blas_select_kernels(char ** argv);
 
+// The column width of a product's tiles. Column j of C depends only on column j of op(B) and on
+// the tile holding it, so a product over columns [lo, hi) of a wider one, lo a multiple of
+// OSC_GEMM_TILE_N and hi a multiple of it or the last column, gives those columns the same bits
+// as the whole product (a data-parallel clip search computes its candidates' columns alone).
+#define OSC_GEMM_TILE_N 512
+
 // C[M, N] = alpha · op(A) · op(B) + beta · C
 void osc_sgemm(int nt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float * A,
                int lda, const float * B, int ldb, float beta, float * C, int ldc);

@@ -191,27 +191,28 @@ enum oscar_status oscar_eval_dev_out_rel_methods(struct oscar_eval_dev * ev, con
     return st;
 }
 
+// Candidates [c0, c1) of the n_cand (all of them: 0, n_cand); rows of k_num / v_num at their index.
 static enum oscar_status cpu_candidates(struct oscar_eval_dev * ev, struct oscar_kv_transform * tf, int32_t n_cand,
-                                        const double * ratios, bool v_per_head, double * k_num, double * k_den,
-                                        double * v_num, double * v_den) {
+                                        int32_t c0, int32_t c1, const double * ratios, bool v_per_head,
+                                        double * k_num, double * k_den, double * v_num, double * v_den) {
     const struct oscar_layer_input * in = &ev->in;
     size_t n = (size_t) in->n_tokens * (size_t) in->n_head_kv * (size_t) in->head_dim + 1;
-    float * buf = realloc(ev->cpu_buf, n * (2 + 2 * (size_t) n_cand) * sizeof(float));
+    float * buf = realloc(ev->cpu_buf, n * (2 + 2 * (size_t) (c1 - c0)) * sizeof(float));
     const float * kq[OSCAR_EVAL_MAX_CAND], * vq[OSCAR_EVAL_MAX_CAND];
-    if (!buf) return osc_error(OSCAR_ERR_NOMEM, "clip search: %d candidates x %d held-out rows", (int) n_cand,
+    if (!buf) return osc_error(OSCAR_ERR_NOMEM, "clip search: %d candidates x %d held-out rows", (int) (c1 - c0),
                                (int) in->n_tokens);
     ev->cpu_buf = buf;
     float * k_hp = buf, * v_hp = buf + n;
-    for (int32_t c = 0; c < n_cand; c++) {
-        float * kc = buf + (2 + 2 * (size_t) c) * n, * vc = kc + n;
+    for (int32_t c = c0; c < c1; c++) {
+        float * kc = buf + (2 + 2 * (size_t) (c - c0)) * n, * vc = kc + n;
         tf->k_clip = tf->v_clip = ratios[c];
         enum oscar_status st = oscar_kv_transform_layer(tf, in->layer, in->n_tokens, in->n_seq, in->seq_start, in->k,
                                                         in->v, k_hp, v_hp, kc, vc, ev->n_threads, NULL);
         if (st != OSCAR_OK) return st;
         kq[c] = kc, vq[c] = vc;
     }
-    return oscar_verify_candidate_errors(in, &tf->tiers, n_cand, k_hp, v_hp, kq, vq, v_per_head, ev->n_threads, k_num,
-                                         k_den, v_num, v_den);
+    return oscar_verify_candidate_errors_part(in, &tf->tiers, n_cand, c0, c1, k_hp, v_hp, kq, vq, v_per_head,
+                                              ev->n_threads, k_num, k_den, v_num, v_den);
 }
 
 enum oscar_status oscar_eval_dev_candidates(struct oscar_eval_dev * ev, const struct oscar_kv_transform * tf,
@@ -227,7 +228,7 @@ enum oscar_status oscar_eval_dev_candidates(struct oscar_eval_dev * ev, const st
     double t0 = osc_now();
     enum oscar_status st;
     if (!ev->be) {
-        st = cpu_candidates(ev, &t, n_cand, ratios, v_per_head, k_num, k_den, v_num, v_den);
+        st = cpu_candidates(ev, &t, n_cand, 0, n_cand, ratios, v_per_head, k_num, k_den, v_num, v_den);
         ev->t_cand += osc_now() - t0;
         return st;
     }
@@ -241,6 +242,26 @@ enum oscar_status oscar_eval_dev_candidates(struct oscar_eval_dev * ev, const st
             ev->clip_v[(size_t) c * (size_t) t.n_head_kv + (size_t) h] = ratios[c];
     struct oscar_eval_method m = method(ev, &t);
     st = ev->be->eval_candidates(ev->dev, &m, n_cand, v_per_head, k_num, k_den, v_num, v_den);
+    ev->t_cand += osc_now() - t0;
+    return st;
+}
+
+enum oscar_status oscar_eval_dev_candidates_part(struct oscar_eval_dev * ev, const struct oscar_kv_transform * tf,
+                                                 int32_t n_cand, int32_t c0, int32_t c1, const double * ratios,
+                                                 bool v_per_head, double * k_num, double * k_den, double * v_num,
+                                                 double * v_den) {
+    if (n_cand < 1 || n_cand > ev->shape.max_cand || n_cand > OSCAR_EVAL_MAX_CAND || c0 < 0 || c1 < c0 || c1 > n_cand)
+        return osc_error(OSCAR_ERR_INVALID, "layer eval: clip candidates %d-%d of %d (at most %d)", (int) c0, (int) c1,
+                         (int) n_cand, (int) ev->shape.max_cand);
+    if (ev->be)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "layer eval (%s): a part of the clip grid is evaluated on the cpu only",
+                         ev->be->name);
+    if (tf->k_clip_layer || tf->v_clip_layer)
+        return osc_error(OSCAR_ERR_INVALID, "layer eval: method '%s' carries its own clips; candidates set them",
+                         tf->name);
+    struct oscar_kv_transform t = *tf;
+    double t0 = osc_now();
+    enum oscar_status st = cpu_candidates(ev, &t, n_cand, c0, c1, ratios, v_per_head, k_num, k_den, v_num, v_den);
     ev->t_cand += osc_now() - t0;
     return st;
 }

@@ -489,7 +489,7 @@ static void cand_k_pair(const struct oscar_layer_input * in, const struct oscar_
         *den += quad_err(S, k, NULL, D);
         if (t >= lo && t < hi) {
             for (int32_t c = 0; c < n_cand; c++) num[c] += quad_err(S, k_q[c] + ko, k, D);
-        } else {
+        } else if (n_cand > 0) {
             double e = quad_err(S, k_hp + ko, k, D);   // HP rows: the same for every candidate
             for (int32_t c = 0; c < n_cand; c++) num[c] += e;
         }
@@ -534,26 +534,43 @@ enum oscar_status oscar_verify_candidate_errors(const struct oscar_layer_input *
                                                 const float * const * k_q, const float * const * v_q,
                                                 bool v_per_head, int32_t n_threads, double * k_num,
                                                 double * k_den, double * v_num, double * v_den) {
+    return oscar_verify_candidate_errors_part(in, tr, n_cand, 0, n_cand, k_hp, v_hp, k_q, v_q, v_per_head, n_threads,
+                                              k_num, k_den, v_num, v_den);
+}
+
+enum oscar_status oscar_verify_candidate_errors_part(const struct oscar_layer_input * in,
+                                                     const struct oscar_tiering * tr, int32_t n_cand, int32_t c0,
+                                                     int32_t c1, const float * k_hp, const float * v_hp,
+                                                     const float * const * k_q, const float * const * v_q,
+                                                     bool v_per_head, int32_t n_threads, double * k_num,
+                                                     double * k_den, double * v_num, double * v_den) {
     enum oscar_status st = check_input(in);
     if (st != OSCAR_OK) return st;
     if (tr->mode == OSCAR_TIERS_DECODE)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "candidate errors: layer %d: the DECODE tiering is query-dependent",
                          in->layer);
-    if (!in->wo || n_cand < 1)
-        return osc_error(OSCAR_ERR_INVALID, "candidate errors: layer %d: need W_O and at least one candidate",
-                         in->layer);
+    if (!in->wo || n_cand < 1 || c0 < 0 || c1 < c0 || c1 > n_cand)
+        return osc_error(OSCAR_ERR_INVALID, "candidate errors: layer %d: need W_O, at least one candidate and a "
+                         "part within them (%d-%d of %d)", in->layer, (int) c0, (int) c1, (int) n_cand);
+    const int32_t n = c1 - c0;   // this call's candidates; n_cand fixes the layout their bits depend on
     int32_t T = in->n_tokens, Hq = in->n_head, Hkv = in->n_head_kv, D = in->head_dim, C = in->n_embd;
     int32_t g = Hq / Hkv, nt = n_threads > 0 ? n_threads : omp_get_max_threads(), W = (n_cand + 1) * D;
     size_t krs = (size_t) Hkv * D, qrs = (size_t) Hq * D, TQ = (size_t) T * qrs;
     int32_t maxlen = 0;
     for (int32_t s = 0; s < in->n_seq; s++)
         if (in->seq_start[s + 1] - in->seq_start[s] > maxlen) maxlen = in->seq_start[s + 1] - in->seq_start[s];
+    // V's product P·[v | E_0 | ...]: the column tiles of the whole grid's product that hold this part's
+    // blocks (block 0: the exact o, for v_den), so every column gets the whole product's bits (blas.h)
+    const int32_t b0 = v_den ? 0 : c0 + 1, b1 = c1 + 1;   // blocks [b0, b1): 0 if v_den, then c0+1 .. c1
+    const int32_t lo = b1 > b0 ? b0 * D / OSC_GEMM_TILE_N * OSC_GEMM_TILE_N : 0;
+    int32_t hi = b1 > b0 ? (b1 * D + OSC_GEMM_TILE_N - 1) / OSC_GEMM_TILE_N * OSC_GEMM_TILE_N : 0;
+    if (hi > W) hi = W;
     int64_t nkp = (int64_t) in->n_seq * Hkv;
-    double * kpart = calloc((size_t) nkp * (size_t) (n_cand + 1) + 1, sizeof(double));
+    double * kpart = calloc((size_t) nkp * (size_t) (n + 1) + 1, sizeof(double));
     double * Sbuf = malloc(sizeof(double) * (size_t) D * D * (size_t) nt);
     float * P = malloc(sizeof(float) * ((size_t) maxlen * maxlen + 1));
-    float * E = malloc(sizeof(float) * ((size_t) maxlen * W + 1)), * O = malloc(sizeof(float) * ((size_t) maxlen * W + 1));
-    float * oe = malloc(sizeof(float) * (TQ * (size_t) (n_cand + 1) + 1));   // [n_cand + 1][T, Hq, D]; 0 = exact o
+    float * E = calloc((size_t) maxlen * W + 1, sizeof(float)), * O = malloc(sizeof(float) * ((size_t) maxlen * W + 1));
+    float * oe = malloc(sizeof(float) * (TQ * (size_t) (n + 1) + 1));   // [1 + n][T, Hq, D]; 0 = exact o
     float * y = malloc(sizeof(float) * ((size_t) T * C + 1));
     if (!kpart || !Sbuf || !P || !E || !O || !oe || !y) {
         st = osc_error(OSCAR_ERR_NOMEM, "candidate errors: layer %d: %d candidates x %d tokens", in->layer, n_cand, T);
@@ -562,25 +579,28 @@ enum oscar_status oscar_verify_candidate_errors(const struct oscar_layer_input *
     // K: one task per (sequence, KV head), own partial sums, fixed-order reduction.
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int64_t i = 0; i < nkp; i++) {
-        double * pp = kpart + (size_t) i * (size_t) (n_cand + 1);
-        cand_k_pair(in, tr, (int32_t) (i / Hkv), (int32_t) (i % Hkv), n_cand, k_hp, k_q,
-                    Sbuf + (size_t) omp_get_thread_num() * D * D, pp, pp + n_cand);
+        double * pp = kpart + (size_t) i * (size_t) (n + 1);
+        cand_k_pair(in, tr, (int32_t) (i / Hkv), (int32_t) (i % Hkv), n, k_hp, k_q + c0,
+                    Sbuf + (size_t) omp_get_thread_num() * D * D, pp, pp + n);
     }
-    for (int32_t c = 0; c < n_cand * Hkv; c++) k_num[c] = 0.0;
+    for (int32_t c = c0; c < c1; c++)
+        for (int32_t hh = 0; hh < Hkv; hh++) k_num[(size_t) c * Hkv + hh] = 0.0;
     for (int32_t hh = 0; hh < Hkv; hh++) k_den[hh] = 0.0;
     // (q·e)²·scale² as (q·e)² / scale⁻²: scale⁻² is exactly D by default (the bits of the plain 1/D).
     const double inv_s2 = in->attn_scale > 0.0f ? 1.0 / ((double) in->attn_scale * (double) in->attn_scale) : (double) D;
     for (int64_t i = 0; i < nkp; i++) {
-        const double * pp = kpart + (size_t) i * (size_t) (n_cand + 1);
+        const double * pp = kpart + (size_t) i * (size_t) (n + 1);
         int32_t hh = (int32_t) (i % Hkv);
-        for (int32_t c = 0; c < n_cand; c++) k_num[(size_t) c * Hkv + hh] += pp[c] / inv_s2;
-        k_den[hh] += pp[n_cand] / inv_s2;
+        for (int32_t c = 0; c < n; c++) k_num[(size_t) (c0 + c) * Hkv + hh] += pp[c] / inv_s2;
+        k_den[hh] += pp[n] / inv_s2;
     }
-    // V: per (sequence, query head) the exact weights P, then [o | A·E_0 | ... ] = P·[v | E_0 | ...].
-    for (int32_t s = 0; s < in->n_seq; s++) {
-        int64_t b = in->seq_start[s], len = in->seq_start[s + 1] - b, lo, hi;
+    // V: per (sequence, query head) the exact weights P, then [o | A·E_0 | ... ] = P·[v | E_0 | ...]
+    // over the tiles [lo, hi); columns of other candidates in them stay zero (a column's bits do not
+    // depend on its neighbours').
+    for (int32_t s = 0; s < in->n_seq && hi > lo; s++) {
+        int64_t b = in->seq_start[s], len = in->seq_start[s + 1] - b, plo, phi;
         if (len == 0) continue;
-        oscar_tier_int2_range(tr, len - 1, len, &lo, &hi);
+        oscar_tier_int2_range(tr, len - 1, len, &plo, &phi);
         for (int32_t j = 0; j < Hq; j++) {
             int32_t h = j / g;
             cand_probs(in, b, len, j, nt, P);
@@ -588,23 +608,23 @@ enum oscar_status oscar_verify_candidate_errors(const struct oscar_layer_input *
                 size_t ko = (size_t) (b + p) * krs + (size_t) h * D;
                 const float * v = in->v + ko;
                 float * er = E + (size_t) p * W;
-                memcpy(er, v, sizeof(float) * (size_t) D);
-                for (int32_t c = 0; c < n_cand; c++) {
-                    const float * vh = (p >= lo && p < hi ? v_q[c] : v_hp) + ko;
+                if (b0 == 0) memcpy(er, v, sizeof(float) * (size_t) D);
+                for (int32_t c = c0; c < c1; c++) {
+                    const float * vh = (p >= plo && p < phi ? v_q[c] : v_hp) + ko;
                     for (int32_t d = 0; d < D; d++) er[(size_t) (c + 1) * D + d] = vh[d] - v[d];
                 }
             }
-            osc_sgemm(nt, CblasNoTrans, CblasNoTrans, (int) len, W, (int) len, 1.0f, P, (int) len, E, W,
-                        0.0f, O, W);
+            osc_sgemm(nt, CblasNoTrans, CblasNoTrans, (int) len, hi - lo, (int) len, 1.0f, P, (int) len, E + lo, W,
+                      0.0f, O + lo, W);
             for (int64_t t = 0; t < len; t++)
-                for (int32_t c = 0; c <= n_cand; c++)
-                    memcpy(oe + (size_t) c * TQ + (size_t) (b + t) * qrs + (size_t) j * D, O + (size_t) t * W + (size_t) c * D,
-                           sizeof(float) * (size_t) D);
+                for (int32_t bk = b0; bk < b1; bk++)   // block bk to slot 0 (exact) or 1 + its candidate's place
+                    if (bk == 0 || bk > c0) memcpy(oe + (size_t) (bk == 0 ? 0 : bk - c0) * TQ + (size_t) (b + t) * qrs + (size_t) j * D,
+                           O + (size_t) t * W + (size_t) bk * D, sizeof(float) * (size_t) D);
         }
     }
-    *v_den = T > 0 ? energy_wo(oe, (int32_t) qrs, T, (int32_t) qrs, in->wo, (int32_t) qrs, C, y, nt) : 0.0;
-    for (int32_t c = 0; c < n_cand; c++) {
-        const float * ec = oe + (size_t) (c + 1) * TQ;
+    if (v_den) *v_den = T > 0 ? energy_wo(oe, (int32_t) qrs, T, (int32_t) qrs, in->wo, (int32_t) qrs, C, y, nt) : 0.0;
+    for (int32_t c = c0; c < c1; c++) {
+        const float * ec = oe + (size_t) (1 + c - c0) * TQ;
         double * vn = v_num + (size_t) c * (Hkv + 1);
         vn[Hkv] = T > 0 ? energy_wo(ec, (int32_t) qrs, T, (int32_t) qrs, in->wo, (int32_t) qrs, C, y, nt) : 0.0;
         for (int32_t hh = 0; hh < Hkv; hh++)

@@ -286,6 +286,18 @@ enum oscar_status oscar_verify_candidate_errors(const struct oscar_layer_input *
                                                 bool v_per_head, int32_t n_threads, double * k_num,
                                                 double * k_den, double * v_num, double * v_den);
 
+// The same for candidates [c0, c1) of the n_cand alone (k_q / v_q indexed 0 .. n_cand-1, only those
+// read): k_num and v_num rows c0 .. c1-1 (laid out as above) and k_den get the bits the whole call
+// gives them; v_den (NULL: not computed) too. The work is about that part's share of the whole
+// call's plus what every part repeats (the exact attention weights and q·qᵀ sums), so parts of a
+// grid run on several processes give the one-process numbers bit for bit.
+enum oscar_status oscar_verify_candidate_errors_part(const struct oscar_layer_input * in,
+                                                     const struct oscar_tiering * tiers, int32_t n_cand, int32_t c0,
+                                                     int32_t c1, const float * k_hp, const float * v_hp,
+                                                     const float * const * k_q, const float * const * v_q,
+                                                     bool v_per_head, int32_t n_threads, double * k_num,
+                                                     double * k_den, double * v_num, double * v_den);
+
 // ---- simulated quantized-cache attention (for oscar_perplexity / forward) --------
 // An oscar_attention_override: every batch must hold complete sequences from
 // position 0 (whole perplexity windows). Each query attends to the HP or INT2

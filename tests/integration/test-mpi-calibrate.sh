@@ -4,6 +4,9 @@
 # single-process run of the same arguments:
 #   - np 2 with 128-token-aligned shares: artifact byte-identical
 #   - np 1 under mpirun: byte-identical
+#   - np 3: byte-identical, the clip search and gate split over 3 ranks (finish-split.h); np 2 and
+#     np 3 with --sign-search and per-KV-head rotations (clips and V errors per head), and with
+#     --target sglang (clips shared over the model, the gate at the end): byte-identical
 #   - np 2 killed (SIGKILL on rank 1) after a checkpoint: non-zero exit, a message
 #     naming the rank, no artifact; np 2 --resume from rank 0's checkpoint: byte-identical
 #   - np 3 with shares off the block grid: equal within the README's bound
@@ -32,6 +35,25 @@ same "$T/ref" "$T/np2" "mpirun -np 2 vs one process"
 # 2. np 1 under mpirun
 "${MPIRUN[@]}" -np 1 "$CAL" "${ARGS[@]}" -q -o "$T/np1" || fail "np 1 failed"
 same "$T/ref" "$T/np1" "mpirun -np 1 vs one process"
+
+# 2b. np 3 (2 batches each, on the block grid): every rank scores a third of the clip grid, ranks
+# 1 and 2 a gate method each; rank 0 combines them in rank order
+"${MPIRUN[@]}" -np 3 "$CAL" "${ARGS[@]}" -v -o "$T/np3" > "$T/np3.log" 2>&1 || fail "np 3 failed: $(tail -5 "$T/np3.log")"
+same "$T/ref" "$T/np3" "mpirun -np 3 vs one process (finisher split over 3 ranks)"
+grep -q "clip search and gate split over 3 ranks" "$T/np3.log" || fail "np 3 did not split the finisher: $(tail -3 "$T/np3.log")"
+# 2c. --sign-search (on rank 0) with per-head rotations, then the split clip search per KV head
+S=("${ARGS[@]}" --rotation-grouping head --sign-search --sign-passes 1)
+"$CAL" "${S[@]}" -q -o "$T/sref" || fail "single-process --sign-search run failed"
+for np in 2 3; do
+    "${MPIRUN[@]}" -np $np "$CAL" "${S[@]}" -q -o "$T/s$np" > "$T/s$np.log" 2>&1 ||
+        fail "np $np --sign-search failed: $(tail -5 "$T/s$np.log")"
+    same "$T/sref" "$T/s$np" "mpirun -np $np --sign-search --rotation-grouping head vs one process"
+done
+# 2d. --target sglang: one K and one V ratio from every layer's split grid, the gate at the end
+G=("${ARGS[@]}" --target sglang)
+"$CAL" "${G[@]}" -q -o "$T/gref" || fail "single-process --target sglang run failed"
+"${MPIRUN[@]}" -np 2 "$CAL" "${G[@]}" -q -o "$T/g2" > "$T/g2.log" 2>&1 || fail "np 2 --target sglang failed: $(tail -5 "$T/g2.log")"
+same "$T/gref" "$T/g2" "mpirun -np 2 --target sglang vs one process"
 
 # 3. kill rank 1 after the first checkpoint: the job fails, names the rank, writes no artifact
 "${MPIRUN[@]}" -np 2 "$CAL" "${ARGS[@]}" -o "$T/k" --checkpoint-every 1 > "$T/k.log" 2>&1 & mpid=$!
@@ -99,4 +121,4 @@ fi
 grep -q "rank [0-9] of 3: .*3 ranks but only 2 calibration batches" "$T/many.log" ||
     fail "no clear error for too many ranks: $(tail -5 "$T/many.log")"
 [ -e "$T/many" ] && fail "an artifact was written by a failed run"
-echo "ok: mpirun np 1/2 byte-identical, kill -> exit $krc and no artifact, resume identical, np 3 within bound"
+echo "ok: mpirun np 1/2/3 byte-identical (finisher split; --sign-search, per-head, sglang too), kill -> exit $krc and no artifact, resume identical, np 3 within bound"

@@ -1,0 +1,190 @@
+// finish-split.c - the clip search and gate of each layer split over the ranks
+// (contract and the reasons for this split in finish-split.h). Per layer and in
+// this order on every rank: broadcasts of the held-out q, k, v rows and, with a
+// clip search, of rank 0's rotation layout (1 or Hkv per layer, so that a
+// finisher choosing it per run or per layer is followed) and the layer's K and
+// V rotations; one gather of grid shares (with a clip search); one gather of
+// gate errors (when the gate runs per layer). W_O is not sent: every rank keeps
+// the copy its own backend ran (layer-pass.c).
+#include <stdlib.h>
+#include <string.h>
+
+#include "calibrate/calib-verify.h"
+#include "calibrate/finish-split.h"
+#include "util/log.h"
+
+struct osc_calib_split {
+    struct osc_dp * dp;
+    const struct oscar_calib_params * p;
+    int32_t Hkv, G;
+    bool gate_per_layer;
+    struct oscar_calib_fit view;   // ranks > 0: the layer's rotations, laid out as rank 0's fit (n_rot
+                                   // from rank 0 each layer; room for Hkv per layer)
+    struct oscar_eval_dev * ev;    // ranks > 0: their evaluator
+    double * ek, * kref, * evv, * pack;   // [G, Hkv], [Hkv], [G, Hkv + 1], [G, 2 Hkv + 1]
+};
+
+static int64_t bytes_sent, bytes_received;
+
+bool osc_calib_split_applies(const struct osc_dp * dp, const struct oscar_calib_params * p) {
+    return dp && dp->size > 1 && (!p->eval_device || strcmp(p->eval_device, "cpu") == 0);
+}
+
+void osc_calib_split_free(struct osc_calib_split * s) {
+    if (!s) return;
+    free(s->view.k_rot), free(s->view.v_rot);
+    oscar_eval_dev_free(s->ev);
+    free(s->ek), free(s->kref), free(s->evv), free(s->pack);
+    free(s);
+}
+
+enum oscar_status osc_calib_split_open(struct osc_dp * dp, const struct oscar_calib_params * p,
+                                       const struct oscar_calib_heldout * h, struct osc_calib_split ** out) {
+    *out = NULL;
+    struct osc_calib_split * s = calloc(1, sizeof *s);
+    if (!s) return osc_error(OSCAR_ERR_NOMEM, "finishing split: out of memory");
+    s->dp = dp, s->p = p, s->Hkv = h->n_head_kv, s->G = p->clip_search ? p->n_grid : 0;
+    s->gate_per_layer = !oscar_calib_finish_gate_at_end(p);
+    const size_t G = (size_t) (s->G > 0 ? s->G : 1), H = (size_t) s->Hkv;
+    s->ek = calloc(G * H, sizeof(double)), s->kref = calloc(H, sizeof(double));
+    s->evv = calloc(G * (H + 1), sizeof(double)), s->pack = calloc(G * (2 * H + 1), sizeof(double));
+    bool ok = s->ek && s->kref && s->evv && s->pack;
+    enum oscar_status st = OSCAR_OK;
+    if (ok && dp->rank != 0) { // the fit's rotation layout (fit.c), and an evaluator like rank 0's
+        const size_t D = (size_t) h->head_dim;
+        s->view.n_layer = h->n_layer, s->view.head_dim = h->head_dim;
+        s->view.n_rot = h->n_head_kv;
+        const size_t n = (size_t) h->n_layer * (size_t) h->n_head_kv * D * D;
+        ok = (s->view.k_rot = calloc(n, sizeof(float))) && (s->view.v_rot = calloc(n, sizeof(float)));
+        if (ok) st = osc_calib_eval_open(h, p, p->clip_search && p->n_grid > 1 ? p->n_grid : 1, &s->ev);
+    }
+    if (!ok) st = osc_error(OSCAR_ERR_NOMEM, "finishing split: out of memory");
+    if (st != OSCAR_OK) {
+        osc_calib_split_free(s);
+        return st;
+    }
+    *out = s;
+    return OSCAR_OK;
+}
+
+void osc_calib_split_bytes(int64_t * sent, int64_t * received) { *sent = bytes_sent, *received = bytes_received; }
+
+static enum oscar_status bcast(struct osc_calib_split * s, void * buf, size_t n) {
+    if (s->dp->rank == 0) bytes_sent += (int64_t) n * (s->dp->size - 1);
+    else bytes_received += (int64_t) n;
+    return s->dp->ops->bcast(s->dp, buf, n);
+}
+
+// Layer l's held-out rows and (with a clip search) its rotations, from rank 0 to every rank.
+static enum oscar_status share_layer(struct osc_calib_split * s, const struct oscar_calib_heldout * h,
+                                     const struct oscar_calib_fit * f, int32_t l) {
+    const size_t T = (size_t) h->n_rows, D = (size_t) h->head_dim, H = (size_t) h->n_head_kv;
+    enum oscar_status st = bcast(s, h->q[l], T * (size_t) h->n_head * D * sizeof(float));
+    if (st == OSCAR_OK) st = bcast(s, h->k[l], T * H * D * sizeof(float));
+    if (st == OSCAR_OK) st = bcast(s, h->v[l], T * H * D * sizeof(float));
+    int32_t n_rot = f->n_rot;   // rank 0's layout (1 or Hkv rotations per layer), which the view takes
+    if (st == OSCAR_OK && s->G > 0) st = bcast(s, &n_rot, sizeof n_rot);
+    if (st == OSCAR_OK && s->G > 0 && s->dp->rank != 0) {
+        if (n_rot != 1 && n_rot != h->n_head_kv)
+            return osc_error(OSCAR_ERR_IO, "finishing split: layer %d: rank 0 sent %d rotations per layer (1 or %d)",
+                             (int) l, (int) n_rot, (int) h->n_head_kv);
+        s->view.n_rot = n_rot;
+    }
+    const size_t nr = (size_t) n_rot * D * D, at = (size_t) l * nr;
+    if (st == OSCAR_OK && s->G > 0) st = bcast(s, f->k_rot + at, nr * sizeof(float));
+    if (st == OSCAR_OK && s->G > 0) st = bcast(s, f->v_rot + at, nr * sizeof(float));
+    return st;
+}
+
+// This rank's share of the grid on ev's layer, gathered on rank 0 into s->ek / s->evv (rank 0 also
+// gets kref and vref).
+static enum oscar_status grid_share(struct osc_calib_split * s, struct oscar_eval_dev * ev,
+                                    const struct oscar_calib_fit * f, double * vref) {
+    const int32_t H = s->Hkv, item = 2 * H + 1;
+    int64_t c0, c1;
+    osc_dp_share(s->dp, s->dp->rank, s->G, &c0, &c1);
+    enum oscar_status st = OSCAR_OK;
+    if (c1 > c0 || vref)   // rank 0 always: it needs the references
+        st = oscar_calib_clip_errors(ev, f, s->p, H, (int32_t) c0, (int32_t) c1, s->ek, s->kref, s->evv, vref);
+    for (int64_t c = c0; st == OSCAR_OK && c < c1; c++) { // one item per candidate: its K row, its V row
+        double * it = s->pack + (size_t) (c - c0) * (size_t) item;
+        memcpy(it, s->ek + (size_t) c * (size_t) H, (size_t) H * sizeof(double));
+        memcpy(it + H, s->evv + (size_t) c * (size_t) (H + 1), (size_t) (H + 1) * sizeof(double));
+    }
+    double * all = s->dp->rank == 0 ? malloc((size_t) s->G * (size_t) item * sizeof(double) + 1) : NULL;
+    if (st == OSCAR_OK && s->dp->rank == 0 && !all) st = osc_error(OSCAR_ERR_NOMEM, "clip search: out of memory");
+    if (st == OSCAR_OK) st = osc_dp_gather_shares(s->dp, s->G, (size_t) item * sizeof(double), s->pack, all);
+    const size_t mine = (size_t) (c1 - c0) * (size_t) item * sizeof(double);
+    if (s->dp->rank) bytes_sent += (int64_t) mine;
+    else bytes_received += (int64_t) ((size_t) s->G * (size_t) item * sizeof(double) - mine);
+    for (int32_t c = 0; st == OSCAR_OK && s->dp->rank == 0 && c < s->G; c++) {
+        const double * it = all + (size_t) c * (size_t) item;
+        memcpy(s->ek + (size_t) c * (size_t) H, it, (size_t) H * sizeof(double));
+        memcpy(s->evv + (size_t) c * (size_t) (H + 1), it + H, (size_t) (H + 1) * sizeof(double));
+    }
+    free(all);
+    return st;
+}
+
+// The rank that evaluates gate method m (0 naive, 1 Hadamard, 2 OSCAR): OSCAR on rank 0 (it has
+// the chosen clips), naive on rank 1, Hadamard on rank 2 or, with two ranks, rank 1.
+static int32_t gate_rank(int32_t m, int32_t size) {
+    if (m == 2 || size == 1) return 0;
+    return m == 0 || size == 2 ? 1 : 2;
+}
+
+static unsigned gate_mask(int32_t rank, int32_t size) {
+    unsigned mask = 0;
+    for (int32_t m = 0; m < 3; m++)
+        if (gate_rank(m, size) == rank) mask |= 1u << m;
+    return mask;
+}
+
+// This rank's gate methods on ev's layer; rank 0 gets every method's error in err.
+static enum oscar_status gate_share(struct osc_calib_split * s, struct oscar_eval_dev * ev,
+                                    const struct oscar_calib_fit * f, const struct oscar_calib_clip * c, double err[3]) {
+    double mine[3] = {0};
+    const unsigned mask = gate_mask(s->dp->rank, s->dp->size);
+    enum oscar_status st = mask ? oscar_calib_gate_methods(ev, f, c, s->p, s->Hkv, mask, mine) : OSCAR_OK;
+    size_t * counts = calloc((size_t) s->dp->size, sizeof(size_t));
+    double * all = NULL;
+    if (st == OSCAR_OK && !counts) st = osc_error(OSCAR_ERR_NOMEM, "gate: out of memory");
+    if (st == OSCAR_OK) st = s->dp->ops->gather(s->dp, mine, sizeof mine, (void **) &all, counts);
+    if (s->dp->rank) bytes_sent += (int64_t) sizeof mine;
+    else bytes_received += (int64_t) sizeof mine * (s->dp->size - 1);
+    for (int32_t m = 0; st == OSCAR_OK && s->dp->rank == 0 && m < 3; m++) {
+        const int32_t r = gate_rank(m, s->dp->size);
+        if (counts[r] != sizeof mine) st = osc_error(OSCAR_ERR_IO, "gate: rank %d sent %zu bytes", (int) r, counts[r]);
+        else err[m] = all[(size_t) r * 3 + (size_t) m];
+    }
+    free(all), free(counts);
+    return st;
+}
+
+enum oscar_status osc_calib_split_finish(struct osc_calib_split * s, struct oscar_calib_finisher * fin,
+                                         const struct oscar_calib_heldout * h, int32_t l) {
+    if (fin->fit.k_mean)   // refused before the pass (layer-pass.c): its mean sums every rank's rows
+        return osc_error(OSCAR_ERR_INVALID, "finishing split: a key mean (OptR centring) over several ranks");
+    struct oscar_calib_timing * t = fin->t;
+    double t0 = osc_now(), vref = 0.0;
+    enum oscar_status st = share_layer(s, h, &fin->fit, l);
+    if (st == OSCAR_OK && s->G > 0 && (st = grid_share(s, fin->ev, &fin->fit, &vref)) == OSCAR_OK)
+        oscar_calib_clip_choose(s->p, s->Hkv, l, s->ek, s->kref, s->evv, vref, &fin->clip);
+    if (t) t->clip += osc_now() - t0;
+    t0 = osc_now();
+    double err[3] = {0};
+    if (st == OSCAR_OK && s->gate_per_layer && (st = gate_share(s, fin->ev, &fin->fit, &fin->clip, err)) == OSCAR_OK)
+        fin->gate.naive[l] = err[0], fin->gate.hadamard[l] = err[1], fin->gate.oscar[l] = err[2];
+    if (t) t->gate += osc_now() - t0;
+    return st;
+}
+
+enum oscar_status osc_calib_split_work(struct osc_calib_split * s, struct oscar_calib_heldout * h, int32_t l) {
+    enum oscar_status st = share_layer(s, h, &s->view, l);
+    const struct oscar_layer_input in = osc_calib_layer_input(h, l);
+    if (st == OSCAR_OK) st = oscar_eval_dev_layer(s->ev, &in);
+    if (st == OSCAR_OK && s->G > 0) st = grid_share(s, s->ev, &s->view, NULL);
+    double err[3];
+    if (st == OSCAR_OK && s->gate_per_layer) st = gate_share(s, s->ev, &s->view, NULL, err);
+    return st;
+}
