@@ -97,7 +97,7 @@ static void check_oracle_model(const char * name, const char * model) {
     struct oscar_batch b = {fx.n_seq, fx.seq_start, fx.tokens, NULL};
     assert_int_equal(oscar_forward_run(f, &b, logits), OSCAR_OK);
     double e = fx_rel_l2(logits, fx.logits, (size_t)fx.T * (size_t)c->n_vocab);
-    printf("%s: logits rel-L2 %.3e\n", name, e);
+    printf("%s%s%s: logits rel-L2 %.3e\n", name, model[0] ? " from " : "", model, e);
     assert_true(e <= ORACLE_TOL);
     const size_t nq = (size_t)fx.T * (size_t)c->n_head * (size_t)c->head_dim;
     const size_t nkv = (size_t)fx.T * (size_t)c->n_head_kv * (size_t)c->head_dim;
