@@ -498,6 +498,7 @@ static int do_check(bool small, bool moe_only, const char * real_model, const ch
     printf("bf16 mode (default): CPU pass on bf16-rounded weights; bounds: logits 1e-2, same-tok 1e-3, e2e 1e-2\n\n");
     printf("%s", TABLE_HEAD);
     const int32_t lens[3] = {100, 37, 190};
+    // tiny-llama / tiny-qwen2 / tiny-qwen3 (+ GGUFs: llama's q/k un-permuted at load, qwen2's biases, qwen3's norms);
     // tiny-llama3: Llama 3.x RoPE scaling from config.json, and from the GGUF's rope_freqs.weight;
     // tiny-mistral / tiny-phi3: sliding windows (phi3: partial rotary too); tiny-gemma3-hub:
     // Gemma 3's layer with its local (window 12, base 10^4) and global layers
@@ -506,7 +507,8 @@ static int do_check(bool small, bool moe_only, const char * real_model, const ch
     // the mixture-of-experts fixtures: softmax top-k renormalised (qwen3-moe, mixtral), with a
     // sigmoid-gated shared expert (qwen2-moe), glm4_moe's sigmoid grouped routing with a choice-only
     // bias, routed scale, an ungated shared expert and a dense first layer (glm4-moe)
-    const char * tiny[] = {"tiny-llama",  "tiny-qwen2",       "tiny-qwen3",     "tiny-llama3",
+    const char * tiny[] = {"tiny-llama",  "tiny-llama.gguf", "tiny-qwen2", "tiny-qwen2.gguf", "tiny-qwen3",
+                           "tiny-qwen3.gguf", "tiny-llama3",
                            "tiny-llama3.gguf", "tiny-mistral", "tiny-mistral.gguf", "tiny-phi3", "tiny-phi3.gguf",
                            "tiny-gemma3-hub",  "tiny-gemma3-hub.gguf", "tiny-qwen3-yarn", "tiny-qwen3-yarn.gguf",
                            "tiny-qwen3-moe", "tiny-qwen2-moe", "tiny-mixtral", "tiny-glm4-moe", "tiny-glm4-moe.gguf"};

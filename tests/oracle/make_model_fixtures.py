@@ -30,7 +30,8 @@
 #   arch llama with llama.expert_count): the same weights as llama.cpp's converter
 #       writes them (q/k rows permuted per head, ggml names; llama3: rope_freqs.weight = per-frequency
 #       divisors 1 / ((1 - s) / factor + s), factor or 1; mistral: llama.attention.sliding_window), checked
-#       by test-forward against the same forward fixtures.
+#       by test-forward against the same forward fixtures. (tiny-llama.gguf, tiny-qwen2.gguf, tiny-qwen3.gguf are
+#       written from the committed safetensors by make_gguf_variants.py, numpy only.)
 #   tests/fixtures/forward/<name>/index.json + raw little-endian files:
 #       tokens.i32 [T], seq_start.i32 [n_seq+1], pos.i32 [T]   (several sequences, each run by HF separately)
 #       logits.f32 [T, V]  (or [n_logit_pos, V] at logit_pos for SmolLM2)

@@ -97,7 +97,7 @@ static void check_oracle_model(const char * name, const char * model) {
     struct oscar_batch b = {fx.n_seq, fx.seq_start, fx.tokens, NULL};
     assert_int_equal(oscar_forward_run(f, &b, logits), OSCAR_OK);
     double e = fx_rel_l2(logits, fx.logits, (size_t)fx.T * (size_t)c->n_vocab);
-    printf("%s: logits rel-L2 %.3e\n", name, e);
+    printf("%s%s%s: logits rel-L2 %.3e\n", name, model[0] ? " from " : "", model, e);
     assert_true(e <= ORACLE_TOL);
     const size_t nq = (size_t)fx.T * (size_t)c->n_head * (size_t)c->head_dim;
     const size_t nkv = (size_t)fx.T * (size_t)c->n_head_kv * (size_t)c->head_dim;
@@ -348,6 +348,100 @@ static void test_oracle_phi3_gguf(void ** state) {
     assert_true(e > 10 * ORACLE_TOL);
     fixture_free(&fx);
     free(path);
+}
+
+// The dense fixtures' GGUF variants (make_gguf_variants.py): tiny-llama (llama: q/k rows permuted to ggml's
+// pairs, tied), tiny-qwen2 (q/k/v biases, untied), tiny-qwen3 (q/k norms, head_dim 48 != 128 / 4, tied). Each file
+// must match the transformers fixture; a copy with the feature the converter encodes undone must miss it.
+enum gguf_edit { EDIT_UNPERMUTE, EDIT_ZERO, EDIT_ONES };
+
+// tests' tmpdir/<out>: `src` with every f32 tensor whose name ends in one of `suffixes` edited; returns the path.
+static char * gguf_edited_copy(const char * src, const char * out, const char * const * suffixes, int n_suffixes,
+                               enum gguf_edit edit, int32_t D, int * n_edited) {
+    struct osc_gguf * g = NULL;
+    struct osc_gguf_writer * w = NULL;
+    assert_int_equal(osc_gguf_open(src, &g), OSCAR_OK);
+    assert_int_equal(osc_gguf_writer_new(32, &w), OSCAR_OK);
+    assert_int_equal(osc_gguf_copy_kvs(w, g), OSCAR_OK);
+    float * edited[64] = {0}; // alive until the write
+    int n = 0;
+    for (int64_t i = 0; i < osc_gguf_n_tensors(g); i++) {
+        const struct osc_gguf_tensor * t = osc_gguf_tensor(g, i);
+        const size_t len = strlen(t->name);
+        bool hit = false;
+        for (int j = 0; j < n_suffixes; j++) {
+            const size_t sl = strlen(suffixes[j]);
+            hit = hit || (len > sl && strcmp(t->name + len - sl, suffixes[j]) == 0);
+        }
+        const void * data = t->data;
+        if (hit) {
+            assert_int_equal(t->type, OSC_GGML_F32);
+            assert_true(n < 64);
+            float * x = edited[n++] = malloc(t->nbytes);
+            assert_non_null(x);
+            const float * a = t->data;
+            const int64_t cols = t->ne[0], rows = t->n_elements / t->ne[0];
+            for (int64_t e = 0; e < t->n_elements; e++) x[e] = edit == EDIT_ZERO ? 0.0f : edit == EDIT_ONES ? 1.0f : a[e];
+            if (edit == EDIT_UNPERMUTE) { // ggml's row 2i + j of each head back to HF's row j * D/2 + i
+                assert_true(rows % D == 0);
+                for (int64_t r = 0; r < rows; r++) {
+                    const int64_t h = r / D, k = r % D, hf = h * D + (k % 2) * (D / 2) + k / 2;
+                    memcpy(x + hf * cols, a + r * cols, (size_t)cols * sizeof(float));
+                }
+            }
+            data = x;
+        }
+        assert_int_equal(osc_gguf_writer_tensor(w, t->name, t->type, t->n_dims, t->ne, data, t->nbytes), OSCAR_OK);
+    }
+    char * path = osc_path_join(tmpdir, out);
+    assert_int_equal(osc_gguf_writer_write(w, path), OSCAR_OK);
+    osc_gguf_writer_free(w);
+    for (int j = 0; j < n; j++) free(edited[j]);
+    osc_gguf_close(g);
+    *n_edited = n;
+    return path;
+}
+
+static void check_dense_gguf(const char * name, enum oscar_arch arch, int32_t D, bool tied, const char * const * suffixes,
+                             int n_suffixes, enum gguf_edit edit, const char * what) {
+    char gguf[256], out[64];
+    snprintf(gguf, sizeof gguf, "tests/fixtures/models/%s.gguf", name);
+    snprintf(out, sizeof out, "%s-control.gguf", name);
+    check_oracle_model(name, gguf);
+    struct fixture fx;
+    fixture_load_model(&fx, name, gguf);
+    const struct oscar_model_config c = fx.model->config;
+    assert_int_equal(c.arch, arch);
+    assert_true(c.head_dim == D && c.tied_embeddings == tied);
+    assert_true(c.qkv_bias == (arch == OSCAR_ARCH_QWEN2) && c.qk_norm == (arch == OSCAR_ARCH_QWEN3));
+    fixture_free(&fx);
+    int n = 0;
+    char * path = gguf_edited_copy(gguf, out, suffixes, n_suffixes, edit, D, &n);
+    assert_int_equal(n, n_suffixes * c.n_layer);
+    fixture_load_model(&fx, name, path);
+    double e = oracle_err_with(&fx, &fx.model->config);
+    printf("%s.gguf %s: logits rel-L2 %.3e\n", name, what, e);
+    assert_true(e > 10 * ORACLE_TOL);
+    fixture_free(&fx);
+    free(path);
+}
+
+static void test_oracle_llama_gguf(void ** state) {
+    (void)state;
+    const char * qk[] = {".attn_q.weight", ".attn_k.weight"};
+    check_dense_gguf("tiny-llama", OSCAR_ARCH_LLAMA, 32, true, qk, 2, EDIT_UNPERMUTE, "with q/k left in HF row order");
+}
+
+static void test_oracle_qwen2_gguf(void ** state) {
+    (void)state;
+    const char * bias[] = {".attn_q.bias", ".attn_k.bias", ".attn_v.bias"};
+    check_dense_gguf("tiny-qwen2", OSCAR_ARCH_QWEN2, 16, false, bias, 3, EDIT_ZERO, "with the q/k/v biases zeroed");
+}
+
+static void test_oracle_qwen3_gguf(void ** state) {
+    (void)state;
+    const char * norms[] = {".attn_q_norm.weight", ".attn_k_norm.weight"};
+    check_dense_gguf("tiny-qwen3", OSCAR_ARCH_QWEN3, 48, true, norms, 2, EDIT_ONES, "with unit q/k norm weights");
 }
 
 // YaRN (make_yarn_phi3_fixtures.py): qwen3, head_dim 32, rope_theta 1e4, factor 4 over an original context of 64,
@@ -848,6 +942,9 @@ int main(void) {
         cmocka_unit_test(test_oracle_llama),
         cmocka_unit_test(test_oracle_qwen2),
         cmocka_unit_test(test_oracle_qwen3),
+        cmocka_unit_test(test_oracle_llama_gguf),
+        cmocka_unit_test(test_oracle_qwen2_gguf),
+        cmocka_unit_test(test_oracle_qwen3_gguf),
         cmocka_unit_test(test_oracle_llama3),
         cmocka_unit_test(test_oracle_llama3_gguf),
         cmocka_unit_test(test_oracle_mistral),
