@@ -10,7 +10,9 @@
 // Checked: the choice, the record (errors of both candidates), that the gate's OSCAR
 // error of each layer is the kept candidate's and equals what a run with that grouping
 // forced gives, that a layer-grouped layer holds its one rotation in every head, and
-// the resolution of auto to layer for --target sglang and --sign-search.
+// the artifact (mixed: per-head tensors and the list; every layer kept per layer: written
+// as grouping layer, the layer run's tensors), and the resolution of auto to layer for
+// --target sglang and --sign-search.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,11 +20,13 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "calibrate/calib-verify.h"
 #include "calibrate/calibrate.h"
+#include "formats/oscar-artifact.h"
 
 #include "test-splitmix.h"
 
@@ -60,11 +64,13 @@ static void draw(const double * m, uint64_t * s, float * out) {
 
 // Rows [T, Hkv, D] of layer l: head h draws from distribution X = h in layer 0; in layer 1 every
 // head holds head 0's row.
+static bool same_heads_everywhere;   // every layer like layer 1 (test_all_layer_narrow)
+
 static void rows(const struct dists * ds, int32_t l, int64_t T, uint64_t * s, float * k, float * v) {
     for (int64_t t = 0; t < T; t++)
         for (int h = 0; h < HKV; h++) {
             float * kk = k + ((size_t) t * HKV + (size_t) h) * D, * vv = v + ((size_t) t * HKV + (size_t) h) * D;
-            if (l == 1 && h > 0) {
+            if ((l == 1 || same_heads_everywhere) && h > 0) {
                 memcpy(kk, k + (size_t) t * HKV * D, D * sizeof(float));
                 memcpy(vv, v + (size_t) t * HKV * D, D * sizeof(float));
                 continue;
@@ -195,6 +201,58 @@ static void test_planted_choice_fixed_clips(void ** state) {
     check_choice(false);
 }
 
+// The artifact of an auto run: mixed -> per-head tensors with the list; every layer kept per layer
+// (no OptR) -> written as grouping layer, [D,D] and one clip, the layer run's rotations and clips.
+static struct oscar_artifact * artifact(const struct oscar_calib_params * p, const struct oscar_calib_finisher * fin) {
+    static struct oscar_model m;
+    memset(&m, 0, sizeof m);
+    m.config = (struct oscar_model_config){.arch = OSCAR_ARCH_LLAMA, .n_layer = L, .n_embd = C, .n_head = HQ,
+                                           .n_head_kv = HKV, .head_dim = D};
+    snprintf(m.source_sha256, sizeof m.source_sha256, "%064d", 0);
+    static int32_t seq[2] = {0, TC}, held[NHELD + 1] = {TC, TC + LEN, TC + 2 * LEN, TC + 3 * LEN, TC + 4 * LEN};
+    struct oscar_calib_corpus corpus = {.n = TC + TH};
+    snprintf(corpus.name, sizeof corpus.name, "synthetic");
+    snprintf(corpus.sha256, sizeof corpus.sha256, "%064d", 1);
+    struct oscar_calib_plan plan = {.n_seq = 1, .seq_start = seq, .n_heldout = NHELD, .heldout_start = held,
+                                    .n_tokens = TC, .corpus = &corpus};
+    struct oscar_calib_provenance prov = {.model = &m, .corpus = &corpus, .plan = &plan};
+    struct oscar_artifact * a = NULL;
+    assert_int_equal(oscar_calib_build_artifact(&prov, p, &fin->fit, NULL, &fin->clip, &fin->gate, NULL, &a), OSCAR_OK);
+    assert_int_equal(oscar_artifact_validate(a, true), OSCAR_OK);
+    return a;
+}
+
+static void test_artifact_mixed_and_narrow(void ** state) {
+    (void) state;
+    for (int all = 0; all < 2; all++) {
+        same_heads_everywhere = all;
+        struct world w;
+        world_make(&w, test_seed());
+        struct oscar_calib_params pa = params(OSCAR_GROUP_AUTO, true), pl = params(OSCAR_GROUP_LAYER, true);
+        struct oscar_calib_finisher fa, fl;
+        finish(&w, &pa, &fa);
+        finish(&w, &pl, &fl);
+        struct oscar_artifact * a = artifact(&pa, &fa);
+        assert_string_equal(oscar_artifact_get_meta(a, "oscar.grouping_layers"), all ? "layer,layer" : "kv_head,layer");
+        assert_non_null(strstr(oscar_artifact_get_meta(a, "oscar.grouping_auto"), "ties keep layer"));
+        assert_int_equal(a->per_head, !all);
+        assert_int_equal(a->clip_per_head, !all);
+        if (all) {   // the layer run's tensors exactly
+            struct oscar_artifact * b = artifact(&pl, &fl);
+            assert_memory_equal(a->k_rotation, b->k_rotation, (size_t) L * D * D * sizeof(float));
+            assert_memory_equal(a->v_rotation, b->v_rotation, (size_t) L * D * D * sizeof(float));
+            assert_memory_equal(a->k_clip, b->k_clip, (size_t) L * sizeof(float));
+            assert_memory_equal(a->v_clip, b->v_clip, (size_t) L * sizeof(float));
+            assert_null(oscar_artifact_get_meta(b, "oscar.grouping_layers"));   // a forced grouping: as before
+            oscar_artifact_free(b);
+        }
+        oscar_artifact_free(a);
+        oscar_calib_finish_free(&fa), oscar_calib_finish_free(&fl);
+        world_free(&w);
+    }
+    same_heads_everywhere = false;
+}
+
 static void test_resolved_to_layer(void ** state) {
     (void) state;
     struct oscar_calib_params p = params(OSCAR_GROUP_AUTO, true);
@@ -226,6 +284,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_planted_choice_searched_clips),
         cmocka_unit_test(test_planted_choice_fixed_clips),
+        cmocka_unit_test(test_artifact_mixed_and_narrow),
         cmocka_unit_test(test_resolved_to_layer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
