@@ -8,6 +8,7 @@
 //   calib-verify.c  the held-out rows / methods as lib/verify inputs (every error
 //                metric is lib/verify's: logit error, post-W_O relative error)
 //   signs.c      --sign-search: eigenvector signs by coordinate descent on the held-out INT2 error
+//   grouping.c   --rotation-grouping auto: per layer one rotation or one per KV head, by held-out error
 //   clip.c       clip-ratio search per layer x {K, V} (x KV head), or model-wide for an
 //                engine target (one K + one V ratio for sglang, one shared for llamacpp)
 //   gate.c       OSCAR vs Hadamard vs naive INT2 gate table

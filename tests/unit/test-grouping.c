@@ -6,7 +6,7 @@
 //   layer 1: both KV heads see the very same rows, so each head's fit is the layer's
 //            (its covariance is half the layer's) and both candidates score the same:
 //            the tie keeps one rotation per layer. (A layer strictly better than its
-//            heads is the tiny MoE's layer 0 in tests/integration/test-calibrate-grouping.sh.)
+//            heads is the tiny Qwen3-MoE fixture's layer 2 in test-calibrate-grouping.sh.)
 // Checked: the choice, the record (errors of both candidates), that the gate's OSCAR
 // error of each layer is the kept candidate's and equals what a run with that grouping
 // forced gives, that a layer-grouped layer holds its one rotation in every head, and
