@@ -60,7 +60,9 @@ static void usage(FILE * f) {
             "  -b, --batch N             sequences per forward call [4]\n"
             "      --heldout N           held-out sequences after the budget [2]\n"
             "      --allow-short         calibrate on a shorter corpus instead of failing\n"
-            "      --rotation-grouping layer|head [layer]\n"
+            "      --rotation-grouping layer|head|auto  one rotation per layer, per KV head, or per layer\n"
+            "                            whichever gives the lower held-out post-W_O error (ties: layer) [auto;\n"
+            "                            layer for --target sglang/llamacpp and with --sign-search]\n"
             "      --k-objective qqt|ktk [qqt]     --v-objective sst|vtv|attn-mass [sst]\n"
             "      --composition NAME    [r_h_pbr]\n"
             "      --group-size N        INT2 group [head_dim]\n"
@@ -181,8 +183,10 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         case O_HELD: NUM(osc_parse_i32("--heldout", optarg, 0, MAX_BATCH, &p->n_heldout)); break;
         case O_SHORT: p->allow_short = true; break;
         case O_GRP:
-            if (strcmp(optarg, "layer") && strcmp(optarg, "head")) return fprintf(stderr, "bad --rotation-grouping\n"), 2;
-            p->grouping = strcmp(optarg, "head") == 0 ? OSCAR_GROUP_HEAD : OSCAR_GROUP_LAYER;
+            if (strcmp(optarg, "layer") && strcmp(optarg, "head") && strcmp(optarg, "auto"))
+                return fprintf(stderr, "bad --rotation-grouping (layer, head or auto)\n"), 2;
+            p->grouping = !strcmp(optarg, "head") ? OSCAR_GROUP_HEAD : !strcmp(optarg, "auto") ? OSCAR_GROUP_AUTO
+                                                                                           : OSCAR_GROUP_LAYER;
             break;
         case O_KOBJ:
             if (strcmp(optarg, "qqt") && strcmp(optarg, "ktk")) return fprintf(stderr, "bad --k-objective\n"), 2;
@@ -303,6 +307,8 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         fprintf(stderr, "oscar-calibrate: --out is empty\n");
         return 2;
     }
+    oscar_calib_resolve_grouping(p);   // auto -> layer for a per-layer engine or --sign-search (recorded)
+    if (p->grouping_why[0]) osc_info("--rotation-grouping auto: one rotation per layer (%s)", p->grouping_why);
     if (oscar_calib_check_target(p, NULL) != OSCAR_OK) { // the architecture once the model is open
         fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
         return 2;
@@ -327,13 +333,23 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
     return 0;
 }
 
-static void print_gate(const struct oscar_calib_gate * g, const struct oscar_calib_clip * c) {
-    fprintf(stderr, "gate: post-W_O relative attention error (held-out)\n layer    naive  hadamard     oscar  Kclip Vclip\n");
-    for (int32_t l = 0; l < g->n_layer; l++)
-        fprintf(stderr, " %5d %9.4g %9.4g %9.4g  %.2f  %.2f\n", (int) l, g->naive[l], g->hadamard[l], g->oscar[l],
+// With --rotation-grouping auto three more columns: each candidate's error and the one kept.
+static void print_gate(const struct oscar_calib_gate * g, const struct oscar_calib_clip * c,
+                       const struct oscar_calib_fit * f) {
+    const bool ch = f->chosen_head != NULL;
+    fprintf(stderr, "gate: post-W_O relative attention error (held-out)\n layer    naive  hadamard     oscar  Kclip Vclip%s\n",
+            ch ? "  auto: per-layer  per-head  kept" : "");
+    for (int32_t l = 0; l < g->n_layer; l++) {
+        fprintf(stderr, " %5d %9.4g %9.4g %9.4g  %.2f  %.2f", (int) l, g->naive[l], g->hadamard[l], g->oscar[l],
                 (double) c->k[(size_t) l * (size_t) c->n_clip], (double) c->v[(size_t) l * (size_t) c->n_clip]);
+        if (ch) fprintf(stderr, "  %15.4g %9.4g  %s", f->err_layer[l], f->err_head[l], f->chosen_head[l] ? "head" : "layer");
+        fputc('\n', stderr);
+    }
+
     fprintf(stderr, "  mean %9.4g %9.4g %9.4g  %s\n", g->mean_naive, g->mean_hadamard, g->mean_oscar,
             g->pass ? "PASS" : "FAIL: OSCAR is not below Hadamard and naive INT2");
+    if (ch) fprintf(stderr, "grouping auto: %d of %d layers per KV head (held-out post-W_O error; ties keep layer)\n",
+                    (int) oscar_calib_grouping_n_head(f), (int) g->n_layer);
 }
 
 // OptR's held-out losses per layer (mean over KV heads) and the heads that kept their refined R.
@@ -596,7 +612,7 @@ static int step_artifact(struct run * r) {
     const struct oscar_calib_gate * gate = &r->fin.gate;
     const bool report = oscar_log_get_level() <= OSCAR_LOG_INFO; // not --quiet / --json
     if (report && p->sign_search) print_signs(&r->fin.signs, p);
-    if (report) print_gate(gate, &r->fin.clip);
+    if (report) print_gate(gate, &r->fin.clip, &r->fin.fit);
     if (!gate->pass && r->o.strict) {
         fprintf(stderr, "oscar-calibrate: %s--strict: gate failed, nothing written\n", r->rank_tag);
         return 1;
@@ -651,6 +667,7 @@ int main(int argc, char ** argv) {
     osc_blas_select_kernels(argv);
     static struct run r; // large (paths, the hub); zeroed
     r.p = oscar_calib_default_params();
+    r.p.grouping = OSCAR_GROUP_AUTO; // the tool's default (the library's stays layer)
     int rc = parse(argc, argv, &r.o, &r.p);
     if (rc) return rc;
     // Under mpirun: the ranks split the layer-major pass; rank 0 prints, reports and writes

@@ -212,6 +212,36 @@ static enum oscar_status check_meta_int(const struct oscar_artifact * a, const c
     return OSCAR_OK;
 }
 
+// oscar.grouping_layers (--rotation-grouping auto): one "layer" or "kv_head" per layer. A layer-
+// grouped layer of per-head tensors holds its one rotation in every head (unless OptR then refined
+// each head: oscar.refine), and per-layer tensors cannot carry a "kv_head" layer.
+static enum oscar_status check_grouping_layers(const struct oscar_artifact * a) {
+    const char * v = oscar_artifact_get_meta(a, "oscar.grouping_layers");
+    if (!v) return OSCAR_OK;
+    const bool refined = oscar_artifact_get_meta(a, "oscar.refine") != NULL;
+    const size_t D = (size_t) a->head_dim, R = (size_t) n_rot(a);
+    const char * c = v;
+    for (int32_t l = 0; l < a->n_layer; l++) {
+        const bool head = strncmp(c, "kv_head", 7) == 0, layer = strncmp(c, "layer", 5) == 0;
+        const char * end = c + (head ? 7 : layer ? 5 : 0);
+        if ((!head && !layer) || (l + 1 < a->n_layer ? *end != ',' : *end != '\0'))
+            return osc_error(OSCAR_ERR_FORMAT, "artifact: oscar.grouping_layers must list 'layer' or 'kv_head' for "
+                             "each of the %d layers (entry %d of '%.64s' is not)", (int) a->n_layer, (int) l, v);
+        if (head && !a->per_head)
+            return osc_error(OSCAR_ERR_FORMAT, "artifact: oscar.grouping_layers says layer %d is per KV head but the "
+                             "rotations are [D,D] per layer", (int) l);
+        for (size_t h = 1; layer && a->per_head && !refined && h < R; h++) {
+            const size_t o = (size_t) l * R;
+            if (memcmp(a->k_rotation + (o + h) * D * D, a->k_rotation + o * D * D, D * D * sizeof(float)) ||
+                memcmp(a->v_rotation + (o + h) * D * D, a->v_rotation + o * D * D, D * D * sizeof(float)))
+                return osc_error(OSCAR_ERR_FORMAT, "artifact: oscar.grouping_layers says layer %d has one rotation "
+                                 "but its KV head %d differs from head 0", (int) l, (int) h);
+        }
+        c = end + 1;
+    }
+    return OSCAR_OK;
+}
+
 enum oscar_status oscar_artifact_validate(const struct oscar_artifact * a, bool check_orth) {
     enum oscar_status st = OSCAR_OK;
     size_t D = (size_t) a->head_dim, R = (size_t) n_rot(a), C = (size_t) n_clip(a);
@@ -227,6 +257,7 @@ enum oscar_status oscar_artifact_validate(const struct oscar_artifact * a, bool 
         return osc_error(OSCAR_ERR_FORMAT, "artifact: oscar.source_grouping = '%s' but rotations are %s", grp,
                          a->per_head ? "per KV head" : "per layer");
     }
+    if ((st = check_grouping_layers(a)) != OSCAR_OK) return st;
     for (int32_t l = 0; l < a->n_layer; l++) {
         size_t lr = (size_t) l * R;
         if ((st = check_finite("k_rotation", l, a->k_rotation + lr * D * D, R * D * D)) != OSCAR_OK) return st;

@@ -170,10 +170,12 @@ static void serve_section(FILE * m, const struct oscar_artifact * a) {
 }
 
 static void files_section(FILE * m, const struct oscar_artifact * a) {
+    const char * auto_layers = oscar_artifact_get_meta(a, "oscar.grouping_layers");   // --rotation-grouping auto
     fprintf(m, "## Files and engine settings\n\nINT2 KV-cache rotations (K objective `%s`, V objective `%s`, "
-               "grouping `%s`) calibrated with `%s`.\n\n",
+               "grouping `%s`%s%s%s) calibrated with `%s`.\n\n",
             meta(a, "oscar.k_objective"), meta(a, "oscar.v_objective"), a->per_head ? "kv_head" : "layer",
-            meta(a, "oscar.tool"));
+            auto_layers ? ", chosen per layer by `--rotation-grouping auto`: `" : "", auto_layers ? auto_layers : "",
+            auto_layers ? "`" : "", meta(a, "oscar.tool"));
     fprintf(m, "Files: `oscar.safetensors` (tensors `layers.{i}.{k,v}_rotation`, `{k,v}_eigenvalues`, "
                "`{k,v}_clip`; rows act as `x_rot = x·R`, Hugging Face head-dim order), `oscar.json` "
                "(metadata + verification summary).\n\n");

@@ -152,7 +152,10 @@ static void summary_signs(FILE * J, FILE * M, const struct oscar_calib_signs * s
             sg->mean_v_before, sg->mean_v_after);
 }
 
-static enum oscar_status summary(const struct oscar_calib_params * p, int32_t group, const struct oscar_calib_clip * c,
+static void summary_grouping(FILE * J, FILE * M, const struct oscar_calib_params * p, const struct oscar_calib_fit * f);
+
+static enum oscar_status summary(const struct oscar_calib_params * p, const struct oscar_calib_fit * f, int32_t group,
+                                 const struct oscar_calib_clip * c,
                                  const struct oscar_calib_gate * g, const struct oscar_calib_signs * sg,
                                  const struct oscar_calib_timing * t, struct oscar_artifact * a) {
     char * js = NULL, * md = NULL;
@@ -194,6 +197,7 @@ static enum oscar_status summary(const struct oscar_calib_params * p, int32_t gr
     for (size_t i = 0; i < n; i++) fprintf(J, "%s%.2f", i ? ", " : "", (double) c->v[i]);
     fprintf(J, "]}");
     summary_signs(J, M, sg);
+    summary_grouping(J, M, p, f);
     fprintf(J, "}"); // timings stay out of the artifact so that reruns are byte-identical
     (void) t;
     fclose(J);
@@ -202,6 +206,56 @@ static enum oscar_status summary(const struct oscar_calib_params * p, int32_t gr
     free(js);
     free(md);
     return st;
+}
+
+// --rotation-grouping auto: what it chose per layer and on what evidence, or why it became "layer".
+// Runs with layer or head asked write none of these (their bytes stay as before auto existed).
+static enum oscar_status grouping_meta(const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
+                                       struct oscar_artifact * a) {
+    if (p->grouping_why[0]) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "resolved to layer: %s", p->grouping_why);
+        return oscar_artifact_set_meta(a, "oscar.grouping_auto", buf);
+    }
+    if (!f->chosen_head) return OSCAR_OK;
+    enum oscar_status st = oscar_artifact_set_meta(a, "oscar.grouping_auto",
+                                                   "per layer by held-out post-W_O error; ties keep layer");
+    char * list = NULL;
+    size_t n = 0;
+    FILE * m = open_memstream(&list, &n);
+    if (!m) return osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
+    for (int32_t l = 0; l < f->n_layer; l++) fprintf(m, "%s%s", l ? "," : "", f->chosen_head[l] ? "kv_head" : "layer");
+    if (fclose(m) != 0) st = osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
+    else if (st == OSCAR_OK) st = oscar_artifact_set_meta(a, "oscar.grouping_layers", list);
+    free(list);
+    return st;
+}
+
+// The grouping choice for the summary ("grouping") and the card; nothing for layer / head asked.
+static void summary_grouping(FILE * J, FILE * M, const struct oscar_calib_params * p, const struct oscar_calib_fit * f) {
+    if (p->grouping_why[0]) {
+        fprintf(J, ", \"grouping\": {\"mode\": \"auto\", \"resolved\": \"layer\", \"why\": \"%s\"}",
+                p->grouping_why);   // fixed text without quotes or backslashes (grouping.c)
+        fprintf(M, "\nRotation grouping: auto, resolved to one rotation per layer (%s).\n", p->grouping_why);
+        return;
+    }
+    if (!f->chosen_head) return;
+    const int32_t nh = oscar_calib_grouping_n_head(f);
+    fprintf(J, ", \"grouping\": {\"mode\": \"auto\", \"rule\": \"held-out post-W_O error, ties keep layer\", "
+               "\"n_head\": %d, \"layers\": [", (int) nh);
+    for (int32_t l = 0; l < f->n_layer; l++) fprintf(J, "%s\"%s\"", l ? ", " : "", f->chosen_head[l] ? "kv_head" : "layer");
+    fprintf(J, "], \"err_layer\": [");
+    for (int32_t l = 0; l < f->n_layer; l++) fprintf(J, "%s%.6g", l ? ", " : "", f->err_layer[l]);
+    fprintf(J, "], \"err_head\": [");
+    for (int32_t l = 0; l < f->n_layer; l++) fprintf(J, "%s%.6g", l ? ", " : "", f->err_head[l]);
+    fprintf(J, "]}");
+    fprintf(M, "\nRotation grouping: auto, chosen per layer by the held-out post-W_O error of each candidate at its "
+               "own searched or fixed clips (ties keep one rotation per layer): %d of %d layers keep per-KV-head "
+               "rotations.\n\n| layer | one per layer | per KV head | kept |\n|---:|---:|---:|:---|\n",
+            (int) nh, (int) f->n_layer);
+    for (int32_t l = 0; l < f->n_layer; l++)
+        fprintf(M, "| %d | %.4g | %.4g | %s |\n", (int) l, f->err_layer[l], f->err_head[l],
+                f->chosen_head[l] ? "kv_head" : "layer");
 }
 
 // oscar.base_model_id / _license (each with where it came from) when known,
@@ -237,16 +291,23 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
     struct oscar_artifact * a = NULL;
     char buf[512];
     int32_t G = p->group_size > 0 ? p->group_size : mc->head_dim;
-    enum oscar_status st = oscar_artifact_init(mc->n_layer, mc->n_head, mc->n_head_kv, mc->head_dim, f->n_rot > 1,
-                                               c->n_clip > 1, f->k_mean != NULL, &a);
+    // auto with every layer on its one rotation (no OptR): written as grouping "layer", head 0 of each
+    const bool narrow = f->chosen_head && !p->refine_optr && !f->k_mean && oscar_calib_grouping_n_head(f) == 0;
+    const int32_t R = narrow ? 1 : f->n_rot, NC = narrow ? 1 : c->n_clip;
+    enum oscar_status st = oscar_artifact_init(mc->n_layer, mc->n_head, mc->n_head_kv, mc->head_dim, R > 1, NC > 1,
+                                               f->k_mean != NULL, &a);
     if (st != OSCAR_OK) return st;
-    size_t nr = (size_t) mc->n_layer * (size_t) f->n_rot * (size_t) mc->head_dim;
-    memcpy(a->k_rotation, f->k_rot, nr * (size_t) mc->head_dim * sizeof(float));
-    memcpy(a->v_rotation, f->v_rot, nr * (size_t) mc->head_dim * sizeof(float));
-    memcpy(a->k_eigenvalues, f->k_eig, nr * sizeof(float));
-    memcpy(a->v_eigenvalues, f->v_eig, nr * sizeof(float));
-    memcpy(a->k_clip, c->k, (size_t) mc->n_layer * (size_t) c->n_clip * sizeof(float));
-    memcpy(a->v_clip, c->v, (size_t) mc->n_layer * (size_t) c->n_clip * sizeof(float));
+    const size_t D = (size_t) mc->head_dim;
+    for (int32_t l = 0; l < mc->n_layer; l++) {   // layer l's first R of f's n_rot rotations / n_clip clips
+        const size_t to = (size_t) l * (size_t) R, from = (size_t) l * (size_t) f->n_rot;
+        memcpy(a->k_rotation + to * D * D, f->k_rot + from * D * D, (size_t) R * D * D * sizeof(float));
+        memcpy(a->v_rotation + to * D * D, f->v_rot + from * D * D, (size_t) R * D * D * sizeof(float));
+        memcpy(a->k_eigenvalues + to * D, f->k_eig + from * D, (size_t) R * D * sizeof(float));
+        memcpy(a->v_eigenvalues + to * D, f->v_eig + from * D, (size_t) R * D * sizeof(float));
+        const size_t ct = (size_t) l * (size_t) NC, cf = (size_t) l * (size_t) c->n_clip;
+        memcpy(a->k_clip + ct, c->k + cf, (size_t) NC * sizeof(float));
+        memcpy(a->v_clip + ct, c->v + cf, (size_t) NC * sizeof(float));
+    }
     if (f->k_mean)
         memcpy(a->k_mean, f->k_mean, (size_t) mc->n_layer * (size_t) mc->n_head_kv * (size_t) mc->head_dim * sizeof(float));
     const char * comp = oscar_composition_name(p->composition);
@@ -298,6 +359,7 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
              (int) op.eval_every, (int) op.qwin, (int) p->optr_train_seq, p->k_clip, p->v_clip,
              f->k_mean ? "k_mean" : "none");
     }
+    if ((st = grouping_meta(p, f, a)) != OSCAR_OK) goto out;
     if (sg) {   // what the search gained on its own objective (per layer in the summary's "signs")
         int32_t kf = 0, vf = 0;
         for (int32_t l = 0; l < sg->n_layer; l++) kf += sg->k_flips[l], vf += sg->v_flips[l];
@@ -307,7 +369,7 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
     } else {
         SETF("oscar.signs", "%s", "canonical");
     }
-    st = summary(p, G, c, g, sg, t, a);
+    st = summary(p, f, G, c, g, sg, t, a);
 out:
     if (st != OSCAR_OK) oscar_artifact_free(a);
     else *out = a;

@@ -8,6 +8,7 @@
 //   calib-verify.c  the held-out rows / methods as lib/verify inputs (every error
 //                metric is lib/verify's: logit error, post-W_O relative error)
 //   signs.c      --sign-search: eigenvector signs by coordinate descent on the held-out INT2 error
+//   grouping.c   --rotation-grouping auto: per layer one rotation or one per KV head, by held-out error
 //   clip.c       clip-ratio search per layer x {K, V} (x KV head), or model-wide for an
 //                engine target (one K + one V ratio for sglang, one shared for llamacpp)
 //   gate.c       OSCAR vs Hadamard vs naive INT2 gate table
@@ -47,7 +48,8 @@ struct oscar_calib_params {
     int32_t  batch;            // sequences per forward call
     int32_t  n_heldout;        // held-out sequences (after the budget)
     bool     allow_short;      // use a shorter corpus instead of failing
-    enum oscar_rotation_grouping grouping;
+    enum oscar_rotation_grouping grouping; // AUTO: chosen per layer (grouping.c)
+    char     grouping_why[160]; // auto asked but resolved to LAYER: why (oscar_calib_resolve_grouping); "" else
     enum oscar_stats_kind k_objective; // QQT | KTK
     enum oscar_stats_kind v_objective; // SST | VTV | VATT
     enum oscar_composition composition;
@@ -250,8 +252,12 @@ struct oscar_calib_fit {
     // canonical signs; the sign search reads and frees it (NULL otherwise)
     double * k_u, * v_u;                // [L, n_rot, D, D]
     double * k_lam, * v_lam;            // [L, n_rot, D]
+    // with p->grouping AUTO (arrays per KV head, n_rot = Hkv): each layer's choice (grouping.c)
+    int32_t * chosen_head;              // [L] 1: per-KV-head rotations kept, 0: the layer's one (replicated)
+    double  * err_layer, * err_head;    // [L] held-out post-W_O error of each candidate at its clips
 };
-// Rotations fitted per layer: p->grouping's (1 or Hkv); f->n_rot is Hkv with --refine optr.
+// Rotations fitted per layer: p->grouping's (1 or Hkv; AUTO: Hkv, the arrays' width); f->n_rot is Hkv
+// with --refine optr or AUTO.
 int32_t oscar_calib_fit_n_fitted(const struct oscar_calib_params * p, int32_t n_head_kv);
 // The result arrays of every layer (zero; with --refine optr per KV head and k_mean when centring;
 // with --sign-search the basis).
@@ -416,6 +422,36 @@ enum oscar_status oscar_calib_gate_methods(struct oscar_eval_dev * ev, const str
 void oscar_calib_gate_end(struct oscar_calib_gate * g);
 void oscar_calib_gate_free(struct oscar_calib_gate * g);
 
+// ---- rotation grouping by evidence (grouping.c) ------------------------------------------------
+// --rotation-grouping auto: per layer both candidates are fitted from the layer's sums (the
+// layer's rotation from the per-head covariances summed, the per-KV-head ones from each),
+// each clip-searched as its grouping would be (pooled over heads / per head; fixed clips
+// as given), and scored with the gate's evaluator: held-out post-W_O relative error of
+// "oscar-searched" at those clips. The per-head candidate is kept only when its error is
+// strictly lower (ties -> layer, the smaller artifact). f holds the choice per KV head (the
+// layer's rotation replicated), c its clips, f->chosen_head / err_layer / err_head the record.
+// Engine targets that load one rotation per layer, and --sign-search (it searches one
+// basis per fit), resolve auto to LAYER first, with the reason in p->grouping_why.
+struct oscar_calib_grouping {
+    struct oscar_calib_clip clip_layer, clip_head;   // the candidates' clip searches ([L] arrays, layer l used)
+    float * save;                                    // one layer's layer candidate: k_rot, v_rot, k_eig, v_eig
+};
+// AUTO -> LAYER where the target or the run cannot take per-head rotations (reason in p->grouping_why).
+void oscar_calib_resolve_grouping(struct oscar_calib_params * p);
+// "layer", "kv_head" or "auto" (the run's request).
+const char * oscar_calib_grouping_name(enum oscar_rotation_grouping g);
+enum oscar_status oscar_calib_grouping_alloc(const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
+                                             int32_t n_head_kv, struct oscar_calib_grouping * g);
+// Layer l (ev's rows set): both candidates fitted from s, searched and scored; the better one left in
+// f and c (the layer's clip record; with --refine optr the clip search runs again after OptR).
+enum oscar_status oscar_calib_grouping_layer(struct oscar_eval_dev * ev, const struct oscar_stats * s,
+                                             const struct oscar_calib_params * p, int32_t n_head_kv, int32_t l,
+                                             struct oscar_calib_fit * f, struct oscar_calib_clip * c,
+                                             struct oscar_calib_grouping * g, struct oscar_calib_timing * t);
+// Layers of f that kept per-head rotations (0 without a choice).
+int32_t oscar_calib_grouping_n_head(const struct oscar_calib_fit * f);
+void oscar_calib_grouping_free(struct oscar_calib_grouping * g);
+
 // ---- the finisher (finish.c) ----------------------------------------------------------------
 // The stages after the sums, one layer at a time as the layer-major pass ends
 // each layer: fit, --sign-search, --refine optr, clip search,
@@ -434,6 +470,7 @@ struct oscar_calib_finisher {
     struct oscar_calib_refine refine;       // with p->refine_optr
     struct oscar_calib_clip   clip;
     struct oscar_calib_gate   gate;
+    struct oscar_calib_grouping grouping;   // with p->grouping AUTO
     bool    gate_at_end;                    // clips shared over the model: the gate waits for end()
     int32_t n_done;                         // layers 0 .. n_done-1 are finished
     struct oscar_eval_dev * ev;

@@ -43,7 +43,10 @@ enum oscar_status osc_calib_split_open(struct osc_dp * dp, const struct oscar_ca
     *out = NULL;
     struct osc_calib_split * s = calloc(1, sizeof *s);
     if (!s) return osc_error(OSCAR_ERR_NOMEM, "finishing split: out of memory");
-    s->dp = dp, s->p = p, s->Hkv = h->n_head_kv, s->G = p->clip_search ? p->n_grid : 0;
+    // --rotation-grouping auto without OptR has chosen each layer's clips with its candidates on rank 0
+    // (grouping.c): only the gate is shared then
+    const bool clips_chosen = p->grouping == OSCAR_GROUP_AUTO && !p->refine_optr;
+    s->dp = dp, s->p = p, s->Hkv = h->n_head_kv, s->G = p->clip_search && !clips_chosen ? p->n_grid : 0;
     s->gate_per_layer = !oscar_calib_finish_gate_at_end(p);
     const size_t G = (size_t) (s->G > 0 ? s->G : 1), H = (size_t) s->Hkv;
     s->ek = calloc(G * H, sizeof(double)), s->kref = calloc(H, sizeof(double));

@@ -19,6 +19,7 @@ void oscar_calib_finish_free(struct oscar_calib_finisher * fin) {
     oscar_calib_refine_free(&fin->refine);
     oscar_calib_clip_free(&fin->clip);
     oscar_calib_gate_free(&fin->gate);
+    oscar_calib_grouping_free(&fin->grouping);
     oscar_eval_dev_free(fin->ev);
     memset(fin, 0, sizeof(*fin));
 }
@@ -45,6 +46,8 @@ enum oscar_status oscar_calib_finish_begin(struct oscar_calib_finisher * fin, co
     if (st == OSCAR_OK && p->refine_optr) st = oscar_calib_refine_alloc(store, h, p, &fin->fit, &fin->refine);
     if (st == OSCAR_OK) st = oscar_calib_clip_alloc(p, &fin->fit, h->n_head_kv, &fin->clip);
     if (st == OSCAR_OK) st = oscar_calib_gate_alloc(h->n_layer, &fin->gate);
+    if (st == OSCAR_OK && p->grouping == OSCAR_GROUP_AUTO)
+        st = oscar_calib_grouping_alloc(p, &fin->fit, h->n_head_kv, &fin->grouping);
     if (st != OSCAR_OK) oscar_calib_finish_free(fin);
     return st;
 }
@@ -59,14 +62,18 @@ enum oscar_status oscar_calib_finish_layer(struct oscar_calib_finisher * fin, co
     // every stage below evaluates this layer's held-out rows: set them once
     const struct oscar_layer_input in = osc_calib_layer_input(h, l);
     enum oscar_status st = need_eval(fin, h);
-    if (st == OSCAR_OK) st = oscar_calib_fit_layer(s, p, l, &fin->fit, fin->t);
+    const bool autog = p->grouping == OSCAR_GROUP_AUTO;   // fit + clips chosen per layer (grouping.c)
+    if (st == OSCAR_OK && !autog) st = oscar_calib_fit_layer(s, p, l, &fin->fit, fin->t);
     if (st == OSCAR_OK) st = oscar_eval_dev_layer(fin->ev, &in);
+    if (st == OSCAR_OK && autog)
+        st = oscar_calib_grouping_layer(fin->ev, s, p, Hkv, l, &fin->fit, &fin->clip, &fin->grouping, fin->t);
     if (st == OSCAR_OK && p->sign_search) st = oscar_calib_signs_layer(fin->ev, p, Hkv, l, &fin->fit, &fin->signs, fin->t);
     if (st == OSCAR_OK) oscar_calib_fit_spread_heads(p, Hkv, l, &fin->fit);
     if (st == OSCAR_OK && p->refine_optr)
         st = oscar_calib_refine_layer(fin->store, fin->optr_rows, fin->plan, h, p, l, &fin->fit, &fin->refine, fin->t);
-    if (st == OSCAR_OK && fin->split) st = osc_calib_split_finish(fin->split, fin, h, l); // both, with the other ranks
-    if (st == OSCAR_OK && !fin->split) st = oscar_calib_clip_layer(fin->ev, &fin->fit, p, Hkv, l, &fin->clip, fin->t);
+    if (st == OSCAR_OK && fin->split) st = osc_calib_split_finish(fin->split, fin, h, l); // with the other ranks
+    if (st == OSCAR_OK && !fin->split && (!autog || p->refine_optr))   // auto without OptR: the chosen candidate's clips
+        st = oscar_calib_clip_layer(fin->ev, &fin->fit, p, Hkv, l, &fin->clip, fin->t);
     if (st == OSCAR_OK && !fin->split && !fin->gate_at_end)
         st = oscar_calib_gate_layer(fin->ev, &fin->fit, &fin->clip, p, Hkv, l, &fin->gate, fin->t);
     if (st == OSCAR_OK) fin->n_done = l + 1;

@@ -20,11 +20,12 @@ void oscar_calib_fit_free(struct oscar_calib_fit * f) {
     free(f->v_eig);
     free(f->k_mean);
     free(f->k_u); free(f->v_u); free(f->k_lam); free(f->v_lam);
+    free(f->chosen_head); free(f->err_layer); free(f->err_head);
     memset(f, 0, sizeof(*f));
 }
 
 int32_t oscar_calib_fit_n_fitted(const struct oscar_calib_params * p, int32_t n_head_kv) {
-    return p->grouping == OSCAR_GROUP_HEAD ? n_head_kv : 1;
+    return p->grouping == OSCAR_GROUP_HEAD || p->grouping == OSCAR_GROUP_AUTO ? n_head_kv : 1;
 }
 
 enum oscar_status oscar_calib_fit_alloc(const struct oscar_calib_params * p, int32_t n_layer, int32_t n_head_kv,
@@ -45,6 +46,11 @@ enum oscar_status oscar_calib_fit_alloc(const struct oscar_calib_params * p, int
         f->k_lam = malloc(LF * D * sizeof(double)), f->v_lam = malloc(LF * D * sizeof(double));
         ok = ok && f->k_u && f->v_u && f->k_lam && f->v_lam;
     }
+    if (p->grouping == OSCAR_GROUP_AUTO) {   // the per-layer choice (grouping.c)
+        f->chosen_head = calloc(L, sizeof(int32_t));
+        f->err_layer = calloc(L, sizeof(double)), f->err_head = calloc(L, sizeof(double));
+        ok = ok && f->chosen_head && f->err_layer && f->err_head;
+    }
     if (p->refine_optr && p->optr_center) ok = ok && (f->k_mean = calloc(LR * D, sizeof(float)));
     if (!ok) {
         oscar_calib_fit_free(f);
@@ -57,6 +63,8 @@ enum oscar_status oscar_calib_fit_layer(const struct oscar_stats * s, const stru
                                         struct oscar_calib_fit * f, struct oscar_calib_timing * t) {
     const struct oscar_stats_params sp = oscar_stats_get_params(s);
     const int32_t NF = oscar_calib_fit_n_fitted(p, sp.n_head_kv);
+    if (p->grouping == OSCAR_GROUP_AUTO)
+        return osc_error(OSCAR_ERR_INVALID, "fit: grouping auto is chosen per layer by grouping.c, not fitted here");
     if (l < 0 || l >= f->n_layer || f->head_dim != sp.head_dim || sp.n_layer != f->n_layer)
         return osc_error(OSCAR_ERR_INVALID, "fit: layer %d does not fit the result (%d layers, head_dim %d)", (int) l,
                          (int) f->n_layer, (int) f->head_dim);

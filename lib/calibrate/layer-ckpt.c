@@ -2,7 +2,7 @@
 // between layers (--checkpoint-every, --resume).
 //
 // File (native little-endian, written atomically): struct ckpt_header
-// (version 6), then the lib/stats checkpoint bytes, the hidden states
+// (version 7), then the lib/stats checkpoint bytes, the hidden states
 // [n_rows, C] f32 entering layer next_layer, the held-out rows q, k, v of
 // layers 0 .. next_layer-1 when every layer's rows are kept (no finisher, or
 // one whose gate waits for a model-wide clip), and with a finisher the finished
@@ -33,7 +33,7 @@
 #include "util/fs.h"
 
 #define CKPT_MAGIC "OSCCALCK"
-#define CKPT_VERSION 6u
+#define CKPT_VERSION 7u
 
 struct ckpt_header {
     char     magic[8];
@@ -90,6 +90,8 @@ static int32_t result_table(const struct oscar_calib_finisher * fin, struct resu
     ADD("fit k_eig", f->k_eig, R * D * sizeof(float));
     ADD("fit v_eig", f->v_eig, R * D * sizeof(float));
     ADD("fit k_mean", f->k_mean, Hkv * D * sizeof(float));
+    ADD("fit chosen_head", f->chosen_head, sizeof(int32_t));   // v7: --rotation-grouping auto's choice
+    ADD("fit err_layer", f->err_layer, sizeof(double)); ADD("fit err_head", f->err_head, sizeof(double));
     const struct oscar_calib_signs * g = &fin->signs;
     const size_t NS = (size_t) g->n_rot * D;
     ADD("signs k_sign", g->k_sign, NS); ADD("signs v_sign", g->v_sign, NS);
@@ -350,6 +352,12 @@ enum oscar_status osc_layer_ckpt_load(const struct osc_layer_ckpt * k, struct os
                        k->path, CKPT_VERSION);
         goto out;
     }
+    if (version == 6u) {   // v6 had no --rotation-grouping auto choice among its results
+        st = osc_error(OSCAR_ERR_UNSUPPORTED, "%s: checkpoint version 6 (an older oscar-calibrate: no rotation-grouping "
+                       "choice in its results); this build resumes version %u only: remove it and start afresh",
+                       k->path, CKPT_VERSION);
+        goto out;
+    }
     if (version != CKPT_VERSION) {
         st = osc_error(OSCAR_ERR_UNSUPPORTED, "%s: checkpoint version %u, this build resumes version %u (start afresh)",
                        k->path, (unsigned) version, CKPT_VERSION);
@@ -428,6 +436,12 @@ enum oscar_status osc_layer_ckpt_load(const struct osc_layer_ckpt * k, struct os
             const size_t b = tab[i].per_layer * (size_t) hd.next_layer;
             memcpy(tab[i].base, at, b), at += b;
         }
+        for (int32_t l = 0; k->fin->fit.chosen_head && l < hd.next_layer; l++)
+            if (k->fin->fit.chosen_head[l] != 0 && k->fin->fit.chosen_head[l] != 1) {
+                st = osc_error(OSCAR_ERR_FORMAT, "%s: checkpoint grouping choice %d of layer %d is not 0 or 1 (corrupt "
+                               "file)", k->path, (int) k->fin->fit.chosen_head[l], (int) l);
+                goto out;
+            }
         k->fin->fit.orth_err_max = hd.orth_err_max;
         k->fin->n_done = hd.next_layer;
     }

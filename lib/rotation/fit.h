@@ -88,6 +88,8 @@ enum oscar_status oscar_fit_hadamard(int32_t D, float * r_out, float * eig_out);
 enum oscar_rotation_grouping {
     OSCAR_GROUP_LAYER = 0, // one R per layer (reference "source_grouping": "layer")
     OSCAR_GROUP_HEAD  = 1, // one R per (layer, KV head) ("kv_head")
+    OSCAR_GROUP_AUTO  = 2, // oscar-calibrate only: LAYER or HEAD per layer by held-out error
+                           // (lib/calibrate/grouping.c); the fits here never take it
 };
 
 // Fits every layer (and KV head) of one estimator of a finished accumulator.

@@ -1,5 +1,5 @@
 // fuzz-layer-ckpt.c - libFuzzer target for the layer-major pass's checkpoint
-// reader (osc_layer_ckpt_load, lib/calibrate/layer-ckpt.c, format v6).
+// reader (osc_layer_ckpt_load, lib/calibrate/layer-ckpt.c, format v7).
 //
 // Each input is a checkpoint file handed to a resume exactly as
 // oscar-calibrate --resume makes it: oscar_calib_capture with p.resume over a

@@ -14,7 +14,8 @@ need_smollm2
 [ -x "$PY" ] && "$PY" -c 'import huggingface_hub' 2>/dev/null || skip "venv with huggingface_hub missing"
 CAL=$B/bin/oscar-calibrate
 CHECK=$B/bin/oscar-card-check
-ARGS=(--tokens 512 -c 128 --heldout 1 --sink 16 --recent 32 --clip-search 1.0:0.8:0.04 -q)
+# grouping layer: the card's SGLang and llama.cpp recipes below are for one rotation per layer
+ARGS=(--tokens 512 -c 128 --heldout 1 --sink 16 --recent 32 --clip-search 1.0:0.8:0.04 -q --rotation-grouping layer)
 ID=HuggingFaceTB/SmolLM2-135M-Instruct
 
 # card DIR BASE_MODEL_ID|- DATASETS(comma list)|- : the YAML, the text and oscar.json agree
@@ -75,7 +76,7 @@ card "$T/d" "$ID" -
 grep -q '"oscar.base_model_id_source": "--model"' "$T/d/oscar.json" || fail "Hub id source"
 
 # 4. clipping at 2% of the range ruins OSCAR against Hadamard's fixed clips: the gate fails
-FAILING=(--tokens 512 -c 128 --heldout 1 --sink 16 --recent 32 --clip 0.02,0.02 -q)
+FAILING=(--tokens 512 -c 128 --heldout 1 --sink 16 --recent 32 --clip 0.02,0.02 -q --rotation-grouping layer)
 "$CAL" -m "$MODEL" --from-activations "$T/act.h5" "${FAILING[@]}" -o "$T/f" --base-model "$ID" \
     || fail "a failed gate without --strict must still write (exit 0)"
 grep -q '"oscar.gate": "fail"' "$T/f/oscar.json" || fail "the gate did not fail: pick another failing setting"

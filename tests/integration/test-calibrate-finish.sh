@@ -5,8 +5,8 @@
 #     replay (the same finisher over every stored layer at once) write identical bytes.
 #  2. --target sglang (the gate waits for the model-wide clips: every layer's rows kept,
 #     and in the checkpoint): SIGKILL after a checkpoint, --resume: identical bytes.
-#  3. the checkpoint (version 6, the finished layers' results in it): a resume with other
-#     finishing settings, a version 4 or 5 file, and a flipped byte in the header (a padding
+#  3. the checkpoint (version 7, the finished layers' results in it): a resume with other
+#     finishing settings, a version 4, 5 or 6 file, and a flipped byte in the header (a padding
 #     byte), the hidden states or the results (each under a CRC) are refused (exit 1) naming
 #     what is wrong, and nothing is written.
 #  4. -v lists the held-out rows as one layer's (default target) or every layer's (sglang).
@@ -56,6 +56,8 @@ printf '\004' | dd of="$T/bad.ckpt" bs=1 seek=8 conv=notrunc status=none
 refused "version 4" "checkpoint version 4" --target sglang
 printf '\005' | dd of="$T/bad.ckpt" bs=1 seek=8 conv=notrunc status=none
 refused "version 5" "checkpoint version 5" --target sglang
+printf '\006' | dd of="$T/bad.ckpt" bs=1 seek=8 conv=notrunc status=none
+refused "version 6" "checkpoint version 6" --target sglang
 flip() { # OFFSET: keep.ckpt with the byte at OFFSET changed, as bad.ckpt
     cp "$T/keep.ckpt" "$T/bad.ckpt"
     local b; b=$(od -An -tu1 -j "$1" -N1 "$T/bad.ckpt" | tr -d ' ')

@@ -8,7 +8,9 @@ set -u
 . "$(dirname "$0")/common.sh"
 need_smollm2
 CAL=$B/bin/oscar-calibrate
-ARGS=(-m "$MODEL" -f "$CORPUS" --tokens 512 -c 128 --heldout 1 --sink 16 --recent 32 --clip-search 1.0:0.8:0.04 -q)
+# the [D,D] layout asserted below is grouping layer's (auto is test-calibrate-grouping.sh's)
+ARGS=(-m "$MODEL" -f "$CORPUS" --tokens 512 -c 128 --heldout 1 --sink 16 --recent 32 --clip-search 1.0:0.8:0.04 -q
+      --rotation-grouping layer)
 
 # 1. reference run (2 threads)
 "$CAL" "${ARGS[@]}" -t 2 -o "$T/a" --json > "$T/a.json" || fail "calibrate run failed"

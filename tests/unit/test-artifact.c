@@ -232,6 +232,42 @@ static void test_validate_and_refuse(void ** state) {
     oscar_artifact_free(a);
 }
 
+// oscar.grouping_layers (--rotation-grouping auto): written and read back; a list of the wrong
+// length or words, a "kv_head" layer in [D,D] tensors, or a "layer" layer whose heads differ
+// (without OptR's oscar.refine) is refused.
+static void test_grouping_layers(void ** state) {
+    (void) state;
+    struct oscar_artifact * a = make(true);
+    const size_t dd = (size_t) D * D;
+    memcpy(a->k_rotation + 3 * dd, a->k_rotation + 2 * dd, dd * sizeof(float));   // layer 1: one rotation
+    memcpy(a->v_rotation + 3 * dd, a->v_rotation + 2 * dd, dd * sizeof(float));
+    ok(oscar_artifact_set_meta(a, "oscar.grouping_layers", "kv_head,layer"));
+    ok(oscar_artifact_validate(a, true));
+    char dir[512];
+    path(dir, sizeof dir, "auto");
+    ok(oscar_artifact_write(a, dir));
+    struct oscar_artifact * b = NULL;
+    ok(oscar_artifact_read(dir, true, &b));
+    assert_string_equal(oscar_artifact_get_meta(b, "oscar.grouping_layers"), "kv_head,layer");
+    oscar_artifact_free(b);
+    const char * bad[] = {"layer,layer", "kv_head", "kv_head,layer,layer", "kv_head,bogus", "kv_head;layer", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ok(oscar_artifact_set_meta(a, "oscar.grouping_layers", bad[i]));
+        assert_int_equal(oscar_artifact_validate(a, true), OSCAR_ERR_FORMAT);
+        assert_non_null(strstr(oscar_last_error(), "oscar.grouping_layers"));
+    }
+    ok(oscar_artifact_set_meta(a, "oscar.grouping_layers", "layer,layer"));
+    ok(oscar_artifact_set_meta(a, "oscar.refine", "optr"));   // OptR refined each head from the layer's base
+    ok(oscar_artifact_validate(a, true));
+    oscar_artifact_free(a);
+    a = make(false);
+    ok(oscar_artifact_set_meta(a, "oscar.grouping_layers", "layer,layer"));
+    ok(oscar_artifact_validate(a, true));
+    ok(oscar_artifact_set_meta(a, "oscar.grouping_layers", "layer,kv_head"));
+    assert_int_equal(oscar_artifact_validate(a, true), OSCAR_ERR_FORMAT);
+    oscar_artifact_free(a);
+}
+
 // Flipping one bit of an element of size >= 1/sqrt(D) (every row has one) must fail the
 // orthogonality bound for the sign, every exponent bit and the mantissa bits from
 // 4 + log2(D) up (their diagonal change 1.5·x²·2^(k-24) >= 1.5·2^(k-24)/D exceeds 8 eps32 plus
@@ -485,6 +521,7 @@ static int teardown(void ** state) {
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_round_trip), cmocka_unit_test(test_corrupt),
                                        cmocka_unit_test(test_validate_and_refuse), cmocka_unit_test(test_orth_bit_flips),
+                                       cmocka_unit_test(test_grouping_layers),
                                        cmocka_unit_test(test_load_integrity), cmocka_unit_test(test_card)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }
