@@ -255,8 +255,11 @@ static enum oscar_status parse_rope(const char * name, json_t * root, struct osc
     if (s == OSCAR_OK && o) s = get_num(name, o, "partial_rotary_factor", prf, &prf);
     if (s != OSCAR_OK) return s;
     if (prf != 1.0) {
-        int32_t dim = (int32_t) (c->head_dim * prf); // int(head_dim * partial_rotary_factor), as transformers
-        if ((c->arch != OSCAR_ARCH_PHI3 && c->arch != OSCAR_ARCH_GLM4_MOE) || prf > 1.0 || dim < 2 || dim % 2 != 0) {
+        // int(head_dim * partial_rotary_factor), as transformers; a factor outside (0, 1] is refused before
+        // the cast (a huge one would overflow int32)
+        const bool in_range = prf > 0.0 && prf < 1.0;
+        const int32_t dim = in_range ? (int32_t) (c->head_dim * prf) : 0;
+        if ((c->arch != OSCAR_ARCH_PHI3 && c->arch != OSCAR_ARCH_GLM4_MOE) || !in_range || dim < 2 || dim % 2 != 0) {
             return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g is not supported for %s (phi3 "
                              "and glm4_moe with an even number of rotated dims are)", name, prf,
                              oscar_arch_name(c->arch));

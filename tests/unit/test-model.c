@@ -621,6 +621,9 @@ static void test_hf_config_rope_window(void ** state) {
     assert_error_names("partial_rotary_factor", "0.3125");
     assert_int_equal(parse_with("llama", 2, "\"partial_rotary_factor\":0.5", &c), OSCAR_ERR_UNSUPPORTED);
     assert_error_names("partial_rotary_factor", "llama");
+    // a factor far above 1 is refused by name before head_dim x factor is cast to int (it overflowed: a fuzzer find)
+    assert_int_equal(parse_with("phi3", 2, "\"partial_rotary_factor\":1e300", &c), OSCAR_ERR_UNSUPPORTED);
+    assert_error_names("partial_rotary_factor", "1e+300");
     assert_int_equal(parse_with("phi3", 2, "\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1],"
                                 "\"long_factor\":[1]}", &c), OSCAR_ERR_UNSUPPORTED);
     assert_error_names("rope_scaling.rope_type", "longrope");
