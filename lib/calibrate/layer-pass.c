@@ -512,9 +512,9 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
                       (double) sent / 1048576.0, (double) got / 1048576.0);
             osc_calib_split_bytes(&sent, &got);
             if (lp.split)
-                osc_debug("data-parallel finishing (clip search and gate split over %d ranks): rank %d sent %.2f MiB "
-                          "and received %.2f MiB", (int) lp.dp->size, (int) lp.dp->rank, (double) sent / 1048576.0,
-                          (double) got / 1048576.0);
+                osc_debug("data-parallel finishing (%s split over %d ranks): rank %d sent %.2f MiB and received "
+                          "%.2f MiB", p->grouping == OSCAR_GROUP_AUTO && !p->refine_optr ? "gate" : "clip search and gate",
+                          (int) lp.dp->size, (int) lp.dp->rank, (double) sent / 1048576.0, (double) got / 1048576.0);
         }
     }
     t->store += lp.t_store;
