@@ -11,6 +11,8 @@
 // Scores are kept in log2 units (q pre-scaled by D^-1/2 * log2 e).
 // Stage 2: one CTA per (query head, sequence) merges the splits by the
 // running-max log-sum-exp recurrence of attention.h and applies R_V^T.
+// The three kernels are chained by programmatic dependent launch (pdl_wait), so
+// each starts before the one before it ends; the call is CUDA-graph capturable.
 //
 // Every kernel is a template on the head dim D (64, 128, 256); geom<D> holds the
 // fragment counts. The D = 128 instances are the kernels as tuned (PERF-NOTES.md).
@@ -53,6 +55,14 @@ static __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4],
 
 static __device__ __forceinline__ uint32_t bf16_bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 static __device__ __forceinline__ float bf16_val(uint32_t b) { return __uint_as_float(b << 16); }
+// Two floats rounded to bf16 in one instruction: lo in bits 0..15, hi in 16..31.
+static __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+static __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+static __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
 // x = hi + lo with both parts bf16; returns (hi bits, lo bits).
 static __device__ __forceinline__ void split_hilo(float x, uint32_t & hi, uint32_t & lo) {
@@ -312,11 +322,28 @@ static __device__ __forceinline__ void finish_split(const struct oscar_cuda_deco
     }
 }
 
+// Programmatic dependent launch (sm_90): the three kernels of one call overlap. The INT2
+// kernel lets the BF16 tiers' kernel start as soon as its own blocks are all running (the
+// BF16 blocks fill the SMs its last wave leaves idle), the BF16 kernel lets the merge
+// kernel's blocks get resident early; a kernel that calls pdl_wait() proceeds once the
+// kernel launched before it has finished and its writes are visible. The BF16 kernel
+// waits for the INT2 kernel at its end, so its completion (what the merge waits for)
+// implies both.
+static __device__ __forceinline__ void pdl_launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // BF16 tiers (sink, recent; or a whole BF16 cache in tier 0). Grid x covers the
 // splits of tiers 0 and 2 (block x -> split x, or x + splits[1] past tier 0); grid y
 // the (KV head, head chunk, output half) triples.
-template <int D>
-__global__ void __launch_bounds__(NWARP * 32, D == 256 ? 2 : 3) decode_split_hp_kernel(struct oscar_cuda_decode_args a) {
+template <int D> static __device__ __forceinline__ void split_hp(const struct oscar_cuda_decode_args & a) {
     using G = geom<D>;
     const struct oscar_cuda_kv_view & kv = a.kv;
     __shared__ float sm_o[NWARP][HP_HEADS][G::DV];
@@ -374,6 +401,12 @@ __global__ void __launch_bounds__(NWARP * 32, D == 256 ? 2 : 3) decode_split_hp_
     finish_split<D, G::DV>(a, &sm_o[0][0][0], &sm_m[0][0], &sm_l[0][0], HP_HEADS, b, hc, split, S_tot, half == 0,
                            [&](int l) { return hp_head_dim<D>(l, half); });
 }
+template <int D>
+__global__ void __launch_bounds__(NWARP * 32, D == 256 ? 2 : 3) decode_split_hp_kernel(struct oscar_cuda_decode_args a) {
+    pdl_launch_dependents();
+    split_hp<D>(a);
+    pdl_wait();   // the INT2 kernel has finished: this grid's completion now covers both
+}
 
 // ---- INT2 tier ---------------------------------------------------------------------------
 // Transposed tiles: QK is S^T = K q^T with A = K codes (16 tokens x 16 dims, rows
@@ -408,14 +441,21 @@ static __device__ __forceinline__ float k_mult(int P) {
     int s = k_shift(P), u = (s < 6 ? s : s < 12 ? s - 6 : s - 12) >> 1;
     return (float) (1 << (2 * u));
 }
+// (w & mask) | MAGIC as one lop3 with MAGIC in a register: written as C, ptxas emits two
+// (an AND, then an OR with an immediate), and the unpacking is a third of the loop.
+static __device__ __forceinline__ uint32_t crumbs_bf16(uint32_t w, uint32_t mask) {
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "r"(mask), "r"(MAGIC));
+    return r;
+}
 static __device__ __forceinline__ uint32_t k_crumbs(uint32_t w, uint32_t w6, uint32_t w12, int P) {
     int s = k_shift(P);
-    return s < 6 ? (w & (0x00030003u << s)) | MAGIC
-         : s < 12 ? (w6 & (0x00030003u << (s - 6))) | MAGIC : (w12 & (0x00030003u << (s - 12))) | MAGIC;
+    return s < 6 ? crumbs_bf16(w, 0x00030003u << s)
+         : s < 12 ? crumbs_bf16(w6, 0x00030003u << (s - 6)) : crumbs_bf16(w12, 0x00030003u << (s - 12));
 }
 // V: crumb plane kc of an interleaved pair word; multiplier 4^kc for kc < 3, 1 for kc = 3 (shifted).
 static __device__ __forceinline__ uint32_t v_crumbs(uint32_t z, int kc) {
-    return kc < 3 ? (z & (0x00030003u << (2 * kc))) | MAGIC : ((z >> 6) & 0x00030003u) | MAGIC;
+    return kc < 3 ? crumbs_bf16(z, 0x00030003u << (2 * kc)) : crumbs_bf16(z >> 6, 0x00030003u);
 }
 static __device__ __forceinline__ float v_mult(int kc) { return kc < 3 ? (float) (1 << (2 * kc)) : 1.0f; }
 
@@ -466,15 +506,24 @@ static __device__ __forceinline__ void cp_async4(uint32_t dst, const void * src)
 static __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> static __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// Stages the 16-token tile at INT2 index tb (tokens >= end repeat token tb) into stage address st:
+// INT2 index of lane's token in the 16-token tile at tb (lanes 16..31 repeat 0..15; tokens >= end
+// repeat token tb), and the block-table entry of its page: loaded a tile ahead of int2_issue, whose
+// copies would otherwise wait on this load every tile.
+static __device__ __forceinline__ int32_t tile_token(int32_t tb, int32_t end, int lane) {
+    int32_t idx = tb + (lane & 15);
+    return idx < end ? idx : tb;
+}
+static __device__ __forceinline__ int32_t tile_page(const int32_t * pt, int lps, int32_t tb, int32_t end, int lane) {
+    return __ldg(pt + (tile_token(tb, end, lane) >> lps));
+}
+
+// Stages the 16-token tile at INT2 index tb into stage address st (page: tile_page of this tile):
 // each token's K and V code rows are D/64 chunks of 16 bytes, one chunk per lane and pass.
-template <int D>
-static __device__ __forceinline__ void int2_issue(const struct oscar_cuda_kv_view & kv, const int32_t * pt, int h,
+template <int D, int MD>
+static __device__ __forceinline__ void int2_issue(const struct oscar_cuda_kv_view & kv, int32_t page, int h,
                                                   int lps, int32_t tb, int32_t end, int lane, uint32_t st) {
     constexpr int CPT = D / 64, RB = D / 4;   // chunks per token, code row bytes
-    int32_t idx = tb + (lane & 15);
-    idx = idx < end ? idx : tb;
-    int32_t slot = (__ldg(pt + (idx >> lps)) << lps) | (idx & ((1 << lps) - 1));
+    int32_t slot = (page << lps) | (tile_token(tb, end, lane) & ((1 << lps) - 1));
     int32_t row = slot * kv.n_head_kv + h;
 #pragma unroll
     for (int c0 = 0; c0 < 16 * CPT; c0 += 32) {
@@ -487,17 +536,17 @@ static __device__ __forceinline__ void int2_issue(const struct oscar_cuda_kv_vie
     }
     uint32_t md = st + 8 * D + (lane >> 4) * 128 + (lane & 15) * 8;
     const void * mb = lane < 16 ? kv.q_k_meta : kv.q_v_meta;
-    if (kv.meta_dtype != OSCAR_META_F32) cp_async4(md, (const uint32_t *) mb + row);   // two 16-bit values
+    if constexpr (MD != OSCAR_META_F32) cp_async4(md, (const uint32_t *) mb + row);   // two 16-bit values
     else cp_async8(md, (const float2 *) mb + row);
 }
 
 // (scale, zero) of one staged row as fp32, from its stored dtype (both 16-bit kinds widen exactly).
-static __device__ __forceinline__ float2 meta_at(const uint8_t * p, int dtype) {
-    if (dtype == OSCAR_META_BF16) {
+template <int MD> static __device__ __forceinline__ float2 meta_at(const uint8_t * p) {
+    if constexpr (MD == OSCAR_META_BF16) {
         uint32_t w = *(const uint32_t *) p;
         return make_float2(bf16_val(w & 0xffffu), bf16_val(w >> 16));
     }
-    if (dtype == OSCAR_META_F16) {
+    if constexpr (MD == OSCAR_META_F16) {
         uint32_t w = *(const uint32_t *) p;
         return make_float2(__half2float(__ushort_as_half((unsigned short) (w & 0xffffu))),
                            __half2float(__ushort_as_half((unsigned short) (w >> 16))));
@@ -516,9 +565,9 @@ template <int D, int NQ> struct i2_state {
     float acc[NQ][geom<D>::MT][4];
 };
 
-template <int D, int NQ>
+template <int D, int NQ, int MD>
 static __device__ __forceinline__ void int2_tile(i2_state<D, NQ> & st, const i2_q<D, NQ> & q, const uint8_t * stg,
-                                                 int meta_dtype, int32_t tb, int32_t end, int lane) {
+                                                 int32_t tb, int32_t end, int lane) {
     using G = geom<D>;
     constexpr int NW = G::NW, VB = G::VB, VWI = (VB + 3) / 4;
     int n = lane >> 2, j = lane & 3;
@@ -546,8 +595,8 @@ static __device__ __forceinline__ void int2_tile(i2_state<D, NQ> & st, const i2_
         for (int nt = 0; nt < NQ; nt++) mma_bf16(c[kk & 1][nt], A, q.b[nt][kk][0], q.b[nt][kk][1]);
     }
     // ---- metadata of tokens n, n + 8
-    float2 km0 = meta_at(stg + 8 * D + n * 8, meta_dtype), km1 = meta_at(stg + 8 * D + (n + 8) * 8, meta_dtype);
-    float2 vm0 = meta_at(stg + 8 * D + 128 + n * 8, meta_dtype), vm1 = meta_at(stg + 8 * D + 128 + (n + 8) * 8, meta_dtype);
+    float2 km0 = meta_at<MD>(stg + 8 * D + n * 8), km1 = meta_at<MD>(stg + 8 * D + (n + 8) * 8);
+    float2 vm0 = meta_at<MD>(stg + 8 * D + 128 + n * 8), vm1 = meta_at<MD>(stg + 8 * D + 128 + (n + 8) * 8);
     bool ok0 = tb + n < end, ok1 = tb + n + 8 < end;
     // ---- V codes: tokens 2j, 2j+1, 2j+8, 2j+9, bytes VB n .. VB n + VB - 1; z[a][hf] = byte a of a token pair
     uint32_t v[4][VWI];
@@ -583,21 +632,22 @@ static __device__ __forceinline__ void int2_tile(i2_state<D, NQ> & st, const i2_
         }
         float p0 = exp2f(s0 - st.m[nt]), p1 = exp2f(s1 - st.m[nt]);
         st.l[nt] += p0 + p1;
-        uint32_t h0, l0, h1, l1;
-        split_hilo(p0 * vm0.x, h0, l0);
-        split_hilo(p1 * vm1.x, h1, l1);
-        float w0 = bf16_val(h0) + bf16_val(l0), w1 = bf16_val(h1) + bf16_val(l1);
+        // w = p scale as bf16 hi + lo pairs: H, Lw hold tokens n (low half) and n + 8 (high half)
+        float x0 = p0 * vm0.x, x1 = p1 * vm1.x;
+        uint32_t H = pack_bf16x2(x0, x1);
+        float hf0 = bf16_lo(H), hf1 = bf16_hi(H);
+        uint32_t Lw = pack_bf16x2(x0 - hf0, x1 - hf1);
+        float w0 = hf0 + bf16_lo(Lw), w1 = hf1 + bf16_hi(Lw);
         // This tile's offsets for head j: sums over its 16 tokens (the 8 lanes of column j).
         float T = w0 + w1, Z = w0 * vm0.y + w1 * vm1.y;
 #pragma unroll
         for (int x = 4; x < 32; x <<= 1) T += __shfl_xor_sync(0xffffffffu, T, x), Z += __shfl_xor_sync(0xffffffffu, Z, x);
         // P^T B fragment: column n = head n/2 part n%2, tokens 2j, 2j+1 (b0) and 2j+8, 2j+9 (b1).
-        uint32_t H = h0 | h1 << 16, Lw = l0 | l1 << 16;
         int src0 = 8 * j + (n >> 1), src1 = src0 + 4;
         uint32_t H0 = __shfl_sync(0xffffffffu, H, src0), L0 = __shfl_sync(0xffffffffu, Lw, src0);
         uint32_t H1 = __shfl_sync(0xffffffffu, H, src1), L1 = __shfl_sync(0xffffffffu, Lw, src1);
-        uint32_t x0 = (n & 1) ? L0 : H0, x1 = (n & 1) ? L1 : H1;
-        uint32_t b0 = __byte_perm(x0, x1, 0x5410), b1 = __byte_perm(x0, x1, 0x7632);
+        uint32_t y0 = (n & 1) ? L0 : H0, y1 = (n & 1) ? L1 : H1;
+        uint32_t b0 = __byte_perm(y0, y1, 0x5410), b1 = __byte_perm(y0, y1, 0x7632);
 #pragma unroll
         for (int mt = 0; mt < G::MT; mt++) {
             const int a = mt >> 1, kc0 = 2 * (mt & 1), kc1 = kc0 + 1;
@@ -613,9 +663,10 @@ static __device__ __forceinline__ void int2_tile(i2_state<D, NQ> & st, const i2_
 }
 
 // Grid: x = INT2 splits, y = (KV head, head chunk of at most 4 NQMAX heads), z = sequence.
-template <int D, int NQ>
+template <int D, int NQ, int MD>
 __global__ void __launch_bounds__(NWARP * 32, NQ * D <= 128 ? 5 : 2) decode_split_int2_kernel(struct oscar_cuda_decode_args a) {
     using G = geom<D>;
+    pdl_launch_dependents();
     constexpr int HC = 4 * NQ, NS = G::NS, STG = G::STG;
     const struct oscar_cuda_kv_view & kv = a.kv;
     __shared__ __align__(16) uint8_t smem[cmax(NWARP * NS * STG, NWARP * HC * D * 4)];
@@ -651,17 +702,24 @@ __global__ void __launch_bounds__(NWARP * 32, NQ * D <= 128 ? 5 : 2) decode_spli
     int32_t ntiles = tw < end ? (end - tw + step - 1) / step : 0;
 #pragma unroll
     for (int s = 0; s < NS - 1; s++) {
-        if (s < ntiles) int2_issue<D>(kv, pt, hc.h, lps, tw + s * step, end, lane, ring_s + s * STG);
+        if (s < ntiles)
+            int2_issue<D, MD>(kv, tile_page(pt, lps, tw + s * step, end, lane), hc.h, lps, tw + s * step, end, lane,
+                              ring_s + s * STG);
         cp_commit();
     }
+    int32_t page = NS - 1 < ntiles ? tile_page(pt, lps, tw + (NS - 1) * step, end, lane) : 0;
+    // Stage ring: tile i is read from stage rd, tile i + NS - 1 written to stage wr = rd - 1 (mod NS).
+    int rd = 0, wr = NS - 1;
     for (int32_t i = 0; i < ntiles; i++) {
         int32_t nx = i + NS - 1;
-        if (nx < ntiles) int2_issue<D>(kv, pt, hc.h, lps, tw + nx * step, end, lane, ring_s + (nx % NS) * STG);
+        if (nx < ntiles) int2_issue<D, MD>(kv, page, hc.h, lps, tw + nx * step, end, lane, ring_s + wr * STG);
+        if (nx + 1 < ntiles) page = tile_page(pt, lps, tw + (nx + 1) * step, end, lane);   // used next iteration
         cp_commit();
         cp_wait<NS - 1>();
         __syncwarp();
-        int2_tile<D, NQ>(st, q, ring + (i % NS) * STG, kv.meta_dtype, tw + i * step, end, lane);
+        int2_tile<D, NQ, MD>(st, q, ring + rd * STG, tw + i * step, end, lane);
         __syncwarp();
+        wr = rd, rd = rd + 1 < NS ? rd + 1 : 0;
     }
     cp_wait<0>();
     int n = lane >> 2, j = lane & 3;
@@ -717,6 +775,7 @@ template <int D, typename Op> static __device__ __forceinline__ float block_redu
 // latency-bound: 17-33 us at batch 1 under ncu, as long as the INT2 split kernel).
 template <int D> __global__ void __launch_bounds__(D) decode_merge_kernel(struct oscar_cuda_decode_args a) {
     __shared__ float so[D], sw[MAX_SPLITS], red[D / 32];
+    pdl_wait();
     int hq = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
     int S = a.splits[0] + a.splits[1] + a.splits[2];
     int64_t row0 = ((int64_t) b * a.n_head + hq) * S;
@@ -777,13 +836,27 @@ extern "C" enum oscar_status oscar_cuda_decode_supports(int32_t head_dim, int32_
     return OSCAR_OK;
 }
 
-// The INT2 kernel instance for nq column tiles (1 <= nq <= NQMAX).
+// The INT2 kernel instance for nq column tiles (1 <= nq <= NQMAX) and the metadata dtype.
 template <int D, int NQ>
 static void launch_int2(int nq, dim3 grid, cudaStream_t s, const struct oscar_cuda_decode_args & a) {
     if constexpr (NQ <= geom<D>::NQMAX) {
-        if (nq == NQ) decode_split_int2_kernel<D, NQ><<<grid, NWARP * 32, 0, s>>>(a);
-        else launch_int2<D, NQ + 1>(nq, grid, s, a);
+        if (nq != NQ) return launch_int2<D, NQ + 1>(nq, grid, s, a);
+        if (a.kv.meta_dtype == OSCAR_META_F16) decode_split_int2_kernel<D, NQ, OSCAR_META_F16><<<grid, NWARP * 32, 0, s>>>(a);
+        else if (a.kv.meta_dtype == OSCAR_META_BF16) decode_split_int2_kernel<D, NQ, OSCAR_META_BF16><<<grid, NWARP * 32, 0, s>>>(a);
+        else decode_split_int2_kernel<D, NQ, OSCAR_META_F32><<<grid, NWARP * 32, 0, s>>>(a);
     }
+}
+
+// Launches kernel k on s as a programmatic dependent of the kernel before it (see pdl_wait).
+static cudaError_t launch_dependent(void (*k)(struct oscar_cuda_decode_args), dim3 grid, int threads, cudaStream_t s,
+                                    const struct oscar_cuda_decode_args & a) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = dim3(threads), cfg.dynamicSmemBytes = 0, cfg.stream = s;
+    cfg.attrs = attr, cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, k, a);
 }
 
 template <int D> static enum oscar_status launch(const struct oscar_cuda_decode_args * a, cudaStream_t s) {
@@ -794,10 +867,8 @@ template <int D> static enum oscar_status launch(const struct oscar_cuda_decode_
     dim3 gh(a->splits[0] + a->splits[2], kv->n_head_kv * chunk_count(group, HP_HEADS) * geom<D>::NDS, a->n_seq);
     launch_int2<D, 1>(nq, gi, s, *a);
     OSCAR_CUDA_CHECK_LAUNCH();
-    decode_split_hp_kernel<D><<<gh, NWARP * 32, 0, s>>>(*a);
-    OSCAR_CUDA_CHECK_LAUNCH();
-    decode_merge_kernel<D><<<dim3(a->n_head, a->n_seq), D, 0, s>>>(*a);
-    OSCAR_CUDA_CHECK_LAUNCH();
+    OSCAR_CUDA_CHECK(launch_dependent(decode_split_hp_kernel<D>, gh, NWARP * 32, s, *a));
+    OSCAR_CUDA_CHECK(launch_dependent(decode_merge_kernel<D>, dim3(a->n_head, a->n_seq), D, s, *a));
     return OSCAR_OK;
 }
 

@@ -4,7 +4,8 @@
 // measured read bandwidth, and the INT2 write path (style.md rule 14).
 //
 //   bench-decode [--reps N] [--sdpa sdpa.csv] [--csv out.csv] [--max-splits N (per tier, <= 128)]
-// Shapes: Hq 32, Hkv 8, D 128, contexts 8k/32k/128k, batch 1/8/32; INT2 cache
+//                [--head-dim 64|128|256] [--hq N] [--hkv N] [--only L:B] [--no-write]
+// Shapes: Hq 32, Hkv 8, D 128 (or as given), contexts 8k/32k/128k, batch 1/8/32 (--only: one shape); INT2 cache
 // = 64 BF16 sink + 256 BF16 recent + INT2 middle, fp32 scale/zero (and a column
 // with fp16 scale/zero), page 8 with randomly permuted pages. Timing: cudaEvents around both kernels (split +
 // merge), 3 warm-ups, N reps, L2 flushed (256 MB memset) before each rep.
@@ -103,8 +104,8 @@ static std::vector<int32_t> perm_pages(int64_t n, uint64_t seed) {
 
 // int2 = 1: sink 64 / INT2 L-320 / recent 256; int2 = 0: all L tokens BF16 (tier 0).
 // meta: the INT2 tier's (scale, zero) dtype, OSCAR_META_F32 or OSCAR_META_F16.
-static void make_cache(dev_cache & c, int B, int64_t L, int Hkv, int int2, int meta) {
-    const int D = 128, ps = 8, ring = 264;
+static void make_cache(dev_cache & c, int B, int64_t L, int Hkv, int D, int int2, int meta) {
+    const int ps = 8, ring = 264, RB = D / 4;   // RB: code bytes per row
     int64_t n_sink = int2 ? 64 : L, n_rec = int2 ? 256 : 0, n_q = int2 ? L - 320 : 0;
     int64_t sink_pg = (n_sink + ps - 1) / ps, q_pg = (n_q + ps - 1) / ps, ring_pg = ring / ps;
     int64_t hp_pages = B * (sink_pg + ring_pg), q_pages = B * q_pg;
@@ -112,10 +113,10 @@ static void make_cache(dev_cache & c, int B, int64_t L, int Hkv, int int2, int m
     c.v.n_head_kv = Hkv, c.v.head_dim = D, c.v.page_size = ps, c.v.ring_slots = ring, c.v.meta_dtype = meta;
     int64_t hp_el = hp_pages * ps * Hkv * D, q_rows = q_pages * ps * Hkv;
     uint16_t * hk = (uint16_t *) dmalloc(c, hp_el * 2), * hv = (uint16_t *) dmalloc(c, hp_el * 2);
-    uint8_t * qk = (uint8_t *) dmalloc(c, q_rows * 32), * qv = (uint8_t *) dmalloc(c, q_rows * 32);
+    uint8_t * qk = (uint8_t *) dmalloc(c, q_rows * RB), * qv = (uint8_t *) dmalloc(c, q_rows * RB);
     float * mk = (float *) dmalloc(c, q_rows * 8), * mv = (float *) dmalloc(c, q_rows * 8);
     fill_bf16<<<1024, 256>>>(hk, hp_el, 1), fill_bf16<<<1024, 256>>>(hv, hp_el, 2);
-    fill_bytes<<<1024, 256>>>(qk, q_rows * 32, 3), fill_bytes<<<1024, 256>>>(qv, q_rows * 32, 4);
+    fill_bytes<<<1024, 256>>>(qk, q_rows * RB, 3), fill_bytes<<<1024, 256>>>(qv, q_rows * RB, 4);
     fill_meta<<<1024, 256>>>(mk, q_rows, 5), fill_meta<<<1024, 256>>>(mv, q_rows, 6);
     if (meta == OSCAR_META_F16) {   // the first half of each buffer gets the packed 16-bit pairs
         float * tmp = (float *) dmalloc(c, q_rows * 8);
@@ -146,7 +147,7 @@ static void make_cache(dev_cache & c, int B, int64_t L, int Hkv, int int2, int m
     c.v.sink_pt_stride = (int32_t) sink_pg, c.v.int2_pt_stride = (int32_t) (q_pg ? q_pg : 1);
     c.v.recent_pt_stride = (int32_t) ring_pg;
     c.max_len[0] = n_sink, c.max_len[1] = n_q, c.max_len[2] = n_rec;
-    c.kv_bytes = (double) B * Hkv * ((double) (n_sink + n_rec) * 512.0 + (double) n_q * (meta == OSCAR_META_F16 ? 72.0 : 80.0)) +
+    c.kv_bytes = (double) B * Hkv * ((double) (n_sink + n_rec) * 4.0 * D + (double) n_q * (2.0 * RB + (meta == OSCAR_META_F16 ? 8.0 : 16.0))) +
                  (double) (info.size() + spt.size() + qpt.size() + rpt.size()) * 4.0 * (int2 ? 1.0 : 1.0);
 }
 
@@ -196,6 +197,34 @@ __global__ void read_bw_kernel(const uint4 * __restrict__ p, int64_t n4, uint32_
     if (r == 0x9E3779B9u) *sink = r;
 }
 
+// The decode call captured into a CUDA graph and replayed: the output must equal the
+// direct call's bit for bit (same kernels, same order); exits 1 otherwise. Returns the
+// replay's mean ms (the three launches as one graph launch).
+static double graph_replay(const oscar_cuda_decode_args & args, size_t n_out, int reps, void * flush, size_t flush_bytes) {
+    std::vector<float> direct(n_out), replayed(n_out);
+    OK(oscar_cuda_decode_attention(&args, NULL));
+    CK(cudaMemcpy(direct.data(), args.out, n_out * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemset(args.out, 0xff, n_out * 4));
+    cudaStream_t cs;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamCreate(&cs));
+    CK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+    OK(oscar_cuda_decode_attention(&args, cs));
+    CK(cudaStreamEndCapture(cs, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphLaunch(ge, cs));
+    CK(cudaStreamSynchronize(cs));
+    CK(cudaMemcpy(replayed.data(), args.out, n_out * 4, cudaMemcpyDeviceToHost));
+    if (memcmp(direct.data(), replayed.data(), n_out * 4) != 0) {
+        fprintf(stderr, "bench-decode: the CUDA graph replay differs from the direct call\n");
+        exit(1);
+    }
+    timing t = time_it([&] { CK(cudaGraphLaunch(ge, 0)); }, reps, flush, flush_bytes);
+    CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g)); CK(cudaStreamDestroy(cs));
+    return t.mean_ms;
+}
+
 // SDPA backends as bench-sdpa.py names them; math is its fallback when no fused one runs.
 #define N_SDPA 4
 static const char * const sdpa_names[N_SDPA] = { "cudnn", "flash", "efficient", "math" };
@@ -222,13 +251,27 @@ static void cell(char * buf, size_t n, double ms) {
 }
 
 int main(int argc, char ** argv) {
-    int reps = 20, max_splits = 0;
+    int reps = 20, max_splits = 0, Hq = 32, Hkv = 8, D = 128, write = 1, only_b = 0;
+    long long only_l = 0;
     const char * sdpa = NULL, * csv = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sdpa") && i + 1 < argc) sdpa = argv[++i];
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
         else if (!strcmp(argv[i], "--max-splits") && i + 1 < argc) max_splits = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--head-dim") && i + 1 < argc) D = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--hq") && i + 1 < argc) Hq = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--hkv") && i + 1 < argc) Hkv = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-write")) write = 0;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc && sscanf(argv[i + 1], "%lld:%d", &only_l, &only_b) == 2) i++;
+        else {
+            fprintf(stderr, "bench-decode: unknown or incomplete option %s (see the header comment)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (oscar_cuda_decode_supports(D, Hq, Hkv) != OSCAR_OK) {
+        fprintf(stderr, "bench-decode: %s\n", oscar_last_error());
+        return 2;
     }
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
@@ -269,7 +312,7 @@ int main(int argc, char ** argv) {
            "at this rate\n", rd_best, (double) rd / 1e9, read_gbs);
     CK(cudaFree(a)); CK(cudaFree(sink));
 
-    const int Hq = 32, Hkv = 8, D = 128;
+    printf("shape: Hq %d, Hkv %d, head_dim %d\n", Hq, Hkv, D);
     const int64_t Ls[3] = { 8192, 32768, 131072 };
     const int Bs[3] = { 1, 8, 32 };
     FILE * out = csv ? fopen(csv, "w") : NULL;
@@ -277,25 +320,26 @@ int main(int argc, char ** argv) {
         fprintf(out, "L,B,int2_ms,int2_sd,bf16_ours_ms,bf16_ours_sd,sdpa_cudnn_ms,sdpa_flash_ms,sdpa_efficient_ms,"
                      "sdpa_math_ms,bf16_best_ms,bf16_best,read_GBs,copy_GBs,roof_int2_ms,roof_bf16_ms,int2_GBs,"
                      "int2_pct_read,bf16_ours_GBs,bf16_ours_pct_read,speedup_vs_bf16_ours,speedup_vs_bf16_best,"
-                     "int2_B_per_tok,bf16_B_per_tok,int2_f16meta_ms,int2_f16meta_sd\n");
+                     "int2_B_per_tok,bf16_B_per_tok,int2_f16meta_ms,int2_f16meta_sd,int2_graph_ms\n");
     printf("\nTimes in ms (mean ± sd over %d reps, L2 flushed). SDPA n/a: the backend refused the shape (see sdpa.log). "
            "Roofline: the shape's KV bytes at the measured read bandwidth (%.0f GB/s). BF16 best: the fastest BF16 "
            "implementation here (SDPA backends, ours).\n", reps, read_gbs);
     printf("\n| context | batch | INT2 fused | BF16 ours | SDPA cudnn | SDPA flash | SDPA efficient | SDPA math | BF16 best | "
            "roofline INT2 / BF16 | INT2 GB/s (%% of read) | BF16 ours GB/s (%% of read) | INT2 vs BF16 ours | "
-           "INT2 vs BF16 best | KV B/token INT2 / BF16 | INT2 fp16 meta |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "INT2 vs BF16 best | KV B/token INT2 / BF16 | INT2 fp16 meta | INT2 graph replay |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int li = 0; li < 3; li++) {
         for (int bi = 0; bi < 3; bi++) {
             int64_t L = Ls[li];
             int B = Bs[bi];
+            if (only_b && (L != only_l || B != only_b)) continue;
             float * q, * out_d, * op, * lp;
             CK(cudaMalloc(&q, (size_t) B * Hq * D * 4)); CK(cudaMalloc(&out_d, (size_t) B * Hq * D * 4));
             fill_bf16<<<64, 256>>>((uint16_t *) q, (int64_t) B * Hq * D * 2, 9);   // finite floats
-            double res[3][3], kvb[3];
+            double res[3][3], kvb[3], graph_ms = NAN;
             for (int kind = 0; kind < 3; kind++) {   // 0: INT2, 1: BF16, 2: INT2 with fp16 (scale, zero)
                 dev_cache c;
-                make_cache(c, B, L, Hkv, kind != 1, kind == 2 ? OSCAR_META_F16 : OSCAR_META_F32);
+                make_cache(c, B, L, Hkv, D, kind != 1, kind == 2 ? OSCAR_META_F16 : OSCAR_META_F32);
                 oscar_cuda_decode_args args = oscar_cuda_decode_args();
                 args.kv = c.v, args.n_seq = B, args.n_head = Hq, args.q = q, args.rv_t = NULL, args.out = out_d;
                 oscar_cuda_decode_splits(B, Hkv, prop.multiProcessorCount, max_splits, c.max_len, args.splits);
@@ -304,6 +348,7 @@ int main(int argc, char ** argv) {
                 args.o_part = op, args.lse_part = lp;
                 timing t = time_it([&] { OK(oscar_cuda_decode_attention(&args, NULL)); }, reps, flush, flush_bytes);
                 CK(cudaDeviceSynchronize());
+                if (kind == 0) graph_ms = graph_replay(args, (size_t) B * Hq * D, reps, flush, flush_bytes);
                 double bytes = c.kv_bytes + (double) B * Hq * D * 4 * 2 + (double) B * Hq * S * (D + 1) * 4 * 2;
                 res[kind][0] = t.mean_ms, res[kind][1] = t.sd_ms, res[kind][2] = bytes / (t.mean_ms * 1e-3) / 1e9;
                 kvb[kind] = c.kv_bytes;
@@ -321,24 +366,29 @@ int main(int argc, char ** argv) {
             char sc[N_SDPA][16];
             for (int i = 0; i < N_SDPA; i++) cell(sc[i], sizeof sc[i], sd[i]);
             double roof_i2 = kvb[0] / (read_gbs * 1e9) * 1e3, roof_bf = kvb[1] / (read_gbs * 1e9) * 1e3;
-            double bpt_i2 = (64.0 + 256.0) / L * 512.0 * Hkv + (L - 320.0) / L * 80.0 * Hkv, bpt_bf = 512.0 * Hkv;
+            double bpt_i2 = (64.0 + 256.0) / L * 4.0 * D * Hkv + (L - 320.0) / L * (D / 2.0 + 16.0) * Hkv,
+                   bpt_bf = 4.0 * D * Hkv;
             printf("| %lldk | %d | %.4f ± %.4f | %.4f ± %.4f | %s | %s | %s | %s | %s | %.4f / %.4f | %.0f (%.0f%%) | "
-                   "%.0f (%.0f%%) | %.2fx | %.2fx | %.0f / %.0f | %.4f ± %.4f |\n",
+                   "%.0f (%.0f%%) | %.2fx | %.2fx | %.0f / %.0f | %.4f ± %.4f | %.4f |\n",
                    (long long) (L / 1024), B, res[0][0], res[0][1], res[1][0], res[1][1], sc[0], sc[1], sc[2], sc[3],
                    best_s, roof_i2, roof_bf, res[0][2], 100.0 * res[0][2] / read_gbs, res[1][2],
                    100.0 * res[1][2] / read_gbs, res[1][0] / res[0][0], best / res[0][0], bpt_i2, bpt_bf,
-                   res[2][0], res[2][1]);
+                   res[2][0], res[2][1], graph_ms);
             if (out)
                 fprintf(out, "%lld,%d,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%s,%.1f,%.1f,%.5f,%.5f,%.1f,%.1f,%.1f,%.1f,"
-                             "%.3f,%.3f,%.1f,%.1f,%.5f,%.5f\n",
+                             "%.3f,%.3f,%.1f,%.1f,%.5f,%.5f,%.5f\n",
                         (long long) L, B, res[0][0], res[0][1], res[1][0], res[1][1], sd[0], sd[1], sd[2], sd[3], best,
                         best_name, read_gbs, copy_gbs, roof_i2, roof_bf, res[0][2], 100.0 * res[0][2] / read_gbs,
                         res[1][2], 100.0 * res[1][2] / read_gbs, res[1][0] / res[0][0], best / res[0][0], bpt_i2,
-                        bpt_bf, res[2][0], res[2][1]);
+                        bpt_bf, res[2][0], res[2][1], graph_ms);
             CK(cudaFree(q)); CK(cudaFree(out_d));
         }
     }
 
+    if (!write) {
+        if (out) fclose(out);
+        return 0;
+    }
     // Write path: 32768 tokens x 8 heads of bf16 rows.
     printf("\n| write path | meta | rows | time (ms) | Mrows/s | GB/s (bf16 in + codes/meta out) |\n"
            "|---|---|---|---|---|---|\n");
@@ -346,7 +396,7 @@ int main(int argc, char ** argv) {
     uint16_t * x;
     uint8_t * codes;
     float * meta, * R;
-    CK(cudaMalloc(&x, rows * D * 2)); CK(cudaMalloc(&codes, rows * 32)); CK(cudaMalloc(&meta, rows * 8));
+    CK(cudaMalloc(&x, rows * D * 2)); CK(cudaMalloc(&codes, rows * D / 4)); CK(cudaMalloc(&meta, rows * 8));
     CK(cudaMalloc(&R, D * D * 4));
     fill_bf16<<<1024, 256>>>(x, rows * D, 10);
     fill_bf16<<<64, 256>>>((uint16_t *) R, D * D * 2, 11);
@@ -358,7 +408,7 @@ int main(int argc, char ** argv) {
         w.clip_bisect = mode == 2, w.x = x, w.rot = mode == 0 ? R : NULL, w.codes = codes, w.meta = meta;
         w.n_rows = rows;
         timing t = time_it([&] { OK(oscar_cuda_int2_write(&w, NULL)); }, reps, flush, flush_bytes);
-        double by = (double) rows * (D * 2 + 32 + (mdt == OSCAR_META_F16 ? 4 : 8));
+        double by = (double) rows * (D * 2 + D / 4 + (mdt == OSCAR_META_F16 ? 4 : 8));
         const char * name[3] = { "prefill: rotate (fp32 x.R) + sort clip + quantize + pack",
                                  "prefill, pre-rotated rows: sort clip + quantize + pack",
                                  "demotion: bisection clip + quantize + pack" };
@@ -366,7 +416,7 @@ int main(int argc, char ** argv) {
                (long long) rows, t.mean_ms, t.sd_ms,
                (double) rows / (t.mean_ms * 1e-3) / 1e6, by / (t.mean_ms * 1e-3) / 1e9);
     }
-    // Bits per element of the layout (oscar_int2_bpe, method.md §14): sink 64 + recent 256 BF16, G = D = 128.
+    // Bits per element of the layout (oscar_int2_bpe, method.md §14): sink 64 + recent 256 BF16, G = D.
     printf("\n| scale/zero dtype | bits/element @2k | @32k | @128k |\n|---|---|---|---|\n");
     const enum oscar_quant_meta_dtype mts[3] = { OSCAR_META_F32, OSCAR_META_F16, OSCAR_META_BF16 };
     const char * mt_names[3] = { "float32", "float16", "bfloat16" };
