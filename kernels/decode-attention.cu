@@ -756,58 +756,77 @@ __global__ void __launch_bounds__(NWARP * 32, NQ * D <= 128 ? 5 : 2) decode_spli
 
 #define MAX_SPLITS (3 * OSCAR_CUDA_DECODE_MAX_SPLITS)
 
-// x reduced with op over the block's D threads; red: D / 32 floats of shared memory.
-template <int D, typename Op> static __device__ __forceinline__ float block_reduce(float x, float * red, Op op) {
+#define MERGE_THREADS 512
+
+// x reduced with op over the block's MERGE_THREADS threads; red: MERGE_THREADS / 32 floats of shared memory.
+template <typename Op> static __device__ __forceinline__ float block_reduce(float x, float * red, Op op) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, o));
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
     __syncthreads();
     x = red[0];
 #pragma unroll
-    for (int w = 1; w < D / 32; w++) x = op(x, red[w]);
+    for (int w = 1; w < MERGE_THREADS / 32; w++) x = op(x, red[w]);
     __syncthreads();
     return x;
 }
 
-// One CTA of D threads per (query head, sequence). The split weights exp(lse_s - max)
-// are formed once in shared memory; each thread then sums its dim over the splits with
-// loads that do not wait on each other (a serial running-max walk over the splits was
-// latency-bound: 17-33 us at batch 1 under ncu, as long as the INT2 split kernel).
-template <int D> __global__ void __launch_bounds__(D) decode_merge_kernel(struct oscar_cuda_decode_args a) {
-    __shared__ float so[D], sw[MAX_SPLITS], red[D / 32];
+// One CTA of MERGE_THREADS threads per (query head, sequence): thread (part, d) of the
+// MP = MERGE_THREADS / D parts sums dim d over every MP-th split, the parts are added in
+// shared memory (fixed order). The split weights exp(lse_s - max) are formed once in
+// shared memory; the loads of a thread do not wait on each other. At batch 1 the merge
+// is on the critical path after the split kernels: with one thread per dim (D threads)
+// its ~70 loads per thread took 7-10 us under ncu.
+template <int D> __global__ void __launch_bounds__(MERGE_THREADS) decode_merge_kernel(struct oscar_cuda_decode_args a) {
+    constexpr int MP = MERGE_THREADS / D;
+    __shared__ float so[MP][D], sw[MAX_SPLITS], red[MERGE_THREADS / 32];
     pdl_wait();
-    int hq = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
-    int S = a.splits[0] + a.splits[1] + a.splits[2];
+    const int hq = blockIdx.x, b = blockIdx.y, d = threadIdx.x % D, part = threadIdx.x / D;
+    const int S = a.splits[0] + a.splits[1] + a.splits[2];
     int64_t row0 = ((int64_t) b * a.n_head + hq) * S;
     float mx = -INFINITY;
-    for (int s = d; s < S; s += D) {
+    for (int s = threadIdx.x; s < S; s += MERGE_THREADS) {
         float lse = a.lse_part[row0 + s];
         sw[s] = lse, mx = fmaxf(mx, lse);
     }
-    mx = block_reduce<D>(mx, red, [](float x, float y) { return fmaxf(x, y); });
+    mx = block_reduce(mx, red, [](float x, float y) { return fmaxf(x, y); });
     float e = 0.0f;
-    for (int s = d; s < S; s += D) {
+    for (int s = threadIdx.x; s < S; s += MERGE_THREADS) {
         float x = sw[s] == -INFINITY ? 0.0f : expf(sw[s] - mx);   // empty splits wrote no o_part
         sw[s] = x, e += x;
     }
-    e = block_reduce<D>(e, red, [](float x, float y) { return x + y; });   // also orders sw[] before use
+    e = block_reduce(e, red, [](float x, float y) { return x + y; });   // also orders sw[] before use
     float o = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < S; s++) {
+#pragma unroll 4
+    for (int s = part; s < S; s += MP) {
         float v = a.o_part[(row0 + s) * D + d], ws = sw[s];
         o += ws > 0.0f ? ws * v : 0.0f;
     }
-    o = e > 0.0f ? o / e : 0.0f;
+    so[part][d] = o;
+    __syncthreads();
+    if (part == 0) {
+#pragma unroll
+        for (int p = 1; p < MP; p++) o += so[p][d];
+        so[0][d] = e > 0.0f ? o / e : 0.0f;
+    }
+    __syncthreads();
     float * out = a.out + ((int64_t) b * a.n_head + hq) * D;
     if (!a.rv_t) {
-        out[d] = o;
+        if (part == 0) out[d] = so[0][d];
         return;
     }
-    so[d] = o;
-    __syncthreads();
+    // y_d = sum_k o_k R_V^T[k][d]: part p takes k = p, p + MP, ...; its partial goes to so[p][d]
+    // (row 0 holds o until every part has read it).
     float y = 0.0f;
-    for (int k = 0; k < D; k++) y = fmaf(so[k], a.rv_t[k * D + d], y);
-    out[d] = y;
+    for (int k = part; k < D; k += MP) y = fmaf(so[0][k], a.rv_t[k * D + d], y);
+    __syncthreads();
+    so[part][d] = y;
+    __syncthreads();
+    if (part == 0) {
+#pragma unroll
+        for (int p = 1; p < MP; p++) y += so[p][d];
+        out[d] = y;
+    }
 }
 
 // Tokens per split at least 256 for the INT2 tier (its warps pipeline 6 tiles deep) and
@@ -868,7 +887,7 @@ template <int D> static enum oscar_status launch(const struct oscar_cuda_decode_
     launch_int2<D, 1>(nq, gi, s, *a);
     OSCAR_CUDA_CHECK_LAUNCH();
     OSCAR_CUDA_CHECK(launch_dependent(decode_split_hp_kernel<D>, gh, NWARP * 32, s, *a));
-    OSCAR_CUDA_CHECK(launch_dependent(decode_merge_kernel<D>, dim3(a->n_head, a->n_seq), D, s, *a));
+    OSCAR_CUDA_CHECK(launch_dependent(decode_merge_kernel<D>, dim3(a->n_head, a->n_seq), MERGE_THREADS, s, *a));
     return OSCAR_OK;
 }
 
