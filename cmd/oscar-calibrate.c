@@ -334,22 +334,24 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
 }
 
 // With --rotation-grouping auto three more columns: each candidate's error and the one kept.
-static void print_gate(const struct oscar_calib_gate * g, const struct oscar_calib_clip * c,
-                       const struct oscar_calib_fit * f) {
-    const bool ch = f->chosen_head != NULL;
+static void print_gate(const struct oscar_calib_gate * g, const struct oscar_calib_fit * f) {
+    const struct oscar_rotations * r = &f->rot;
+    const bool ch = r->head_layer != NULL;
     fprintf(stderr, "gate: post-W_O relative attention error (held-out)\n layer    naive  hadamard     oscar  Kclip Vclip%s\n",
             ch ? "  auto: per-layer  per-head  kept" : "");
     for (int32_t l = 0; l < g->n_layer; l++) {
         fprintf(stderr, " %5d %9.4g %9.4g %9.4g  %.2f  %.2f", (int) l, g->naive[l], g->hadamard[l], g->oscar[l],
-                (double) c->k[(size_t) l * (size_t) c->n_clip], (double) c->v[(size_t) l * (size_t) c->n_clip]);
-        if (ch) fprintf(stderr, "  %15.4g %9.4g  %s", f->err_layer[l], f->err_head[l], f->chosen_head[l] ? "head" : "layer");
+                (double) *oscar_rotations_k_clip(r, l, 0), (double) *oscar_rotations_v_clip(r, l, 0));
+        if (ch)
+            fprintf(stderr, "  %15.4g %9.4g  %s", f->err_layer[l], f->err_head[l],
+                    oscar_rotations_layer_per_head(r, l) ? "head" : "layer");
         fputc('\n', stderr);
     }
 
     fprintf(stderr, "  mean %9.4g %9.4g %9.4g  %s\n", g->mean_naive, g->mean_hadamard, g->mean_oscar,
             g->pass ? "PASS" : "FAIL: OSCAR is not below Hadamard and naive INT2");
     if (ch) fprintf(stderr, "grouping auto: %d of %d layers per KV head (held-out post-W_O error; ties keep layer)\n",
-                    (int) oscar_calib_grouping_n_head(f), (int) g->n_layer);
+                    (int) oscar_rotations_n_head_layers(r), (int) g->n_layer);
 }
 
 // OptR's held-out losses per layer (mean over KV heads) and the heads that kept their refined R.
@@ -612,7 +614,7 @@ static int step_artifact(struct run * r) {
     const struct oscar_calib_gate * gate = &r->fin.gate;
     const bool report = oscar_log_get_level() <= OSCAR_LOG_INFO; // not --quiet / --json
     if (report && p->sign_search) print_signs(&r->fin.signs, p);
-    if (report) print_gate(gate, &r->fin.clip, &r->fin.fit);
+    if (report) print_gate(gate, &r->fin.fit);
     if (!gate->pass && r->o.strict) {
         fprintf(stderr, "oscar-calibrate: %s--strict: gate failed, nothing written\n", r->rank_tag);
         return 1;
