@@ -14,6 +14,8 @@
 //   gate.c       OSCAR vs Hadamard vs naive INT2 gate table
 //   artifact.c   assembling struct oscar_artifact (metadata, summary, model card)
 //   base-model.c the base model's Hub id and licence, for the card (base-model.h)
+//   input.c      what a run reads, opened and checked: the model (or a random-init shape), its
+//                tokenizer, the corpus through the pass or an activation store (input.h)
 //
 // Sequences: the token stream is cut into consecutive sequences of seq_len
 // tokens (the last calibration sequence may be shorter); the calibration set is
