@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "calibrate/actstore.h"
+#include "calibrate/input.h"
 #include "calibrate/base-model.h"
 #include "calibrate/calibrate.h"
 #include "calibrate/dp.h"
@@ -112,10 +112,6 @@ static void usage(FILE * f) {
 }
 
 static bool on_cuda(const struct opts * o) { return o->device && strcmp(o->device, "cuda") == 0; }
-// Several --corpus, or one with a share: the mix loader (one plain --corpus keeps
-// the single-corpus provenance, so its artifacts are what they always were).
-static bool mixed(const struct opts * o) { return o->n_corpus > 1 || (o->n_corpus == 1 && o->corpus[0].share > 0); }
-
 // Upper bounds of the numeric options: far beyond any real run, low enough that
 // no product of them (tokens + held-out rows, batch x seq-len) overflows.
 #define MAX_TOKENS (INT64_C(1) << 40)
@@ -334,22 +330,24 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
 }
 
 // With --rotation-grouping auto three more columns: each candidate's error and the one kept.
-static void print_gate(const struct oscar_calib_gate * g, const struct oscar_calib_clip * c,
-                       const struct oscar_calib_fit * f) {
-    const bool ch = f->chosen_head != NULL;
+static void print_gate(const struct oscar_calib_gate * g, const struct oscar_calib_fit * f) {
+    const struct oscar_rotations * r = &f->rot;
+    const bool ch = r->head_layer != NULL;
     fprintf(stderr, "gate: post-W_O relative attention error (held-out)\n layer    naive  hadamard     oscar  Kclip Vclip%s\n",
             ch ? "  auto: per-layer  per-head  kept" : "");
     for (int32_t l = 0; l < g->n_layer; l++) {
         fprintf(stderr, " %5d %9.4g %9.4g %9.4g  %.2f  %.2f", (int) l, g->naive[l], g->hadamard[l], g->oscar[l],
-                (double) c->k[(size_t) l * (size_t) c->n_clip], (double) c->v[(size_t) l * (size_t) c->n_clip]);
-        if (ch) fprintf(stderr, "  %15.4g %9.4g  %s", f->err_layer[l], f->err_head[l], f->chosen_head[l] ? "head" : "layer");
+                (double) *oscar_rotations_k_clip(r, l, 0), (double) *oscar_rotations_v_clip(r, l, 0));
+        if (ch)
+            fprintf(stderr, "  %15.4g %9.4g  %s", f->err_layer[l], f->err_head[l],
+                    oscar_rotations_layer_per_head(r, l) ? "head" : "layer");
         fputc('\n', stderr);
     }
 
     fprintf(stderr, "  mean %9.4g %9.4g %9.4g  %s\n", g->mean_naive, g->mean_hadamard, g->mean_oscar,
             g->pass ? "PASS" : "FAIL: OSCAR is not below Hadamard and naive INT2");
     if (ch) fprintf(stderr, "grouping auto: %d of %d layers per KV head (held-out post-W_O error; ties keep layer)\n",
-                    (int) oscar_calib_grouping_n_head(f), (int) g->n_layer);
+                    (int) oscar_rotations_n_head_layers(r), (int) g->n_layer);
 }
 
 // OptR's held-out losses per layer (mean over KV heads) and the heads that kept their refined R.
@@ -380,98 +378,6 @@ static void print_signs(const struct oscar_calib_signs * s, const struct oscar_c
 static double capture_rate(const struct oscar_calib_plan * plan, const struct oscar_calib_timing * t) {
     const double s = t->forward + t->accumulate;
     return s > 0 ? (double) plan->n_tokens / s : 0.0;
-}
-
-// The tokenizer's ids of the corpus must be rows of the model's embedding (a --tokenizer from
-// another model would otherwise fail in the forward pass, after the corpus was read).
-static enum oscar_status check_token_ids(const struct opts * o, const struct oscar_model * m,
-                                         const struct oscar_calib_corpus * corpus) {
-    for (int64_t i = 0; i < corpus->n; i++)
-        if (corpus->tokens[i] < 0 || corpus->tokens[i] >= m->config.n_vocab)
-            return osc_error(OSCAR_ERR_INVALID, "%s: token id %d (corpus token %lld) is outside %s's vocabulary "
-                             "of %d: the tokenizer is not the model's", o->tokenizer ? o->tokenizer : o->model,
-                             (int) corpus->tokens[i], (long long) i, m->source, (int) m->config.n_vocab);
-    return OSCAR_OK;
-}
-
-// Corpus (or synthetic tokens for --random-init) -> plan -> the layer-major
-// pass (statistics and held-out rows), writing the store if asked.
-static enum oscar_status from_forward(const struct opts * o, const struct oscar_calib_engine * e,
-                                      struct oscar_tokenizer * tok,
-                                      struct oscar_calib_params * p, struct oscar_calib_corpus * corpus,
-                                      struct oscar_calib_plan * plan, struct oscar_calib_heldout * held,
-                                      struct oscar_calib_finisher * fin, struct oscar_stats ** st,
-                                      struct oscar_calib_timing * t) {
-    struct oscar_actstore * w = NULL;
-    const int64_t need = p->n_tokens + (int64_t) p->n_heldout * p->seq_len;
-    const struct oscar_model * m = e->m;
-    enum oscar_status rc = o->random_init ? oscar_calib_synthetic_corpus(need, m->config.n_vocab, p->seed, corpus)
-                         : mixed(o) ? oscar_calib_corpus_load_mix(tok, o->corpus, o->n_corpus, o->jsonl_field, p, corpus)
-                                    : oscar_calib_corpus_load(tok, o->corpus[0].path, o->jsonl_field, need, corpus);
-    if (rc == OSCAR_OK && !o->random_init) rc = check_token_ids(o, m, corpus);
-    if (rc == OSCAR_OK) rc = oscar_calib_plan_make(corpus, p, plan);
-    if (rc != OSCAR_OK) return rc;
-    if (o->save_act) {
-        const struct oscar_model_config * c = &m->config;
-        struct oscar_actstore_info in = {.n_layer = c->n_layer, .n_head = c->n_head, .n_head_kv = c->n_head_kv,
-                                         .head_dim = c->head_dim, .n_embd = c->n_embd, .seq_len = p->seq_len,
-                                         .rope_theta = (double) c->rope_theta, .bf16 = p->capture_bf16};
-        snprintf(in.model, sizeof(in.model), "%s", c->name[0] ? c->name : "unknown");
-        snprintf(in.model_sha256, sizeof(in.model_sha256), "%s", m->source_sha256);
-        snprintf(in.tokenizer_hash, sizeof(in.tokenizer_hash), "%016llx",
-                 (unsigned long long) oscar_tokenizer_hash_fnv1a64(tok));
-        snprintf(in.corpus, sizeof(in.corpus), "%s", corpus->name);
-        snprintf(in.corpus_sha256, sizeof(in.corpus_sha256), "%s", corpus->sha256);
-        if (corpus->sources && strlen(corpus->sources) >= sizeof in.corpus_sources)
-            return osc_error(OSCAR_ERR_INVALID, "--save-activations: the --corpus list is too long to store (%zu bytes "
-                             "of JSON, at most %zu)", strlen(corpus->sources), sizeof in.corpus_sources - 1);
-        snprintf(in.corpus_sources, sizeof in.corpus_sources, "%s", corpus->sources ? corpus->sources : "");
-        snprintf(in.oscar_version, sizeof(in.oscar_version), "%s", OSCAR_CALIBRATE_VERSION);
-        if ((rc = oscar_actstore_create(o->save_act, &in, &w)) != OSCAR_OK) return rc;
-        p->act_out = w;
-    }
-    if ((rc = oscar_calib_capture(e, plan, p, fin, st, held, t)) == OSCAR_OK && w) {
-        double t0 = osc_now();
-        rc = oscar_actstore_commit(w);   // frees w
-        t->store += osc_now() - t0;
-        w = NULL;
-        if (rc == OSCAR_OK) osc_info("wrote activation store %s", o->save_act);
-    }
-    oscar_actstore_free(w);   // failure: removes the temporary file
-    p->act_out = NULL;
-    return rc;
-}
-
-// Store -> plan, held-out rows, both passes' statistics (no forward pass).
-static enum oscar_status from_store(const struct opts * o, const struct oscar_model * m, struct oscar_tokenizer * tok,
-                                    struct oscar_calib_params * p, struct oscar_actstore ** store,
-                                    struct oscar_calib_corpus * corpus, struct oscar_calib_plan * plan,
-                                    struct oscar_calib_heldout * held, struct oscar_stats ** st,
-                                    struct oscar_calib_timing * t) {
-    enum oscar_status rc = oscar_actstore_open(o->from_act, store);
-    if (rc != OSCAR_OK) return rc;
-    const struct oscar_actstore_info * in = oscar_actstore_get_info(*store);
-    char th[17];
-    snprintf(th, sizeof(th), "%016llx", (unsigned long long) oscar_tokenizer_hash_fnv1a64(tok));
-    if (in->model_sha256[0] && m->source_sha256[0] && strcmp(in->model_sha256, m->source_sha256))
-        return osc_error(OSCAR_ERR_INVALID, "%s: made with model sha256 %.12s..., --model %s has %.12s...", o->from_act,
-                         in->model_sha256, o->model, m->source_sha256);
-    if (strcmp(in->tokenizer_hash, th))
-        return osc_error(OSCAR_ERR_INVALID, "%s: made with tokenizer %s, --model's is %s", o->from_act,
-                         in->tokenizer_hash, th);
-    snprintf(corpus->name, sizeof(corpus->name), "%s", in->corpus);
-    snprintf(corpus->sha256, sizeof(corpus->sha256), "%s", in->corpus_sha256);
-    if (in->corpus_sources[0] && !(corpus->sources = strdup(in->corpus_sources)))
-        return osc_error(OSCAR_ERR_NOMEM, "out of memory");
-    p->seq_len = in->seq_len;
-    p->capture_bf16 = in->bf16;
-    if ((rc = oscar_calib_check_tiers(p)) != OSCAR_OK) return osc_error_prefix(rc, "%s", o->from_act);
-    if ((rc = oscar_calib_plan_from_store(*store, plan)) != OSCAR_OK) return rc;
-    p->n_heldout = plan->n_heldout;
-    osc_info("%s: %lld calibration rows in %d sequences, %d held-out sequences, %s", o->from_act,
-             (long long) plan->n_tokens, (int) plan->n_seq, (int) plan->n_heldout, in->bf16 ? "bfloat16" : "float32");
-    if ((rc = oscar_calib_heldout_from_store(*store, m, held, t)) != OSCAR_OK) return rc;
-    return oscar_calib_accumulate_from_store(*store, plan, p, held->attn_scale, held->window, st, t);
 }
 
 // --json: the run's summary on stdout (jansson, so any path is valid JSON).
@@ -511,28 +417,6 @@ static enum oscar_status print_json(const struct opts * o, const struct oscar_ca
     return bad ? osc_error(OSCAR_ERR_IO, "--json: writing stdout failed") : OSCAR_OK;
 }
 
-// The model and tokenizer of --model (opened without the LM head, which no
-// calibration step reads, and on CUDA without the embedding, which the backend reads
-// for its upload: the layer-major pass reads each layer when it gets there; a store
-// replay takes every layer's W_O, so it loads), or for --random-init on the CPU the weights materialised layer by
-// layer on the host (oscar_model_open_random); CUDA makes its random weights on
-// the device and the pass gets the shape alone.
-static enum oscar_status open_model(const struct opts * o, struct oscar_model * shape, uint64_t seed,
-                                    struct oscar_calib_engine * e, struct oscar_tokenizer ** tok) {
-    *e = (struct oscar_calib_engine){.device = o->device, .fp32 = o->gpu_fp32};
-    if (o->random_init && on_cuda(o)) {
-        e->m = shape, e->random_on_device = true;
-        return OSCAR_OK;
-    }
-    if (o->random_init) return oscar_model_open_random(&shape->config, seed, &e->m);
-    // CUDA uploads the embedding from a copy it reads and frees (open_lazy), so the host does not
-    // hold it through the pass (the Qwen3-8B shape: 2.3 GiB of fp32)
-    enum oscar_status st = o->from_act  ? oscar_model_load(o->model, &e->m)
-                           : on_cuda(o) ? oscar_model_open_lazy(o->model, &e->m)
-                                        : oscar_model_open_no_head(o->model, &e->m);
-    return st != OSCAR_OK ? st : oscar_tokenizer_load(o->tokenizer ? o->tokenizer : o->model, tok);
-}
-
 // Options a data-parallel run (several ranks) does not take: the message, or NULL.
 static const char * dp_refusal(const struct opts * o) {
     if (o->from_act || o->save_act) return "--save-activations / --from-activations";
@@ -544,6 +428,7 @@ struct run {
     struct opts o;
     struct oscar_calib_params p;
     struct osc_dp * dp;
+    bool ranks_bound;                // past the options every rank refuses alike: a failure aborts the job
     char rank_tag[64];
     char ckpt[4096];
     struct oscar_hub hub;
@@ -551,16 +436,11 @@ struct run {
     char * model_path;
     const char * model_arg;          // --model as given: a Hub spec names the base model
     struct oscar_base_model base;
+    struct oscar_calib_input in;     // what the library opens (lib/calibrate/input.h)
     struct oscar_model shape;        // the random-init model's description (no host weights)
     struct oscar_calib_engine eng;
     struct oscar_tokenizer * tok;
-    struct oscar_actstore * store;
-    struct oscar_calib_corpus corpus;
-    struct oscar_calib_plan plan;
-    struct oscar_calib_heldout held;
-    struct oscar_stats * st;
-    struct oscar_calib_finisher fin;
-    struct oscar_calib_timing t;
+    struct oscar_calib_rows rows;    // the pass and its finished layers
     struct oscar_artifact * art;
     double t0;
 };
@@ -570,7 +450,39 @@ static int fail_msg(const struct run * r, const char * what, int rc) {
     return rc;
 }
 
-// 1. The model (a Hub id resolved in the local cache, a file, or --random-init's shape), its base
+// 1. Under mpirun the process group (rank 0 prints, reports and writes; every rank drives its node-local
+//    GPU with --device cuda), the checkpoint path, the Hub cache; --out checked before any compute.
+static int step_start(struct run * r, int * argc, char *** argv) {
+    if (osc_dp_open(argc, argv, &r->dp) != OSCAR_OK) {
+        r->dp = NULL;   // nothing to close
+        return fail_msg(r, "", 1);
+    }
+    struct osc_dp * dp = r->dp;
+    if (dp->size > 1) {
+        snprintf(r->rank_tag, sizeof r->rank_tag, "rank %d of %d: ", (int) dp->rank, (int) dp->size);
+        const char * no = dp_refusal(&r->o);
+        if (no) {
+            if (dp->rank == 0) fprintf(stderr, "oscar-calibrate: %s is not available under mpirun (one process only)\n", no);
+            return 2;
+        }
+    }
+    r->ranks_bound = true;
+    int gpu = -1; // under mpirun each rank drives one GPU: its node-local rank's
+    if (strcmp(dp->engine, "single") != 0 && on_cuda(&r->o) && osc_dp_use_local_gpu(dp, &gpu) != OSCAR_OK)
+        return fail_msg(r, "", 1);
+    if (dp->size > 1 && dp->rank != 0) oscar_log_set_level(OSCAR_LOG_ERROR), r->o.json = false;
+    snprintf(r->ckpt, sizeof(r->ckpt), "%s.ckpt", r->o.out);
+    if (r->p.checkpoint_every > 0 || r->p.resume) r->p.checkpoint_path = r->ckpt;
+    r->t0 = osc_now();
+    r->model_arg = r->o.model;
+    if (oscar_hub_init(&r->hub) != OSCAR_OK) return fail_msg(r, "", 1);
+    r->hub_open = true;
+    if (dp->rank == 0 && oscar_artifact_check_dest(r->o.out) != OSCAR_OK) // fail before hours of compute
+        return fail_msg(r, "--out: ", 1);
+    return 0;
+}
+
+// 2. The model (a Hub id resolved in the local cache, a file, or --random-init's shape), its base
 //    model's identity for the card, the tokenizer; the target checked against the architecture.
 static int step_open_model(struct run * r) {
     struct opts * o = &r->o;
@@ -586,44 +498,43 @@ static int step_open_model(struct run * r) {
         return fail_msg(r, "--model: ", 1);
     if (r->base.id[0]) osc_info("base model %s (from %s)", r->base.id, r->base.id_from);
     else osc_info("no Hub id known for the base model (the card will say so; --base-model OWNER/NAME sets one)");
-    if (open_model(o, &r->shape, r->p.seed, &r->eng, &r->tok) ||
+    r->in = (struct oscar_calib_input){.model = o->model, .tokenizer = o->tokenizer, .random_init = o->random_init,
+                                       .device = o->device, .gpu_fp32 = o->gpu_fp32, .corpus = o->corpus,
+                                       .n_corpus = o->n_corpus, .jsonl_field = o->jsonl_field,
+                                       .save_act = o->save_act, .from_act = o->from_act};
+    if (oscar_calib_input_open(&r->in, r->p.seed, &r->shape, &r->eng, &r->tok) ||
         oscar_calib_check_target(&r->p, oscar_arch_name(r->eng.m->config.arch)))
         return fail_msg(r, "", 1);
     r->eng.dp = r->dp;
     return 0;
 }
 
-// 2 + 3. The corpus and plan, then the layer-major pass with the finisher (each layer fitted,
-//    sign-searched, refined, clip-searched and gated as its sums end); from a store its plan,
-//    rows and sums, and the same finisher over the stored layers.
+// 3. The rows through every stage: the corpus, the plan and the layer-major pass with the finisher
+//    (each layer fitted, sign-searched, refined, clip-searched and gated as its sums end), or a
+//    store's plan, rows and sums and the same finisher over its layers.
 static int step_pass(struct run * r) {
-    struct opts * o = &r->o;
-    if (o->from_act ? from_store(o, r->eng.m, r->tok, &r->p, &r->store, &r->corpus, &r->plan, &r->held, &r->st, &r->t) ||
-                          oscar_calib_finish_begin(&r->fin, &r->p, &r->held, r->store, &r->plan, &r->t) ||
-                          oscar_calib_finish_all(&r->fin, r->st, &r->held)
-                    : from_forward(o, &r->eng, r->tok, &r->p, &r->corpus, &r->plan, &r->held, &r->fin, &r->st, &r->t))
-        return fail_msg(r, "", 1);
-    return 0;
+    return oscar_calib_input_pass(&r->in, &r->eng, r->tok, &r->p, &r->rows) ? fail_msg(r, "", 1) : 0;
 }
 
 // 4. The tables, the gate's verdict (--strict), the artifact written; the checkpoint removed.
 static int step_artifact(struct run * r) {
     const struct oscar_calib_params * p = &r->p;
-    const struct oscar_calib_gate * gate = &r->fin.gate;
+    const struct oscar_calib_finisher * fin = &r->rows.fin;
+    const struct oscar_calib_gate * gate = &fin->gate;
     const bool report = oscar_log_get_level() <= OSCAR_LOG_INFO; // not --quiet / --json
-    if (report && p->sign_search) print_signs(&r->fin.signs, p);
-    if (report) print_gate(gate, &r->fin.clip, &r->fin.fit);
+    if (report && p->sign_search) print_signs(&fin->signs, p);
+    if (report) print_gate(gate, &fin->fit);
     if (!gate->pass && r->o.strict) {
         fprintf(stderr, "oscar-calibrate: %s--strict: gate failed, nothing written\n", r->rank_tag);
         return 1;
     }
     if (!gate->pass) osc_warn("the gate FAILED (OSCAR mean %.4g vs Hadamard %.4g, naive %.4g); writing the artifact marked FAILED (--strict writes nothing)",
                               gate->mean_oscar, gate->mean_hadamard, gate->mean_naive);
-    r->t.total = osc_now() - r->t0;
-    if (oscar_calib_build_artifact(&(struct oscar_calib_provenance){r->eng.m, r->tok, &r->corpus, &r->plan, &r->base,
-                                                                    r->o.datasets, r->o.n_datasets},
-                                   p, &r->fin.fit, p->sign_search ? &r->fin.signs : NULL, &r->fin.clip, gate, &r->t,
-                                   &r->art) ||
+    r->rows.t.total = osc_now() - r->t0;
+    const struct oscar_calib_provenance prov = {r->eng.m, r->tok, &r->rows.corpus, &r->rows.plan, &r->base,
+                                                r->o.datasets, r->o.n_datasets};
+    if (oscar_calib_build_artifact(&prov, p, &fin->fit, p->sign_search ? &fin->signs : NULL, &fin->clip, gate,
+                                   &r->rows.t, &r->art) ||
         oscar_artifact_write(r->art, r->o.out))
         return fail_msg(r, "", 1);
     if (p->checkpoint_path) {
@@ -635,32 +546,37 @@ static int step_artifact(struct run * r) {
 
 // 5. Timings, peak memory and (--json) the summary on stdout.
 static int step_report(struct run * r) {
-    const struct oscar_calib_timing * t = &r->t;
+    const struct oscar_calib_timing * t = &r->rows.t;
     double rss = oscar_calib_peak_rss_mb();
     if (oscar_log_get_level() <= OSCAR_LOG_INFO) {
-        if (r->p.refine_optr) print_refine(&r->fin.refine);
+        if (r->p.refine_optr) print_refine(&r->rows.fin.refine);
         fprintf(stderr, "timing: forward %.2fs  accumulate %.2fs  eigh %.2fs  signs %.2fs  refine %.2fs  clip %.2fs  "
                 "gate %.2fs  held-out %.2fs  load %.2fs  store %.2fs  total %.2fs  (capture %.1f calibration tok/s)\n"
                 "wrote %s (%s)\n",
                 t->forward, t->accumulate, t->eigh, t->signs, t->refine, t->clip, t->gate, t->heldout, t->load, t->store,
-                t->total, capture_rate(&r->plan, t), r->o.out, oscar_artifact_get_meta(r->art, "oscar.calib_tag"));
+                t->total, capture_rate(&r->rows.plan, t), r->o.out, oscar_artifact_get_meta(r->art, "oscar.calib_tag"));
         fprintf(stderr, "peak RSS %.1f MiB\n", rss);
         if (t->device_peak_bytes)
             fprintf(stderr, "peak device memory in use %.2f GiB\n", (double) t->device_peak_bytes / 1073741824.0);
     }
-    if (r->o.json && print_json(&r->o, &r->corpus, &r->plan, &r->fin.fit, t, rss, r->art->summary_json) != OSCAR_OK)
+    if (r->o.json && print_json(&r->o, &r->rows.corpus, &r->rows.plan, &r->rows.fin.fit, t, rss,
+                                r->art->summary_json) != OSCAR_OK)
         return fail_msg(r, "", 1);
     return 0;
 }
 
-static void run_free(struct run * r) {
-    oscar_artifact_free(r->art); oscar_calib_finish_free(&r->fin);
-    oscar_stats_free(r->st);
-    oscar_calib_heldout_free(&r->held); oscar_calib_plan_free(&r->plan); oscar_calib_corpus_free(&r->corpus);
-    oscar_tokenizer_free(r->tok); oscar_actstore_free(r->store);
+// 6. Everything freed; a failed rank ends every rank, before anything is written.
+static int step_end(struct run * r, int rc) {
+    oscar_artifact_free(r->art);
+    oscar_calib_rows_free(&r->rows);
+    oscar_tokenizer_free(r->tok);
     if (!r->eng.random_on_device) oscar_model_free(r->eng.m); // else the shape in r
     if (r->hub_open) oscar_hub_free(&r->hub);
     free(r->model_path);
+    if (!r->dp) return rc;
+    if (rc && r->dp->size > 1 && r->ranks_bound) r->dp->ops->abort(r->dp, rc);
+    osc_dp_close(r->dp);
+    return rc;
 }
 
 int main(int argc, char ** argv) {
@@ -668,47 +584,12 @@ int main(int argc, char ** argv) {
     static struct run r; // large (paths, the hub); zeroed
     r.p = oscar_calib_default_params();
     r.p.grouping = OSCAR_GROUP_AUTO; // the tool's default (the library's stays layer)
-    int rc = parse(argc, argv, &r.o, &r.p);
+    int rc = parse(argc, argv, &r.o, &r.p);    // 0. the options (usage errors: 2, before any rank starts)
     if (rc) return rc;
-    // Under mpirun: the ranks split the layer-major pass; rank 0 prints, reports and writes
-    if (osc_dp_open(&argc, &argv, &r.dp) != OSCAR_OK) {
-        fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
-        return 1;
-    }
-    struct osc_dp * dp = r.dp;
-    if (dp->size > 1) {
-        snprintf(r.rank_tag, sizeof r.rank_tag, "rank %d of %d: ", (int) dp->rank, (int) dp->size);
-        const char * no = dp_refusal(&r.o);
-        if (no) {
-            if (dp->rank == 0) fprintf(stderr, "oscar-calibrate: %s is not available under mpirun (one process only)\n", no);
-            osc_dp_close(dp);
-            return 2;
-        }
-    }
-    int gpu = -1; // under mpirun each rank drives one GPU: its node-local rank's
-    if (strcmp(dp->engine, "single") != 0 && on_cuda(&r.o) && osc_dp_use_local_gpu(dp, &gpu) != OSCAR_OK) {
-        fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error());
-        dp->ops->abort(dp, 1);
-    }
-    if (dp->size > 1 && dp->rank != 0) oscar_log_set_level(OSCAR_LOG_ERROR), r.o.json = false;
-    snprintf(r.ckpt, sizeof(r.ckpt), "%s.ckpt", r.o.out);
-    if (r.p.checkpoint_every > 0 || r.p.resume) r.p.checkpoint_path = r.ckpt;
-    r.t0 = osc_now();
-    r.model_arg = r.o.model;
-    if (oscar_hub_init(&r.hub) != OSCAR_OK) {
-        fprintf(stderr, "oscar-calibrate: %s%s\n", r.rank_tag, oscar_last_error());
-        if (dp->size > 1) dp->ops->abort(dp, 1);
-        osc_dp_close(dp);
-        return 1;
-    }
-    r.hub_open = true;
-    rc = 1;
-    if (dp->rank == 0 && oscar_artifact_check_dest(r.o.out) != OSCAR_OK) // fail before hours of compute
-        rc = fail_msg(&r, "--out: ", 1);
-    else if (!(rc = step_open_model(&r)) && !(rc = step_pass(&r)) && dp->rank == 0) // other ranks: done
-        if (!(rc = step_artifact(&r))) rc = step_report(&r);
-    run_free(&r);
-    if (rc && dp->size > 1) dp->ops->abort(dp, rc); // a failed rank ends every rank, before anything is written
-    osc_dp_close(dp);
-    return rc;
+    rc = step_start(&r, &argc, &argv);         // 1. ranks, checkpoint path, Hub cache, --out checked
+    if (!rc) rc = step_open_model(&r);         // 2. model, base model, tokenizer
+    if (!rc) rc = step_pass(&r);               // 3. corpus or store -> the pass -> every layer finished
+    if (!rc && r.dp->rank == 0) rc = step_artifact(&r); // 4. gate verdict, artifact (rank 0; the others are done)
+    if (!rc && r.dp->rank == 0) rc = step_report(&r);   // 5. timings, --json
+    return step_end(&r, rc);                   // 6. freed; a failed rank aborts the others
 }

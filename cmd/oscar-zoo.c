@@ -526,7 +526,7 @@ static enum oscar_status export_pt(const struct oscar_artifact * art, const stru
     }
     char * kabs = realpath(kp, NULL), * vabs = realpath(vp, NULL), * mabs = mp ? realpath(mp, NULL) : NULL;
     json_t * j = json_pack("{s:s, s:s, s:s, s:i, s:s?}", "format", "pt", "k_rotation", kabs ? kabs : kp, "v_rotation",
-                           vabs ? vabs : vp, "format_version", art->per_head ? 2 : 1, "k_mean", mabs ? mabs : mp);
+                           vabs ? vabs : vp, "format_version", art->rot.n_rot > 1 ? 2 : 1, "k_mean", mabs ? mabs : mp);
     if (!a->quiet && !a->json) fprintf(stderr, "wrote %s\nwrote %s\n", kp, vp);
     if (!a->quiet && !a->json && mp) fprintf(stderr, "wrote %s\n", mp);
     struct oscar_serve_files f = { .k_pt = kabs ? kabs : kp, .v_pt = vabs ? vabs : vp };
@@ -632,14 +632,14 @@ static void import_print(const struct oscar_artifact * art, const struct args * 
     const char * from = oscar_artifact_get_meta(art, "oscar.imported_from");
     if (a->json) {
         print_json(json_pack("{s:s, s:i, s:s, s:i, s:s, s:s, s:s}", "out", a->out, "layers", (int) art->n_layer,
-                             "grouping", art->per_head ? "kv_head" : "layer", "head_dim", (int) art->head_dim,
+                             "grouping", art->rot.n_rot > 1 ? "kv_head" : "layer", "head_dim", (int) art->head_dim,
                              "imported_from", from, "heads", oscar_artifact_get_meta(art, "oscar.num_heads_source"),
                              "eigenvalues", oscar_artifact_get_meta(art, "oscar.eigenvalues")));
         return;
     }
     if (!a->quiet) fprintf(stderr, "imported %s\n", from);
     printf("%s (%d layers, head_dim %d, rotations per %s, clips %s/%s fixed)\n", a->out, (int) art->n_layer,
-           (int) art->head_dim, art->per_head ? "KV head" : "layer", oscar_artifact_get_meta(art, "oscar.k_clip_ratio"),
+           (int) art->head_dim, art->rot.n_rot > 1 ? "KV head" : "layer", oscar_artifact_get_meta(art, "oscar.k_clip_ratio"),
            oscar_artifact_get_meta(art, "oscar.v_clip_ratio"));
 }
 

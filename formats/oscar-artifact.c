@@ -32,9 +32,6 @@ const char * const oscar_artifact_required_meta[] = {
     "oscar.calib_tokens", "oscar.tokenizer_hash", "oscar.seed", "oscar.tool", NULL,
 };
 
-static int32_t n_rot(const struct oscar_artifact * a) { return a->per_head ? a->n_head_kv : 1; }
-static int32_t n_clip(const struct oscar_artifact * a) { return a->clip_per_head ? a->n_head_kv : 1; }
-
 enum oscar_status oscar_artifact_init(int32_t n_layer, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
                                       bool per_head, bool clip_per_head, bool with_k_mean,
                                       struct oscar_artifact ** out) {
@@ -50,18 +47,8 @@ enum oscar_status oscar_artifact_init(int32_t n_layer, int32_t n_head, int32_t n
     a->n_head = n_head;
     a->n_head_kv = n_head_kv;
     a->head_dim = head_dim;
-    a->per_head = per_head;
-    a->clip_per_head = clip_per_head;
-    size_t L = (size_t) n_layer, R = (size_t) n_rot(a), D = (size_t) head_dim;
-    a->k_rotation = calloc(L * R * D * D, sizeof(float));
-    a->v_rotation = calloc(L * R * D * D, sizeof(float));
-    a->k_eigenvalues = calloc(L * R * D, sizeof(float));
-    a->v_eigenvalues = calloc(L * R * D, sizeof(float));
-    a->k_clip = calloc(L * (size_t) n_clip(a), sizeof(float));
-    a->v_clip = calloc(L * (size_t) n_clip(a), sizeof(float));
-    if (with_k_mean) a->k_mean = calloc(L * (size_t) n_head_kv * D, sizeof(float));
-    if (!a->k_rotation || !a->v_rotation || !a->k_eigenvalues || !a->v_eigenvalues || !a->k_clip ||
-        !a->v_clip || (with_k_mean && !a->k_mean)) {
+    if (oscar_rotations_alloc(&a->rot, n_layer, n_head_kv, head_dim, per_head ? n_head_kv : 1,
+                              clip_per_head ? n_head_kv : 1, with_k_mean, false) != OSCAR_OK) {
         oscar_artifact_free(a);
         return osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory (L=%d D=%d)", (int) n_layer, (int) head_dim);
     }
@@ -69,20 +56,9 @@ enum oscar_status oscar_artifact_init(int32_t n_layer, int32_t n_head, int32_t n
     return OSCAR_OK;
 }
 
-// The rotation, eigenvalue and clip tensors (what oscar_artifact_init allocates).
-static void free_tensors(struct oscar_artifact * a) {
-    free(a->k_rotation);
-    free(a->v_rotation);
-    free(a->k_eigenvalues);
-    free(a->v_eigenvalues);
-    free(a->k_clip);
-    free(a->v_clip);
-}
-
 void oscar_artifact_free(struct oscar_artifact * a) {
     if (!a) return;
-    free_tensors(a);
-    free(a->k_mean);
+    oscar_rotations_free(&a->rot);
     for (int32_t i = 0; i < a->n_meta; i++) {
         free(a->meta_keys[i]);
         free(a->meta_values[i]);
@@ -149,26 +125,6 @@ enum oscar_status oscar_artifact_set_summary(struct oscar_artifact * a, const ch
     return OSCAR_OK;
 }
 
-float * oscar_artifact_k_rotation(const struct oscar_artifact * a, int32_t layer, int32_t head) {
-    size_t D = (size_t) a->head_dim;
-    size_t r = a->per_head ? (size_t) head : 0;
-    return a->k_rotation + ((size_t) layer * (size_t) n_rot(a) + r) * D * D;
-}
-
-float * oscar_artifact_v_rotation(const struct oscar_artifact * a, int32_t layer, int32_t head) {
-    size_t D = (size_t) a->head_dim;
-    size_t r = a->per_head ? (size_t) head : 0;
-    return a->v_rotation + ((size_t) layer * (size_t) n_rot(a) + r) * D * D;
-}
-
-float oscar_artifact_k_clip(const struct oscar_artifact * a, int32_t layer, int32_t head) {
-    return a->k_clip[(size_t) layer * (size_t) n_clip(a) + (a->clip_per_head ? (size_t) head : 0)];
-}
-
-float oscar_artifact_v_clip(const struct oscar_artifact * a, int32_t layer, int32_t head) {
-    return a->v_clip[(size_t) layer * (size_t) n_clip(a) + (a->clip_per_head ? (size_t) head : 0)];
-}
-
 // ---- validation ----------------------------------------------------------------------
 static enum oscar_status check_finite(const char * what, int32_t layer, const float * x, size_t n) {
     for (size_t i = 0; i < n; i++) {
@@ -183,13 +139,13 @@ static enum oscar_status check_finite(const char * what, int32_t layer, const fl
 // Every K and V rotation orthogonal to OSCAR_ARTIFACT_ORTH_TOL; names the first that is not.
 static enum oscar_status check_orthogonal(const struct oscar_artifact * a) {
     for (int32_t l = 0; l < a->n_layer; l++) {
-        for (int32_t h = 0; h < n_rot(a); h++) {
+        for (int32_t h = 0; h < a->rot.n_rot; h++) {
             for (int kv = 0; kv < 2; kv++) {
-                const float * r = kv ? oscar_artifact_v_rotation(a, l, h) : oscar_artifact_k_rotation(a, l, h);
+                const float * r = kv ? oscar_rotations_v(&a->rot, l, h) : oscar_rotations_k(&a->rot, l, h);
                 double e = oscar_fit_orth_error_f32(a->head_dim, r);
                 if (e <= OSCAR_ARTIFACT_ORTH_TOL) continue;
                 char head[32] = "";
-                if (a->per_head) snprintf(head, sizeof head, " (KV head %d)", (int) h);
+                if (a->rot.n_rot > 1) snprintf(head, sizeof head, " (KV head %d)", (int) h);
                 return osc_error(OSCAR_ERR_NUMERIC,
                                  "artifact: layers.%d.%c_rotation%s is not orthogonal: max|R·Rᵀ−I| = %.3g > %.3g "
                                  "(8·eps32)",
@@ -219,7 +175,7 @@ static enum oscar_status check_grouping_layers(const struct oscar_artifact * a) 
     const char * v = oscar_artifact_get_meta(a, "oscar.grouping_layers");
     if (!v) return OSCAR_OK;
     const bool refined = oscar_artifact_get_meta(a, "oscar.refine") != NULL;
-    const size_t D = (size_t) a->head_dim, R = (size_t) n_rot(a);
+    const size_t DD = (size_t) a->head_dim * (size_t) a->head_dim;
     const char * c = v;
     for (int32_t l = 0; l < a->n_layer; l++) {
         const bool head = strncmp(c, "kv_head", 7) == 0, layer = strncmp(c, "layer", 5) == 0;
@@ -227,13 +183,12 @@ static enum oscar_status check_grouping_layers(const struct oscar_artifact * a) 
         if ((!head && !layer) || (l + 1 < a->n_layer ? *end != ',' : *end != '\0'))
             return osc_error(OSCAR_ERR_FORMAT, "artifact: oscar.grouping_layers must list 'layer' or 'kv_head' for "
                              "each of the %d layers (entry %d of '%.64s' is not)", (int) a->n_layer, (int) l, v);
-        if (head && !a->per_head)
+        if (head && a->rot.n_rot == 1)
             return osc_error(OSCAR_ERR_FORMAT, "artifact: oscar.grouping_layers says layer %d is per KV head but the "
                              "rotations are [D,D] per layer", (int) l);
-        for (size_t h = 1; layer && a->per_head && !refined && h < R; h++) {
-            const size_t o = (size_t) l * R;
-            if (memcmp(a->k_rotation + (o + h) * D * D, a->k_rotation + o * D * D, D * D * sizeof(float)) ||
-                memcmp(a->v_rotation + (o + h) * D * D, a->v_rotation + o * D * D, D * D * sizeof(float)))
+        for (int32_t h = 1; layer && !refined && h < a->rot.n_rot; h++) {
+            if (memcmp(oscar_rotations_k(&a->rot, l, h), oscar_rotations_k(&a->rot, l, 0), DD * sizeof(float)) ||
+                memcmp(oscar_rotations_v(&a->rot, l, h), oscar_rotations_v(&a->rot, l, 0), DD * sizeof(float)))
                 return osc_error(OSCAR_ERR_FORMAT, "artifact: oscar.grouping_layers says layer %d has one rotation "
                                  "but its KV head %d differs from head 0", (int) l, (int) h);
         }
@@ -244,7 +199,8 @@ static enum oscar_status check_grouping_layers(const struct oscar_artifact * a) 
 
 enum oscar_status oscar_artifact_validate(const struct oscar_artifact * a, bool check_orth) {
     enum oscar_status st = OSCAR_OK;
-    size_t D = (size_t) a->head_dim, R = (size_t) n_rot(a), C = (size_t) n_clip(a);
+    const struct oscar_rotations * r = &a->rot;
+    size_t D = (size_t) a->head_dim, R = (size_t) r->n_rot;
     for (const char * const * k = oscar_artifact_required_meta; *k; k++) {
         if (!oscar_artifact_get_meta(a, *k)) return osc_error(OSCAR_ERR_FORMAT, "artifact: metadata %s missing", *k);
     }
@@ -253,24 +209,22 @@ enum oscar_status oscar_artifact_validate(const struct oscar_artifact * a, bool 
     if ((st = check_meta_int(a, "oscar.num_kv_heads", a->n_head_kv)) != OSCAR_OK) return st;
     if ((st = check_meta_int(a, "oscar.head_dim", a->head_dim)) != OSCAR_OK) return st;
     const char * grp = oscar_artifact_get_meta(a, "oscar.source_grouping");
-    if (grp && strcmp(grp, a->per_head ? "kv_head" : "layer") != 0) {
+    if (grp && strcmp(grp, r->n_rot > 1 ? "kv_head" : "layer") != 0) {
         return osc_error(OSCAR_ERR_FORMAT, "artifact: oscar.source_grouping = '%s' but rotations are %s", grp,
-                         a->per_head ? "per KV head" : "per layer");
+                         r->n_rot > 1 ? "per KV head" : "per layer");
     }
     if ((st = check_grouping_layers(a)) != OSCAR_OK) return st;
     for (int32_t l = 0; l < a->n_layer; l++) {
-        size_t lr = (size_t) l * R;
-        if ((st = check_finite("k_rotation", l, a->k_rotation + lr * D * D, R * D * D)) != OSCAR_OK) return st;
-        if ((st = check_finite("v_rotation", l, a->v_rotation + lr * D * D, R * D * D)) != OSCAR_OK) return st;
-        if ((st = check_finite("k_eigenvalues", l, a->k_eigenvalues + lr * D, R * D)) != OSCAR_OK) return st;
-        if ((st = check_finite("v_eigenvalues", l, a->v_eigenvalues + lr * D, R * D)) != OSCAR_OK) return st;
-        if (a->k_mean &&
-            (st = check_finite("k_mean", l, a->k_mean + (size_t) l * (size_t) a->n_head_kv * D,
-                               (size_t) a->n_head_kv * D)) != OSCAR_OK) {
+        if ((st = check_finite("k_rotation", l, oscar_rotations_k(r, l, 0), R * D * D)) != OSCAR_OK) return st;
+        if ((st = check_finite("v_rotation", l, oscar_rotations_v(r, l, 0), R * D * D)) != OSCAR_OK) return st;
+        if ((st = check_finite("k_eigenvalues", l, oscar_rotations_k_eig(r, l, 0), R * D)) != OSCAR_OK) return st;
+        if ((st = check_finite("v_eigenvalues", l, oscar_rotations_v_eig(r, l, 0), R * D)) != OSCAR_OK) return st;
+        if (r->k_mean &&
+            (st = check_finite("k_mean", l, oscar_rotations_k_mean(r, l, 0), (size_t) a->n_head_kv * D)) != OSCAR_OK) {
             return st;
         }
-        for (size_t c = 0; c < C; c++) {
-            float kc = a->k_clip[(size_t) l * C + c], vc = a->v_clip[(size_t) l * C + c];
+        for (int32_t c = 0; c < r->n_clip; c++) {
+            float kc = *oscar_rotations_k_clip(r, l, c), vc = *oscar_rotations_v_clip(r, l, c);
             if (!(kc >= 0.0f && kc <= 1.0f) || !(vc >= 0.0f && vc <= 1.0f)) {
                 return osc_error(OSCAR_ERR_FORMAT, "artifact: layers.%d clip ratio %g/%g outside [0, 1]", (int) l,
                                  (double) kc, (double) vc);
@@ -289,7 +243,7 @@ static bool heads_unknown(const struct oscar_artifact * a) {
 
 enum oscar_status oscar_artifact_check_shape(const struct oscar_artifact * a, int32_t n_layer, int32_t n_head,
                                              int32_t n_head_kv, int32_t head_dim, const char * model_name) {
-    bool unknown = heads_unknown(a), kv_known = a->per_head || a->k_mean;
+    bool unknown = heads_unknown(a), kv_known = a->rot.n_rot > 1 || a->rot.k_mean;
     if (a->n_layer != n_layer || a->head_dim != head_dim || (!unknown && a->n_head != n_head) ||
         ((!unknown || kv_known) && a->n_head_kv != n_head_kv)) {
         if (unknown)
@@ -308,6 +262,20 @@ enum oscar_status oscar_artifact_check_shape(const struct oscar_artifact * a, in
 }
 
 // ---- reader ------------------------------------------------------------------------------
+// oscar.grouping_layers (checked by oscar_artifact_validate) as rot.head_layer: the layers that
+// keep a rotation per KV head.
+static enum oscar_status read_grouping_layers(struct oscar_artifact * a) {
+    const char * c = oscar_artifact_get_meta(a, "oscar.grouping_layers");
+    if (!c) return OSCAR_OK;
+    if (!(a->rot.head_layer = calloc((size_t) a->n_layer, sizeof(int32_t))))
+        return osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
+    for (int32_t l = 0; c && l < a->n_layer; l++) {
+        a->rot.head_layer[l] = strncmp(c, "kv_head", 7) == 0;
+        if ((c = strchr(c, ','))) c++;
+    }
+    return OSCAR_OK;
+}
+
 static enum oscar_status meta_int(const struct osc_safetensors * st, const char * path, const char * key,
                                   int32_t * out) {
     const char * v = osc_safetensors_metadata(st, key);
@@ -347,27 +315,24 @@ static enum oscar_status read_layers(const struct osc_safetensors * st, const ch
     enum oscar_status s = OSCAR_OK;
     int64_t D = a->head_dim, H = a->n_head_kv;
     int64_t rot_shape[3] = {H, D, D}, eig_shape[2] = {H, D}, clip_shape[1] = {H};
-    int32_t rd = a->per_head ? 3 : 2, ed = a->per_head ? 2 : 1, cd = a->clip_per_head ? 1 : 0;
-    const int64_t * rs = a->per_head ? rot_shape : rot_shape + 1;
-    const int64_t * es = a->per_head ? eig_shape : eig_shape + 1;
-    size_t RDD = (size_t) n_rot(a) * (size_t) (D * D), RD = (size_t) n_rot(a) * (size_t) D;
+    const struct oscar_rotations * r = &a->rot;
+    const bool ph = r->n_rot > 1;
+    int32_t rd = ph ? 3 : 2, ed = ph ? 2 : 1, cd = r->n_clip > 1 ? 1 : 0;
+    const int64_t * rs = ph ? rot_shape : rot_shape + 1;
+    const int64_t * es = ph ? eig_shape : eig_shape + 1;
     *n_expected = 0;
     for (int32_t l = 0; l < a->n_layer; l++) {
-        if ((s = read_tensor(st, path, l, "k_rotation", rd, rs, a->k_rotation + (size_t) l * RDD)) != OSCAR_OK ||
-            (s = read_tensor(st, path, l, "v_rotation", rd, rs, a->v_rotation + (size_t) l * RDD)) != OSCAR_OK ||
-            (s = read_tensor(st, path, l, "k_eigenvalues", ed, es, a->k_eigenvalues + (size_t) l * RD)) !=
-                OSCAR_OK ||
-            (s = read_tensor(st, path, l, "v_eigenvalues", ed, es, a->v_eigenvalues + (size_t) l * RD)) !=
-                OSCAR_OK ||
-            (s = read_tensor(st, path, l, "k_clip", cd, clip_shape, a->k_clip + (size_t) l * (size_t) n_clip(a))) !=
-                OSCAR_OK ||
-            (s = read_tensor(st, path, l, "v_clip", cd, clip_shape, a->v_clip + (size_t) l * (size_t) n_clip(a))) !=
-                OSCAR_OK) {
+        if ((s = read_tensor(st, path, l, "k_rotation", rd, rs, oscar_rotations_k(r, l, 0))) != OSCAR_OK ||
+            (s = read_tensor(st, path, l, "v_rotation", rd, rs, oscar_rotations_v(r, l, 0))) != OSCAR_OK ||
+            (s = read_tensor(st, path, l, "k_eigenvalues", ed, es, oscar_rotations_k_eig(r, l, 0))) != OSCAR_OK ||
+            (s = read_tensor(st, path, l, "v_eigenvalues", ed, es, oscar_rotations_v_eig(r, l, 0))) != OSCAR_OK ||
+            (s = read_tensor(st, path, l, "k_clip", cd, clip_shape, oscar_rotations_k_clip(r, l, 0))) != OSCAR_OK ||
+            (s = read_tensor(st, path, l, "v_clip", cd, clip_shape, oscar_rotations_v_clip(r, l, 0))) != OSCAR_OK) {
             return s;
         }
         *n_expected += 6;
-        if (a->k_mean) {
-            if ((s = read_tensor(st, path, l, "k_mean", 2, eig_shape, a->k_mean + (size_t) l * (size_t) (H * D))) !=
+        if (r->k_mean) {
+            if ((s = read_tensor(st, path, l, "k_mean", 2, eig_shape, oscar_rotations_k_mean(r, l, 0))) !=
                 OSCAR_OK) {
                 return s;
             }
@@ -454,6 +419,7 @@ enum oscar_status oscar_artifact_read(const char * path, bool check_orth, struct
         s = osc_error_prefix(s, "%s", file);
         goto out;
     }
+    if ((s = read_grouping_layers(a)) != OSCAR_OK) goto out;
     *out = a;
     a = NULL;
     s = OSCAR_OK;
@@ -585,7 +551,7 @@ static enum oscar_status fill_meta(struct oscar_artifact * a) {
     snprintf(ver, sizeof(ver), "%d", OSCAR_ARTIFACT_FORMAT_VERSION);
     if ((s = oscar_artifact_set_meta(a, "format", "pt")) != OSCAR_OK ||
         (s = oscar_artifact_set_meta(a, "oscar.format_version", ver)) != OSCAR_OK ||
-        (s = oscar_artifact_set_meta(a, "oscar.source_grouping", a->per_head ? "kv_head" : "layer")) != OSCAR_OK ||
+        (s = oscar_artifact_set_meta(a, "oscar.source_grouping", a->rot.n_rot > 1 ? "kv_head" : "layer")) != OSCAR_OK ||
         (s = oscar_artifact_set_meta(a, "oscar.qk_order", "hf")) != OSCAR_OK ||
         (s = set_num(a, "oscar.num_layers", a->n_layer)) != OSCAR_OK ||
         (s = set_num(a, "oscar.num_heads", a->n_head)) != OSCAR_OK ||
@@ -598,7 +564,8 @@ static enum oscar_status fill_meta(struct oscar_artifact * a) {
 
 static enum oscar_status write_tensors(const struct oscar_artifact * a, const char * file) {
     enum oscar_status s = OSCAR_ERR_NOMEM;
-    int32_t L = a->n_layer, per = a->k_mean ? 7 : 6;
+    const struct oscar_rotations * r = &a->rot;
+    int32_t L = a->n_layer, per = r->k_mean ? 7 : 6;
     size_t n = (size_t) L * (size_t) per;
     struct osc_st_write_tensor * t = calloc(n, sizeof(*t));
     char (*names)[64] = calloc(n, sizeof(*names));
@@ -611,20 +578,17 @@ static enum oscar_status write_tensors(const struct oscar_artifact * a, const ch
         s = osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
         goto out;
     }
-    size_t RDD = (size_t) n_rot(a) * (size_t) (D * D), RD = (size_t) n_rot(a) * (size_t) D;
+    const bool ph = r->n_rot > 1, ch = r->n_clip > 1;
     size_t i = 0;
     for (int32_t l = 0; l < L; l++) {
         const char * what[7] = {"k_rotation", "v_rotation", "k_eigenvalues", "v_eigenvalues", "k_clip", "v_clip",
                                 "k_mean"};
-        const void * data[7] = {a->k_rotation + (size_t) l * RDD, a->v_rotation + (size_t) l * RDD,
-                                a->k_eigenvalues + (size_t) l * RD, a->v_eigenvalues + (size_t) l * RD,
-                                a->k_clip + (size_t) l * (size_t) n_clip(a),
-                                a->v_clip + (size_t) l * (size_t) n_clip(a),
-                                a->k_mean ? a->k_mean + (size_t) l * (size_t) (H * D) : NULL};
-        int32_t dims[7] = {a->per_head ? 3 : 2, a->per_head ? 3 : 2, a->per_head ? 2 : 1, a->per_head ? 2 : 1,
-                           a->clip_per_head ? 1 : 0, a->clip_per_head ? 1 : 0, 2};
-        const int64_t * shp[7] = {a->per_head ? rot_shape : rot_shape + 1, a->per_head ? rot_shape : rot_shape + 1,
-                                  a->per_head ? eig_shape : eig_shape + 1, a->per_head ? eig_shape : eig_shape + 1,
+        const void * data[7] = {oscar_rotations_k(r, l, 0), oscar_rotations_v(r, l, 0), oscar_rotations_k_eig(r, l, 0),
+                                oscar_rotations_v_eig(r, l, 0), oscar_rotations_k_clip(r, l, 0),
+                                oscar_rotations_v_clip(r, l, 0), oscar_rotations_k_mean(r, l, 0)};
+        int32_t dims[7] = {ph ? 3 : 2, ph ? 3 : 2, ph ? 2 : 1, ph ? 2 : 1, ch ? 1 : 0, ch ? 1 : 0, 2};
+        const int64_t * shp[7] = {ph ? rot_shape : rot_shape + 1, ph ? rot_shape : rot_shape + 1,
+                                  ph ? eig_shape : eig_shape + 1, ph ? eig_shape : eig_shape + 1,
                                   clip_shape, clip_shape, eig_shape};
         for (int32_t w = 0; w < per; w++, i++) {
             snprintf(names[i], sizeof(names[i]), "layers.%d.%s", (int) l, what[w]);
@@ -730,20 +694,14 @@ enum oscar_status oscar_artifact_write(const struct oscar_artifact * a_in, const
     struct osc_dir_stage stage;
     bool staged = false;
     // copy the metadata so the writer can add its own keys without touching the input
-    if ((s = oscar_artifact_init(a_in->n_layer, a_in->n_head, a_in->n_head_kv, a_in->head_dim, a_in->per_head,
-                                 a_in->clip_per_head, false, &a)) != OSCAR_OK) {
+    if ((s = oscar_artifact_init(a_in->n_layer, a_in->n_head, a_in->n_head_kv, a_in->head_dim, a_in->rot.n_rot > 1,
+                                 a_in->rot.n_clip > 1, false, &a)) != OSCAR_OK) {
         goto out;
     }
     {
         // shallow view of the input tensors
-        free_tensors(a);
-        a->k_rotation = a_in->k_rotation;
-        a->v_rotation = a_in->v_rotation;
-        a->k_eigenvalues = a_in->k_eigenvalues;
-        a->v_eigenvalues = a_in->v_eigenvalues;
-        a->k_clip = a_in->k_clip;
-        a->v_clip = a_in->v_clip;
-        a->k_mean = a_in->k_mean;
+        oscar_rotations_free(&a->rot);
+        a->rot = a_in->rot;
         a->summary_json = a_in->summary_json;
         a->card_markdown = a_in->card_markdown;
     }
@@ -767,8 +725,7 @@ enum oscar_status oscar_artifact_write(const struct oscar_artifact * a_in, const
 out:
     if (staged) osc_dir_stage_abort(&stage);
     if (a) {
-        a->k_rotation = a->v_rotation = a->k_eigenvalues = a->v_eigenvalues = a->k_clip = a->v_clip = NULL;
-        a->k_mean = NULL;
+        memset(&a->rot, 0, sizeof a->rot);
         a->summary_json = a->card_markdown = NULL;
         oscar_artifact_free(a);
     }

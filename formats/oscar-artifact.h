@@ -15,7 +15,8 @@
 //   layers.{i}.k_mean        [Hkv,D] optional key mean (unrotated post-RoPE basis)
 //
 // In memory the per-layer tensors are stacked into contiguous arrays over
-// layers (see struct oscar_artifact). Metadata is a list of string pairs; the
+// layers: struct oscar_rotations (rotation/rotations.h), which says what
+// applies to each (layer, KV head). Metadata is a list of string pairs; the
 // writer fills the architecture numbers (oscar.num_layers, ...) and
 // oscar.format_version / format itself from the struct, the caller sets the
 // provenance keys (objectives, base model, calibration, ...).
@@ -33,7 +34,7 @@
 //   struct oscar_artifact * a;
 //   if (oscar_artifact_read("zoo/smollm2-135m/seq20000_prompt40_group64", true, &a) != OSCAR_OK)
 //       fprintf(stderr, "%s\n", oscar_last_error());
-//   const float * rk = oscar_artifact_k_rotation(a, layer, head);   // [D, D]
+//   const float * rk = oscar_rotations_k(&a->rot, layer, head);   // [D, D]
 //   oscar_artifact_free(a);
 #ifndef OSCAR_FORMATS_OSCAR_ARTIFACT_H
 #define OSCAR_FORMATS_OSCAR_ARTIFACT_H
@@ -42,6 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rotation/rotations.h"
 #include "util/error.h"
 
 #define OSCAR_ARTIFACT_FORMAT_VERSION 1
@@ -65,16 +67,10 @@ struct oscar_artifact {
     int32_t n_head;        // Hq
     int32_t n_head_kv;     // Hkv
     int32_t head_dim;      // D
-    bool    per_head;      // rotations per KV head ("kv_head") instead of per layer ("layer")
-    bool    clip_per_head; // clip tensors [Hkv] instead of []
-    // Arrays owned by the artifact (malloc); R = per_head ? Hkv : 1, Nc = clip_per_head ? Hkv : 1.
-    float * k_rotation;    // [L, R, D, D]
-    float * v_rotation;    // [L, R, D, D]
-    float * k_eigenvalues; // [L, R, D]
-    float * v_eigenvalues; // [L, R, D]
-    float * k_clip;        // [L, Nc]
-    float * v_clip;        // [L, Nc]
-    float * k_mean;        // [L, Hkv, D] or NULL
+    // The tensors (owned), of the same L, Hkv and D: rot.n_rot = Hkv for grouping "kv_head", 1 for
+    // "layer"; rot.n_clip = Hkv for clip tensors [Hkv], 1 for []; rot.k_mean or NULL; rot.head_layer
+    // from oscar.grouping_layers when it is there (--rotation-grouping auto), else NULL.
+    struct oscar_rotations rot;
     // String metadata (owned): keys[i] -> values[i]. Order is insertion order;
     // the safetensors writer sorts.
     int32_t n_meta;
@@ -89,7 +85,7 @@ struct oscar_artifact {
 };
 
 // Allocates an artifact with zeroed tensors of the given shape (k_mean NULL
-// unless with_k_mean). Free with oscar_artifact_free().
+// unless with_k_mean; no head_layer). Free with oscar_artifact_free().
 enum oscar_status oscar_artifact_init(int32_t n_layer, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
                                       bool per_head, bool clip_per_head, bool with_k_mean,
                                       struct oscar_artifact ** out);
@@ -101,13 +97,6 @@ const char * oscar_artifact_get_meta(const struct oscar_artifact * a, const char
 // Takes ownership-free copies of the writer extras (NULL clears).
 enum oscar_status oscar_artifact_set_summary(struct oscar_artifact * a, const char * summary_json,
                                              const char * card_markdown);
-
-// Views into the stacked arrays. head is ignored (use 0) for per-layer data.
-float * oscar_artifact_k_rotation(const struct oscar_artifact * a, int32_t layer, int32_t head); // [D, D]
-float * oscar_artifact_v_rotation(const struct oscar_artifact * a, int32_t layer, int32_t head); // [D, D]
-// Clip ratio used for (layer, KV head) (per-layer clip: head ignored).
-float oscar_artifact_k_clip(const struct oscar_artifact * a, int32_t layer, int32_t head);
-float oscar_artifact_v_clip(const struct oscar_artifact * a, int32_t layer, int32_t head);
 
 // Metadata keys the writer requires the caller to set (NULL-terminated list).
 // The writer itself sets: format, oscar.format_version, oscar.source_grouping,

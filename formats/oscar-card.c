@@ -154,17 +154,17 @@ static void serve_section(FILE * m, const struct oscar_artifact * a) {
         free(text);
     }
     // No target profile covers the OptR engine (formats/README.md): say which files and variables it reads.
-    if (a->per_head || a->k_mean) {
+    if (a->rot.n_rot > 1 || a->rot.k_mean) {
         fprintf(m, "- the OptR SGLang engine (daniel-eai/Output-Aware-INT2-KV-Cache-Quantization) loads %s: "
                    "`oscar-zoo export <repo>:<path> --target oscar --format pt --out rot/` writes %s%s; set "
                    "`SGLANG_OSCAR_K_ROTATION_PATH` / `SGLANG_OSCAR_V_ROTATION_PATH` to the two rotation files%s "
                    "(oscar checks no limit of that engine)\n\n",
-                a->per_head && a->k_mean ? "per-KV-head rotations and the key mean"
-                                         : a->per_head ? "per-KV-head rotations" : "the key mean",
-                a->per_head ? "`rot/k_rotation_perhead.pt`, `rot/v_rotation_perhead.pt`"
+                a->rot.n_rot > 1 && a->rot.k_mean ? "per-KV-head rotations and the key mean"
+                                         : a->rot.n_rot > 1 ? "per-KV-head rotations" : "the key mean",
+                a->rot.n_rot > 1 ? "`rot/k_rotation_perhead.pt`, `rot/v_rotation_perhead.pt`"
                             : "the rotation pair",
-                a->k_mean ? " and `rot/k_mean_decode.pt`" : "",
-                a->k_mean ? ", and `SGLANG_OSCAR_K_MEAN_PATH` to `k_mean_decode.pt` with "
+                a->rot.k_mean ? " and `rot/k_mean_decode.pt`" : "",
+                a->rot.k_mean ? ", and `SGLANG_OSCAR_K_MEAN_PATH` to `k_mean_decode.pt` with "
                             "`SGLANG_OSCAR_K_MEAN_IN_POOL=1`" : "");
     }
 }
@@ -173,7 +173,7 @@ static void files_section(FILE * m, const struct oscar_artifact * a) {
     const char * auto_layers = oscar_artifact_get_meta(a, "oscar.grouping_layers");   // --rotation-grouping auto
     fprintf(m, "## Files and engine settings\n\nINT2 KV-cache rotations (K objective `%s`, V objective `%s`, "
                "grouping `%s`%s%s%s) calibrated with `%s`.\n\n",
-            meta(a, "oscar.k_objective"), meta(a, "oscar.v_objective"), a->per_head ? "kv_head" : "layer",
+            meta(a, "oscar.k_objective"), meta(a, "oscar.v_objective"), a->rot.n_rot > 1 ? "kv_head" : "layer",
             auto_layers ? ", chosen per layer by `--rotation-grouping auto`: `" : "", auto_layers ? auto_layers : "",
             auto_layers ? "`" : "", meta(a, "oscar.tool"));
     fprintf(m, "Files: `oscar.safetensors` (tensors `layers.{i}.{k,v}_rotation`, `{k,v}_eigenvalues`, "

@@ -44,7 +44,7 @@ static enum oscar_status check_hf_order(const struct oscar_artifact * a) {
 // never offers a [Hkv,D,D] file under the name the per-layer loaders look for (formats/README.md).
 static void pair_names(const struct oscar_artifact * a, const char * ko, const char * vo, char * kn, char * vn,
                        size_t n) {
-    if (a->per_head) {
+    if (a->rot.n_rot > 1) {
         snprintf(kn, n, "%s", OSCAR_EXPORT_K_PERHEAD_PT);
         snprintf(vn, n, "%s", OSCAR_EXPORT_V_PERHEAD_PT);
     } else {
@@ -57,7 +57,7 @@ static enum oscar_status write_k_mean(const struct oscar_artifact * a, const cha
     struct oscar_pt_k_mean m = {
         .note = "oscar-calibrate key mean per (layer, KV head): post-RoPE, unrotated basis, Hugging Face "
                 "head-dim order; subtract before the K rotation",
-        .n_layer = a->n_layer, .n_head_kv = a->n_head_kv, .head_dim = a->head_dim, .mu = a->k_mean,
+        .n_layer = a->n_layer, .n_head_kv = a->n_head_kv, .head_dim = a->head_dim, .mu = a->rot.k_mean,
     };
     return oscar_pt_write_k_mean(path, &m);
 }
@@ -78,20 +78,20 @@ enum oscar_status oscar_export_pt_all(const struct oscar_artifact * a, const cha
     pair_names(a, ko, vo, kn, vn, sizeof kn);
     kp = osc_path_join(out_dir, kn);
     vp = osc_path_join(out_dir, vn);
-    if (a->k_mean) mp = osc_path_join(out_dir, OSCAR_EXPORT_K_MEAN_PT);
-    if (!kp || !vp || (a->k_mean && !mp)) {
+    if (a->rot.k_mean) mp = osc_path_join(out_dir, OSCAR_EXPORT_K_MEAN_PT);
+    if (!kp || !vp || (a->rot.k_mean && !mp)) {
         st = osc_error(OSCAR_ERR_NOMEM, "out of memory");
         goto out;
     }
     struct oscar_pt_rotations r = {
-        .format_version = a->per_head ? 2 : 1, .objective = ko, .n_layer = a->n_layer,
-        .n_rot = a->per_head ? a->n_head_kv : 1, .head_dim = a->head_dim,
-        .rotation = a->k_rotation, .eigenvalues = a->k_eigenvalues,
+        .format_version = a->rot.n_rot > 1 ? 2 : 1, .objective = ko, .n_layer = a->n_layer,
+        .n_rot = a->rot.n_rot, .head_dim = a->head_dim,
+        .rotation = a->rot.k, .eigenvalues = a->rot.k_eig,
     };
     if ((st = oscar_pt_write_rotations(kp, &r)) != OSCAR_OK) goto out;
     r.objective   = vo;
-    r.rotation    = a->v_rotation;
-    r.eigenvalues = a->v_eigenvalues;
+    r.rotation    = a->rot.v;
+    r.eigenvalues = a->rot.v_eig;
     if ((st = oscar_pt_write_rotations(vp, &r)) != OSCAR_OK) {
         unlink(kp); // do not leave a K file without its V partner
         goto out;
@@ -170,9 +170,9 @@ static enum oscar_status add_meta(struct osc_gguf_writer * w, const struct oscar
     if (st == OSCAR_OK) st = osc_gguf_writer_kv_u32(w, "oscar.head_dim", (uint32_t) a->head_dim);
     if (st == OSCAR_OK) st = osc_gguf_writer_kv_f32(w, "oscar.k_clip_ratio", strtof(meta_or(a, "oscar.k_clip_ratio", "0"), NULL));
     if (st == OSCAR_OK) st = osc_gguf_writer_kv_f32(w, "oscar.v_clip_ratio", strtof(meta_or(a, "oscar.v_clip_ratio", "0"), NULL));
-    uint64_t nc = (uint64_t) a->n_layer * (uint64_t) (a->clip_per_head ? a->n_head_kv : 1);
-    if (st == OSCAR_OK) st = osc_gguf_writer_kv_arr(w, "oscar.k_clip", OSC_GGUF_FLOAT32, a->k_clip, nc);
-    if (st == OSCAR_OK) st = osc_gguf_writer_kv_arr(w, "oscar.v_clip", OSC_GGUF_FLOAT32, a->v_clip, nc);
+    uint64_t nc = (uint64_t) a->n_layer * (uint64_t) (a->rot.n_clip);
+    if (st == OSCAR_OK) st = osc_gguf_writer_kv_arr(w, "oscar.k_clip", OSC_GGUF_FLOAT32, a->rot.k_clip, nc);
+    if (st == OSCAR_OK) st = osc_gguf_writer_kv_arr(w, "oscar.v_clip", OSC_GGUF_FLOAT32, a->rot.v_clip, nc);
     return st;
 }
 
@@ -185,13 +185,13 @@ enum oscar_status oscar_export_gguf(const struct oscar_artifact * a, const char 
     size_t                   arch_len = 0;
     char                     arch_buf[64];
     enum oscar_status        st;
-    if (a->per_head)
+    if (a->rot.n_rot > 1)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "artifact has per-KV-head rotations [%d,%d,%d]; the llama.cpp fork "
                          "creates blk.N.attn_k_rot/attn_v_rot as one [D,D] tensor per layer (src/models/qwen3.cpp) "
                          "and has no per-head form: calibrate with --rotation-grouping layer, or export --format pt "
                          "(k_rotation_perhead.pt, format_version 2, which the OptR SGLang engine loads)",
                          (int) a->n_head_kv, (int) a->head_dim, (int) a->head_dim);
-    if (a->k_mean)
+    if (a->rot.k_mean)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "artifact centres keys on k_mean [%d,%d,%d]; the llama.cpp fork "
                          "reads no key-mean tensor (src/models/qwen3.cpp creates only blk.N.attn_k_rot/attn_v_rot; "
                          "its q2_0 subtracts each row's own mean) and would serve uncentred keys: calibrate with "
@@ -219,8 +219,8 @@ enum oscar_status oscar_export_gguf(const struct oscar_artifact * a, const char 
         goto out;
     }
     for (size_t l = 0; l < L; l++) {
-        oscar_export_rot_to_ggml(oscar_artifact_k_rotation(a, (int32_t) l, 0), rot + 2 * l * D * D, a->head_dim, permute);
-        oscar_export_rot_to_ggml(oscar_artifact_v_rotation(a, (int32_t) l, 0), rot + (2 * l + 1) * D * D, a->head_dim, false);
+        oscar_export_rot_to_ggml(oscar_rotations_k(&a->rot, (int32_t) l, 0), rot + 2 * l * D * D, a->head_dim, permute);
+        oscar_export_rot_to_ggml(oscar_rotations_v(&a->rot, (int32_t) l, 0), rot + (2 * l + 1) * D * D, a->head_dim, false);
     }
     if ((st = osc_gguf_writer_new(g ? osc_gguf_alignment(g) : 32, &w)) != OSCAR_OK) goto out;
     if (g) st = osc_gguf_copy_kvs(w, g);

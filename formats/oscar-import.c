@@ -320,15 +320,12 @@ enum oscar_status oscar_import_pt(const char * k_path, const char * v_path, cons
     }
     if ((st = oscar_artifact_init(k.L, hq, hkv, k.D, k.per_head, false, mean != NULL, &a))) goto out;
     size_t nr = (size_t) k.L * (size_t) k.R * (size_t) k.D;
-    memcpy(a->k_rotation, k.rot, nr * (size_t) k.D * sizeof(float));
-    memcpy(a->v_rotation, v.rot, nr * (size_t) k.D * sizeof(float));
-    memcpy(a->k_eigenvalues, k.eig, nr * sizeof(float));
-    memcpy(a->v_eigenvalues, v.eig, nr * sizeof(float));
-    if (mean) memcpy(a->k_mean, mean, (size_t) k.L * (size_t) hkv * (size_t) k.D * sizeof(float));
-    for (int32_t l = 0; l < k.L; l++) {
-        a->k_clip[l] = kc;
-        a->v_clip[l] = vc;
-    }
+    memcpy(a->rot.k, k.rot, nr * (size_t) k.D * sizeof(float));
+    memcpy(a->rot.v, v.rot, nr * (size_t) k.D * sizeof(float));
+    memcpy(a->rot.k_eig, k.eig, nr * sizeof(float));
+    memcpy(a->rot.v_eig, v.eig, nr * sizeof(float));
+    if (mean) memcpy(a->rot.k_mean, mean, (size_t) k.L * (size_t) hkv * (size_t) k.D * sizeof(float));
+    for (int32_t l = 0; l < k.L; l++) oscar_rotations_set_layer_clips(&a->rot, l, kc, vc);
     if ((st = set_meta(a, &k, &v, o.k_mean, mean_sha, &o, known, kc, vc))) goto out;
     if ((st = oscar_artifact_validate(a, false))) st = osc_error_prefix(st, "%s", k_path);
 out:

@@ -31,7 +31,7 @@ enum oscar_status oscar_serve_check(const struct oscar_artifact * a, const struc
                                     const struct oscar_serve_gguf * g) {
     if (t->id == OSCAR_TARGET_OSCAR) return OSCAR_OK;
     const char * arch = meta_or(a, "oscar.architecture", "unknown");
-    if (a->per_head && !t->per_head_rotations)
+    if (a->rot.n_rot > 1 && !t->per_head_rotations)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "target %s: the artifact has per-KV-head rotations [%d,%d,%d] and %s "
                          "loads one [D,D] rotation per layer%s; calibrate with --rotation-grouping layer%s", t->name,
                          (int) a->n_head_kv, (int) a->head_dim, (int) a->head_dim, t->engine,
@@ -40,7 +40,7 @@ enum oscar_status oscar_serve_check(const struct oscar_artifact * a, const struc
                          t->id == OSCAR_TARGET_SGLANG ? " (or export --format pt --target oscar: "
                                                         "k_rotation_perhead.pt, format_version 2, which the OptR "
                                                         "SGLang engine loads)" : "");
-    if (a->k_mean && t->id == OSCAR_TARGET_LLAMACPP)
+    if (a->rot.k_mean && t->id == OSCAR_TARGET_LLAMACPP)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "target %s: the artifact centres keys on k_mean and %s reads no "
                          "key-mean tensor (src/models/qwen3.cpp: blk.N.attn_k_rot/attn_v_rot only), so it would "
                          "serve uncentred keys; calibrate with --no-optr-center, or export --format pt "
@@ -132,7 +132,7 @@ static void common_notes(const struct oscar_artifact * a, const struct oscar_tar
         note(r, "the clips were chosen for target %s (%s clips); %s takes %s: recalibrate with --target %s for "
              "clips searched for this engine", c->name, oscar_target_clips_name(c->clips), t->engine,
              oscar_target_clips_name(t->clips), t->name);
-    if (a->k_mean)
+    if (a->rot.k_mean)
         note(r, "the artifact centres keys on k_mean: the export writes it to k_mean_decode.pt, which only the OptR "
              "SGLang engine reads (SGLANG_OSCAR_K_MEAN_PATH with SGLANG_OSCAR_K_MEAN_IN_POOL=1); %s does not, "
              "and serves uncentred keys", t->engine);

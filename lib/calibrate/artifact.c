@@ -179,11 +179,11 @@ static enum oscar_status summary(const struct oscar_calib_params * p, const stru
             g->pass ? "PASS" : "FAILED", g->mean_oscar, g->pass ? "below" : "not below both", g->mean_hadamard,
             g->mean_naive, g->pass ? "" : " These rotations were written without --strict; on this data they do "
             "not improve on the baselines.", (int) p->sink, (int) p->recent, (int) group);
-    for (int32_t l = 0; l < g->n_layer; l++) {
-        size_t ci = (size_t) l * (size_t) c->n_clip;
+    const struct oscar_rotations * r = &f->rot;
+    for (int32_t l = 0; l < g->n_layer; l++) {   // the card shows head 0's clips
         fprintf(J, "%s[%.6g, %.6g, %.6g]", l ? ", " : "", g->naive[l], g->hadamard[l], g->oscar[l]);
         fprintf(M, "| %d | %.4g | %.4g | %.4g | %.2f | %.2f |\n", (int) l, g->naive[l], g->hadamard[l], g->oscar[l],
-                (double) c->k[ci], (double) c->v[ci]);
+                (double) *oscar_rotations_k_clip(r, l, 0), (double) *oscar_rotations_v_clip(r, l, 0));
     }
     fprintf(M, "| **mean** | **%.4g** | **%.4g** | **%.4g** | %.2f | %.2f |\n", g->mean_naive, g->mean_hadamard,
             g->mean_oscar, c->k_global, c->v_global);
@@ -191,10 +191,13 @@ static enum oscar_status summary(const struct oscar_calib_params * p, const stru
                "\"per_head\": %s, \"k\": [",
             p->clip_search ? "searched" : "fixed", oscar_target_get(p->target)->name, c->k_global, c->v_global,
             c->n_clip > 1 ? "true" : "false");
-    size_t n = (size_t) c->n_layer * (size_t) c->n_clip;
-    for (size_t i = 0; i < n; i++) fprintf(J, "%s%.2f", i ? ", " : "", (double) c->k[i]);
+    for (int32_t l = 0; l < r->n_layer; l++)   // [L, n_clip] in layer-major order
+        for (int32_t h = 0; h < r->n_clip; h++)
+            fprintf(J, "%s%.2f", l || h ? ", " : "", (double) *oscar_rotations_k_clip(r, l, h));
     fprintf(J, "], \"v\": [");
-    for (size_t i = 0; i < n; i++) fprintf(J, "%s%.2f", i ? ", " : "", (double) c->v[i]);
+    for (int32_t l = 0; l < r->n_layer; l++)
+        for (int32_t h = 0; h < r->n_clip; h++)
+            fprintf(J, "%s%.2f", l || h ? ", " : "", (double) *oscar_rotations_v_clip(r, l, h));
     fprintf(J, "]}");
     summary_signs(J, M, sg);
     summary_grouping(J, M, p, f);
@@ -217,14 +220,15 @@ static enum oscar_status grouping_meta(const struct oscar_calib_params * p, cons
         snprintf(buf, sizeof buf, "resolved to layer: %s", p->grouping_why);
         return oscar_artifact_set_meta(a, "oscar.grouping_auto", buf);
     }
-    if (!f->chosen_head) return OSCAR_OK;
+    if (!f->rot.head_layer) return OSCAR_OK;
     enum oscar_status st = oscar_artifact_set_meta(a, "oscar.grouping_auto",
                                                    "per layer by held-out post-W_O error; ties keep layer");
     char * list = NULL;
     size_t n = 0;
     FILE * m = open_memstream(&list, &n);
     if (!m) return osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
-    for (int32_t l = 0; l < f->n_layer; l++) fprintf(m, "%s%s", l ? "," : "", f->chosen_head[l] ? "kv_head" : "layer");
+    for (int32_t l = 0; l < f->rot.n_layer; l++)
+        fprintf(m, "%s%s", l ? "," : "", oscar_rotations_layer_per_head(&f->rot, l) ? "kv_head" : "layer");
     if (fclose(m) != 0) st = osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
     else if (st == OSCAR_OK) st = oscar_artifact_set_meta(a, "oscar.grouping_layers", list);
     free(list);
@@ -239,23 +243,25 @@ static void summary_grouping(FILE * J, FILE * M, const struct oscar_calib_params
         fprintf(M, "\nRotation grouping: auto, resolved to one rotation per layer (%s).\n", p->grouping_why);
         return;
     }
-    if (!f->chosen_head) return;
-    const int32_t nh = oscar_calib_grouping_n_head(f);
+    const struct oscar_rotations * r = &f->rot;
+    if (!r->head_layer) return;
+    const int32_t nh = oscar_rotations_n_head_layers(r), L = r->n_layer;
     fprintf(J, ", \"grouping\": {\"mode\": \"auto\", \"rule\": \"held-out post-W_O error, ties keep layer\", "
                "\"n_head\": %d, \"layers\": [", (int) nh);
-    for (int32_t l = 0; l < f->n_layer; l++) fprintf(J, "%s\"%s\"", l ? ", " : "", f->chosen_head[l] ? "kv_head" : "layer");
+    for (int32_t l = 0; l < L; l++)
+        fprintf(J, "%s\"%s\"", l ? ", " : "", oscar_rotations_layer_per_head(r, l) ? "kv_head" : "layer");
     fprintf(J, "], \"err_layer\": [");
-    for (int32_t l = 0; l < f->n_layer; l++) fprintf(J, "%s%.6g", l ? ", " : "", f->err_layer[l]);
+    for (int32_t l = 0; l < L; l++) fprintf(J, "%s%.6g", l ? ", " : "", f->err_layer[l]);
     fprintf(J, "], \"err_head\": [");
-    for (int32_t l = 0; l < f->n_layer; l++) fprintf(J, "%s%.6g", l ? ", " : "", f->err_head[l]);
+    for (int32_t l = 0; l < L; l++) fprintf(J, "%s%.6g", l ? ", " : "", f->err_head[l]);
     fprintf(J, "]}");
     fprintf(M, "\nRotation grouping: auto, chosen per layer by the held-out post-W_O error of each candidate at its "
                "own searched or fixed clips (ties keep one rotation per layer): %d of %d layers keep per-KV-head "
                "rotations.\n\n| layer | one per layer | per KV head | kept |\n|---:|---:|---:|:---|\n",
-            (int) nh, (int) f->n_layer);
-    for (int32_t l = 0; l < f->n_layer; l++)
+            (int) nh, (int) L);
+    for (int32_t l = 0; l < L; l++)
         fprintf(M, "| %d | %.4g | %.4g | %s |\n", (int) l, f->err_layer[l], f->err_head[l],
-                f->chosen_head[l] ? "kv_head" : "layer");
+                oscar_rotations_layer_per_head(r, l) ? "kv_head" : "layer");
 }
 
 // oscar.base_model_id / _license (each with where it came from) when known,
@@ -291,25 +297,13 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
     struct oscar_artifact * a = NULL;
     char buf[512];
     int32_t G = p->group_size > 0 ? p->group_size : mc->head_dim;
+    const struct oscar_rotations * r = &f->rot;
     // auto with every layer on its one rotation (no OptR): written as grouping "layer", head 0 of each
-    const bool narrow = f->chosen_head && !p->refine_optr && !f->k_mean && oscar_calib_grouping_n_head(f) == 0;
-    const int32_t R = narrow ? 1 : f->n_rot, NC = narrow ? 1 : c->n_clip;
-    enum oscar_status st = oscar_artifact_init(mc->n_layer, mc->n_head, mc->n_head_kv, mc->head_dim, R > 1, NC > 1,
-                                               f->k_mean != NULL, &a);
+    const bool narrow = r->head_layer && !p->refine_optr && !r->k_mean && oscar_rotations_n_head_layers(r) == 0;
+    enum oscar_status st = oscar_artifact_init(mc->n_layer, mc->n_head, mc->n_head_kv, mc->head_dim,
+                                               !narrow && r->n_rot > 1, !narrow && r->n_clip > 1, r->k_mean != NULL, &a);
     if (st != OSCAR_OK) return st;
-    const size_t D = (size_t) mc->head_dim;
-    for (int32_t l = 0; l < mc->n_layer; l++) {   // layer l's first R of f's n_rot rotations / n_clip clips
-        const size_t to = (size_t) l * (size_t) R, from = (size_t) l * (size_t) f->n_rot;
-        memcpy(a->k_rotation + to * D * D, f->k_rot + from * D * D, (size_t) R * D * D * sizeof(float));
-        memcpy(a->v_rotation + to * D * D, f->v_rot + from * D * D, (size_t) R * D * D * sizeof(float));
-        memcpy(a->k_eigenvalues + to * D, f->k_eig + from * D, (size_t) R * D * sizeof(float));
-        memcpy(a->v_eigenvalues + to * D, f->v_eig + from * D, (size_t) R * D * sizeof(float));
-        const size_t ct = (size_t) l * (size_t) NC, cf = (size_t) l * (size_t) c->n_clip;
-        memcpy(a->k_clip + ct, c->k + cf, (size_t) NC * sizeof(float));
-        memcpy(a->v_clip + ct, c->v + cf, (size_t) NC * sizeof(float));
-    }
-    if (f->k_mean)
-        memcpy(a->k_mean, f->k_mean, (size_t) mc->n_layer * (size_t) mc->n_head_kv * (size_t) mc->head_dim * sizeof(float));
+    oscar_rotations_copy(&a->rot, r);
     const char * comp = oscar_composition_name(p->composition);
     SETF("oscar.k_objective", "%s_%s", kind_name(p->k_objective), comp);
     SETF("oscar.v_objective", "%s_%s", kind_name(p->v_objective), comp);
@@ -357,7 +351,7 @@ enum oscar_status oscar_calib_build_artifact(const struct oscar_calib_provenance
         SETF("oscar.refine", "optr steps=%d lr=%g lambda=%g eval_every=%d qwin=%d train_sequences=%d clip_k=%.2f "
              "clip_v=%.2f center=%s", (int) (p->optr_steps > 0 ? p->optr_steps : op.steps), op.lr, op.lambda,
              (int) op.eval_every, (int) op.qwin, (int) p->optr_train_seq, p->k_clip, p->v_clip,
-             f->k_mean ? "k_mean" : "none");
+             f->rot.k_mean ? "k_mean" : "none");
     }
     if ((st = grouping_meta(p, f, a)) != OSCAR_OK) goto out;
     if (sg) {   // what the search gained on its own objective (per layer in the summary's "signs")

@@ -18,15 +18,12 @@ struct oscar_layer_input osc_calib_layer_input(const struct oscar_calib_heldout 
 }
 
 enum oscar_status osc_calib_transform(const char * preset, const struct oscar_calib_params * p,
-                                      const struct oscar_calib_fit * f, const struct oscar_calib_clip * c,
-                                      int32_t n_layer, int32_t n_head_kv, int32_t head_dim,
-                                      struct oscar_kv_transform * out) {
+                                      const struct oscar_rotations * r, struct oscar_kv_transform * out) {
     struct oscar_tiering tr = osc_calib_tiering(p);
-    enum oscar_status st = oscar_kv_transform_preset(preset, n_layer, n_head_kv, head_dim, p->group_size,
-                                                     p->scale_dtype, &tr, f && f->n_rot > 1, f ? f->k_rot : NULL,
-                                                     f ? f->v_rot : NULL, c && c->n_clip > 1, c ? c->k : NULL,
-                                                     c ? c->v : NULL, out);
-    if (st == OSCAR_OK && f) out->k_mean = f->k_mean;   // OptR's key centering, as the artifact serves it
+    enum oscar_status st = oscar_kv_transform_preset_rot(preset, r->n_layer, r->n_head_kv, r->head_dim, p->group_size,
+                                                     p->scale_dtype, &tr, r, out);
+    // OptR's key centering goes with the rotations, as the artifact serves it
+    if (st == OSCAR_OK && out->rot == OSCAR_ROT_MATRIX) out->k_mean = r->k_mean;
     return st;
 }
 

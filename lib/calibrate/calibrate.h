@@ -14,6 +14,8 @@
 //   gate.c       OSCAR vs Hadamard vs naive INT2 gate table
 //   artifact.c   assembling struct oscar_artifact (metadata, summary, model card)
 //   base-model.c the base model's Hub id and licence, for the card (base-model.h)
+//   input.c      what a run reads, opened and checked: the model (or a random-init shape), its
+//                tokenizer, the corpus through the pass or an activation store (input.h)
 //
 // Sequences: the token stream is cut into consecutive sequences of seq_len
 // tokens (the last calibration sequence may be shorter); the calibration set is
@@ -29,6 +31,7 @@
 #include "model/model.h"
 #include "quant/quant.h"
 #include "rotation/fit.h"
+#include "rotation/rotations.h"
 #include "stats/stats.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -243,20 +246,20 @@ double oscar_calib_peak_rss_mb(void);
 
 // ---- fit ----------------------------------------------------------------------------------
 struct oscar_calib_fit {
-    int32_t n_layer, n_rot, head_dim;   // n_rot = 1 or Hkv
-    float * k_rot, * v_rot;             // [L, n_rot, D, D]
-    float * k_eig, * v_eig;             // [L, n_rot, D]
-    float * k_mean;                     // [L, Hkv, D] key mean subtracted before rotation (OptR), or NULL
+    // What the stages make and the artifact carries: the rotations and eigenvalues (rot.n_rot = 1 or
+    // Hkv), the clip ratios (rot.n_clip = rot.n_rot; the fixed ratios from oscar_calib_clip_alloc, else
+    // the clip search's choice), OptR's key mean (rot.k_mean) and, with p->grouping AUTO, each
+    // layer's choice (rot.head_layer: 1 = per-KV-head rotations kept, 0 = the layer's one replicated)
+    struct oscar_rotations rot;
     double  orth_err_max;
     // with p->sign_search: the fp64 basis the rotations were composed from (oscar_fit_stats_basis),
     // canonical signs; the sign search reads and frees it (NULL otherwise)
     double * k_u, * v_u;                // [L, n_rot, D, D]
     double * k_lam, * v_lam;            // [L, n_rot, D]
-    // with p->grouping AUTO (arrays per KV head, n_rot = Hkv): each layer's choice (grouping.c)
-    int32_t * chosen_head;              // [L] 1: per-KV-head rotations kept, 0: the layer's one (replicated)
+    // with p->grouping AUTO (arrays per KV head, n_rot = Hkv; the choice in rot.head_layer, grouping.c)
     double  * err_layer, * err_head;    // [L] held-out post-W_O error of each candidate at its clips
 };
-// Rotations fitted per layer: p->grouping's (1 or Hkv; AUTO: Hkv, the arrays' width); f->n_rot is Hkv
+// Rotations fitted per layer: p->grouping's (1 or Hkv; AUTO: Hkv, the arrays' width); f->rot.n_rot is Hkv
 // with --refine optr or AUTO.
 int32_t oscar_calib_fit_n_fitted(const struct oscar_calib_params * p, int32_t n_head_kv);
 // The result arrays of every layer (zero; with --refine optr per KV head and k_mean when centring;
@@ -366,9 +369,9 @@ void oscar_calib_signs_end(struct oscar_calib_fit * f, struct oscar_calib_signs 
 void oscar_calib_signs_free(struct oscar_calib_signs * s);
 
 // ---- clip search (clip.c) ----------------------------------------------------------------
+// The search's record; the chosen ratios go into the fit's rotations (f->rot.k_clip / v_clip).
 struct oscar_calib_clip {
-    int32_t n_layer, n_clip;        // n_clip = 1 or Hkv
-    float * k, * v;                 // [L, n_clip] chosen ratios
+    int32_t n_layer, n_clip;        // n_clip = 1 (one choice pooled over the KV heads) or Hkv
     double * k_err, * v_err;        // [L, n_clip] objective at the chosen ratio
     double * k_err1, * v_err1;      // [L, n_clip] objective at ratio 1.0 (no clip)
     double k_global, v_global;      // engine-wide values: the model-wide choice for a target that shares
@@ -377,25 +380,27 @@ struct oscar_calib_clip {
     double * grid_k, * grid_v;      // [L, n_grid] each layer's relative K / V objective per candidate (the
                                     // model-wide choice at the end picks from these), or NULL
 };
-// The result arrays (fixed clips: filled). Refuses shared clips with per-head rotations.
-enum oscar_status oscar_calib_clip_alloc(const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
-                                         int32_t n_head_kv, struct oscar_calib_clip * c);
-// Layer l's candidates on ev (its rows set) and its per-layer choice; a no-op for fixed clips.
-enum oscar_status oscar_calib_clip_layer(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
-                                         const struct oscar_calib_params * p, int32_t n_head_kv, int32_t l,
-                                         struct oscar_calib_clip * c, struct oscar_calib_timing * t);
+// The record of a search pooled over the KV heads (n_clip 1) or per head; fixed clips: f's ratios
+// set. Refuses shared clips with per-head rotations.
+enum oscar_status oscar_calib_clip_alloc(const struct oscar_calib_params * p, int32_t n_clip,
+                                         struct oscar_calib_fit * f, struct oscar_calib_clip * c);
+// Layer l's candidates on ev (its rows set) with f's rotations, and its per-layer choice into f's
+// clips (c's record); a no-op for fixed clips.
+enum oscar_status oscar_calib_clip_layer(struct oscar_eval_dev * ev, const struct oscar_calib_params * p, int32_t l,
+                                         struct oscar_calib_fit * f, struct oscar_calib_clip * c,
+                                         struct oscar_calib_timing * t);
 // The two halves of oscar_calib_clip_layer, for a search split over ranks (finish-split.c):
 // the errors of grid candidates [c0, c1) on ev's layer (ek [G, Hkv] and evv [G, Hkv + 1] rows
 // c0 .. c1-1, kref [Hkv], vref unless NULL; the whole grid's bits, eval-device.h), then, from
 // the whole grid's errors, layer l's choice into c (ek is overwritten).
-enum oscar_status oscar_calib_clip_errors(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
-                                          const struct oscar_calib_params * p, int32_t n_head_kv, int32_t c0,
-                                          int32_t c1, double * ek, double * kref, double * evv, double * vref);
-void oscar_calib_clip_choose(const struct oscar_calib_params * p, int32_t n_head_kv, int32_t l, double * ek,
-                             const double * kref, const double * evv, double vref, struct oscar_calib_clip * c);
-// After every layer: the model-wide choice of a target sharing clips (each layer's record
+enum oscar_status oscar_calib_clip_errors(struct oscar_eval_dev * ev, const struct oscar_rotations * r,
+                                          const struct oscar_calib_params * p, int32_t c0, int32_t c1, double * ek,
+                                          double * kref, double * evv, double * vref);
+void oscar_calib_clip_choose(const struct oscar_calib_params * p, int32_t l, double * ek, const double * kref,
+                             const double * evv, double vref, struct oscar_rotations * r, struct oscar_calib_clip * c);
+// After every layer: the model-wide choice of a target sharing clips (each layer's ratios and record
 // replaced by it), else the medians.
-void oscar_calib_clip_end(const struct oscar_calib_params * p, struct oscar_calib_clip * c);
+void oscar_calib_clip_end(const struct oscar_calib_params * p, struct oscar_rotations * r, struct oscar_calib_clip * c);
 void oscar_calib_clip_free(struct oscar_calib_clip * c);
 
 // ---- gate (gate.c) ---------------------------------------------------------------------------
@@ -406,18 +411,16 @@ struct oscar_calib_gate {
     bool   pass;                           // mean_oscar < mean_hadamard && < mean_naive
 };
 enum oscar_status oscar_calib_gate_alloc(int32_t n_layer, struct oscar_calib_gate * g);
-// Layer l on ev (its rows set), at c's clips of layer l (final for that layer).
-enum oscar_status oscar_calib_gate_layer(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
-                                         const struct oscar_calib_clip * c, const struct oscar_calib_params * p,
-                                         int32_t n_head_kv, int32_t l, struct oscar_calib_gate * g,
+// Layer l on ev (its rows set), with r's rotations at r's clips of layer l (final for that layer).
+enum oscar_status oscar_calib_gate_layer(struct oscar_eval_dev * ev, const struct oscar_rotations * r,
+                                         const struct oscar_calib_params * p, int32_t l, struct oscar_calib_gate * g,
                                          struct oscar_calib_timing * t);
 // The gate's methods of `mask` (OSCAR_GATE_*) on ev's layer: err[0] naive, [1] Hadamard, [2]
-// OSCAR (f, c needed only for it); each the bits of the three together (eval-device.h), so the
-// ranks of a split gate may take a method each.
+// OSCAR (r needed only for it); each the bits of the three together (eval-device.h), so the
+// ranks of a split gate may take a method each. r's shape says L, Hkv and D.
 enum { OSCAR_GATE_NAIVE = 1, OSCAR_GATE_HADAMARD = 2, OSCAR_GATE_OSCAR = 4, OSCAR_GATE_ALL = 7 };
-enum oscar_status oscar_calib_gate_methods(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
-                                           const struct oscar_calib_clip * c, const struct oscar_calib_params * p,
-                                           int32_t n_head_kv, unsigned mask, double err[3]);
+enum oscar_status oscar_calib_gate_methods(struct oscar_eval_dev * ev, const struct oscar_rotations * r,
+                                           const struct oscar_calib_params * p, unsigned mask, double err[3]);
 // After every layer: the means (layers in order) and the pass flag.
 void oscar_calib_gate_end(struct oscar_calib_gate * g);
 void oscar_calib_gate_free(struct oscar_calib_gate * g);
@@ -429,27 +432,26 @@ void oscar_calib_gate_free(struct oscar_calib_gate * g);
 // as given), and scored with the gate's evaluator: held-out post-W_O relative error of
 // "oscar-searched" at those clips. The per-head candidate is kept only when its error is
 // strictly lower (ties -> layer, the smaller artifact). f holds the choice per KV head (the
-// layer's rotation replicated), c its clips, f->chosen_head / err_layer / err_head the record.
+// layer's rotation replicated) with its clips, c their record, f->rot.head_layer / err_layer /
+// err_head the choice.
 // Engine targets that load one rotation per layer, and --sign-search (it searches one
 // basis per fit), resolve auto to LAYER first, with the reason in p->grouping_why.
 struct oscar_calib_grouping {
-    struct oscar_calib_clip clip_layer, clip_head;   // the candidates' clip searches ([L] arrays, layer l used)
-    float * save;                                    // one layer's layer candidate: k_rot, v_rot, k_eig, v_eig
+    struct oscar_calib_clip clip_layer, clip_head;   // the candidates' clip records ([L] arrays, layer l used)
+    struct oscar_rotations save;                     // one layer's layer candidate (rotations, eigenvalues, clips)
 };
 // AUTO -> LAYER where the target or the run cannot take per-head rotations (reason in p->grouping_why).
 void oscar_calib_resolve_grouping(struct oscar_calib_params * p);
 // "layer", "kv_head" or "auto" (the run's request).
 const char * oscar_calib_grouping_name(enum oscar_rotation_grouping g);
-enum oscar_status oscar_calib_grouping_alloc(const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
-                                             int32_t n_head_kv, struct oscar_calib_grouping * g);
+enum oscar_status oscar_calib_grouping_alloc(const struct oscar_calib_params * p, struct oscar_calib_fit * f,
+                                             struct oscar_calib_grouping * g);
 // Layer l (ev's rows set): both candidates fitted from s, searched and scored; the better one left in
 // f and c (the layer's clip record; with --refine optr the clip search runs again after OptR).
 enum oscar_status oscar_calib_grouping_layer(struct oscar_eval_dev * ev, const struct oscar_stats * s,
-                                             const struct oscar_calib_params * p, int32_t n_head_kv, int32_t l,
+                                             const struct oscar_calib_params * p, int32_t l,
                                              struct oscar_calib_fit * f, struct oscar_calib_clip * c,
                                              struct oscar_calib_grouping * g, struct oscar_calib_timing * t);
-// Layers of f that kept per-head rotations (0 without a choice).
-int32_t oscar_calib_grouping_n_head(const struct oscar_calib_fit * f);
 void oscar_calib_grouping_free(struct oscar_calib_grouping * g);
 
 // ---- the finisher (finish.c) ----------------------------------------------------------------

@@ -26,7 +26,7 @@
 #include "util/log.h"
 
 void oscar_calib_clip_free(struct oscar_calib_clip * c) {
-    free(c->k); free(c->v); free(c->k_err); free(c->v_err); free(c->k_err1); free(c->v_err1);
+    free(c->k_err); free(c->v_err); free(c->k_err1); free(c->v_err1);
     free(c->grid_k); free(c->grid_v);
     memset(c, 0, sizeof(*c));
 }
@@ -86,13 +86,14 @@ static int32_t pick_shared(const struct shared_errors * se, int32_t L, int32_t G
     return best;
 }
 
-// Fills c (n_clip 1) from the model-wide choice: K at candidate bk, V at bv, each layer's objective there.
+// Fills r's ratios and c (n_clip 1) from the model-wide choice: K at candidate bk, V at bv, each
+// layer's objective there.
 static void apply_shared(const struct oscar_calib_params * p, const struct shared_errors * se, int32_t L, int32_t bk,
-                         int32_t bv, struct oscar_calib_clip * c) {
+                         int32_t bv, struct oscar_rotations * rot, struct oscar_calib_clip * c) {
     int32_t G = p->n_grid;
     for (int32_t l = 0; l < L; l++) {
         size_t r = (size_t) l * (size_t) G;
-        c->k[l] = (float) p->grid[bk], c->v[l] = (float) p->grid[bv];
+        oscar_rotations_set_layer_clips(rot, l, (float) p->grid[bk], (float) p->grid[bv]);
         c->k_err[l] = se->rk[r + (size_t) bk], c->v_err[l] = se->rv[r + (size_t) bv];
         c->k_err1[l] = se->rk[r], c->v_err1[l] = se->rv[r];
     }
@@ -107,9 +108,9 @@ static bool errors_init(struct clip_errors * s, int32_t Hkv, int32_t G) {
     return s->ek && s->kref && s->ev;
 }
 
-enum oscar_status oscar_calib_clip_alloc(const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
-                                         int32_t n_head_kv, struct oscar_calib_clip * c) {
-    const int32_t L = f->n_layer, NC = f->n_rot > 1 ? n_head_kv : 1, G = p->n_grid;
+enum oscar_status oscar_calib_clip_alloc(const struct oscar_calib_params * p, int32_t n_clip,
+                                         struct oscar_calib_fit * f, struct oscar_calib_clip * c) {
+    const int32_t L = f->rot.n_layer, NC = n_clip, G = p->n_grid;
     const struct oscar_target_profile * prof = oscar_target_get(p->target);
     const bool shared = p->clip_search && prof->clips != OSCAR_TARGET_CLIPS_LAYER;
     memset(c, 0, sizeof(*c));
@@ -119,10 +120,9 @@ enum oscar_status oscar_calib_clip_alloc(const struct oscar_calib_params * p, co
     c->n_layer = L;
     c->n_clip = NC;
     const size_t n = (size_t) L * (size_t) NC;
-    c->k = calloc(n, sizeof(float)); c->v = calloc(n, sizeof(float));
     c->k_err = calloc(n, sizeof(double)); c->v_err = calloc(n, sizeof(double));
     c->k_err1 = calloc(n, sizeof(double)); c->v_err1 = calloc(n, sizeof(double));
-    bool ok = c->k && c->v && c->k_err && c->v_err && c->k_err1 && c->v_err1;
+    bool ok = c->k_err && c->v_err && c->k_err1 && c->v_err1;
     if (shared) {
         c->n_grid = G;
         c->grid_k = calloc((size_t) L * (size_t) G, sizeof(double));
@@ -134,10 +134,8 @@ enum oscar_status oscar_calib_clip_alloc(const struct oscar_calib_params * p, co
         return osc_error(OSCAR_ERR_NOMEM, "clip search: out of memory");
     }
     if (!p->clip_search) {   // fixed ratios: nothing to search
-        for (size_t i = 0; i < n; i++) {
-            c->k[i] = (float) p->k_clip;
-            c->v[i] = (float) p->v_clip;
-        }
+        for (int32_t l = 0; l < L; l++)
+            oscar_rotations_set_layer_clips(&f->rot, l, (float) p->k_clip, (float) p->v_clip);
         c->k_global = p->k_clip;
         c->v_global = p->v_clip;
     }
@@ -145,28 +143,28 @@ enum oscar_status oscar_calib_clip_alloc(const struct oscar_calib_params * p, co
 }
 
 // The search's transform: the target's clip quantizer with the fitted rotations, the held-out tiering.
-static enum oscar_status clip_transform(const struct oscar_calib_fit * f, const struct oscar_calib_params * p,
-                                        int32_t Hkv, struct oscar_kv_transform * tf) {
+static enum oscar_status clip_transform(const struct oscar_rotations * r, const struct oscar_calib_params * p,
+                                        struct oscar_kv_transform * tf) {
     const struct oscar_target_profile * prof = oscar_target_get(p->target);
-    enum oscar_status st = osc_calib_transform(prof->clip_quant, p, f, NULL, f->n_layer, Hkv, f->head_dim, tf);
+    enum oscar_status st = osc_calib_transform(prof->clip_quant, p, r, tf);
     tf->tiers = osc_calib_tiering(p); // the held-out tiering whatever the preset's (q2_0: its ring)
     tf->tiers.block = 1;
     return st;
 }
 
-enum oscar_status oscar_calib_clip_errors(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
-                                          const struct oscar_calib_params * p, int32_t n_head_kv, int32_t c0,
-                                          int32_t c1, double * ek, double * kref, double * evv, double * vref) {
+enum oscar_status oscar_calib_clip_errors(struct oscar_eval_dev * ev, const struct oscar_rotations * r,
+                                          const struct oscar_calib_params * p, int32_t c0, int32_t c1, double * ek,
+                                          double * kref, double * evv, double * vref) {
     struct oscar_kv_transform tf;
-    enum oscar_status st = clip_transform(f, p, n_head_kv, &tf);
+    enum oscar_status st = clip_transform(r, p, &tf);
     if (st == OSCAR_OK)
-        st = oscar_eval_dev_candidates_part(ev, &tf, p->n_grid, c0, c1, p->grid, f->n_rot > 1, ek, kref, evv, vref);
+        st = oscar_eval_dev_candidates_part(ev, &tf, p->n_grid, c0, c1, p->grid, r->n_rot > 1, ek, kref, evv, vref);
     return st;
 }
 
-void oscar_calib_clip_choose(const struct oscar_calib_params * p, int32_t n_head_kv, int32_t l, double * ek,
-                             const double * kref, const double * evv, double vref, struct oscar_calib_clip * c) {
-    const int32_t Hkv = n_head_kv, NC = c->n_clip, G = p->n_grid;
+void oscar_calib_clip_choose(const struct oscar_calib_params * p, int32_t l, double * ek, const double * kref,
+                             const double * evv, double vref, struct oscar_rotations * r, struct oscar_calib_clip * c) {
+    const int32_t Hkv = r->n_head_kv, NC = c->n_clip, G = p->n_grid;
     if (NC == 1) { // pool K heads; V: all heads together
         double kr = 0.0;
         for (int32_t hh = 0; hh < Hkv; hh++) kr += kref[hh];
@@ -180,28 +178,30 @@ void oscar_calib_clip_choose(const struct oscar_calib_params * p, int32_t n_head
             c->grid_v[(size_t) l * (size_t) G + (size_t) g] =
                 rel(evv[(size_t) g * (size_t) (Hkv + 1) + (size_t) Hkv], vref);
         }
-        pick(p, ek, Hkv, 0, kr, &c->k[l], &c->k_err[l], &c->k_err1[l]);
-        pick(p, evv, Hkv + 1, Hkv, vref, &c->v[l], &c->v_err[l], &c->v_err1[l]);
+        float kc, vc;   // one choice for every head of the layer
+        pick(p, ek, Hkv, 0, kr, &kc, &c->k_err[l], &c->k_err1[l]);
+        pick(p, evv, Hkv + 1, Hkv, vref, &vc, &c->v_err[l], &c->v_err1[l]);
+        oscar_rotations_set_layer_clips(r, l, kc, vc);
     } else {
         for (int32_t hh = 0; hh < Hkv; hh++) {
             size_t i = (size_t) l * (size_t) Hkv + (size_t) hh;
-            pick(p, ek, Hkv, hh, kref[hh], &c->k[i], &c->k_err[i], &c->k_err1[i]);
-            pick(p, evv, Hkv + 1, hh, vref, &c->v[i], &c->v_err[i], &c->v_err1[i]);
+            pick(p, ek, Hkv, hh, kref[hh], oscar_rotations_k_clip(r, l, hh), &c->k_err[i], &c->k_err1[i]);
+            pick(p, evv, Hkv + 1, hh, vref, oscar_rotations_v_clip(r, l, hh), &c->v_err[i], &c->v_err1[i]);
         }
     }
-    osc_debug("clip layer %d: K %.2f V %.2f", (int) l, (double) c->k[(size_t) l * (size_t) NC],
-              (double) c->v[(size_t) l * (size_t) NC]);
+    osc_debug("clip layer %d: K %.2f V %.2f", (int) l, (double) *oscar_rotations_k_clip(r, l, 0),
+              (double) *oscar_rotations_v_clip(r, l, 0));
 }
 
-enum oscar_status oscar_calib_clip_layer(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
-                                         const struct oscar_calib_params * p, int32_t n_head_kv, int32_t l,
-                                         struct oscar_calib_clip * c, struct oscar_calib_timing * t) {
+enum oscar_status oscar_calib_clip_layer(struct oscar_eval_dev * ev, const struct oscar_calib_params * p, int32_t l,
+                                         struct oscar_calib_fit * f, struct oscar_calib_clip * c,
+                                         struct oscar_calib_timing * t) {
     if (!p->clip_search) return OSCAR_OK;
     double t0 = osc_now();
-    const int32_t Hkv = n_head_kv, G = p->n_grid;
+    const int32_t Hkv = f->rot.n_head_kv, G = p->n_grid;
     struct clip_errors s = {0};
     struct oscar_kv_transform tf;
-    enum oscar_status st = clip_transform(f, p, Hkv, &tf);
+    enum oscar_status st = clip_transform(&f->rot, p, &tf);
     if (st != OSCAR_OK) goto out;
     if (!errors_init(&s, Hkv, G)) {
         st = osc_error(OSCAR_ERR_NOMEM, "clip search: out of memory");
@@ -209,27 +209,28 @@ enum oscar_status oscar_calib_clip_layer(struct oscar_eval_dev * ev, const struc
     }
     if ((st = oscar_eval_dev_candidates(ev, &tf, G, p->grid, c->n_clip > 1, s.ek, s.kref, s.ev, &s.vref)) != OSCAR_OK)
         goto out;
-    oscar_calib_clip_choose(p, Hkv, l, s.ek, s.kref, s.ev, s.vref, c);
+    oscar_calib_clip_choose(p, l, s.ek, s.kref, s.ev, s.vref, &f->rot, c);
 out:
     errors_free(&s);
     if (t) t->clip += osc_now() - t0;
     return st;
 }
 
-void oscar_calib_clip_end(const struct oscar_calib_params * p, struct oscar_calib_clip * c) {
+void oscar_calib_clip_end(const struct oscar_calib_params * p, struct oscar_rotations * r,
+                          struct oscar_calib_clip * c) {
     if (!p->clip_search) return;   // the fixed ratios, set at allocation
     const struct oscar_target_profile * prof = oscar_target_get(p->target);
     const int32_t L = c->n_layer, G = p->n_grid;
     const struct shared_errors se = {.rk = c->grid_k, .rv = c->grid_v};
     if (prof->clips == OSCAR_TARGET_CLIPS_KV) {
-        apply_shared(p, &se, L, pick_shared(&se, L, G, 1.0, 0.0), pick_shared(&se, L, G, 0.0, 1.0), c);
+        apply_shared(p, &se, L, pick_shared(&se, L, G, 1.0, 0.0), pick_shared(&se, L, G, 0.0, 1.0), r, c);
     } else if (prof->clips == OSCAR_TARGET_CLIPS_ONE) {
         int32_t b = pick_shared(&se, L, G, 1.0, 1.0);
-        apply_shared(p, &se, L, b, b, c);
+        apply_shared(p, &se, L, b, b, r, c);
     } else {
-        const size_t n = (size_t) L * (size_t) c->n_clip;
-        c->k_global = median(c->k, n);
-        c->v_global = median(c->v, n);
+        const size_t n = (size_t) L * (size_t) r->n_clip;
+        c->k_global = median(r->k_clip, n);
+        c->v_global = median(r->v_clip, n);
     }
     if (prof->clips != OSCAR_TARGET_CLIPS_LAYER)
         osc_info("clip search (target %s, %s): K %.2f V %.2f", prof->name, oscar_target_clips_name(prof->clips),

@@ -18,7 +18,7 @@ struct osc_calib_split {
     const struct oscar_calib_params * p;
     int32_t Hkv, G;
     bool gate_per_layer;
-    struct oscar_calib_fit view;   // ranks > 0: the layer's rotations, laid out as rank 0's fit (n_rot
+    struct oscar_rotations view;   // ranks > 0: the layer's rotations, laid out as rank 0's fit (n_rot
                                    // from rank 0 each layer; room for Hkv per layer)
     struct oscar_eval_dev * ev;    // ranks > 0: their evaluator
     double * ek, * kref, * evv, * pack;   // [G, Hkv], [Hkv], [G, Hkv + 1], [G, 2 Hkv + 1]
@@ -32,7 +32,7 @@ bool osc_calib_split_applies(const struct osc_dp * dp, const struct oscar_calib_
 
 void osc_calib_split_free(struct osc_calib_split * s) {
     if (!s) return;
-    free(s->view.k_rot), free(s->view.v_rot);
+    oscar_rotations_free(&s->view);
     oscar_eval_dev_free(s->ev);
     free(s->ek), free(s->kref), free(s->evv), free(s->pack);
     free(s);
@@ -54,12 +54,9 @@ enum oscar_status osc_calib_split_open(struct osc_dp * dp, const struct oscar_ca
     bool ok = s->ek && s->kref && s->evv && s->pack;
     enum oscar_status st = OSCAR_OK;
     if (ok && dp->rank != 0) { // the fit's rotation layout (fit.c), and an evaluator like rank 0's
-        const size_t D = (size_t) h->head_dim;
-        s->view.n_layer = h->n_layer, s->view.head_dim = h->head_dim;
-        s->view.n_rot = h->n_head_kv;
-        const size_t n = (size_t) h->n_layer * (size_t) h->n_head_kv * D * D;
-        ok = (s->view.k_rot = calloc(n, sizeof(float))) && (s->view.v_rot = calloc(n, sizeof(float)));
-        if (ok) st = osc_calib_eval_open(h, p, p->clip_search && p->n_grid > 1 ? p->n_grid : 1, &s->ev);
+        st = oscar_rotations_alloc(&s->view, h->n_layer, h->n_head_kv, h->head_dim, h->n_head_kv, h->n_head_kv, false,
+                                   false);
+        if (st == OSCAR_OK) st = osc_calib_eval_open(h, p, p->clip_search && p->n_grid > 1 ? p->n_grid : 1, &s->ev);
     }
     if (!ok) st = osc_error(OSCAR_ERR_NOMEM, "finishing split: out of memory");
     if (st != OSCAR_OK) {
@@ -80,12 +77,12 @@ static enum oscar_status bcast(struct osc_calib_split * s, void * buf, size_t n)
 
 // Layer l's held-out rows and (with a clip search) its rotations, from rank 0 to every rank.
 static enum oscar_status share_layer(struct osc_calib_split * s, const struct oscar_calib_heldout * h,
-                                     const struct oscar_calib_fit * f, int32_t l) {
+                                     const struct oscar_rotations * r, int32_t l) {
     const size_t T = (size_t) h->n_rows, D = (size_t) h->head_dim, H = (size_t) h->n_head_kv;
     enum oscar_status st = bcast(s, h->q[l], T * (size_t) h->n_head * D * sizeof(float));
     if (st == OSCAR_OK) st = bcast(s, h->k[l], T * H * D * sizeof(float));
     if (st == OSCAR_OK) st = bcast(s, h->v[l], T * H * D * sizeof(float));
-    int32_t n_rot = f->n_rot;   // rank 0's layout (1 or Hkv rotations per layer), which the view takes
+    int32_t n_rot = r->n_rot;   // rank 0's layout (1 or Hkv rotations per layer), which the view takes
     if (st == OSCAR_OK && s->G > 0) st = bcast(s, &n_rot, sizeof n_rot);
     if (st == OSCAR_OK && s->G > 0 && s->dp->rank != 0) {
         if (n_rot != 1 && n_rot != h->n_head_kv)
@@ -93,22 +90,22 @@ static enum oscar_status share_layer(struct osc_calib_split * s, const struct os
                              (int) l, (int) n_rot, (int) h->n_head_kv);
         s->view.n_rot = n_rot;
     }
-    const size_t nr = (size_t) n_rot * D * D, at = (size_t) l * nr;
-    if (st == OSCAR_OK && s->G > 0) st = bcast(s, f->k_rot + at, nr * sizeof(float));
-    if (st == OSCAR_OK && s->G > 0) st = bcast(s, f->v_rot + at, nr * sizeof(float));
+    const size_t nr = (size_t) n_rot * D * D;   // layer l's block, from head 0
+    if (st == OSCAR_OK && s->G > 0) st = bcast(s, oscar_rotations_k(r, l, 0), nr * sizeof(float));
+    if (st == OSCAR_OK && s->G > 0) st = bcast(s, oscar_rotations_v(r, l, 0), nr * sizeof(float));
     return st;
 }
 
 // This rank's share of the grid on ev's layer, gathered on rank 0 into s->ek / s->evv (rank 0 also
 // gets kref and vref).
 static enum oscar_status grid_share(struct osc_calib_split * s, struct oscar_eval_dev * ev,
-                                    const struct oscar_calib_fit * f, double * vref) {
+                                    const struct oscar_rotations * r, double * vref) {
     const int32_t H = s->Hkv, item = 2 * H + 1;
     int64_t c0, c1;
     osc_dp_share(s->dp, s->dp->rank, s->G, &c0, &c1);
     enum oscar_status st = OSCAR_OK;
     if (c1 > c0 || vref)   // rank 0 always: it needs the references
-        st = oscar_calib_clip_errors(ev, f, s->p, H, (int32_t) c0, (int32_t) c1, s->ek, s->kref, s->evv, vref);
+        st = oscar_calib_clip_errors(ev, r, s->p, (int32_t) c0, (int32_t) c1, s->ek, s->kref, s->evv, vref);
     for (int64_t c = c0; st == OSCAR_OK && c < c1; c++) { // one item per candidate: its K row, its V row
         double * it = s->pack + (size_t) (c - c0) * (size_t) item;
         memcpy(it, s->ek + (size_t) c * (size_t) H, (size_t) H * sizeof(double));
@@ -145,10 +142,10 @@ static unsigned gate_mask(int32_t rank, int32_t size) {
 
 // This rank's gate methods on ev's layer; rank 0 gets every method's error in err.
 static enum oscar_status gate_share(struct osc_calib_split * s, struct oscar_eval_dev * ev,
-                                    const struct oscar_calib_fit * f, const struct oscar_calib_clip * c, double err[3]) {
+                                    const struct oscar_rotations * r, double err[3]) {
     double mine[3] = {0};
     const unsigned mask = gate_mask(s->dp->rank, s->dp->size);
-    enum oscar_status st = mask ? oscar_calib_gate_methods(ev, f, c, s->p, s->Hkv, mask, mine) : OSCAR_OK;
+    enum oscar_status st = mask ? oscar_calib_gate_methods(ev, r, s->p, mask, mine) : OSCAR_OK;
     size_t * counts = calloc((size_t) s->dp->size, sizeof(size_t));
     double * all = NULL;
     if (st == OSCAR_OK && !counts) st = osc_error(OSCAR_ERR_NOMEM, "gate: out of memory");
@@ -156,9 +153,9 @@ static enum oscar_status gate_share(struct osc_calib_split * s, struct oscar_eva
     if (s->dp->rank) bytes_sent += (int64_t) sizeof mine;
     else bytes_received += (int64_t) sizeof mine * (s->dp->size - 1);
     for (int32_t m = 0; st == OSCAR_OK && s->dp->rank == 0 && m < 3; m++) {
-        const int32_t r = gate_rank(m, s->dp->size);
-        if (counts[r] != sizeof mine) st = osc_error(OSCAR_ERR_IO, "gate: rank %d sent %zu bytes", (int) r, counts[r]);
-        else err[m] = all[(size_t) r * 3 + (size_t) m];
+        const int32_t rk = gate_rank(m, s->dp->size);
+        if (counts[rk] != sizeof mine) st = osc_error(OSCAR_ERR_IO, "gate: rank %d sent %zu bytes", (int) rk, counts[rk]);
+        else err[m] = all[(size_t) rk * 3 + (size_t) m];
     }
     free(all), free(counts);
     return st;
@@ -166,17 +163,17 @@ static enum oscar_status gate_share(struct osc_calib_split * s, struct oscar_eva
 
 enum oscar_status osc_calib_split_finish(struct osc_calib_split * s, struct oscar_calib_finisher * fin,
                                          const struct oscar_calib_heldout * h, int32_t l) {
-    if (fin->fit.k_mean)   // refused before the pass (layer-pass.c): its mean sums every rank's rows
+    if (fin->fit.rot.k_mean)   // refused before the pass (layer-pass.c): its mean sums every rank's rows
         return osc_error(OSCAR_ERR_INVALID, "finishing split: a key mean (OptR centring) over several ranks");
     struct oscar_calib_timing * t = fin->t;
     double t0 = osc_now(), vref = 0.0;
-    enum oscar_status st = share_layer(s, h, &fin->fit, l);
-    if (st == OSCAR_OK && s->G > 0 && (st = grid_share(s, fin->ev, &fin->fit, &vref)) == OSCAR_OK)
-        oscar_calib_clip_choose(s->p, s->Hkv, l, s->ek, s->kref, s->evv, vref, &fin->clip);
+    enum oscar_status st = share_layer(s, h, &fin->fit.rot, l);
+    if (st == OSCAR_OK && s->G > 0 && (st = grid_share(s, fin->ev, &fin->fit.rot, &vref)) == OSCAR_OK)
+        oscar_calib_clip_choose(s->p, l, s->ek, s->kref, s->evv, vref, &fin->fit.rot, &fin->clip);
     if (t) t->clip += osc_now() - t0;
     t0 = osc_now();
     double err[3] = {0};
-    if (st == OSCAR_OK && s->gate_per_layer && (st = gate_share(s, fin->ev, &fin->fit, &fin->clip, err)) == OSCAR_OK)
+    if (st == OSCAR_OK && s->gate_per_layer && (st = gate_share(s, fin->ev, &fin->fit.rot, err)) == OSCAR_OK)
         fin->gate.naive[l] = err[0], fin->gate.hadamard[l] = err[1], fin->gate.oscar[l] = err[2];
     if (t) t->gate += osc_now() - t0;
     return st;
@@ -188,6 +185,6 @@ enum oscar_status osc_calib_split_work(struct osc_calib_split * s, struct oscar_
     if (st == OSCAR_OK) st = oscar_eval_dev_layer(s->ev, &in);
     if (st == OSCAR_OK && s->G > 0) st = grid_share(s, s->ev, &s->view, NULL);
     double err[3];
-    if (st == OSCAR_OK && s->gate_per_layer) st = gate_share(s, s->ev, &s->view, NULL, err);
+    if (st == OSCAR_OK && s->gate_per_layer) st = gate_share(s, s->ev, &s->view, err);
     return st;
 }

@@ -44,10 +44,10 @@ enum oscar_status oscar_calib_finish_begin(struct oscar_calib_finisher * fin, co
     enum oscar_status st = oscar_calib_fit_alloc(p, h->n_layer, h->n_head_kv, h->head_dim, &fin->fit);
     if (st == OSCAR_OK && p->sign_search) st = oscar_calib_signs_alloc(p, &fin->fit, h->n_head_kv, &fin->signs);
     if (st == OSCAR_OK && p->refine_optr) st = oscar_calib_refine_alloc(store, h, p, &fin->fit, &fin->refine);
-    if (st == OSCAR_OK) st = oscar_calib_clip_alloc(p, &fin->fit, h->n_head_kv, &fin->clip);
+    if (st == OSCAR_OK) st = oscar_calib_clip_alloc(p, fin->fit.rot.n_clip, &fin->fit, &fin->clip);
     if (st == OSCAR_OK) st = oscar_calib_gate_alloc(h->n_layer, &fin->gate);
     if (st == OSCAR_OK && p->grouping == OSCAR_GROUP_AUTO)
-        st = oscar_calib_grouping_alloc(p, &fin->fit, h->n_head_kv, &fin->grouping);
+        st = oscar_calib_grouping_alloc(p, &fin->fit, &fin->grouping);
     if (st != OSCAR_OK) oscar_calib_finish_free(fin);
     return st;
 }
@@ -66,16 +66,16 @@ enum oscar_status oscar_calib_finish_layer(struct oscar_calib_finisher * fin, co
     if (st == OSCAR_OK && !autog) st = oscar_calib_fit_layer(s, p, l, &fin->fit, fin->t);
     if (st == OSCAR_OK) st = oscar_eval_dev_layer(fin->ev, &in);
     if (st == OSCAR_OK && autog)
-        st = oscar_calib_grouping_layer(fin->ev, s, p, Hkv, l, &fin->fit, &fin->clip, &fin->grouping, fin->t);
+        st = oscar_calib_grouping_layer(fin->ev, s, p, l, &fin->fit, &fin->clip, &fin->grouping, fin->t);
     if (st == OSCAR_OK && p->sign_search) st = oscar_calib_signs_layer(fin->ev, p, Hkv, l, &fin->fit, &fin->signs, fin->t);
     if (st == OSCAR_OK) oscar_calib_fit_spread_heads(p, Hkv, l, &fin->fit);
     if (st == OSCAR_OK && p->refine_optr)
         st = oscar_calib_refine_layer(fin->store, fin->optr_rows, fin->plan, h, p, l, &fin->fit, &fin->refine, fin->t);
     if (st == OSCAR_OK && fin->split) st = osc_calib_split_finish(fin->split, fin, h, l); // with the other ranks
     if (st == OSCAR_OK && !fin->split && (!autog || p->refine_optr))   // auto without OptR: the chosen candidate's clips
-        st = oscar_calib_clip_layer(fin->ev, &fin->fit, p, Hkv, l, &fin->clip, fin->t);
+        st = oscar_calib_clip_layer(fin->ev, p, l, &fin->fit, &fin->clip, fin->t);
     if (st == OSCAR_OK && !fin->split && !fin->gate_at_end)
-        st = oscar_calib_gate_layer(fin->ev, &fin->fit, &fin->clip, p, Hkv, l, &fin->gate, fin->t);
+        st = oscar_calib_gate_layer(fin->ev, &fin->fit.rot, p, l, &fin->gate, fin->t);
     if (st == OSCAR_OK) fin->n_done = l + 1;
     return st;
 }
@@ -85,13 +85,13 @@ enum oscar_status oscar_calib_finish_end(struct oscar_calib_finisher * fin, cons
     if (fin->n_done != fin->n_layer)
         return osc_error(OSCAR_ERR_INVALID, "finish: %d of %d layers finished", (int) fin->n_done, (int) fin->n_layer);
     if (p->sign_search) oscar_calib_signs_end(&fin->fit, &fin->signs);
-    oscar_calib_clip_end(p, &fin->clip);
+    oscar_calib_clip_end(p, &fin->fit.rot, &fin->clip);
     osc_debug("after the clip search: peak RSS %.1f MiB", oscar_calib_peak_rss_mb());
     enum oscar_status st = fin->gate_at_end ? need_eval(fin, h) : OSCAR_OK;
     for (int32_t l = 0; fin->gate_at_end && l < fin->n_layer && st == OSCAR_OK; l++) {   // at the shared ratio
         const struct oscar_layer_input in = osc_calib_layer_input(h, l);
         if ((st = oscar_eval_dev_layer(fin->ev, &in)) == OSCAR_OK)
-            st = oscar_calib_gate_layer(fin->ev, &fin->fit, &fin->clip, p, fin->n_head_kv, l, &fin->gate, fin->t);
+            st = oscar_calib_gate_layer(fin->ev, &fin->fit.rot, p, l, &fin->gate, fin->t);
     }
     if (st == OSCAR_OK) oscar_calib_gate_end(&fin->gate);
     osc_debug("after the gate: peak RSS %.1f MiB", oscar_calib_peak_rss_mb());

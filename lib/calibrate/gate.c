@@ -30,17 +30,14 @@ enum oscar_status oscar_calib_gate_alloc(int32_t n_layer, struct oscar_calib_gat
     return OSCAR_OK;
 }
 
-enum oscar_status oscar_calib_gate_methods(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
-                                           const struct oscar_calib_clip * c, const struct oscar_calib_params * p,
-                                           int32_t n_head_kv, unsigned mask, double err[3]) {
-    const int32_t L = f->n_layer, D = f->head_dim;
+enum oscar_status oscar_calib_gate_methods(struct oscar_eval_dev * ev, const struct oscar_rotations * r,
+                                           const struct oscar_calib_params * p, unsigned mask, double err[3]) {
     struct oscar_kv_transform all[3], tf[3];
     int32_t n = 0, which[3];
     enum oscar_status st;
-    if ((st = osc_calib_transform("naive", p, NULL, NULL, L, n_head_kv, D, &all[0])) != OSCAR_OK ||
-        (st = osc_calib_transform("hadamard", p, NULL, NULL, L, n_head_kv, D, &all[1])) != OSCAR_OK ||
-        ((mask & OSCAR_GATE_OSCAR) &&
-         (st = osc_calib_transform("oscar-searched", p, f, c, L, n_head_kv, D, &all[2])) != OSCAR_OK))
+    if ((st = osc_calib_transform("naive", p, r, &all[0])) != OSCAR_OK ||
+        (st = osc_calib_transform("hadamard", p, r, &all[1])) != OSCAR_OK ||
+        ((mask & OSCAR_GATE_OSCAR) && (st = osc_calib_transform("oscar-searched", p, r, &all[2])) != OSCAR_OK))
         return st;
     all[1].k_clip = 0.96, all[1].v_clip = 0.92;   // the reference's fixed ratios (method.md §9.5)
     for (int32_t i = 0; i < 3; i++)
@@ -51,12 +48,11 @@ enum oscar_status oscar_calib_gate_methods(struct oscar_eval_dev * ev, const str
     return st;
 }
 
-enum oscar_status oscar_calib_gate_layer(struct oscar_eval_dev * ev, const struct oscar_calib_fit * f,
-                                         const struct oscar_calib_clip * c, const struct oscar_calib_params * p,
-                                         int32_t n_head_kv, int32_t l, struct oscar_calib_gate * g,
+enum oscar_status oscar_calib_gate_layer(struct oscar_eval_dev * ev, const struct oscar_rotations * r,
+                                         const struct oscar_calib_params * p, int32_t l, struct oscar_calib_gate * g,
                                          struct oscar_calib_timing * t) {
     double t0 = osc_now(), err[3] = {0};
-    enum oscar_status st = oscar_calib_gate_methods(ev, f, c, p, n_head_kv, OSCAR_GATE_ALL, err);
+    enum oscar_status st = oscar_calib_gate_methods(ev, r, p, OSCAR_GATE_ALL, err);
     if (st == OSCAR_OK) g->naive[l] = err[0], g->hadamard[l] = err[1], g->oscar[l] = err[2];
     if (t) t->gate += osc_now() - t0;
     return st;

@@ -83,14 +83,15 @@ struct result_array {
 static int32_t result_table(const struct oscar_calib_finisher * fin, struct result_array * out) {
     int32_t n = 0;
     const struct oscar_calib_fit * f = &fin->fit;
-    const size_t D = (size_t) f->head_dim, R = (size_t) f->n_rot, Hkv = (size_t) fin->n_head_kv;
+    const struct oscar_rotations * rot = &f->rot;
+    const size_t D = (size_t) rot->head_dim, R = (size_t) rot->n_rot, Hkv = (size_t) fin->n_head_kv;
 #define ADD(nm, ptr, bytes) do { if (ptr) out[n++] = (struct result_array){nm, (void *) (ptr), (bytes)}; } while (0)
-    ADD("fit k_rot", f->k_rot, R * D * D * sizeof(float));
-    ADD("fit v_rot", f->v_rot, R * D * D * sizeof(float));
-    ADD("fit k_eig", f->k_eig, R * D * sizeof(float));
-    ADD("fit v_eig", f->v_eig, R * D * sizeof(float));
-    ADD("fit k_mean", f->k_mean, Hkv * D * sizeof(float));
-    ADD("fit chosen_head", f->chosen_head, sizeof(int32_t));   // v7: --rotation-grouping auto's choice
+    ADD("fit k_rot", rot->k, R * D * D * sizeof(float));
+    ADD("fit v_rot", rot->v, R * D * D * sizeof(float));
+    ADD("fit k_eig", rot->k_eig, R * D * sizeof(float));
+    ADD("fit v_eig", rot->v_eig, R * D * sizeof(float));
+    ADD("fit k_mean", rot->k_mean, Hkv * D * sizeof(float));
+    ADD("fit chosen_head", rot->head_layer, sizeof(int32_t));   // v7: --rotation-grouping auto's choice
     ADD("fit err_layer", f->err_layer, sizeof(double)); ADD("fit err_head", f->err_head, sizeof(double));
     const struct oscar_calib_signs * g = &fin->signs;
     const size_t NS = (size_t) g->n_rot * D;
@@ -104,8 +105,8 @@ static int32_t result_table(const struct oscar_calib_finisher * fin, struct resu
     ADD("refine k_base", r->k_base, sizeof(double)); ADD("refine k_best", r->k_best, sizeof(double));
     ADD("refine v_base", r->v_base, sizeof(double)); ADD("refine v_best", r->v_best, sizeof(double));
     const struct oscar_calib_clip * c = &fin->clip;
-    const size_t NC = (size_t) c->n_clip;
-    ADD("clip k", c->k, NC * sizeof(float)); ADD("clip v", c->v, NC * sizeof(float));
+    const size_t NC = (size_t) c->n_clip;   // the fit's clips are as wide as the search's record
+    ADD("clip k", rot->k_clip, NC * sizeof(float)); ADD("clip v", rot->v_clip, NC * sizeof(float));
     ADD("clip k_err", c->k_err, NC * sizeof(double)); ADD("clip v_err", c->v_err, NC * sizeof(double));
     ADD("clip k_err1", c->k_err1, NC * sizeof(double)); ADD("clip v_err1", c->v_err1, NC * sizeof(double));
     ADD("clip grid_k", c->grid_k, (size_t) c->n_grid * sizeof(double));
@@ -436,10 +437,11 @@ enum oscar_status osc_layer_ckpt_load(const struct osc_layer_ckpt * k, struct os
             const size_t b = tab[i].per_layer * (size_t) hd.next_layer;
             memcpy(tab[i].base, at, b), at += b;
         }
-        for (int32_t l = 0; k->fin->fit.chosen_head && l < hd.next_layer; l++)
-            if (k->fin->fit.chosen_head[l] != 0 && k->fin->fit.chosen_head[l] != 1) {
+        const int32_t * chosen = k->fin->fit.rot.head_layer;
+        for (int32_t l = 0; chosen && l < hd.next_layer; l++)
+            if (chosen[l] != 0 && chosen[l] != 1) {
                 st = osc_error(OSCAR_ERR_FORMAT, "%s: checkpoint grouping choice %d of layer %d is not 0 or 1 (corrupt "
-                               "file)", k->path, (int) k->fin->fit.chosen_head[l], (int) l);
+                               "file)", k->path, (int) chosen[l], (int) l);
                 goto out;
             }
         k->fin->fit.orth_err_max = hd.orth_err_max;

@@ -83,10 +83,10 @@ enum oscar_status oscar_calib_refine_alloc(struct oscar_actstore * store, const 
         return osc_error(OSCAR_ERR_INVALID, "optr: the store (L %d Hq %d Hkv %d D %d) does not match the held-out "
                          "rows (L %d Hq %d Hkv %d D %d)", (int) si->n_layer, (int) si->n_head, (int) si->n_head_kv,
                          (int) si->head_dim, (int) L, (int) Hq, (int) Hkv, (int) D);
-    if (f->n_layer != L || f->head_dim != D || f->n_rot != Hkv)
+    if (f->rot.n_layer != L || f->rot.head_dim != D || f->rot.n_rot != Hkv)
         return osc_error(OSCAR_ERR_INVALID, "optr: the fit (L %d D %d, %d rotations per layer) does not match the "
-                         "held-out rows (L %d Hkv %d D %d)", (int) f->n_layer, (int) f->head_dim, (int) f->n_rot,
-                         (int) L, (int) Hkv, (int) D);
+                         "held-out rows (L %d Hkv %d D %d)", (int) f->rot.n_layer, (int) f->rot.head_dim,
+                         (int) f->rot.n_rot, (int) L, (int) Hkv, (int) D);
     const struct oscar_optr_params op = optr_params(p, D);
     out->n_layer = L, out->n_head_kv = Hkv, out->steps = op.steps, out->center = op.center;
     out->k_kept = calloc((size_t) L, sizeof(int32_t)), out->v_kept = calloc((size_t) L, sizeof(int32_t));
@@ -155,7 +155,7 @@ enum oscar_status oscar_calib_refine_layer(struct oscar_actstore * store, const 
     struct oscar_optr_layer in = {
         .layer = l, .n_head = Hq, .n_head_kv = Hkv, .head_dim = D, .n_embd = h->n_embd, .wo = h->wo[l],
         .attn_scale = h->attn_scale,
-        .k_rot_base = f->k_rot + (size_t) l * HDD, .v_rot_base = f->v_rot + (size_t) l * HDD,
+        .k_rot_base = oscar_rotations_k(&f->rot, l, 0), .v_rot_base = oscar_rotations_v(&f->rot, l, 0),
         .train = train, .k_mean = k_mean,
         .held = {.n_seq = h->n_seq, .seq_start = h->seq_start, .q = h->q[l], .k = h->k[l], .v = h->v[l]},
     };
@@ -164,9 +164,9 @@ enum oscar_status oscar_calib_refine_layer(struct oscar_actstore * store, const 
         osc_error_prefix(st, "optr: layer %d", (int) l);
         goto out;
     }
-    memcpy(f->k_rot + (size_t) l * HDD, r.k_rot, HDD * sizeof(float));
-    memcpy(f->v_rot + (size_t) l * HDD, r.v_rot, HDD * sizeof(float));
-    if (op.center) memcpy(f->k_mean + (size_t) l * Hkv * D, r.k_mean, (size_t) Hkv * D * sizeof(float));
+    memcpy(oscar_rotations_k(&f->rot, l, 0), r.k_rot, HDD * sizeof(float));   // layer l's Hkv heads
+    memcpy(oscar_rotations_v(&f->rot, l, 0), r.v_rot, HDD * sizeof(float));
+    if (op.center) memcpy(oscar_rotations_k_mean(&f->rot, l, 0), r.k_mean, (size_t) Hkv * D * sizeof(float));
     for (int32_t hh = 0; hh < Hkv; hh++) out->k_kept[l] += r.k_best[hh] >= 0, out->v_kept[l] += r.v_best[hh] >= 0;
     out->k_base[l] = mean_of(r.k_held, Hkv), out->k_best[l] = kept_loss(r.k_held, r.k_best, Hkv);
     out->v_base[l] = mean_of(r.v_held, Hkv), out->v_best[l] = kept_loss(r.v_held, r.v_best, Hkv);
@@ -176,9 +176,8 @@ enum oscar_status oscar_calib_refine_layer(struct oscar_actstore * store, const 
               (int) out->v_kept[l], (int) Hkv);
     oscar_optr_result_free(&r);
     for (int32_t hh = 0; hh < Hkv; hh++) {   // the fit's orthogonality report, refined
-        const size_t i = (size_t) l * (size_t) Hkv + (size_t) hh;
-        f->orth_err_max = fmax(f->orth_err_max, orth_err(f->k_rot + i * (size_t) D * D, D));
-        f->orth_err_max = fmax(f->orth_err_max, orth_err(f->v_rot + i * (size_t) D * D, D));
+        f->orth_err_max = fmax(f->orth_err_max, orth_err(oscar_rotations_k(&f->rot, l, hh), D));
+        f->orth_err_max = fmax(f->orth_err_max, orth_err(oscar_rotations_v(&f->rot, l, hh), D));
     }
 out:
     free(q); free(k); free(v); free(k_mean);

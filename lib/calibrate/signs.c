@@ -94,7 +94,7 @@ static bool scratch_alloc(struct layer_scratch * w, int32_t NR, int32_t Hkv, int
 static enum oscar_status search_layer(struct oscar_eval_dev * ev, const struct oscar_kv_transform * tf,
                                       const struct oscar_calib_params * p, struct oscar_calib_fit * f, int32_t l,
                                       int32_t Hkv, struct layer_scratch * w, struct oscar_calib_signs * out) {
-    const int32_t NR = out->n_rot, D = f->head_dim, passes = p->sign_passes > 0 ? p->sign_passes : 1;
+    const int32_t NR = out->n_rot, D = f->rot.head_dim, passes = p->sign_passes > 0 ? p->sign_passes : 1;
     const size_t dd = (size_t) D * (size_t) D;
     const bool per_head = NR > 1;
     double v_den = 0.0;
@@ -161,9 +161,9 @@ static enum oscar_status search_layer(struct oscar_eval_dev * ev, const struct o
             if (x->misses >= D || x->passes >= passes) x->active = false;
         }
     }
-    const size_t LB = (size_t) l * (size_t) f->n_rot * dd;   // head 0.. of layer l (optr: spread later)
-    memcpy(f->k_rot + LB, w->cur_k, (size_t) NR * dd * sizeof(float));
-    memcpy(f->v_rot + LB, w->cur_v, (size_t) NR * dd * sizeof(float));
+    // heads 0 .. NR-1 of layer l (optr: spread later)
+    memcpy(oscar_rotations_k(&f->rot, l, 0), w->cur_k, (size_t) NR * dd * sizeof(float));
+    memcpy(oscar_rotations_v(&f->rot, l, 0), w->cur_v, (size_t) NR * dd * sizeof(float));
     double ka = 0.0, va = 0.0;
     for (int32_t r = 0; r < NR; r++) {   // layer summaries: K pooled as the clip search pools it; V heads summed
         ka += w->sr[r].obj / NR, va += w->sr[NR + r].obj;
@@ -177,15 +177,15 @@ static enum oscar_status search_layer(struct oscar_eval_dev * ev, const struct o
 // The search's transform: the target's clip quantizer at the fixed clips, the held-out
 // tiering; the rotations come with each evaluation (NR of them, the fitted ones).
 static enum oscar_status search_transform(const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
-                                          int32_t NR, int32_t Hkv, struct oscar_kv_transform * tf) {
+                                          int32_t NR, struct oscar_kv_transform * tf) {
     const struct oscar_target_profile * prof = oscar_target_get(p->target);
-    struct oscar_calib_fit view = *f;   // the fitted rotations: OptR's per-head copies and k_mean come after
+    struct oscar_rotations view = f->rot;   // the fitted rotations: OptR's per-head copies and k_mean come after
     view.n_rot = NR, view.k_mean = NULL;
-    enum oscar_status st = osc_calib_transform(prof->clip_quant, p, &view, NULL, f->n_layer, Hkv, f->head_dim, tf);
+    enum oscar_status st = osc_calib_transform(prof->clip_quant, p, &view, tf);
     if (st != OSCAR_OK) return st;
     tf->tiers = osc_calib_tiering(p);   // as the clip search: the held-out tiering, per-token quantizers
     tf->tiers.block = 1;
-    tf->k_clip_layer = tf->v_clip_layer = NULL;
+    tf->rots.k_clip = tf->rots.v_clip = NULL;   // the fixed ratios below
     tf->k_clip = p->k_clip;
     tf->v_clip = prof->clips == OSCAR_TARGET_CLIPS_ONE ? p->k_clip : p->v_clip;
     return OSCAR_OK;
@@ -193,7 +193,7 @@ static enum oscar_status search_transform(const struct oscar_calib_params * p, c
 
 enum oscar_status oscar_calib_signs_alloc(const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
                                           int32_t n_head_kv, struct oscar_calib_signs * out) {
-    const int32_t L = f->n_layer, D = f->head_dim, NR = oscar_calib_fit_n_fitted(p, n_head_kv);
+    const int32_t L = f->rot.n_layer, D = f->rot.head_dim, NR = oscar_calib_fit_n_fitted(p, n_head_kv);
     memset(out, 0, sizeof(*out));
     if (!oscar_composition_uses_u(p->composition))
         return osc_error(OSCAR_ERR_INVALID, "--sign-search: composition %s has no eigenvectors (no U) to sign",
@@ -216,8 +216,8 @@ enum oscar_status oscar_calib_signs_layer(struct oscar_eval_dev * ev, const stru
     struct layer_scratch w = {0};
     struct oscar_kv_transform tf;
     enum oscar_status st = OSCAR_OK;
-    if (!scratch_alloc(&w, NR, n_head_kv, f->head_dim)) st = osc_error(OSCAR_ERR_NOMEM, "sign search: out of memory");
-    if (st == OSCAR_OK) st = search_transform(p, f, NR, n_head_kv, &tf);
+    if (!scratch_alloc(&w, NR, n_head_kv, f->rot.head_dim)) st = osc_error(OSCAR_ERR_NOMEM, "sign search: out of memory");
+    if (st == OSCAR_OK) st = search_transform(p, f, NR, &tf);
     if (st == OSCAR_OK && (st = search_layer(ev, &tf, p, f, l, n_head_kv, &w, out)) != OSCAR_OK)
         osc_error_prefix(st, "sign search: layer %d", (int) l);
     scratch_free(&w);

@@ -120,13 +120,15 @@ static enum oscar_status upload(struct oscar_eval_dev * ev, const struct oscar_t
 // tf's K or V description for the current layer; clip[c * Hkv + h] filled by the caller.
 static struct oscar_eval_kv method_kv(const struct oscar_eval_dev * ev, const struct oscar_kv_transform * tf, bool is_k,
                                       const double * clip) {
-    int32_t D = tf->head_dim, nr = tf->rot_per_head ? tf->n_head_kv : 1;
-    const float * R = is_k ? tf->k_rotation : tf->v_rotation;
-    struct oscar_eval_kv kv = {.rot = tf->rot == OSCAR_ROT_MATRIX     ? OSCAR_EVAL_ROT_MATRIX
+    const bool mat = tf->rot == OSCAR_ROT_MATRIX;
+    struct oscar_eval_kv kv = {.rot = mat                             ? OSCAR_EVAL_ROT_MATRIX
                                       : tf->rot == OSCAR_ROT_HADAMARD ? OSCAR_EVAL_ROT_HADAMARD
                                                                       : OSCAR_EVAL_ROT_IDENTITY,
-                               .rot_mat = NULL, .n_rot = nr, .clip = clip, .n_clip = tf->n_head_kv};
-    if (tf->rot == OSCAR_ROT_MATRIX) kv.rot_mat = R + (size_t) ev->in.layer * (size_t) nr * (size_t) D * (size_t) D;
+                               .rot_mat = NULL, .n_rot = mat ? tf->rots.n_rot : 1, .clip = clip,
+                               .n_clip = tf->n_head_kv};
+    // the layer's block of n_rot matrices (the device reads [n_rot, D, D])
+    const int32_t l = ev->in.layer;
+    if (mat) kv.rot_mat = is_k ? oscar_rotations_k(&tf->rots, l, 0) : oscar_rotations_v(&tf->rots, l, 0);
     return kv;
 }
 
@@ -139,10 +141,8 @@ static struct oscar_eval_method method(const struct oscar_eval_dev * ev, const s
 
 // The clip ratio lib/verify uses for (layer, head) of K or V.
 static double tf_clip(const struct oscar_kv_transform * tf, bool is_k, int32_t layer, int32_t h) {
-    const float * arr = is_k ? tf->k_clip_layer : tf->v_clip_layer;
-    if (!arr) return is_k ? tf->k_clip : tf->v_clip;
-    int32_t nc = tf->clip_per_head ? tf->n_head_kv : 1;
-    return arr[(size_t) layer * (size_t) nc + (size_t) (tf->clip_per_head ? h : 0)];
+    if (!(is_k ? tf->rots.k_clip : tf->rots.v_clip)) return is_k ? tf->k_clip : tf->v_clip;
+    return is_k ? *oscar_rotations_k_clip(&tf->rots, layer, h) : *oscar_rotations_v_clip(&tf->rots, layer, h);
 }
 
 // ---- entry points ------------------------------------------------------------------------------
@@ -221,7 +221,7 @@ enum oscar_status oscar_eval_dev_candidates(struct oscar_eval_dev * ev, const st
     if (n_cand < 1 || n_cand > ev->shape.max_cand || n_cand > OSCAR_EVAL_MAX_CAND)
         return osc_error(OSCAR_ERR_INVALID, "layer eval: %d clip candidates (at most %d)", (int) n_cand,
                          (int) ev->shape.max_cand);
-    if (tf->k_clip_layer || tf->v_clip_layer)
+    if (tf->rots.k_clip || tf->rots.v_clip)
         return osc_error(OSCAR_ERR_INVALID, "layer eval: method '%s' carries its own clips; candidates set them",
                          tf->name);
     struct oscar_kv_transform t = *tf;
@@ -256,7 +256,7 @@ enum oscar_status oscar_eval_dev_candidates_part(struct oscar_eval_dev * ev, con
     if (ev->be)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "layer eval (%s): a part of the clip grid is evaluated on the cpu only",
                          ev->be->name);
-    if (tf->k_clip_layer || tf->v_clip_layer)
+    if (tf->rots.k_clip || tf->rots.v_clip)
         return osc_error(OSCAR_ERR_INVALID, "layer eval: method '%s' carries its own clips; candidates set them",
                          tf->name);
     struct oscar_kv_transform t = *tf;
@@ -267,10 +267,10 @@ enum oscar_status oscar_eval_dev_candidates_part(struct oscar_eval_dev * ev, con
 }
 
 enum oscar_status oscar_eval_dev_rotations(struct oscar_eval_dev * ev, const struct oscar_kv_transform * tf,
-                                           const float * k_rot, const float * v_rot, bool v_per_head,
+                                           float * k_rot, float * v_rot, bool v_per_head,
                                            double * k_num, double * k_den, double * v_num, double * v_den) {
     const struct oscar_layer_input * in = &ev->in;
-    const int32_t l = in->layer, Hkv = tf->n_head_kv, D = tf->head_dim;
+    const int32_t l = in->layer, Hkv = tf->n_head_kv;
     if (tf->rot != OSCAR_ROT_MATRIX || !k_rot || !v_rot)
         return osc_error(OSCAR_ERR_INVALID, "layer eval: method '%s' has no rotation matrices to replace", tf->name);
     if (l < 0 || l >= tf->n_layer)
@@ -279,12 +279,10 @@ enum oscar_status oscar_eval_dev_rotations(struct oscar_eval_dev * ev, const str
     enum oscar_status st;
     if (!ev->be) {   // a one-layer view of tf: layer l's clips and key mean, the given rotations
         struct oscar_kv_transform t = *tf;
-        const size_t nc = tf->clip_per_head ? (size_t) Hkv : 1;
         t.n_layer = 1;
-        t.k_rotation = k_rot, t.v_rotation = v_rot;
-        if (tf->k_clip_layer) t.k_clip_layer = tf->k_clip_layer + (size_t) l * nc;
-        if (tf->v_clip_layer) t.v_clip_layer = tf->v_clip_layer + (size_t) l * nc;
-        if (tf->k_mean) t.k_mean = tf->k_mean + (size_t) l * (size_t) Hkv * (size_t) D;
+        t.rots = oscar_rotations_layer_view(&tf->rots, l);
+        t.rots.k = k_rot, t.rots.v = v_rot;
+        t.k_mean = oscar_kv_transform_k_mean(tf, l, 0);
         size_t n = (size_t) in->n_tokens * (size_t) in->n_head_kv * (size_t) in->head_dim + 1;
         float * buf = realloc(ev->cpu_buf, n * 4 * sizeof(float));
         if (!buf) return osc_error(OSCAR_ERR_NOMEM, "layer eval: %d held-out rows", (int) in->n_tokens);

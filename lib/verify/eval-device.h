@@ -61,12 +61,12 @@ enum oscar_status oscar_eval_dev_candidates_part(struct oscar_eval_dev * ev, con
                                                  double * v_den);
 
 // The sums of oscar_eval_dev_candidates for ONE variant of tf whose current-layer
-// rotations are k_rot / v_rot ([R, D, D] each, R = tf->rot_per_head ? Hkv : 1),
+// rotations are k_rot / v_rot ([R, D, D] each, R = tf->rots.n_rot; read only),
 // at tf's own clips (scalars or per-layer arrays); tf must be a ROT_MATRIX method.
 // The same rotations give the same bits whatever was evaluated before (the sign
 // search compares these numbers with each other).
 enum oscar_status oscar_eval_dev_rotations(struct oscar_eval_dev * ev, const struct oscar_kv_transform * tf,
-                                           const float * k_rot, const float * v_rot, bool v_per_head,
+                                           float * k_rot, float * v_rot, bool v_per_head,
                                            double * k_num, double * k_den, double * v_num, double * v_den);
 
 #endif

@@ -18,15 +18,25 @@ static enum oscar_eval_rot eval_rot(enum oscar_kv_rot r) {
                                                                                 : OSCAR_EVAL_ROT_IDENTITY;
 }
 
+// Clip ratios per layer the device is given: the transform's per-head ones, else one.
+static int32_t n_clip(const struct oscar_kv_transform * tf) {
+    return tf->rots.k_clip && tf->rots.n_clip > 1 ? tf->n_head_kv : 1;
+}
+
 // Side K or V: its rotations and its clips, [L, Nc] into clip (the transform's per-layer ratios
 // or its one ratio).
 static struct oscar_fwd_kvsim_side side_of(const struct oscar_kv_transform * tf, bool is_k, double * clip) {
-    const int32_t nc = tf->clip_per_head ? tf->n_head_kv : 1;
-    const float * arr = is_k ? tf->k_clip_layer : tf->v_clip_layer;
-    for (int64_t i = 0; i < (int64_t) tf->n_layer * nc; i++) clip[i] = arr ? (double) arr[i] : is_k ? tf->k_clip : tf->v_clip;
+    const int32_t nc = n_clip(tf);
+    const float * arr = is_k ? tf->rots.k_clip : tf->rots.v_clip;
+    for (int32_t l = 0; l < tf->n_layer; l++)
+        for (int32_t h = 0; h < nc; h++)
+            clip[(size_t) l * (size_t) nc + (size_t) h] =
+                !arr ? (is_k ? tf->k_clip : tf->v_clip)
+                     : (double) *(is_k ? oscar_rotations_k_clip(&tf->rots, l, h) : oscar_rotations_v_clip(&tf->rots, l, h));
+    const bool mat = tf->rot == OSCAR_ROT_MATRIX;   // the device reads the flat [L, n_rot, D, D] stack
     return (struct oscar_fwd_kvsim_side){
-        .rot = eval_rot(tf->rot), .rot_mat = is_k ? tf->k_rotation : tf->v_rotation,
-        .n_rot = tf->rot_per_head ? tf->n_head_kv : 1, .clip = clip, .n_clip = nc,
+        .rot = eval_rot(tf->rot), .rot_mat = mat ? (is_k ? tf->rots.k : tf->rots.v) : NULL,
+        .n_rot = mat ? tf->rots.n_rot : 1, .clip = clip, .n_clip = nc,
         .engine_hadamard = is_k ? tf->k_engine_hadamard : tf->v_engine_hadamard};
 }
 
@@ -58,7 +68,7 @@ enum oscar_status oscar_kv_fwd_sim_init(const struct oscar_kv_transform * tf, st
     const int32_t D = tf->head_dim;
     if (D != 32 && D != 64 && D != 128 && D != 256)   // the device row transform's sizes (eval-transform.cuh)
         return osc_error(OSCAR_ERR_UNSUPPORTED, "device cache simulation: head_dim %d (32, 64, 128, 256)", D);
-    const int32_t nc = tf->clip_per_head ? tf->n_head_kv : 1;
+    const int32_t nc = n_clip(tf);
     out->clip = malloc(2 * sizeof(double) * (size_t) tf->n_layer * (size_t) nc);
     if (!out->clip) return osc_error(OSCAR_ERR_NOMEM, "device cache simulation: clips");
     struct oscar_fwd_kvsim * d = &out->desc;

@@ -65,10 +65,7 @@ bool oscar_tier_from_prefill(const struct oscar_tiering * tr, int64_t p, int64_t
 
 // ---- rotation helpers ----------------------------------------------------------------
 static const float * rot_matrix(const struct oscar_kv_transform * tf, bool is_k, int32_t layer, int32_t h) {
-    const float * base = is_k ? tf->k_rotation : tf->v_rotation;
-    size_t DD = (size_t) tf->head_dim * tf->head_dim;
-    size_t nr = tf->rot_per_head ? (size_t) tf->n_head_kv : 1;
-    return base + ((size_t) layer * nr + (tf->rot_per_head ? (size_t) h : 0)) * DD;
+    return is_k ? oscar_rotations_k(&tf->rots, layer, h) : oscar_rotations_v(&tf->rots, layer, h);
 }
 
 // n rows [n, D] of KV head h, rotated (or rotated back: inverse); each row's bits do not depend on n.
@@ -105,10 +102,8 @@ static void rotate(const struct oscar_kv_transform * tf, bool is_k, int32_t laye
 }
 
 static double clip_ratio(const struct oscar_kv_transform * tf, bool is_k, int32_t layer, int32_t h) {
-    const float * arr = is_k ? tf->k_clip_layer : tf->v_clip_layer;
-    if (!arr) return is_k ? tf->k_clip : tf->v_clip;
-    int32_t nc = tf->clip_per_head ? tf->n_head_kv : 1;
-    return arr[(size_t) layer * nc + (tf->clip_per_head ? h : 0)];
+    if (!(is_k ? tf->rots.k_clip : tf->rots.v_clip)) return is_k ? tf->k_clip : tf->v_clip;
+    return is_k ? *oscar_rotations_k_clip(&tf->rots, layer, h) : *oscar_rotations_v_clip(&tf->rots, layer, h);
 }
 
 // ---- presets -------------------------------------------------------------------------------
@@ -120,7 +115,7 @@ enum oscar_status oscar_kv_transform_check(const struct oscar_kv_transform * tf)
     if (tf->rot == OSCAR_ROT_HADAMARD && !oscar_is_pow2(D))
         return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': Hadamard needs a power-of-two head_dim, got %d",
                          tf->name, D);
-    if (tf->rot == OSCAR_ROT_MATRIX && (!tf->k_rotation || !tf->v_rotation))
+    if (tf->rot == OSCAR_ROT_MATRIX && (!tf->rots.k || !tf->rots.v))
         return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': rotation matrices missing (need --rotations)",
                          tf->name);
     if (tf->quant == OSCAR_KVQ_INT2) {
@@ -143,7 +138,13 @@ enum oscar_status oscar_kv_transform_check(const struct oscar_kv_transform * tf)
                          "kv transform '%s': head_dim %d with %d KV heads: the llama.cpp fork's Q2_0 groups "
                          "cross heads (it needs head_dim %% 32 == 0 and 128 | head_dim or n_head_kv*head_dim < 128)",
                          tf->name, D, tf->n_head_kv);
-    if (tf->quant == OSCAR_KVQ_Q2_0 && tf->rot == OSCAR_ROT_MATRIX && tf->rot_per_head)
+    const bool by_head = tf->rots.n_rot > 1 || (tf->rots.k_clip && tf->rots.n_clip > 1) || tf->k_mean;
+    if (tf->rot == OSCAR_ROT_MATRIX && (tf->rots.n_layer < tf->n_layer || tf->rots.head_dim != D ||
+                                        (by_head && tf->rots.n_head_kv != tf->n_head_kv)))
+        return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': rotations of %d layers, %d KV heads, head_dim %d for "
+                         "a model of %d, %d, %d", tf->name, (int) tf->rots.n_layer, (int) tf->rots.n_head_kv,
+                         (int) tf->rots.head_dim, (int) tf->n_layer, (int) tf->n_head_kv, (int) D);
+    if (tf->quant == OSCAR_KVQ_Q2_0 && tf->rot == OSCAR_ROT_MATRIX && tf->rots.n_rot > 1)
         return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': the llama.cpp fork takes one rotation per layer "
                          "(blk.N.attn_k_rot), not per KV head", tf->name);
     if (tf->tiers.n_sink < 0 || tf->tiers.n_recent < 0 || tf->tiers.n_flush < 1)
@@ -152,12 +153,17 @@ enum oscar_status oscar_kv_transform_check(const struct oscar_kv_transform * tf)
     return OSCAR_OK;
 }
 
-enum oscar_status oscar_kv_transform_preset(const char * name, int32_t n_layer, int32_t n_head_kv,
+// The matrices of rots (a view without its clips and key mean), or none: kv_transform_check refuses that.
+static void matrices(struct oscar_kv_transform * t, const struct oscar_rotations * rots) {
+    if (!rots) return;
+    t->rots = *rots;
+    t->rots.k_clip = t->rots.v_clip = t->rots.k_mean = NULL;
+}
+
+enum oscar_status oscar_kv_transform_preset_rot(const char * name, int32_t n_layer, int32_t n_head_kv,
                                             int32_t head_dim, int32_t group_size,
                                             enum oscar_quant_meta_dtype meta_dtype,
-                                            const struct oscar_tiering * tiers, bool rot_per_head,
-                                            const float * k_rot, const float * v_rot, bool clip_per_head,
-                                            const float * k_clip, const float * v_clip,
+                                            const struct oscar_tiering * tiers, const struct oscar_rotations * rots,
                                             struct oscar_kv_transform * out) {
     struct oscar_kv_transform t;
     memset(&t, 0, sizeof t);
@@ -181,12 +187,12 @@ enum oscar_status oscar_kv_transform_preset(const char * name, int32_t n_layer, 
         t.quant = OSCAR_KVQ_INT2, t.rot = OSCAR_ROT_HADAMARD;
     } else if (!strcmp(name, "oscar") || !strcmp(name, "oscar-searched") || !strcmp(name, "oscar-lm")) {
         t.quant = OSCAR_KVQ_INT2, t.rot = OSCAR_ROT_MATRIX;
-        t.rot_per_head = rot_per_head, t.k_rotation = k_rot, t.v_rotation = v_rot;
+        matrices(&t, rots);
         t.k_clip = 0.96, t.v_clip = 0.92;
         if (!strcmp(name, "oscar-searched")) {
-            if (!k_clip || !v_clip)
+            if (!rots || !rots->k_clip || !rots->v_clip)
                 return osc_error(OSCAR_ERR_INVALID, "method oscar-searched: the artifact has no clip tensors");
-            t.k_clip_layer = k_clip, t.v_clip_layer = v_clip, t.clip_per_head = clip_per_head;
+            t.rots.k_clip = rots->k_clip, t.rots.v_clip = rots->v_clip;
         }
         if (!strcmp(name, "oscar-lm")) t.int2.scheme = OSCAR_INT2_LLOYD_MAX, t.int2.group_size = head_dim;
     } else if (!strcmp(name, "int4-bdh")) {
@@ -202,7 +208,7 @@ enum oscar_status oscar_kv_transform_preset(const char * name, int32_t n_layer, 
         // (src/llama-kv-cache.cpp build_input_k_rot / _v_rot: K and Q by H_b, b the largest power of
         // two >= 64 dividing head_dim, V by H_64 blocks, after the model's own rotation).
         t.quant = OSCAR_KVQ_Q2_0, t.rot = OSCAR_ROT_MATRIX, t.hp_bf16 = false;
-        t.rot_per_head = rot_per_head, t.k_rotation = k_rot, t.v_rotation = v_rot;
+        matrices(&t, rots);
         t.k_clip = t.v_clip = 0.96;
         t.tiers.mode = OSCAR_TIERS_RING, t.tiers.n_flush = 1;
         if (!strcmp(name, "q2_0-attn-rot") && head_dim % 64 == 0) {
@@ -222,6 +228,27 @@ enum oscar_status oscar_kv_transform_preset(const char * name, int32_t n_layer, 
     enum oscar_status st = oscar_kv_transform_check(&t);
     if (st == OSCAR_OK) *out = t;
     return st;
+}
+
+enum oscar_status oscar_kv_transform_preset(const char * name, int32_t n_layer, int32_t n_head_kv,
+                                                 int32_t head_dim, int32_t group_size,
+                                                 enum oscar_quant_meta_dtype meta_dtype,
+                                                 const struct oscar_tiering * tiers, bool rot_per_head,
+                                                 const float * k_rot, const float * v_rot, bool clip_per_head,
+                                                 const float * k_clip, const float * v_clip,
+                                                 struct oscar_kv_transform * out) {
+    const struct oscar_rotations r = oscar_rotations_view(n_layer, n_head_kv, head_dim, rot_per_head ? n_head_kv : 1,
+                                                          k_rot, v_rot, clip_per_head ? n_head_kv : 1, k_clip, v_clip,
+                                                          NULL);
+    return oscar_kv_transform_preset_rot(name, n_layer, n_head_kv, head_dim, group_size, meta_dtype, tiers,
+                                     k_rot || v_rot || k_clip || v_clip ? &r : NULL, out);
+}
+
+const float * oscar_kv_transform_k_mean(const struct oscar_kv_transform * tf, int32_t layer, int32_t h) {
+    if (!tf->k_mean) return NULL;
+    const struct oscar_rotations r = oscar_rotations_view(tf->n_layer, tf->n_head_kv, tf->head_dim, 1, NULL, NULL, 1,
+                                                          NULL, NULL, tf->k_mean);
+    return oscar_rotations_k_mean(&r, layer, h);
 }
 
 double oscar_kv_transform_bpe(const struct oscar_kv_transform * tf, int64_t ctx) {
@@ -330,7 +357,7 @@ static enum oscar_status block_transform(const struct oscar_kv_transform * tf, b
     const size_t  nD = (size_t) n * Dz;
     float * xc = scr, * y = xc + nD, * t = y + nD, * yq = t + nD;
     int32_t idx[ROW_BLOCK], m = 0;
-    const float * mu = (is_k && tf->k_mean) ? tf->k_mean + ((size_t) layer * tf->n_head_kv + h) * Dz : NULL;
+    const float * mu = is_k ? oscar_kv_transform_k_mean(tf, layer, h) : NULL;
     if (tf->quant == OSCAR_KVQ_OMNI && is_k)
         return osc_error(OSCAR_ERR_INVALID, "kv transform '%s': K rows go per token (oscar_kv_transform_omni_*)",
                          tf->name);

@@ -62,6 +62,7 @@
 
 #include "model/model.h"
 #include "quant/quant.h"
+#include "rotation/rotations.h"
 #include "util/error.h"
 
 // ---- tiering --------------------------------------------------------------------
@@ -103,7 +104,7 @@ enum oscar_kvq {
 enum oscar_kv_rot {
     OSCAR_ROT_IDENTITY = 0,
     OSCAR_ROT_HADAMARD = 1, // normalized Sylvester H of size D (D a power of two)
-    OSCAR_ROT_MATRIX   = 2, // k_rotation / v_rotation below
+    OSCAR_ROT_MATRIX   = 2, // rots below
 };
 
 struct oscar_kv_transform {
@@ -111,23 +112,21 @@ struct oscar_kv_transform {
     enum oscar_kvq quant;
     enum oscar_kv_rot rot;
     int32_t n_layer, n_head_kv, head_dim;
-    bool rot_per_head;              // matrices per (layer, KV head) instead of per layer
-    const float * k_rotation;       // [L, R, D, D], R = rot_per_head ? Hkv : 1 (not owned)
-    const float * v_rotation;       // same
+    struct oscar_rotations rots;    // a view (not owned, never freed): the matrices of OSCAR_ROT_MATRIX
+                                    // (rots.k / rots.v) and the per-layer clips when rots.k_clip / v_clip
+                                    // are set (rots.k_mean unused: k_mean below)
     int32_t k_engine_hadamard;      // 0, or b: the engine rotates the rotated row again by the block-
     int32_t v_engine_hadamard;      // diagonal Hadamard diag(H_b, ...) before quantizing (x·R·H): the
                                     // llama.cpp fork's attn_rot (q2_0; b = 128 for K at head_dim 128, 64 for V)
     struct oscar_int2_params int2;  // scheme, group size, meta dtype, prefill clip algo,
                                     // bf16_dequant; clip_ratio is ignored (see below)
     enum oscar_clip_algo demote_clip_algo;
-    double k_clip, v_clip;          // ratios when k_clip_layer / v_clip_layer are NULL
-    const float * k_clip_layer;     // [L, Nc] or NULL, Nc = clip_per_head ? Hkv : 1 (not owned)
-    const float * v_clip_layer;
-    bool clip_per_head;
+    double k_clip, v_clip;          // ratios when rots.k_clip / rots.v_clip are NULL
     int32_t int4_order;             // SAW-INT4 Hadamard order (power of two dividing D)
     struct oscar_kivi_params kivi;
     bool hp_bf16;                   // HP tiers hold bf16 rotated rows; INT2 quantizes bf16 rows
-    const float * k_mean;           // [L, Hkv, D] key mean (unrotated) or NULL (not owned)
+    const float * k_mean;           // [L, Hkv, D] key mean (unrotated) or NULL (not owned), as rots lays
+                                    // it out (oscar_kv_transform_k_mean)
     struct oscar_tiering tiers;
 };
 
@@ -141,16 +140,27 @@ struct oscar_kv_transform {
 // with 128 | head_dim or n_head_kv·head_dim < 128, where the fork's row groups
 // coincide with heads), "q2_0-attn-rot" (q2_0 plus the fork's attn_rot Hadamard,
 // k_engine_hadamard / v_engine_hadamard), "oscar-omni" (OScaR: lib/quant oscar-omni.c, B = 32,
-// Gv = 32, bf16 meta unless f16 asked). Rotation/clip
-// arrays may be NULL for methods that do not use them (else INVALID).
-// group_size 0 = D. Tiering is copied from tiers.
-enum oscar_status oscar_kv_transform_preset(const char * name, int32_t n_layer, int32_t n_head_kv,
+// Gv = 32, bf16 meta unless f16 asked). rots (NULL for methods that use no
+// rotation, else INVALID) is viewed, not copied: its matrices for the matrix
+// methods, its clips for oscar-searched alone; never its key mean (the caller
+// sets out->k_mean where the method centres keys). group_size 0 = D.
+// Tiering is copied from tiers.
+enum oscar_status oscar_kv_transform_preset_rot(const char * name, int32_t n_layer, int32_t n_head_kv,
                                             int32_t head_dim, int32_t group_size,
                                             enum oscar_quant_meta_dtype meta_dtype,
-                                            const struct oscar_tiering * tiers, bool rot_per_head,
-                                            const float * k_rot, const float * v_rot, bool clip_per_head,
-                                            const float * k_clip, const float * v_clip,
+                                            const struct oscar_tiering * tiers, const struct oscar_rotations * rots,
                                             struct oscar_kv_transform * out);
+// The same from flat arrays (oscar_rotations_view): k_rot, v_rot [L, R, D, D] with R = rot_per_head ?
+// Hkv : 1, k_clip, v_clip [L, Nc] with Nc = clip_per_head ? Hkv : 1; any may be NULL.
+enum oscar_status oscar_kv_transform_preset(const char * name, int32_t n_layer, int32_t n_head_kv,
+                                                 int32_t head_dim, int32_t group_size,
+                                                 enum oscar_quant_meta_dtype meta_dtype,
+                                                 const struct oscar_tiering * tiers, bool rot_per_head,
+                                                 const float * k_rot, const float * v_rot, bool clip_per_head,
+                                                 const float * k_clip, const float * v_clip,
+                                                 struct oscar_kv_transform * out);
+// The key mean [D] tf subtracts from head h's keys in layer `layer`, or NULL.
+const float * oscar_kv_transform_k_mean(const struct oscar_kv_transform * tf, int32_t layer, int32_t h);
 enum oscar_status oscar_kv_transform_check(const struct oscar_kv_transform * tf);
 
 // y [D] = x [D]·R (transpose false) or x·Rᵀ, fp64 sums rounded once to fp32

@@ -122,10 +122,8 @@ static enum oscar_status setup_methods(struct vrun * r, const struct oscar_artif
         return osc_error_prefix(st, "verify --device %s", p->device);
     for (int32_t i = 0; i < r->nm && st == OSCAR_OK; i++) {
         const char * preset = method_table[method_index(names[i])].preset;
-        st = oscar_kv_transform_preset(preset, r->L, c->n_head_kv, c->head_dim, p->group_size, p->scale_dtype, &tr,
-                                       art ? art->per_head : false, art ? art->k_rotation : NULL,
-                                       art ? art->v_rotation : NULL, art ? art->clip_per_head : false,
-                                       art ? art->k_clip : NULL, art ? art->v_clip : NULL, &r->tfs[i]);
+        st = oscar_kv_transform_preset_rot(preset, r->L, c->n_head_kv, c->head_dim, p->group_size, p->scale_dtype, &tr,
+                                       art ? &art->rot : NULL, &r->tfs[i]);
         if (st != OSCAR_OK) break;
         // q2_0 serves the artifact's one ratio for K and V (LLAMA_KV_CLIP_RATIO of the export's
         // recipe), read as the fork reads it (atof, then float)
@@ -133,7 +131,7 @@ static enum oscar_status setup_methods(struct vrun * r, const struct oscar_artif
             r->tfs[i].k_clip = r->tfs[i].v_clip = (float) atof(oscar_serve_llamacpp_clip(art));
         // the artifact's key mean (OptR centering) goes with its rotations
         if (art && method_table[method_index(names[i])].needs_art && !strncmp(names[i], "oscar", 5))
-            r->tfs[i].k_mean = art->k_mean;
+            r->tfs[i].k_mean = art->rot.k_mean;
         struct oscar_verify_method * mt = &r->ms[i];
         snprintf(mt->name, sizeof mt->name, "%s", names[i]);
         mt->bpe = oscar_kv_transform_bpe(&r->tfs[i], p->ctx);

@@ -66,18 +66,18 @@ int main(int argc, char ** argv) {
     double * q = malloc(sizeof(double) * (size_t) (D * D + D));
     for (int l = 0; l < L; l++)
         for (int h = 0; h < R; h++) {
-            random_orthogonal(oscar_artifact_k_rotation(a, l, h), D, q, q + D * D);
-            random_orthogonal(oscar_artifact_v_rotation(a, l, h), D, q, q + D * D);
+            random_orthogonal(oscar_rotations_k(&a->rot, l, h), D, q, q + D * D);
+            random_orthogonal(oscar_rotations_v(&a->rot, l, h), D, q, q + D * D);
             double ek = 0, ev = 0;
             for (int i = 0; i < D; i++) {
-                a->k_eigenvalues[((size_t) l * R + h) * D + i] = (float) (ek += urand());
-                a->v_eigenvalues[((size_t) l * R + h) * D + i] = (float) (ev += urand());
+                a->rot.k_eig[((size_t) l * R + h) * D + i] = (float) (ek += urand());
+                a->rot.v_eig[((size_t) l * R + h) * D + i] = (float) (ev += urand());
             }
-            a->k_clip[l * R + h] = (float) (0.8 + 0.2 * urand());
-            a->v_clip[l * R + h] = (float) (0.8 + 0.2 * urand());
+            a->rot.k_clip[l * R + h] = (float) (0.8 + 0.2 * urand());
+            a->rot.v_clip[l * R + h] = (float) (0.8 + 0.2 * urand());
         }
     free(q);
-    for (size_t i = 0; mean && i < (size_t) L * (size_t) Hkv * (size_t) D; i++) a->k_mean[i] = (float) grand();
+    for (size_t i = 0; mean && i < (size_t) L * (size_t) Hkv * (size_t) D; i++) a->rot.k_mean[i] = (float) grand();
     static const char * const kv[][2] = {
         { "oscar.k_objective", "qqt_r_h_pbr" }, { "oscar.v_objective", "sst_r_h_pbr" }, { "oscar.composition", "r_h_pbr" },
         { "oscar.base_model", "synthetic" }, { "oscar.base_model_sha256", "0" }, { "oscar.bits", "2" },

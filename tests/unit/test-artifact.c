@@ -59,14 +59,14 @@ static struct oscar_artifact * make(bool per_head) {
     assert_int_equal(oscar_artifact_init(L, HQ, HKV, D, per_head, per_head, false, &a), OSCAR_OK);
     int32_t R = per_head ? HKV : 1;
     for (int32_t i = 0; i < L * R; i++) {
-        rand_orth(a->k_rotation + (size_t) i * D * D);
-        rand_orth(a->v_rotation + (size_t) i * D * D);
+        rand_orth(a->rot.k + (size_t) i * D * D);
+        rand_orth(a->rot.v + (size_t) i * D * D);
         for (int d = 0; d < D; d++) {
-            a->k_eigenvalues[i * D + d] = (float) (d + urand());
-            a->v_eigenvalues[i * D + d] = (float) (d + urand());
+            a->rot.k_eig[i * D + d] = (float) (d + urand());
+            a->rot.v_eig[i * D + d] = (float) (d + urand());
         }
     }
-    for (int32_t i = 0; i < L * R; i++) a->k_clip[i] = 0.9f + 0.01f * (float) i, a->v_clip[i] = 0.88f;
+    for (int32_t i = 0; i < L * R; i++) a->rot.k_clip[i] = 0.9f + 0.01f * (float) i, a->rot.v_clip[i] = 0.88f;
     for (int i = 0; oscar_artifact_required_meta[i]; i++)
         assert_int_equal(oscar_artifact_set_meta(a, oscar_artifact_required_meta[i], "1"), OSCAR_OK);
     return a;
@@ -88,14 +88,14 @@ static void test_round_trip(void ** state) {
         ok(oscar_artifact_write(a, dir));
         ok(oscar_artifact_read(dir, true, &b));
         size_t R = ph ? HKV : 1, nr = (size_t) L * R * D * D, ne = (size_t) L * R * D, nc = (size_t) L * R;
-        assert_int_equal(b->per_head, ph);
-        assert_int_equal(b->clip_per_head, ph);
-        assert_memory_equal(a->k_rotation, b->k_rotation, nr * sizeof(float));
-        assert_memory_equal(a->v_rotation, b->v_rotation, nr * sizeof(float));
-        assert_memory_equal(a->k_eigenvalues, b->k_eigenvalues, ne * sizeof(float));
-        assert_memory_equal(a->v_eigenvalues, b->v_eigenvalues, ne * sizeof(float));
-        assert_memory_equal(a->k_clip, b->k_clip, nc * sizeof(float));
-        assert_memory_equal(a->v_clip, b->v_clip, nc * sizeof(float));
+        assert_int_equal(b->rot.n_rot > 1, ph);
+        assert_int_equal(b->rot.n_clip > 1, ph);
+        assert_memory_equal(a->rot.k, b->rot.k, nr * sizeof(float));
+        assert_memory_equal(a->rot.v, b->rot.v, nr * sizeof(float));
+        assert_memory_equal(a->rot.k_eig, b->rot.k_eig, ne * sizeof(float));
+        assert_memory_equal(a->rot.v_eig, b->rot.v_eig, ne * sizeof(float));
+        assert_memory_equal(a->rot.k_clip, b->rot.k_clip, nc * sizeof(float));
+        assert_memory_equal(a->rot.v_clip, b->rot.v_clip, nc * sizeof(float));
         assert_string_equal(oscar_artifact_get_meta(b, "oscar.tool"), "1");
         assert_int_equal(oscar_artifact_check_shape(b, L, HQ, HKV, D, "m"), OSCAR_OK);
         assert_int_equal(oscar_artifact_check_shape(b, L, HQ, HKV, 2 * D, "m"), OSCAR_ERR_INVALID);
@@ -203,17 +203,17 @@ static void test_validate_and_refuse(void ** state) {
     (void) state;
     struct oscar_artifact * a = make(false);
     ok(oscar_artifact_validate(a, true));
-    a->v_rotation[3] += 0.01f;   // off by 1e-2 >> the 1e-5 tolerance
+    a->rot.v[3] += 0.01f;   // off by 1e-2 >> the 1e-5 tolerance
     assert_int_equal(oscar_artifact_validate(a, false), OSCAR_OK);
     assert_int_not_equal(oscar_artifact_validate(a, true), OSCAR_OK);
     char dir[512];
     path(dir, sizeof dir, "never");
     assert_int_not_equal(oscar_artifact_write(a, dir), OSCAR_OK);   // the writer checks orthogonality
     assert_int_equal(access(dir, F_OK), -1);
-    a->v_rotation[3] -= 0.01f;
-    a->k_clip[0] = 1.5f;
+    a->rot.v[3] -= 0.01f;
+    a->rot.k_clip[0] = 1.5f;
     assert_int_not_equal(oscar_artifact_validate(a, false), OSCAR_OK);
-    a->k_clip[0] = 0.9f;
+    a->rot.k_clip[0] = 0.9f;
     // an existing directory that is not an artifact is refused and left alone
     path(dir, sizeof dir, "precious");
     char f[600];
@@ -239,8 +239,8 @@ static void test_grouping_layers(void ** state) {
     (void) state;
     struct oscar_artifact * a = make(true);
     const size_t dd = (size_t) D * D;
-    memcpy(a->k_rotation + 3 * dd, a->k_rotation + 2 * dd, dd * sizeof(float));   // layer 1: one rotation
-    memcpy(a->v_rotation + 3 * dd, a->v_rotation + 2 * dd, dd * sizeof(float));
+    memcpy(a->rot.k + 3 * dd, a->rot.k + 2 * dd, dd * sizeof(float));   // layer 1: one rotation
+    memcpy(a->rot.v + 3 * dd, a->rot.v + 2 * dd, dd * sizeof(float));
     ok(oscar_artifact_set_meta(a, "oscar.grouping_layers", "kv_head,layer"));
     ok(oscar_artifact_validate(a, true));
     char dir[512];
@@ -278,13 +278,13 @@ static void test_orth_bit_flips(void ** state) {
     for (int32_t dim = 64, lg = 6; dim <= 128; dim *= 2, lg++) {
         struct oscar_artifact * a = NULL;
         ok(oscar_artifact_init(1, 1, 1, dim, false, false, false, &a));
-        rand_orth_n(a->k_rotation, dim);
-        rand_orth_n(a->v_rotation, dim);
+        rand_orth_n(a->rot.k, dim);
+        rand_orth_n(a->rot.v, dim);
         for (int i = 0; oscar_artifact_required_meta[i]; i++)
             ok(oscar_artifact_set_meta(a, oscar_artifact_required_meta[i], "1"));
         ok(oscar_artifact_validate(a, true));
         int32_t row = dim / 3, c = 0;
-        float * r = a->v_rotation + (size_t) row * (size_t) dim;
+        float * r = a->rot.v + (size_t) row * (size_t) dim;
         for (int32_t j = 1; j < dim; j++)
             if (fabsf(r[j]) > fabsf(r[c])) c = j;
         assert_true(fabsf(r[c]) >= 1.0f / sqrtf((float) dim));
@@ -491,8 +491,8 @@ static void test_card(void ** state) {
     free(c);
     // per KV head with a key mean: neither fork serves it, the card names what the OptR engine reads
     struct oscar_artifact * h = make(true);
-    h->k_mean = calloc((size_t) L * HKV * D, sizeof(float));
-    assert_non_null(h->k_mean);
+    h->rot.k_mean = calloc((size_t) L * HKV * D, sizeof(float));
+    assert_non_null(h->rot.k_mean);
     c = card_of(h, "card-perhead");
     has(c, "- the SGLang OSCAR fork: not servable: target sglang: the artifact has per-KV-head rotations", true);
     has(c, "- the OptR SGLang engine (daniel-eai/Output-Aware-INT2-KV-Cache-Quantization) loads per-KV-head "

@@ -58,18 +58,20 @@ static void fixture_init(struct fixture * fx) {
         h->wo[l] = h->wo_block + (size_t) l * C * HQ * D;
     }
     struct oscar_calib_fit * f = &fx->f; // identity rotations: the clip search alone is under test
-    f->n_layer = L, f->n_rot = 1, f->head_dim = D;
-    f->k_rot = calloc((size_t) L * D * D, sizeof(float)), f->v_rot = calloc((size_t) L * D * D, sizeof(float));
+    assert_int_equal(oscar_rotations_alloc(&f->rot, L, HKV, D, 1, 1, false, false), OSCAR_OK);
     for (int32_t l = 0; l < L; l++)
         for (int32_t i = 0; i < D; i++)
-            f->k_rot[((size_t) l * D + i) * D + i] = f->v_rot[((size_t) l * D + i) * D + i] = 1.0f;
+            oscar_rotations_k(&f->rot, l, 0)[i * D + i] = oscar_rotations_v(&f->rot, l, 0)[i * D + i] = 1.0f;
 }
 
 static void fixture_free(struct fixture * fx) {
     oscar_calib_heldout_free(&fx->h); // frees q/k/v/wo, wo_block and seq_start
-    free(fx->f.k_rot);
-    free(fx->f.v_rot);
+    oscar_rotations_free(&fx->f.rot);
 }
+
+// The ratio clip_search_all chose for layer l (into the fixture's rotations, one per layer).
+#define KC(fx, l) (*oscar_rotations_k_clip(&(fx).f.rot, (l), 0))
+#define VC(fx, l) (*oscar_rotations_v_clip(&(fx).f.rot, (l), 0))
 
 static struct oscar_calib_params params(enum oscar_target t) {
     struct oscar_calib_params p = oscar_calib_default_params();
@@ -169,10 +171,10 @@ static void test_sglang_one_k_one_v(void ** state) {
     assert_int_equal(clip_search_all(&fx.h, &fx.f, &p, &c), OSCAR_OK);
     assert_int_equal(c.n_clip, 1);
     for (int32_t l = 1; l < L; l++) {
-        assert_true(c.k[l] == c.k[0]);
-        assert_true(c.v[l] == c.v[0]);
+        assert_true(KC(fx, l) == KC(fx, 0));
+        assert_true(VC(fx, l) == VC(fx, 0));
     }
-    assert_true((float) c.k_global == c.k[0] && (float) c.v_global == c.v[0]);
+    assert_true((float) c.k_global == KC(fx, 0) && (float) c.v_global == VC(fx, 0));
     double ks[OSCAR_CLIP_GRID_MAX], vs[OSCAR_CLIP_GRID_MAX];
     one_ratio_sums(&fx, OSCAR_TARGET_OSCAR, ks, vs);
     // the fixture tells the three sums apart, so a K/V mix-up in the choice would fail below
@@ -191,7 +193,7 @@ static void test_sglang_one_k_one_v(void ** state) {
     struct oscar_calib_params per_layer = params(OSCAR_TARGET_OSCAR);
     assert_int_equal(clip_search_all(&fx.h, &fx.f, &per_layer, &o), OSCAR_OK);
     bool differ = false;
-    for (int32_t l = 1; l < L; l++) differ = differ || o.k[l] != o.k[0] || o.v[l] != o.v[0];
+    for (int32_t l = 1; l < L; l++) differ = differ || KC(fx, l) != KC(fx, 0) || VC(fx, l) != VC(fx, 0);
     assert_true(differ); // else this fixture would not tell the two apart
     oscar_calib_clip_free(&o);
     oscar_calib_clip_free(&c);
@@ -206,8 +208,8 @@ static void test_llamacpp_one_ratio(void ** state) {
     struct oscar_calib_clip c;
     assert_int_equal(clip_search_all(&fx.h, &fx.f, &p, &c), OSCAR_OK);
     for (int32_t l = 0; l < L; l++) {
-        assert_true(c.k[l] == c.k[0]);
-        assert_true(c.v[l] == c.k[0]);
+        assert_true(KC(fx, l) == KC(fx, 0));
+        assert_true(VC(fx, l) == KC(fx, 0));
     }
     assert_true(c.k_global == c.v_global);
     double ks[OSCAR_CLIP_GRID_MAX], vs[OSCAR_CLIP_GRID_MAX];
@@ -229,7 +231,7 @@ static void test_fixed_clips_keep_their_values(void ** state) {
     p.clip_search = false, p.k_clip = 0.9, p.v_clip = 0.85;
     struct oscar_calib_clip c;
     assert_int_equal(clip_search_all(&fx.h, &fx.f, &p, &c), OSCAR_OK);
-    for (int32_t l = 0; l < L; l++) assert_true(c.k[l] == 0.9f && c.v[l] == 0.85f);
+    for (int32_t l = 0; l < L; l++) assert_true(KC(fx, l) == 0.9f && VC(fx, l) == 0.85f);
     oscar_calib_clip_free(&c);
     fixture_free(&fx);
 }

@@ -156,23 +156,24 @@ static void check_choice(bool search) {
     finish(&w, &pl, &fl);
     finish(&w, &ph, &fh);
     const struct oscar_calib_fit * f = &fa.fit;
-    assert_non_null(f->chosen_head);
-    assert_int_equal(f->n_rot, HKV);
+    const struct oscar_rotations * ra = &f->rot, * rl = &fl.fit.rot, * rh = &fh.fit.rot;
+    assert_non_null(ra->head_layer);
+    assert_int_equal(ra->n_rot, HKV);
     assert_int_equal(fa.clip.n_clip, HKV);
     for (int l = 0; l < L; l++)
         print_message("%s clips, layer %d: layer %.6g (gate %.6g)  head %.6g (gate %.6g)  -> %s\n",
                       search ? "searched" : "fixed", l, f->err_layer[l], fl.gate.oscar[l], f->err_head[l],
-                      fh.gate.oscar[l], f->chosen_head[l] ? "kv_head" : "layer");
-    assert_int_equal(f->chosen_head[0], 1);   // planted: heads differ -> per head
+                      fh.gate.oscar[l], ra->head_layer[l] ? "kv_head" : "layer");
+    assert_int_equal(ra->head_layer[0], 1);   // planted: heads differ -> per head
     assert_true(f->err_head[1] == f->err_layer[1]);   // planted: identical heads -> a tie
-    assert_int_equal(f->chosen_head[1], 0);           // ... kept as one rotation per layer
-    assert_int_equal(oscar_calib_grouping_n_head(f), 1);
+    assert_int_equal(ra->head_layer[1], 0);           // ... kept as one rotation per layer
+    assert_int_equal(oscar_rotations_n_head_layers(ra), 1);
     for (int l = 0; l < L; l++) {
         // each candidate scored as the run with that grouping forced scores it (same clips, same evaluator)
         assert_true(fabs(f->err_layer[l] - fl.gate.oscar[l]) <= 1e-9 * fl.gate.oscar[l]);
         assert_true(fabs(f->err_head[l] - fh.gate.oscar[l]) <= 1e-9 * fh.gate.oscar[l]);
         // the gate's error is the kept candidate's, the smaller one
-        double kept = f->chosen_head[l] ? f->err_head[l] : f->err_layer[l];
+        double kept = ra->head_layer[l] ? f->err_head[l] : f->err_layer[l];
         assert_true(kept <= f->err_layer[l] && kept <= f->err_head[l]);
         assert_true(fabs(fa.gate.oscar[l] - kept) <= 1e-12 * kept);
     }
@@ -180,12 +181,14 @@ static void check_choice(bool search) {
     // layer 1 (layer-grouped): the layer run's rotation in both heads, the layer run's clips in both
     const size_t dd = (size_t) D * D;
     for (int h = 0; h < HKV; h++) {
-        assert_memory_equal(f->k_rot + (1 * HKV + (size_t) h) * dd, fl.fit.k_rot + 1 * dd, dd * sizeof(float));
-        assert_memory_equal(f->v_rot + (1 * HKV + (size_t) h) * dd, fl.fit.v_rot + 1 * dd, dd * sizeof(float));
-        assert_true(fa.clip.k[1 * HKV + h] == fl.clip.k[1] && fa.clip.v[1 * HKV + h] == fl.clip.v[1]);
+        assert_memory_equal(oscar_rotations_k(ra, 1, h), oscar_rotations_k(rl, 1, h), dd * sizeof(float));
+        assert_memory_equal(oscar_rotations_v(ra, 1, h), oscar_rotations_v(rl, 1, h), dd * sizeof(float));
+        assert_true(*oscar_rotations_k_clip(ra, 1, h) == *oscar_rotations_k_clip(rl, 1, h) &&
+                    *oscar_rotations_v_clip(ra, 1, h) == *oscar_rotations_v_clip(rl, 1, h));
         // layer 0 (per head): the head run's rotations and clips
-        assert_memory_equal(f->k_rot + (size_t) h * dd, fh.fit.k_rot + (size_t) h * dd, dd * sizeof(float));
-        assert_true(fa.clip.k[h] == fh.clip.k[h] && fa.clip.v[h] == fh.clip.v[h]);
+        assert_memory_equal(oscar_rotations_k(ra, 0, h), oscar_rotations_k(rh, 0, h), dd * sizeof(float));
+        assert_true(*oscar_rotations_k_clip(ra, 0, h) == *oscar_rotations_k_clip(rh, 0, h) &&
+                    *oscar_rotations_v_clip(ra, 0, h) == *oscar_rotations_v_clip(rh, 0, h));
     }
     oscar_calib_finish_free(&fa), oscar_calib_finish_free(&fl), oscar_calib_finish_free(&fh);
     world_free(&w);
@@ -235,14 +238,14 @@ static void test_artifact_mixed_and_narrow(void ** state) {
         struct oscar_artifact * a = artifact(&pa, &fa);
         assert_string_equal(oscar_artifact_get_meta(a, "oscar.grouping_layers"), all ? "layer,layer" : "kv_head,layer");
         assert_non_null(strstr(oscar_artifact_get_meta(a, "oscar.grouping_auto"), "ties keep layer"));
-        assert_int_equal(a->per_head, !all);
-        assert_int_equal(a->clip_per_head, !all);
+        assert_int_equal(a->rot.n_rot > 1, !all);
+        assert_int_equal(a->rot.n_clip > 1, !all);
         if (all) {   // the layer run's tensors exactly
             struct oscar_artifact * b = artifact(&pl, &fl);
-            assert_memory_equal(a->k_rotation, b->k_rotation, (size_t) L * D * D * sizeof(float));
-            assert_memory_equal(a->v_rotation, b->v_rotation, (size_t) L * D * D * sizeof(float));
-            assert_memory_equal(a->k_clip, b->k_clip, (size_t) L * sizeof(float));
-            assert_memory_equal(a->v_clip, b->v_clip, (size_t) L * sizeof(float));
+            assert_memory_equal(a->rot.k, b->rot.k, (size_t) L * D * D * sizeof(float));
+            assert_memory_equal(a->rot.v, b->rot.v, (size_t) L * D * D * sizeof(float));
+            assert_memory_equal(a->rot.k_clip, b->rot.k_clip, (size_t) L * sizeof(float));
+            assert_memory_equal(a->rot.v_clip, b->rot.v_clip, (size_t) L * sizeof(float));
             assert_null(oscar_artifact_get_meta(b, "oscar.grouping_layers"));   // a forced grouping: as before
             oscar_artifact_free(b);
         }

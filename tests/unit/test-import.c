@@ -55,12 +55,12 @@ static struct oscar_artifact * make(int32_t L, int32_t Hq, int32_t Hkv, int32_t 
     int32_t R = per_head ? Hkv : 1;
     for (int32_t l = 0; l < L; l++)
         for (int32_t h = 0; h < R; h++) {
-            rotation(oscar_artifact_k_rotation(a, l, h), D, l * 7 + h);
-            rotation(oscar_artifact_v_rotation(a, l, h), D, l * 5 + h + 1);
+            rotation(oscar_rotations_k(&a->rot, l, h), D, l * 7 + h);
+            rotation(oscar_rotations_v(&a->rot, l, h), D, l * 5 + h + 1);
         }
     for (size_t i = 0; i < (size_t) (L * R * D); i++) {
-        a->k_eigenvalues[i] = (float) i * 0.125f;
-        a->v_eigenvalues[i] = 1.0f / (float) (i + 1);
+        a->rot.k_eig[i] = (float) i * 0.125f;
+        a->rot.v_eig[i] = 1.0f / (float) (i + 1);
     }
     const char * meta[][2] = { { "oscar.k_objective", "qqt_r_h_pbr" }, { "oscar.v_objective", "sst_r_h_pbr" } };
     for (size_t i = 0; i < 2; i++) assert_int_equal(oscar_artifact_set_meta(a, meta[i][0], meta[i][1]), OSCAR_OK);
@@ -68,15 +68,15 @@ static struct oscar_artifact * make(int32_t L, int32_t Hq, int32_t Hkv, int32_t 
 }
 
 static void same_tensors(const struct oscar_artifact * a, const struct oscar_artifact * b) {
-    int32_t R = a->per_head ? a->n_head_kv : 1;
+    int32_t R = a->rot.n_rot;
     size_t  n = (size_t) a->n_layer * (size_t) R * (size_t) a->head_dim;
     assert_int_equal(a->n_layer, b->n_layer);
     assert_int_equal(a->head_dim, b->head_dim);
-    assert_int_equal(a->per_head, b->per_head);
-    assert_memory_equal(a->k_rotation, b->k_rotation, n * (size_t) a->head_dim * sizeof(float));
-    assert_memory_equal(a->v_rotation, b->v_rotation, n * (size_t) a->head_dim * sizeof(float));
-    assert_memory_equal(a->k_eigenvalues, b->k_eigenvalues, n * sizeof(float));
-    assert_memory_equal(a->v_eigenvalues, b->v_eigenvalues, n * sizeof(float));
+    assert_int_equal(a->rot.n_rot > 1, b->rot.n_rot > 1);
+    assert_memory_equal(a->rot.k, b->rot.k, n * (size_t) a->head_dim * sizeof(float));
+    assert_memory_equal(a->rot.v, b->rot.v, n * (size_t) a->head_dim * sizeof(float));
+    assert_memory_equal(a->rot.k_eig, b->rot.k_eig, n * sizeof(float));
+    assert_memory_equal(a->rot.v_eig, b->rot.v_eig, n * sizeof(float));
 }
 
 static void test_round_trip_per_layer(void ** state) {
@@ -94,8 +94,8 @@ static void test_round_trip_per_layer(void ** state) {
     assert_string_equal(oscar_artifact_get_meta(b, "oscar.eigenvalues"), "imported");
     assert_string_equal(oscar_artifact_get_meta(b, "oscar.imported_format_version"), "1");
     assert_non_null(strstr(oscar_artifact_get_meta(b, "oscar.imported_from"), "k_rotation_qqt_r_h_pbr.pt sha256:"));
-    assert_float_equal(b->k_clip[2], OSCAR_IMPORT_K_CLIP, 0.0);
-    assert_float_equal(b->v_clip[0], OSCAR_IMPORT_V_CLIP, 0.0);
+    assert_float_equal(b->rot.k_clip[2], OSCAR_IMPORT_K_CLIP, 0.0);
+    assert_float_equal(b->rot.v_clip[0], OSCAR_IMPORT_V_CLIP, 0.0);
     // heads unknown: the shape check compares layers and head_dim only
     assert_int_equal(oscar_artifact_check_shape(b, 3, 9, 3, 8, "m"), OSCAR_OK);
     assert_int_equal(oscar_artifact_check_shape(b, 4, 9, 3, 8, "m"), OSCAR_ERR_INVALID);
@@ -159,9 +159,9 @@ static void test_round_trip_k_mean(void ** state) {
     (void) state;
     struct oscar_artifact * a = make(2, 4, 2, 4, true), * b = NULL;
     size_t                  n = 2 * 2 * 4;
-    a->k_mean                 = malloc(n * sizeof(float));
-    assert_non_null(a->k_mean);
-    for (size_t i = 0; i < n; i++) a->k_mean[i] = (float) i * 0.375f - 2.0f;
+    a->rot.k_mean                 = malloc(n * sizeof(float));
+    assert_non_null(a->rot.k_mean);
+    for (size_t i = 0; i < n; i++) a->rot.k_mean[i] = (float) i * 0.375f - 2.0f;
     char * dir = path_in("km"), * kp = NULL, * vp = NULL, * mp = NULL;
     assert_int_equal(oscar_export_pt_all(a, dir, &kp, &vp, &mp), OSCAR_OK);
     assert_non_null(strstr(kp, "/km/k_rotation_perhead.pt"));
@@ -169,18 +169,18 @@ static void test_round_trip_k_mean(void ** state) {
     assert_non_null(strstr(mp, "/km/k_mean_decode.pt"));
     assert_int_equal(oscar_import_source(dir, NULL, NULL, &b), OSCAR_OK);
     same_tensors(a, b);
-    assert_non_null(b->k_mean);
-    assert_memory_equal(a->k_mean, b->k_mean, n * sizeof(float));
+    assert_non_null(b->rot.k_mean);
+    assert_memory_equal(a->rot.k_mean, b->rot.k_mean, n * sizeof(float));
     assert_non_null(strstr(oscar_artifact_get_meta(b, "oscar.imported_k_mean"), "k_mean_decode.pt sha256:"));
     oscar_artifact_free(b);
     // without a key mean: no file, no path
-    free(a->k_mean);
-    a->k_mean = NULL;
+    free(a->rot.k_mean);
+    a->rot.k_mean = NULL;
     char * dir2 = path_in("nokm"), * kp2 = NULL, * vp2 = NULL, * mp2 = dir2; // must come back NULL
     assert_int_equal(oscar_export_pt_all(a, dir2, &kp2, &vp2, &mp2), OSCAR_OK);
     assert_null(mp2);
     assert_int_equal(oscar_import_source(dir2, NULL, NULL, &b), OSCAR_OK);
-    assert_null(b->k_mean);
+    assert_null(b->rot.k_mean);
     oscar_artifact_free(b);
     oscar_artifact_free(a);
     free(dir), free(kp), free(vp), free(mp), free(dir2), free(kp2), free(vp2);

@@ -78,8 +78,8 @@ static void test_checks(void ** state) {
 
     // a key mean: llama.cpp has no tensor for it (refused); the SGLang fork loads the rest (a note)
     a = artifact("qwen3", false, 2, 64);
-    a->k_mean = calloc(2 * 2 * 64, sizeof(float));
-    assert_non_null(a->k_mean);
+    a->rot.k_mean = calloc(2 * 2 * 64, sizeof(float));
+    assert_non_null(a->rot.k_mean);
     refused(oscar_serve_check(a, T(OSCAR_TARGET_LLAMACPP), &q3), "centres keys on k_mean and the OSCAR llama.cpp "
             "fork reads no key-mean tensor");
     assert_int_equal(oscar_serve_check(a, T(OSCAR_TARGET_SGLANG), NULL), OSCAR_OK);

@@ -82,10 +82,9 @@ static struct oscar_calib_params params(enum oscar_rotation_grouping g, int32_t 
 // or the identity (plant), with distinct eigenvalues; R = compose(U, λ) as the fit does.
 static void fit_make(struct oscar_calib_fit * f, const struct oscar_calib_params * p, uint64_t s, bool identity) {
     memset(f, 0, sizeof(*f));
-    f->n_layer = L, f->n_rot = p->grouping == OSCAR_GROUP_HEAD ? HKV : 1, f->head_dim = D;
-    size_t n = (size_t) L * (size_t) f->n_rot;
-    f->k_rot = malloc(sizeof(float) * n * D * D), f->v_rot = malloc(sizeof(float) * n * D * D);
-    f->k_eig = malloc(sizeof(float) * n * D), f->v_eig = malloc(sizeof(float) * n * D);
+    const int32_t nr = p->grouping == OSCAR_GROUP_HEAD ? HKV : 1;
+    assert_int_equal(oscar_rotations_alloc(&f->rot, L, HKV, D, nr, nr, false, false), OSCAR_OK);
+    size_t n = (size_t) L * (size_t) nr;   // the stacked [L, nr] matrices, filled in order
     f->k_u = malloc(sizeof(double) * n * D * D), f->v_u = malloc(sizeof(double) * n * D * D);
     f->k_lam = malloc(sizeof(double) * n * D), f->v_lam = malloc(sizeof(double) * n * D);
     double r64[D * D];
@@ -105,9 +104,9 @@ static void fit_make(struct oscar_calib_fit * f, const struct oscar_calib_params
         oscar_fit_canonical_signs(D, u);
         for (int j = 0; j < D; j++) lam[j] = 0.5 + j;
         assert_int_equal(oscar_fit_compose(p->composition, D, u, lam, r64, NULL), OSCAR_OK);
-        float * R = (i < n ? f->k_rot : f->v_rot) + (i % n) * D * D;
+        float * R = (i < n ? f->rot.k : f->rot.v) + (i % n) * D * D;
         for (int a = 0; a < D * D; a++) R[a] = (float) r64[a];
-        for (int j = 0; j < D; j++) (i < n ? f->k_eig : f->v_eig)[(i % n) * D + j] = (float) lam[j];
+        for (int j = 0; j < D; j++) (i < n ? f->rot.k_eig : f->rot.v_eig)[(i % n) * D + j] = (float) lam[j];
     }
 }
 
@@ -116,15 +115,16 @@ static void eval_fit(const struct rows * r, const struct oscar_calib_params * p,
                      int32_t l, double * k_obj, double * v_obj) {
     struct oscar_kv_transform tf;
     struct oscar_eval_dev * ev = NULL;
-    assert_int_equal(osc_calib_transform("oscar", p, f, NULL, L, HKV, D, &tf), OSCAR_OK);
+    assert_int_equal(osc_calib_transform("oscar", p, &f->rot, &tf), OSCAR_OK);
     tf.tiers = osc_calib_tiering(p);
     tf.k_clip = p->k_clip, tf.v_clip = p->v_clip;
     assert_int_equal(osc_calib_eval_open(&r->h, p, 1, &ev), OSCAR_OK);
     struct oscar_layer_input in = osc_calib_layer_input(&r->h, l);
     assert_int_equal(oscar_eval_dev_layer(ev, &in), OSCAR_OK);
-    const size_t NR = (size_t) f->n_rot, off = (size_t) l * NR * D * D;
+    const size_t NR = (size_t) f->rot.n_rot;
     double kn[HKV], kd[HKV], vn[HKV + 1], vd;
-    assert_int_equal(oscar_eval_dev_rotations(ev, &tf, f->k_rot + off, f->v_rot + off, NR > 1, kn, kd, vn, &vd),
+    assert_int_equal(oscar_eval_dev_rotations(ev, &tf, oscar_rotations_k(&f->rot, l, 0), oscar_rotations_v(&f->rot, l, 0),
+                                              NR > 1, kn, kd, vn, &vd),
                      OSCAR_OK);
     *k_obj = *v_obj = 0.0;
     if (NR == 1) {
@@ -179,9 +179,9 @@ static void test_threads_same_bytes(void ** state) {
             fit_make(&f[i], &p, seed + 8, false);
             assert_int_equal(sign_search_all(&r.h, &p, &f[i], &sg[i]), OSCAR_OK);
         }
-        size_t n = (size_t) L * (size_t) f[0].n_rot;
-        assert_memory_equal(f[0].k_rot, f[1].k_rot, n * D * D * sizeof(float));
-        assert_memory_equal(f[0].v_rot, f[1].v_rot, n * D * D * sizeof(float));
+        size_t n = (size_t) L * (size_t) f[0].rot.n_rot;
+        assert_memory_equal(f[0].rot.k, f[1].rot.k, n * D * D * sizeof(float));
+        assert_memory_equal(f[0].rot.v, f[1].rot.v, n * D * D * sizeof(float));
         assert_memory_equal(sg[0].k_sign, sg[1].k_sign, n * D);
         assert_memory_equal(sg[0].v_sign, sg[1].v_sign, n * D);
         assert_memory_equal(sg[0].k_after, sg[1].k_after, L * sizeof(double));
@@ -219,7 +219,7 @@ static void test_finds_planted_signs(void ** state) {
         for (int kv = 0; kv < 2; kv++) {
             oscar_fit_apply_signs(D, (kv ? planted.v_u : planted.k_u) + l * D * D, kv ? vs : ks, us);
             assert_int_equal(oscar_fit_compose(p.composition, D, us, planted.k_lam + l * D, r64, NULL), OSCAR_OK);
-            for (int i = 0; i < D * D; i++) (kv ? planted.v_rot : planted.k_rot)[l * D * D + i] = (float) r64[i];
+            for (int i = 0; i < D * D; i++) (kv ? planted.rot.v : planted.rot.k)[l * D * D + i] = (float) r64[i];
         }
     }
     assert_int_equal(sign_search_all(&r.h, &p, &f, &sg), OSCAR_OK);

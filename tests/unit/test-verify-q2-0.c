@@ -211,9 +211,9 @@ static void test_run_tiny_llama(void ** state) {
                      OSCAR_OK);
     const int32_t D = c->head_dim;
     for (int l = 0; l < c->n_layer; l++) {
-        random_orthogonal(art->k_rotation + (size_t) l * D * D, D);
-        random_orthogonal(art->v_rotation + (size_t) l * D * D, D);
-        art->k_clip[l] = 0.96f, art->v_clip[l] = 0.92f;
+        random_orthogonal(art->rot.k + (size_t) l * D * D, D);
+        random_orthogonal(art->rot.v + (size_t) l * D * D, D);
+        art->rot.k_clip[l] = 0.96f, art->rot.v_clip[l] = 0.92f;
     }
     struct oscar_verify_params p = oscar_verify_default_params();
     p.methods = "bf16,q2_0";
@@ -247,7 +247,7 @@ static void test_run_tiny_llama(void ** state) {
     assert_true(nll_080 != nll_default);
     oscar_verify_report_free(&rep);
     assert_int_equal(oscar_artifact_set_meta(art, "oscar.v_clip_ratio", "0.50"), OSCAR_OK);
-    for (int l = 0; l < c->n_layer; l++) art->k_clip[l] = 0.70f, art->v_clip[l] = 0.60f;
+    for (int l = 0; l < c->n_layer; l++) art->rot.k_clip[l] = 0.70f, art->rot.v_clip[l] = 0.60f;
     assert_int_equal(oscar_verify_run(m, art, toks, NT, &p, &rep), OSCAR_OK);
     assert_true(rep.methods[1].nll_sum == nll_080);
     oscar_verify_report_free(&rep);

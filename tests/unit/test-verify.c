@@ -473,10 +473,10 @@ static void test_run_random_model(void ** state) {
     assert_int_equal(oscar_hadamard_matrix_f32(32, H), OSCAR_OK);
     for (int l = 0; l < 2; l++) {
         for (int i = 0; i < 32; i++) {
-            memcpy(art->k_rotation + (l * 32 + i) * 32, H + ((i * 5) % 32) * 32, sizeof(float) * 32);
-            memcpy(art->v_rotation + (l * 32 + i) * 32, H + ((i * 7) % 32) * 32, sizeof(float) * 32);
+            memcpy(art->rot.k + (l * 32 + i) * 32, H + ((i * 5) % 32) * 32, sizeof(float) * 32);
+            memcpy(art->rot.v + (l * 32 + i) * 32, H + ((i * 7) % 32) * 32, sizeof(float) * 32);
         }
-        art->k_clip[l] = 0.96f, art->v_clip[l] = 0.92f;
+        art->rot.k_clip[l] = 0.96f, art->rot.v_clip[l] = 0.92f;
     }
     p.methods = "oscar,oscar-fixed,oscar-lm", p.sink = 4, p.recent = 16, p.prompt = 0;
     assert_int_equal(oscar_verify_run(m, art, toks, NT, &p, &rep), OSCAR_OK);
