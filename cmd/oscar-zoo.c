@@ -250,10 +250,14 @@ static const struct option list_opts[] = {
 };
 
 static json_t * artifact_json(const struct oscar_hub_artifact * x) {
-    return json_pack("{s:s, s:s, s:s?, s:s, s:s, s:s?, s:I, s:s?}", "path", x->path, "base_model",
-                     x->base_model, "base_model_id", x->base_model_id, "architecture", x->architecture, "grouping",
-                     x->grouping, "calib_tag", x->calib_tag, "calib_tokens", (json_int_t) x->calib_tokens, "gate",
-                     x->gate);
+    json_t * j = json_pack("{s:s, s:s, s:s?, s:s, s:s, s:s?, s:I, s:s?}", "path", x->path, "base_model",
+                           x->base_model, "base_model_id", x->base_model_id, "architecture", x->architecture,
+                           "grouping", x->grouping, "calib_tag", x->calib_tag, "calib_tokens",
+                           (json_int_t) x->calib_tokens, "gate", x->gate);
+    if (j && x->auto_layers > 0) // --rotation-grouping auto: how many layers kept a rotation per KV head
+        json_object_set_new(j, "grouping_auto", json_pack("{s:i, s:i}", "layers", x->auto_layers, "kv_head_layers",
+                                                          x->auto_head_layers));
+    return j;
 }
 
 // `s` with control characters as '?' (into buf): metadata from someone's repo goes to a terminal.
@@ -266,17 +270,19 @@ static const char * printable(const char * s, char * buf, size_t n) {
     return buf;
 }
 
-// One line: path, base model (its Hub id when recorded), architecture, grouping, tokens, gate.
+// One line: path, base model (its Hub id when recorded), architecture, grouping (auto: "auto H/L",
+// H of L layers with a rotation per KV head), tokens, gate.
 static void print_artifact(const struct oscar_hub_artifact * x, const char * indent) {
-    char p[512], b[256], ar[64], g[64], gt[16];
-    printf("%s%-32s  %-40s  %-8s  %-8s  %10lld  %s\n", indent, printable(*x->path ? x->path : ".", p, sizeof p),
+    char p[512], b[256], ar[64], g[64], gt[16], au[32];
+    if (x->auto_layers > 0) snprintf(au, sizeof au, "auto %d/%d", x->auto_head_layers, x->auto_layers);
+    printf("%s%-32s  %-40s  %-8s  %-12s  %10lld  %s\n", indent, printable(*x->path ? x->path : ".", p, sizeof p),
            printable(x->base_model_id ? x->base_model_id : x->base_model, b, sizeof b),
-           printable(x->architecture, ar, sizeof ar), printable(x->grouping, g, sizeof g), x->calib_tokens,
-           printable(dash(x->gate), gt, sizeof gt));
+           printable(x->architecture, ar, sizeof ar), x->auto_layers > 0 ? au : printable(x->grouping, g, sizeof g),
+           x->calib_tokens, printable(dash(x->gate), gt, sizeof gt));
 }
 
 static void print_artifact_header(const char * indent) {
-    printf("%s%-32s  %-40s  %-8s  %-8s  %10s  %s\n", indent, "PATH", "BASE MODEL", "ARCH", "GROUPING", "TOKENS",
+    printf("%s%-32s  %-40s  %-8s  %-12s  %10s  %s\n", indent, "PATH", "BASE MODEL", "ARCH", "GROUPING", "TOKENS",
            "GATE");
 }
 
@@ -709,7 +715,8 @@ static const struct command commands[] = {
       "  --revision R          branch, tag or commit (default main)\n"
       "  --cache-dir C         the HF cache the oscar.json files are downloaded into\n"
       "Every directory holding an oscar.json is one artifact; only its oscar.json is downloaded. A line per\n"
-      "artifact: path, base model (its Hub id when recorded), architecture, rotation grouping, calibration\n"
+      "artifact: path, base model (its Hub id when recorded), architecture, rotation grouping (layer, kv_head,\n"
+      "or 'auto H/L' when --rotation-grouping auto gave H of L layers a rotation per KV head), calibration\n"
       "tokens, gate (pass|fail; '-' for artifacts older than the gate) and creation time ('-' if not recorded).\n"
       "A repo without artifacts prints nothing on stdout and a note on stderr (exit 0). A malformed oscar.json\n"
       "is warned about, naming it; the others are listed and the exit status is 1.\n",

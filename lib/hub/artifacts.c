@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@ static void clear_fields(struct oscar_hub_artifact * a) {
         *s[i] = NULL;
     }
     a->calib_tokens = 0;
+    a->auto_layers = a->auto_head_layers = 0;
 }
 
 // Marks `a` bad with the message (also recorded as the error) and returns OSCAR_ERR_FORMAT.
@@ -37,6 +39,26 @@ static enum oscar_status bad(struct oscar_hub_artifact * a, const char * fmt, ..
     clear_fields(a);
     a->error = strdup(msg);
     return osc_error(a->error ? OSCAR_ERR_FORMAT : OSCAR_ERR_NOMEM, "%s", msg);
+}
+
+// oscar.grouping_layers (--rotation-grouping auto): one word per layer, "layer" or "kv_head". A mixed
+// artifact stores per-KV-head tensors, so oscar.source_grouping alone would call it kv_head.
+static enum oscar_status parse_auto_grouping(json_t * v, const char * name, struct oscar_hub_artifact * a) {
+    if (!v) return OSCAR_OK;
+    const char * s = json_string_value(v);
+    if (!s) return bad(a, "%s: metadata \"oscar.grouping_layers\" is not a string", name);
+    int layers = 0, heads = 0;
+    for (const char * w = s;; w++) {
+        const size_t n = strcspn(w, ",");
+        const bool head = n == 7 && !strncmp(w, "kv_head", 7);
+        if (!head && !(n == 5 && !strncmp(w, "layer", 5)))
+            return bad(a, "%s: metadata \"oscar.grouping_layers\" word %d is not layer or kv_head", name, layers);
+        layers++, heads += head;
+        w += n;
+        if (!*w) break;
+    }
+    a->auto_layers = layers, a->auto_head_layers = heads;
+    return OSCAR_OK;
 }
 
 static enum oscar_status parse_metadata(json_t * md, const char * name, struct oscar_hub_artifact * a) {
@@ -71,7 +93,7 @@ static enum oscar_status parse_metadata(json_t * md, const char * name, struct o
     if (a->gate && strcmp(a->gate, "pass") && strcmp(a->gate, "fail")) {
         return bad(a, "%s: metadata \"oscar.gate\" is '%s', not pass or fail", name, a->gate);
     }
-    return OSCAR_OK;
+    return parse_auto_grouping(json_object_get(md, "oscar.grouping_layers"), name, a);
 }
 
 enum oscar_status osc_artifact_summary_parse(const char * text, size_t len, const char * name,

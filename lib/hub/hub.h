@@ -150,7 +150,9 @@ struct oscar_hub_artifact {
     char * base_model;    // oscar.base_model (a display name)
     char * base_model_id; // oscar.base_model_id (the base model's Hub id), NULL in older artifacts
     char * architecture;  // oscar.architecture
-    char * grouping;      // oscar.source_grouping: layer | kv_head
+    char * grouping;      // oscar.source_grouping: layer | kv_head (the tensors' layout)
+    int auto_layers;      // --rotation-grouping auto (oscar.grouping_layers): its layers, else 0
+    int auto_head_layers; // of those, the layers with a rotation per KV head
     char * calib_tag;     // oscar.calib_tag
     long long calib_tokens; // oscar.calib_tokens
     char * gate;          // oscar.gate: pass | fail, NULL in older artifacts

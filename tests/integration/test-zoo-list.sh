@@ -18,16 +18,18 @@ QWEN=Qwen/Qwen3-0.6B
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $*"; }
 
-# mk_art DIR PER_HEAD SEED BASE_NAME BASE_ID|- GATE|- TOKENS: a synthetic artifact whose oscar.json
-# records the given provenance (BASE_ID and GATE '-': left out, as in artifacts older than them)
+# mk_art DIR PER_HEAD SEED BASE_NAME BASE_ID|- GATE|- TOKENS [GROUPING_LAYERS]: a synthetic artifact whose
+# oscar.json records the given provenance (BASE_ID and GATE '-': left out, as in artifacts older than
+# them) and --rotation-grouping auto's per-layer words when given
 mk_art() {
     "$MK" "$1" 2 4 2 8 "$2" "$3" llama 2>/dev/null || fail "make artifact $1"
     python3 - "$@" <<'PY' || fail "edit artifact $1"
 import json, sys
-d, _, _, name, bid, gate, tokens = sys.argv[1:]
+d, _, _, name, bid, gate, tokens = sys.argv[1:8]
 j = json.load(open(d + "/oscar.json"))
 md = j["metadata"]
 md["oscar.base_model"], md["oscar.calib_tokens"] = name, tokens
+if len(sys.argv) > 8: md["oscar.grouping_layers"] = sys.argv[8]
 if bid != "-": md["oscar.base_model_id"] = bid
 if gate != "-": md["oscar.gate"] = gate
 json.dump(j, open(d + "/oscar.json", "w"), indent=2)
@@ -60,28 +62,34 @@ ok "subcommands: own --help, global options before and after, unknown command an
 mk_card "$T/card" oscar "$SMOL"
 mk_art "$T/a" 0 1 SmolLM2-135M-Instruct "$SMOL" pass 20000
 mk_art "$T/b" 1 2 SmolLM2-135M-Instruct - - 4000
+mk_art "$T/c" 1 3 SmolLM2-135M-Instruct "$SMOL" pass 8192 kv_head,layer
 push "$T/card" --repo me/zoo
 push "$T/a" --repo me/zoo --path-in-repo smollm2-135m/austen-t20000
 push "$T/b" --repo me/zoo --path-in-repo smollm2-135m/brown-t4000-head
+push "$T/c" --repo me/zoo --path-in-repo smollm2-135m/zz-auto
 $ZOO list me/zoo > "$T/list" 2>"$T/err" || fail "list: $(cat "$T/err")"
-[ "$(wc -l < "$T/list")" = 3 ] || fail "list: want a header and 2 lines: $(cat "$T/list")"
+[ "$(wc -l < "$T/list")" = 4 ] || fail "list: want a header and 3 lines: $(cat "$T/list")"
 grep -Eq "^smollm2-135m/austen-t20000 +$SMOL +llama +layer +20000 +pass$" "$T/list" \
     || fail "list: artifact a: $(cat "$T/list")"
 grep -Eq "^smollm2-135m/brown-t4000-head +SmolLM2-135M-Instruct +llama +kv_head +4000 +-$" "$T/list" \
     || fail "list: artifact b (no id, no gate): $(cat "$T/list")"
-ok "list: both artifacts with base model (id when recorded), grouping, tokens and gate"
+grep -Eq "^smollm2-135m/zz-auto +$SMOL +llama +auto 1/2 +8192 +pass$" "$T/list" \
+    || fail "list: artifact c (--rotation-grouping auto, 1 of 2 layers per KV head): $(cat "$T/list")"
+ok "list: the artifacts with base model (id when recorded), grouping (auto: layers per KV head), tokens and gate"
 $ZOO -q list me/zoo --json > "$T/list.json" || fail "list --json"
 python3 - "$T/list.json" "$SMOL" <<'PY' || fail "list --json fields"
 import json, sys
 arts = json.load(open(sys.argv[1]))
-assert [a["path"] for a in arts] == ["smollm2-135m/austen-t20000", "smollm2-135m/brown-t4000-head"], arts
-a, b = arts
+assert [a["path"] for a in arts] == ["smollm2-135m/austen-t20000", "smollm2-135m/brown-t4000-head",
+                                     "smollm2-135m/zz-auto"], arts
+a, b, c = arts
 want = {"path", "base_model", "base_model_id", "architecture", "grouping", "calib_tag", "calib_tokens", "gate"}
 assert set(a) == want and set(b) == want, (set(a) ^ want, set(b) ^ want)
 assert a["base_model_id"] == sys.argv[2] and a["base_model"] == "SmolLM2-135M-Instruct" and a["gate"] == "pass", a
 assert a["calib_tokens"] == 20000 and a["grouping"] == "layer" and a["architecture"] == "llama", a
 assert b["base_model_id"] is None and b["gate"] is None and b["grouping"] == "kv_head" and b["calib_tokens"] == 4000, b
 assert a["calib_tag"] == "seq0_prompt0_group64", a
+assert c["grouping"] == "kv_head" and c["grouping_auto"] == {"layers": 2, "kv_head_layers": 1}, c
 PY
 emu_post /_emu/clear_log '{}'
 $ZOO list me/zoo --quiet >/dev/null || fail "list again"
@@ -146,7 +154,8 @@ python3 - "$T/out" <<'PY' || fail "search --details --json"
 import json, sys
 found = {r["id"]: r for r in json.load(open(sys.argv[1]))}
 assert sorted(found) == ["me/broken", "me/secret", "me/zoo"], found
-assert [a["path"] for a in found["me/zoo"]["artifacts"]] == ["smollm2-135m/austen-t20000", "smollm2-135m/brown-t4000-head"]
+assert [a["path"] for a in found["me/zoo"]["artifacts"]] == ["smollm2-135m/austen-t20000", "smollm2-135m/brown-t4000-head",
+                                                            "smollm2-135m/zz-auto"]
 assert [a["path"] for a in found["me/broken"]["artifacts"]] == ["good"] and found["me/secret"]["artifacts"] == []
 assert found["me/secret"]["private"] is True and found["me/zoo"]["lastModified"].startswith("20"), found
 PY

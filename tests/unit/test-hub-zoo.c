@@ -50,6 +50,15 @@ static void test_artifact_summary(void ** state) {
     assert_null(a->base_model_id);
     assert_null(a->gate);
     assert_string_equal(a->architecture, "qwen3");
+    assert_int_equal(a->auto_layers, 0);
+    // --rotation-grouping auto: per-KV-head tensors, 2 of 3 layers with rotations of their own
+    assert_int_equal(parse("{\"metadata\": {\"oscar.base_model\": \"m\", \"oscar.architecture\": \"qwen3\", "
+                           "\"oscar.source_grouping\": \"kv_head\", \"oscar.calib_tokens\": \"8\", "
+                           "\"oscar.grouping_layers\": \"kv_head,layer,kv_head\"}}", a),
+                     OSCAR_OK);
+    assert_string_equal(a->grouping, "kv_head");
+    assert_int_equal(a->auto_layers, 3);
+    assert_int_equal(a->auto_head_layers, 2);
     free_artifact(a);
 }
 
@@ -77,6 +86,15 @@ static void test_artifact_summary_rejects(void ** state) {
         { "{\"metadata\": {\"oscar.base_model\": \"m\", \"oscar.architecture\": \"llama\", \"oscar.source_grouping\": "
           "\"layer\", \"oscar.calib_tokens\": \"5\", \"oscar.gate\": true}}",
           "\"oscar.gate\" is not a string" },
+        { "{\"metadata\": {\"oscar.base_model\": \"m\", \"oscar.architecture\": \"llama\", \"oscar.source_grouping\": "
+          "\"kv_head\", \"oscar.calib_tokens\": \"5\", \"oscar.grouping_layers\": 3}}",
+          "\"oscar.grouping_layers\" is not a string" },
+        { "{\"metadata\": {\"oscar.base_model\": \"m\", \"oscar.architecture\": \"llama\", \"oscar.source_grouping\": "
+          "\"kv_head\", \"oscar.calib_tokens\": \"5\", \"oscar.grouping_layers\": \"layer,kv_head,\"}}",
+          "word 2 is not layer or kv_head" },
+        { "{\"metadata\": {\"oscar.base_model\": \"m\", \"oscar.architecture\": \"llama\", \"oscar.source_grouping\": "
+          "\"kv_head\", \"oscar.calib_tokens\": \"5\", \"oscar.grouping_layers\": \"\"}}",
+          "word 0 is not layer or kv_head" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct oscar_hub_artifact * a = calloc(1, sizeof *a);
@@ -90,6 +108,7 @@ static void test_artifact_summary_rejects(void ** state) {
         assert_null(a->base_model);
         assert_null(a->base_model_id);
         assert_null(a->gate);
+        assert_int_equal(a->auto_layers, 0);
         free_artifact(a);
     }
 }
