@@ -10,7 +10,7 @@
 #
 #   bash tests/gpu/decode-check.sh [--test] [--against old-decode-attention.cu] [--ncu] [--sdpa]
 #                                  [--reps N] [bench-decode options: --head-dim D --only L:B ...]
-# Env: OUT (logs are copied there if set), OSCAR_DEBS (see gpu-deps.sh). Exit 1 if a build or
+# Env: OUT (the logs go there; default build/decode-check), OSCAR_DEBS (see gpu-deps.sh). Exit 1 if a build or
 # a test fails.
 set -u -o pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,8 +45,8 @@ build() {
         && $nv tests/gpu/bench-decode.cu "$dir"/*.o -o "$dir/bench-decode" -lcublas -lgomp -lm
 }
 
-# sass_mix NAME: SASS opcode counts of the INT2 split kernel's main loop (D 128, one head tile,
-# fp32 meta): the backward branch whose range holds the most HMMAs (one 16-token tile per warp;
+# sass_mix NAME: SASS opcode counts of the INT2 split kernel's main loop (D 128, one head tile, each
+# metadata dtype): the backward branch whose range holds the most HMMAs (one 16-token tile per warp;
 # the rarely taken rescale branch inside it included).
 sass_mix() {
     local dir=build/decode-check/$1
