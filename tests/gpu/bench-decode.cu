@@ -5,7 +5,7 @@
 //
 //   bench-decode [--reps N] [--sdpa sdpa.csv] [--csv out.csv] [--max-splits N (per tier, <= 128)]
 //                [--head-dim 64|128|256] [--hq N] [--hkv N] [--only L:B] [--no-write]
-// Shapes: Hq 32, Hkv 8, D 128 (or as given), contexts 8k/32k/128k, batch 1/8/32 (--only: one shape); INT2 cache
+// Shapes: Hq 32, Hkv 8, D 128 (or as given), contexts 8k/32k/128k, batch 1/8/32 (--only L:B: that shape alone); INT2 cache
 // = 64 BF16 sink + 256 BF16 recent + INT2 middle, fp32 scale/zero (and a column
 // with fp16 scale/zero), page 8 with randomly permuted pages. Timing: cudaEvents around both kernels (split +
 // merge), 3 warm-ups, N reps, L2 flushed (256 MB memset) before each rep.
@@ -269,6 +269,10 @@ int main(int argc, char ** argv) {
             return 2;
         }
     }
+    if (reps < 1 || (only_b && (only_l < 321 || only_b < 1))) {   // the INT2 tier needs L > sink + recent
+        fprintf(stderr, "bench-decode: --reps must be >= 1 and --only L:B needs L > 320, B >= 1\n");
+        return 2;
+    }
     if (oscar_cuda_decode_supports(D, Hq, Hkv) != OSCAR_OK) {
         fprintf(stderr, "bench-decode: %s\n", oscar_last_error());
         return 2;
@@ -313,8 +317,10 @@ int main(int argc, char ** argv) {
     CK(cudaFree(a)); CK(cudaFree(sink));
 
     printf("shape: Hq %d, Hkv %d, head_dim %d\n", Hq, Hkv, D);
-    const int64_t Ls[3] = { 8192, 32768, 131072 };
-    const int Bs[3] = { 1, 8, 32 };
+    // the grid, or the one shape of --only
+    int64_t Ls[3] = { 8192, 32768, 131072 };
+    int Bs[3] = { 1, 8, 32 }, nL = 3, nB = 3;
+    if (only_b) Ls[0] = only_l, Bs[0] = only_b, nL = nB = 1;
     FILE * out = csv ? fopen(csv, "w") : NULL;
     if (out)
         fprintf(out, "L,B,int2_ms,int2_sd,bf16_ours_ms,bf16_ours_sd,sdpa_cudnn_ms,sdpa_flash_ms,sdpa_efficient_ms,"
@@ -328,11 +334,10 @@ int main(int argc, char ** argv) {
            "roofline INT2 / BF16 | INT2 GB/s (%% of read) | BF16 ours GB/s (%% of read) | INT2 vs BF16 ours | "
            "INT2 vs BF16 best | KV B/token INT2 / BF16 | INT2 fp16 meta | INT2 graph replay |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (int li = 0; li < 3; li++) {
-        for (int bi = 0; bi < 3; bi++) {
+    for (int li = 0; li < nL; li++) {
+        for (int bi = 0; bi < nB; bi++) {
             int64_t L = Ls[li];
             int B = Bs[bi];
-            if (only_b && (L != only_l || B != only_b)) continue;
             float * q, * out_d, * op, * lp;
             CK(cudaMalloc(&q, (size_t) B * Hq * D * 4)); CK(cudaMalloc(&out_d, (size_t) B * Hq * D * 4));
             fill_bf16<<<64, 256>>>((uint16_t *) q, (int64_t) B * Hq * D * 2, 9);   // finite floats
@@ -368,9 +373,12 @@ int main(int argc, char ** argv) {
             double roof_i2 = kvb[0] / (read_gbs * 1e9) * 1e3, roof_bf = kvb[1] / (read_gbs * 1e9) * 1e3;
             double bpt_i2 = (64.0 + 256.0) / L * 4.0 * D * Hkv + (L - 320.0) / L * (D / 2.0 + 16.0) * Hkv,
                    bpt_bf = 4.0 * D * Hkv;
-            printf("| %lldk | %d | %.4f ± %.4f | %.4f ± %.4f | %s | %s | %s | %s | %s | %.4f / %.4f | %.0f (%.0f%%) | "
+            char ctx[32];   // 8k, 32k, ... or the exact count of an --only shape
+            if (L % 1024) snprintf(ctx, sizeof ctx, "%lld", (long long) L);
+            else snprintf(ctx, sizeof ctx, "%lldk", (long long) (L / 1024));
+            printf("| %s | %d | %.4f ± %.4f | %.4f ± %.4f | %s | %s | %s | %s | %s | %.4f / %.4f | %.0f (%.0f%%) | "
                    "%.0f (%.0f%%) | %.2fx | %.2fx | %.0f / %.0f | %.4f ± %.4f | %.4f |\n",
-                   (long long) (L / 1024), B, res[0][0], res[0][1], res[1][0], res[1][1], sc[0], sc[1], sc[2], sc[3],
+                   ctx, B, res[0][0], res[0][1], res[1][0], res[1][1], sc[0], sc[1], sc[2], sc[3],
                    best_s, roof_i2, roof_bf, res[0][2], 100.0 * res[0][2] / read_gbs, res[1][2],
                    100.0 * res[1][2] / read_gbs, res[1][0] / res[0][0], best / res[0][0], bpt_i2, bpt_bf,
                    res[2][0], res[2][1], graph_ms);

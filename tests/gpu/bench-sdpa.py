@@ -51,6 +51,17 @@ def reason(err, caught):
     return line.replace(",", ";")[:160]
 
 
+def shape_arg(text):
+    """--only L:B as (L, B), both positive; argparse reports anything else."""
+    try:
+        L, B = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not L:B (two integers)")
+    if L < 1 or B < 1:
+        raise argparse.ArgumentTypeError(f"'{text}': L and B must be positive")
+    return L, B
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--csv", required=True)
@@ -58,11 +69,11 @@ def main():
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--hq", type=int, default=32)
     ap.add_argument("--hkv", type=int, default=8)
-    ap.add_argument("--only", help="one shape, L:B")
+    ap.add_argument("--only", type=shape_arg, help="one shape, L:B")
     a = ap.parse_args()
     shapes = [(L, B) for L in (8192, 32768, 131072) for B in (1, 8, 32)]
     if a.only:
-        shapes = [tuple(int(x) for x in a.only.split(":"))]
+        shapes = [a.only]
     D, Hq, Hkv = a.head_dim, a.hq, a.hkv
     dev = torch.device("cuda")
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name(dev)}")
