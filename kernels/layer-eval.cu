@@ -1,19 +1,24 @@
 // layer-eval.cu - the layer evaluator of the calibration gate and clip search on the
 // GPU (contract in layer-eval.cuh). Per sequence and query head j (KV head h):
-//   Z_b = Q_j . Kb_bᵀ               b < nb variants of the keys (fp32 GEMM, batched)
-//   A   = causal softmax(Z / √D)    fp64 max / sum / exp per row, stored fp32 (a sliding
-//                                   layer's window only, as its logit-error sums)
-//   O_b = A_b . Vb_b                (fp32 GEMM, batched)
-// then ‖O_b . W_Oᵀ‖² as fp64 sums of squares. Gate: b = {exact, method}. Clip search:
-// keys [K | K̂_c − K] (their masked ΣZ² are the logit-error sums), values
-// [V | V̂_c − V] under the exact A (attention is linear in V). Every sum of squares
-// has a fixed grid and a fixed reduction order, so results are deterministic.
+//   Z = Q_j . Kᵀ                    the exact keys (fp32 GEMM)
+//   A = causal softmax(Z / √D)      fp64 max / sum / exp per row, stored fp32 (a sliding
+//                                   layer's window only)
+//   O_b = A . Vb_b                  (fp32 GEMM, batched over value variants b)
+// then ‖O_b . W_Oᵀ‖² as fp64 sums of squares. Gate: a method's own keys and values
+// against the exact output (made once per layer). Clip search: values [V̂_c − V] under
+// the exact A (attention is linear in V); the keys' logit sums Σ (q·(k̂_c − k))² and the
+// per-KV-head output energies are fp64 quadratic forms (eval-quad.cuh), except in a
+// sliding layer, whose logit sums come from the masked score matrices of the variants.
+// Every sum of squares has a fixed grid and a fixed reduction order, so results are
+// deterministic.
 extern "C" {
 #include "backend/backend.h"
 #include "quant/quant.h"
 }
+#include "kernels/block-sum.cuh"
 #include "kernels/cublas-check.cuh"
 #include "kernels/cuda-common.cuh"
+#include "kernels/eval-quad.cuh"
 #include "kernels/eval-transform.cuh"
 #include "kernels/layer-eval.cuh"
 
@@ -33,9 +38,9 @@ struct oscar_backend_eval {
     int32_t window;                  // its sliding window (0 = full causal): softmax and logit sums take only it
     float * q, * k, * v, * wo;       // device [T, Hq, D], [T, Hkv, D] x2, [C, Hq*D]
     uint8_t * int2_row;              // device [T]
-    float * kb, * vb;                // device [max_cand + 1][T, Hkv, D] key / value variants
+    float * kb, * vb;                // device [max_cand + 1][T, Hkv, D]: 0 the exact rows, then variants
     float * z;                       // device [max_cand + 1][max_len, max_len] scores / weights
-    float * ob;                      // device [max_cand + 1][T, Hq, D] attention outputs
+    float * ob;                      // device [max_cand + 1][T, Hq, D]: 0 the exact output, then variants
     float * y;                       // device [T, C]
     float * rot;                     // device [2 (K, V)][2 (R, Rᵀ)][Hkv, D, D]
     float * h_rot;                   // host staging [2][Hkv, D, D]
@@ -43,26 +48,16 @@ struct oscar_backend_eval {
     double * part;                   // device [max_cand + 1][EV_PARTS]
     double * acc, * h_acc;           // [n_acc] fp64 accumulators
     int32_t n_acc;
-    bool o_ready;                    // ob[0] holds the exact attention output of the layer
-    double o_den;                    // and ‖o.W_Oᵀ‖²
+    struct osc_quad quad;            // the fp64 quadratic forms
+    // made once per layer, on first use
+    bool o_ready;                    // ob[0] holds the exact attention output, o_den ‖o.W_Oᵀ‖²
+    double o_den;
+    bool kq_ready;                   // full attention: the query suffix sums and k_den below
+    double * k_den;                  // host [Hkv] the exact keys' logit sums
+    bool wo_ready;                   // the per-head W_O Grams
 };
 
 // ---- kernels -------------------------------------------------------------------------------
-
-// Block-wide sum or max; every thread returns the same value (lane 0 of each warp is summed
-// in warp order).
-static __device__ double block_reduce(double v, double * red, bool is_max) {
-    for (int o = 16; o > 0; o >>= 1) {
-        const double w = __shfl_xor_sync(FULL, v, o);
-        v = is_max ? fmax(v, w) : v + w;
-    }
-    __syncthreads();   // red may still be read by the previous call
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    double r = is_max ? -INFINITY : 0.0;
-    for (int i = 0; i < (int) (blockDim.x >> 5); i++) r = is_max ? fmax(r, red[i]) : r + red[i];
-    return r;
-}
 
 // Row t of batch blockIdx.y: softmax over the keys t sees, f <= p <= t (f = t - window + 1 in a
 // sliding layer, else 0), of z·scale (fp64); zeros elsewhere.
@@ -137,11 +132,12 @@ static enum oscar_status wo_energy(struct oscar_backend_eval * e, const float * 
     return sumsq(e, e->y, (long long) e->T * C, 0, 1, 0, acc, 1);
 }
 
-// The attention passes described at the top, over every sequence and query head, for the
-// key / value variants kb, vb [nb][T, Hkv, D] into ob [nb][T, Hq, D].
-// k_acc (device, or NULL): k_acc[b·Hkv + h] += Σ_{p<=t} Z_b[t][p]².
-static enum oscar_status attend(struct oscar_backend_eval * e, const float * kb, const float * vb, float * ob, int nb,
-                                int n_soft, bool shared_a, double * k_acc) {
+// Attention over every sequence and query head with the weights of the keys K (one variant;
+// [T, Hkv, D]): ob[b] = A·V_b for the n_v value variants V_b = V + b·(T·Hkv·D), into ob + b·(T·Hq·D).
+// A sliding layer's logit sums, when k_acc (device) is given: the scores of n_z key variants
+// K_b = K + b·(T·Hkv·D) (the first gives A), k_acc[b·Hkv + h] += Σ_{visible (t,p)} Z_b[t][p]².
+static enum oscar_status attend(struct oscar_backend_eval * e, const float * K, int n_z, const float * V, float * ob,
+                                int n_v, double * k_acc) {
     const int Hq = e->s.n_head, Hkv = e->s.n_head_kv, D = e->s.head_dim, g = Hq / Hkv;
     const long long kvs = (long long) e->T * Hkv * D, obs = (long long) e->T * Hq * D;
     // lib/attention's oscar_attn_score_scale (a C header): the shape's scale, or 1/sqrt(D) with the old bits
@@ -152,17 +148,17 @@ static enum oscar_status attend(struct oscar_backend_eval * e, const float * kb,
         if (n == 0) continue;
         for (int j = 0; j < Hq; j++) {
             const int h = j / g;
-            const float * Kb = kb + ((long long) b0 * Hkv + h) * D, * Vb = vb + ((long long) b0 * Hkv + h) * D;
+            const float * Kb = K + ((long long) b0 * Hkv + h) * D, * Vb = V + ((long long) b0 * Hkv + h) * D;
             const float * Q = e->q + ((long long) b0 * Hq + j) * D;
-            OSCAR_CUBLAS_CHECK(gemm(e, CUBLAS_OP_T, CUBLAS_OP_N, n, n, D, Kb, Hkv * D, kvs, Q, Hq * D, 0, e->z, n, zs, nb));
+            OSCAR_CUBLAS_CHECK(gemm(e, CUBLAS_OP_T, CUBLAS_OP_N, n, n, D, Kb, Hkv * D, kvs, Q, Hq * D, 0, e->z, n, zs, n_z));
             if (k_acc) {
-                enum oscar_status st = sumsq(e, e->z, zs, zs, nb, n, k_acc + h, Hkv);
+                enum oscar_status st = sumsq(e, e->z, zs, zs, n_z, n, k_acc + h, Hkv);
                 if (st != OSCAR_OK) return st;
             }
-            softmax_kernel<<<dim3((unsigned) n, (unsigned) n_soft), EV_THREADS, 0, e->stream>>>(e->z, n, zs, scale, e->window);
+            softmax_kernel<<<dim3((unsigned) n, 1), EV_THREADS, 0, e->stream>>>(e->z, n, zs, scale, e->window);
             OSCAR_CUDA_CHECK_LAUNCH();
-            OSCAR_CUBLAS_CHECK(gemm(e, CUBLAS_OP_N, CUBLAS_OP_N, D, n, n, Vb, Hkv * D, kvs, e->z, n, shared_a ? 0 : zs,
-                            ob + ((long long) b0 * Hq + j) * D, Hq * D, obs, nb));
+            OSCAR_CUBLAS_CHECK(gemm(e, CUBLAS_OP_N, CUBLAS_OP_N, D, n, n, Vb, Hkv * D, kvs, e->z, n, 0,
+                            ob + ((long long) b0 * Hq + j) * D, Hq * D, obs, n_v));
         }
     }
     return OSCAR_OK;
@@ -245,9 +241,10 @@ extern "C" void osc_cuda_eval_free(struct oscar_backend_eval * e) {
     void * dev[] = {e->q, e->k, e->v, e->wo, e->int2_row, e->kb, e->vb, e->z, e->ob, e->y, e->rot, e->clip_idx,
                     e->part, e->acc};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
+    osc_quad_free(&e->quad);
     if (e->blas) cublasDestroy(e->blas);
     if (e->stream) cudaStreamDestroy(e->stream);
-    free(e->seq_start); free(e->h_rot); free(e->h_clip); free(e->h_acc);
+    free(e->seq_start); free(e->h_rot); free(e->h_clip); free(e->h_acc); free(e->k_den);
     free(e);
 }
 
@@ -267,12 +264,13 @@ extern "C" enum oscar_status osc_cuda_eval_open(const struct oscar_eval_shape * 
     e->s = *s;
     const size_t T = (size_t) s->max_tokens, Hq = (size_t) s->n_head, Hkv = (size_t) s->n_head_kv, C = (size_t) s->n_embd;
     const size_t nb = (size_t) s->max_cand + 1, L = (size_t) s->max_len, DD = (size_t) D * D;
-    e->n_acc = (int32_t) (nb * (2 * Hkv + 1) + 2);
+    e->n_acc = (int32_t) (nb * (2 * Hkv + 1) + Hkv + 1);   // candidates' sums, then k_den and o_den's
     enum oscar_status st = OSCAR_OK;
     e->h_rot = (float *) malloc(2 * Hkv * DD * sizeof(float));
     e->h_clip = (int32_t *) malloc((size_t) s->max_cand * Hkv * sizeof(int32_t));
     e->h_acc = (double *) malloc((size_t) e->n_acc * sizeof(double));
-    if (!e->h_rot || !e->h_clip || !e->h_acc) {
+    e->k_den = (double *) malloc(Hkv * sizeof(double));
+    if (!e->h_rot || !e->h_clip || !e->h_acc || !e->k_den) {
         st = osc_error(OSCAR_ERR_NOMEM, "cuda layer eval: out of host memory");
         goto out;
     }
@@ -295,6 +293,7 @@ extern "C" enum oscar_status osc_cuda_eval_open(const struct oscar_eval_shape * 
     OSCAR_CUDA_TRY(dmalloc(&e->clip_idx, 2 * (size_t) s->max_cand * Hkv));
     OSCAR_CUDA_TRY(dmalloc(&e->part, nb * EV_PARTS));
     OSCAR_CUDA_TRY(dmalloc(&e->acc, (size_t) e->n_acc));
+    st = osc_quad_open(&e->quad, e->blas, e->stream, s->n_head, s->n_head_kv, D, s->n_embd, s->max_tokens);
 out:
     if (st != OSCAR_OK) {
         osc_cuda_eval_free(e);
@@ -317,7 +316,8 @@ extern "C" enum oscar_status osc_cuda_eval_layer(struct oscar_backend_eval * e, 
     if (!ss) return osc_error(OSCAR_ERR_NOMEM, "cuda layer eval: out of host memory");
     memcpy(ss, in->seq_start, (size_t) (in->n_seq + 1) * sizeof(int32_t));
     if (in->window < 0) return osc_error(OSCAR_ERR_INVALID, "cuda layer eval: window %d < 0", in->window);
-    e->seq_start = ss, e->n_seq = in->n_seq, e->T = T, e->o_ready = false, e->window = in->window;
+    e->seq_start = ss, e->n_seq = in->n_seq, e->T = T, e->window = in->window;
+    e->o_ready = e->kq_ready = e->wo_ready = false;   // made again from these rows on first use
     const size_t D = (size_t) e->s.head_dim, qn = (size_t) T * e->s.n_head * D, kn = (size_t) T * e->s.n_head_kv * D;
     const cudaMemcpyKind h2d = cudaMemcpyHostToDevice;
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(e->q, in->q, qn * sizeof(float), h2d, e->stream));
@@ -329,6 +329,37 @@ extern "C" enum oscar_status osc_cuda_eval_layer(struct oscar_backend_eval * e, 
     return OSCAR_OK;
 }
 
+// The layer's exact output (ob[0]) and its energy, once per layer: every method and candidate
+// is measured against the same bits whatever ran before.
+static enum oscar_status exact_output(struct oscar_backend_eval * e) {
+    if (e->o_ready) return OSCAR_OK;
+    const int K = e->s.n_head * e->s.head_dim;
+    double * acc = e->acc + e->n_acc - 1;
+    enum oscar_status st;
+    OSCAR_CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(double), e->stream));
+    if ((st = attend(e, e->k, 1, e->v, e->ob, 1, NULL)) != OSCAR_OK || (st = wo_energy(e, e->ob, 0, K, acc)) != OSCAR_OK)
+        return st;
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(&e->o_den, acc, sizeof(double), cudaMemcpyDeviceToHost, e->stream));
+    OSCAR_CUDA_CHECK(cudaStreamSynchronize(e->stream));
+    e->o_ready = true;
+    return OSCAR_OK;
+}
+
+// A full-attention layer's query suffix sums and the exact keys' logit sums, once per layer.
+static enum oscar_status key_sums_setup(struct oscar_backend_eval * e) {
+    if (e->kq_ready) return OSCAR_OK;
+    const int Hkv = e->s.n_head_kv;
+    double * acc = e->acc + e->n_acc - 1 - Hkv;
+    enum oscar_status st = osc_quad_queries(&e->quad, e->q, e->T, e->n_seq, e->seq_start);
+    if (st != OSCAR_OK) return st;
+    OSCAR_CUDA_CHECK(cudaMemsetAsync(acc, 0, (size_t) Hkv * sizeof(double), e->stream));
+    if ((st = osc_quad_logit_sums(&e->quad, e->k, acc)) != OSCAR_OK) return st;
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(e->k_den, acc, (size_t) Hkv * sizeof(double), cudaMemcpyDeviceToHost, e->stream));
+    OSCAR_CUDA_CHECK(cudaStreamSynchronize(e->stream));
+    e->kq_ready = true;
+    return OSCAR_OK;
+}
+
 extern "C" enum oscar_status osc_cuda_eval_out_err(struct oscar_backend_eval * e, const struct oscar_eval_method * m,
                                                    double * num, double * den) {
     enum oscar_status st = check_method(e, m);
@@ -336,19 +367,14 @@ extern "C" enum oscar_status osc_cuda_eval_out_err(struct oscar_backend_eval * e
     const long long obs = (long long) e->T * e->s.n_head * e->s.head_dim;
     const int K = e->s.n_head * e->s.head_dim;
     const long long kvs = (long long) e->T * e->s.n_head_kv * e->s.head_dim;
-    OSCAR_CUDA_CHECK(cudaMemsetAsync(e->acc, 0, 2 * sizeof(double), e->stream));
+    if ((st = exact_output(e)) != OSCAR_OK) return st;
+    OSCAR_CUDA_CHECK(cudaMemsetAsync(e->acc, 0, sizeof(double), e->stream));
     if ((st = variants(e, m, 1, false)) != OSCAR_OK) return st;
-    // The exact o is computed once per layer; o and every method's ô go through the same
-    // single-variant GEMMs, so a method's error does not depend on the call order.
-    if (!e->o_ready && ((st = attend(e, e->kb, e->vb, e->ob, 1, 1, false, NULL)) != OSCAR_OK ||
-                        (st = wo_energy(e, e->ob, 0, K, e->acc)) != OSCAR_OK))
-        return st;
-    if ((st = attend(e, e->kb + kvs, e->vb + kvs, e->ob + obs, 1, 1, false, NULL)) != OSCAR_OK) return st;
+    if ((st = attend(e, e->kb + kvs, 1, e->vb + kvs, e->ob + obs, 1, NULL)) != OSCAR_OK) return st;
     sub_kernel<<<1024, EV_THREADS, 0, e->stream>>>(e->ob + obs, e->ob, obs);   // ô − o
     OSCAR_CUDA_CHECK_LAUNCH();
-    if ((st = wo_energy(e, e->ob + obs, 0, K, e->acc + 1)) != OSCAR_OK || (st = fetch_acc(e, 2)) != OSCAR_OK) return st;
-    if (!e->o_ready) e->o_den = e->h_acc[0], e->o_ready = true;
-    *den = e->o_den, *num = e->h_acc[1];
+    if ((st = wo_energy(e, e->ob + obs, 0, K, e->acc)) != OSCAR_OK || (st = fetch_acc(e, 1)) != OSCAR_OK) return st;
+    *den = e->o_den, *num = e->h_acc[0];
     return OSCAR_OK;
 }
 
@@ -359,29 +385,37 @@ extern "C" enum oscar_status osc_cuda_eval_candidates(struct oscar_backend_eval 
     if (st != OSCAR_OK) return st;
     if (n_cand < 1 || n_cand > e->s.max_cand)
         return osc_error(OSCAR_ERR_INVALID, "cuda layer eval: %d candidates (workspace: %d)", n_cand, e->s.max_cand);
-    const int Hkv = e->s.n_head_kv, D = e->s.head_dim, g = e->s.n_head / Hkv, K = e->s.n_head * D, nb = n_cand + 1;
-    const long long obs = (long long) e->T * e->s.n_head * D;
-    double * kacc = e->acc, * vacc = e->acc + (size_t) nb * Hkv;
+    const int Hkv = e->s.n_head_kv, D = e->s.head_dim, K = e->s.n_head * D, nb = n_cand + 1;
+    const long long obs = (long long) e->T * e->s.n_head * D, kvs = (long long) e->T * Hkv * D;
+    double * kacc = e->acc, * vacc = e->acc + (size_t) nb * Hkv;   // [nb][Hkv], [nb][Hkv + 1]; 0 the exact rows'
     const int n = nb * (2 * Hkv + 1);
+    if ((st = exact_output(e)) != OSCAR_OK) return st;
+    if (e->window == 0 && (st = key_sums_setup(e)) != OSCAR_OK) return st;
+    if (v_per_head && !e->wo_ready) {
+        if ((st = osc_quad_wo(&e->quad, e->wo)) != OSCAR_OK) return st;
+        e->wo_ready = true;
+    }
     OSCAR_CUDA_CHECK(cudaMemsetAsync(e->acc, 0, (size_t) n * sizeof(double), e->stream));
-    e->o_ready = false;   // ob[0] is rewritten below
-    if ((st = variants(e, m, n_cand, true)) != OSCAR_OK ||
-        (st = attend(e, e->kb, e->vb, e->ob, nb, 1, true, kacc)) != OSCAR_OK)
-        return st;
-    for (int b = 0; b < nb && st == OSCAR_OK; b++) {
-        const float * O = e->ob + b * obs;
-        st = wo_energy(e, O, 0, K, vacc + (size_t) b * (Hkv + 1) + Hkv);
-        for (int h = 0; h < Hkv && b > 0 && v_per_head && st == OSCAR_OK; h++)
-            st = wo_energy(e, O, h * g * D, g * D, vacc + (size_t) b * (Hkv + 1) + h);
+    if ((st = variants(e, m, n_cand, true)) != OSCAR_OK) return st;
+    // keys: the logit sums of each difference k̂_c − k (a sliding layer: from the masked scores below)
+    for (int c = 0; c < n_cand && e->window == 0 && st == OSCAR_OK; c++)
+        st = osc_quad_logit_sums(&e->quad, e->kb + (1 + c) * kvs, kacc + (size_t) (1 + c) * Hkv);
+    // values: A·(v̂_c − v) under the exact weights
+    if (st == OSCAR_OK)
+        st = attend(e, e->kb, e->window ? nb : 1, e->vb + kvs, e->ob + obs, n_cand, e->window ? kacc : NULL);
+    for (int c = 0; c < n_cand && st == OSCAR_OK; c++) {
+        const float * O = e->ob + (1 + c) * obs;
+        double * vc = vacc + (size_t) (1 + c) * (Hkv + 1);
+        st = v_per_head ? osc_quad_head_energies(&e->quad, O, e->T, vc) : wo_energy(e, O, 0, K, vc + Hkv);
     }
     if (st != OSCAR_OK || (st = fetch_acc(e, n)) != OSCAR_OK) return st;
     const double * hk = e->h_acc, * hv = e->h_acc + (size_t) nb * Hkv;
     // (q·e)²·scale² as (q·e)² / scale⁻², scale⁻² = D exactly by default (lib/verify/metrics.c's arithmetic)
     const double sa = e->s.attn_scale, inv_s2 = sa > 0.0 ? 1.0 / (sa * sa) : (double) D;
-    for (int h = 0; h < Hkv; h++) k_den[h] = hk[h] / inv_s2;
+    for (int h = 0; h < Hkv; h++) k_den[h] = (e->window ? hk[h] : e->k_den[h]) / inv_s2;
     for (int c = 0; c < n_cand; c++)
         for (int h = 0; h < Hkv; h++) k_num[c * Hkv + h] = hk[(size_t) (c + 1) * Hkv + h] / inv_s2;
-    *v_den = hv[Hkv];
+    *v_den = e->o_den;
     for (int c = 0; c < n_cand; c++)
         for (int x = 0; x <= Hkv; x++) v_num[c * (Hkv + 1) + x] = hv[(size_t) (c + 1) * (Hkv + 1) + x];
     return OSCAR_OK;

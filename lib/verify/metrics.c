@@ -626,7 +626,8 @@ enum oscar_status oscar_verify_candidate_errors_part(const struct oscar_layer_in
     for (int32_t c = c0; c < c1; c++) {
         const float * ec = oe + (size_t) (1 + c - c0) * TQ;
         double * vn = v_num + (size_t) c * (Hkv + 1);
-        vn[Hkv] = T > 0 ? energy_wo(ec, (int32_t) qrs, T, (int32_t) qrs, in->wo, (int32_t) qrs, C, y, nt) : 0.0;
+        vn[Hkv] = !v_per_head && T > 0 ? energy_wo(ec, (int32_t) qrs, T, (int32_t) qrs, in->wo, (int32_t) qrs, C, y, nt)
+                                       : 0.0;
         for (int32_t hh = 0; hh < Hkv; hh++)
             vn[hh] = v_per_head && T > 0 ? energy_wo(ec + (size_t) hh * g * D, (int32_t) qrs, T, g * D,
                                                      in->wo + (size_t) hh * g * D, (int32_t) qrs, C, y, nt)

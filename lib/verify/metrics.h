@@ -281,12 +281,13 @@ void oscar_layer_metrics_finish(struct oscar_layer_metrics * m);   // ratios fro
 //                      query heads of h; k_den[h] = Σ (q·k_p)²/D. Σ_h k_num / Σ_h
 //                      k_den is logit_err of oscar_verify_metrics_explicit with
 //                      the candidate's K.
-//   v_num[c·(Hkv+1) + Hkv] = ‖(A·(V̂ − V))·W_Oᵀ‖² with the EXACT attention weights
-//                      A (V's error alone; attention is linear in V);
-//                      v_den = ‖o·W_Oᵀ‖². v_num/v_den is out_rel of
+//   v_num[c·(Hkv+1) + Hkv] (unless v_per_head, else 0) = ‖(A·(V̂ − V))·W_Oᵀ‖² with the
+//                      EXACT attention weights A (V's error alone; attention is linear
+//                      in V); v_den = ‖o·W_Oᵀ‖². v_num/v_den is out_rel of
 //                      oscar_verify_metrics_explicit with exact K and the candidate's V.
 //   v_num[c·(Hkv+1) + h] (only when v_per_head, else 0): the same with V̂ − V kept
-//                      in KV head h only (its query heads' W_O columns).
+//                      in KV head h only (its query heads' W_O columns). A search per
+//                      KV head reads these alone, so the whole layer's sum is skipped.
 // All sums fp64 (the A·E products are sgemm in fp32). Results do not depend on
 // n_threads. Memory: O(n_cand · T · Hq · D) floats + one [len, len] matrix.
 enum oscar_status oscar_verify_candidate_errors(const struct oscar_layer_input * in,

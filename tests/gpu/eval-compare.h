@@ -125,9 +125,9 @@ static enum oscar_status ec_run(const char * backend, const struct ec_case * cs,
         for (int32_t i = 0; i < Hkv; i++) r = fmax(r, ec_rel(kd[0][i], kd[1][i]));
         for (int32_t i = 0; i < NC * Hkv; i++) r = fmax(r, ec_rel(kn[0][i], kn[1][i]));
         for (int32_t i = 0; i < NC * (Hkv + 1); i++)
-            if (ph || i % (Hkv + 1) == Hkv) r = fmax(r, ec_rel(vn[0][i], vn[1][i]));
+            r = fmax(r, ec_rel(vn[0][i], vn[1][i]));   // per head: the layer sums are 0 on both
         printf("    %-16s candidates (per-head %d): k_num[0] %.6e v_num[last] %.6e  max rel %.2e\n", tf[m].name, ph,
-               kn[0][0], vn[0][NC * (Hkv + 1) - 1], r);
+               kn[0][0], vn[0][NC * (Hkv + 1) - (ph ? 2 : 1)], r);
         if (r > *max_rel) *max_rel = r;
     }
     oscar_eval_dev_free(ev);

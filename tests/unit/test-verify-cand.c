@@ -48,9 +48,12 @@ static void test_vs_explicit(void ** state) {
     printf("seed %u\n", SEED);
     struct fixture f;
     setup(&f);
-    double kn[NC * HKV], kd[HKV], vn[NC * (HKV + 1)], vd;
+    double kn[NC * HKV], kd[HKV], vn[NC * (HKV + 1)], vd, vh_n[NC * (HKV + 1)], vh_d;   // layer sums / per head
     assert_int_equal(oscar_verify_candidate_errors(&f.in, &f.tr, NC, f.k_hp, f.v_hp, (const float * const *) f.kq,
-                                                   (const float * const *) f.vq, true, 2, kn, kd, vn, &vd), OSCAR_OK);
+                                                   (const float * const *) f.vq, false, 2, kn, kd, vn, &vd), OSCAR_OK);
+    assert_int_equal(oscar_verify_candidate_errors(&f.in, &f.tr, NC, f.k_hp, f.v_hp, (const float * const *) f.kq,
+                                                   (const float * const *) f.vq, true, 2, kn, kd, vh_n, &vh_d), OSCAR_OK);
+    assert_memory_equal(&vd, &vh_d, sizeof vd);
     float * vh = malloc(sizeof(float) * N), * vqh = malloc(sizeof(float) * N);
     for (int c = 0; c < NC; c++) {
         struct oscar_layer_metrics m;
@@ -60,6 +63,7 @@ static void test_vs_explicit(void ** state) {
         assert_true(kn[c * HKV] > 0 && kn[c * HKV + 1] > 0);
         assert_int_equal(oscar_verify_metrics_explicit(&f.in, &f.tr, f.k, f.v_hp, f.k, f.vq[c], 1, &m), OSCAR_OK);
         close_rel(vn[c * (HKV + 1) + HKV], m.out_num, V_TOL, "V numerator");
+        assert_true(vh_n[c * (HKV + 1) + HKV] == 0.0);   // per head: the layer sum is skipped
         close_rel(vd, m.out_den, V_TOL, "V denominator");
         for (int h = 0; h < HKV; h++) {   // only head h perturbed
             memcpy(vh, f.v, sizeof(float) * N), memcpy(vqh, f.v, sizeof(float) * N);
@@ -68,7 +72,7 @@ static void test_vs_explicit(void ** state) {
                 memcpy(vh + o, f.v_hp + o, sizeof(float) * D), memcpy(vqh + o, f.vq[c] + o, sizeof(float) * D);
             }
             assert_int_equal(oscar_verify_metrics_explicit(&f.in, &f.tr, f.k, vh, f.k, vqh, 1, &m), OSCAR_OK);
-            close_rel(vn[c * (HKV + 1) + h], m.out_num, V_TOL, "V per-head numerator");
+            close_rel(vh_n[c * (HKV + 1) + h], m.out_num, V_TOL, "V per-head numerator");
         }
     }
     // the clip grid must matter: ratio 0.8 and 1.0 give different K errors
