@@ -412,9 +412,11 @@ struct oscar_calib_gate {
 };
 enum oscar_status oscar_calib_gate_alloc(int32_t n_layer, struct oscar_calib_gate * g);
 // Layer l on ev (its rows set), with r's rotations at r's clips of layer l (final for that layer).
+// oscar_err: OSCAR's error when the caller already has it with these rotations and clips (grouping
+// auto scores its choice with the gate's method: the same bits), else NULL.
 enum oscar_status oscar_calib_gate_layer(struct oscar_eval_dev * ev, const struct oscar_rotations * r,
-                                         const struct oscar_calib_params * p, int32_t l, struct oscar_calib_gate * g,
-                                         struct oscar_calib_timing * t);
+                                         const struct oscar_calib_params * p, int32_t l, const double * oscar_err,
+                                         struct oscar_calib_gate * g, struct oscar_calib_timing * t);
 // The gate's methods of `mask` (OSCAR_GATE_*) on ev's layer: err[0] naive, [1] Hadamard, [2]
 // OSCAR (r needed only for it); each the bits of the three together (eval-device.h), so the
 // ranks of a split gate may take a method each. r's shape says L, Hkv and D.

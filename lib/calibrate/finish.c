@@ -74,8 +74,11 @@ enum oscar_status oscar_calib_finish_layer(struct oscar_calib_finisher * fin, co
     if (st == OSCAR_OK && fin->split) st = osc_calib_split_finish(fin->split, fin, h, l); // with the other ranks
     if (st == OSCAR_OK && !fin->split && (!autog || p->refine_optr))   // auto without OptR: the chosen candidate's clips
         st = oscar_calib_clip_layer(fin->ev, p, l, &fin->fit, &fin->clip, fin->t);
+    // auto without OptR keeps a candidate as grouping.c scored it: its error is the gate's OSCAR error
+    const double * chosen = !autog || p->refine_optr ? NULL
+                            : fin->fit.rot.head_layer[l] ? &fin->fit.err_head[l] : &fin->fit.err_layer[l];
     if (st == OSCAR_OK && !fin->split && !fin->gate_at_end)
-        st = oscar_calib_gate_layer(fin->ev, &fin->fit.rot, p, l, &fin->gate, fin->t);
+        st = oscar_calib_gate_layer(fin->ev, &fin->fit.rot, p, l, chosen, &fin->gate, fin->t);
     if (st == OSCAR_OK) fin->n_done = l + 1;
     return st;
 }
@@ -91,7 +94,7 @@ enum oscar_status oscar_calib_finish_end(struct oscar_calib_finisher * fin, cons
     for (int32_t l = 0; fin->gate_at_end && l < fin->n_layer && st == OSCAR_OK; l++) {   // at the shared ratio
         const struct oscar_layer_input in = osc_calib_layer_input(h, l);
         if ((st = oscar_eval_dev_layer(fin->ev, &in)) == OSCAR_OK)
-            st = oscar_calib_gate_layer(fin->ev, &fin->fit.rot, p, l, &fin->gate, fin->t);
+            st = oscar_calib_gate_layer(fin->ev, &fin->fit.rot, p, l, NULL, &fin->gate, fin->t);
     }
     if (st == OSCAR_OK) oscar_calib_gate_end(&fin->gate);
     osc_debug("after the gate: peak RSS %.1f MiB", oscar_calib_peak_rss_mb());

@@ -49,10 +49,12 @@ enum oscar_status oscar_calib_gate_methods(struct oscar_eval_dev * ev, const str
 }
 
 enum oscar_status oscar_calib_gate_layer(struct oscar_eval_dev * ev, const struct oscar_rotations * r,
-                                         const struct oscar_calib_params * p, int32_t l, struct oscar_calib_gate * g,
-                                         struct oscar_calib_timing * t) {
+                                         const struct oscar_calib_params * p, int32_t l, const double * oscar_err,
+                                         struct oscar_calib_gate * g, struct oscar_calib_timing * t) {
     double t0 = osc_now(), err[3] = {0};
-    enum oscar_status st = oscar_calib_gate_methods(ev, r, p, OSCAR_GATE_ALL, err);
+    enum oscar_status st = oscar_calib_gate_methods(ev, r, p, oscar_err ? OSCAR_GATE_NAIVE | OSCAR_GATE_HADAMARD
+                                                                        : OSCAR_GATE_ALL, err);
+    if (oscar_err) err[2] = *oscar_err;
     if (st == OSCAR_OK) g->naive[l] = err[0], g->hadamard[l] = err[1], g->oscar[l] = err[2];
     if (t) t->gate += osc_now() - t0;
     return st;
