@@ -258,10 +258,21 @@ static enum oscar_status cuda_kv_supports(int32_t head_dim, int32_t n_head, int3
     return st;
 }
 
+static enum oscar_status cuda_host_pin(void * p, size_t n) {
+    cudaError_t e = cudaHostRegister(p, n, cudaHostRegisterDefault);
+    if (e == cudaSuccess) return OSCAR_OK;
+    cudaGetLastError();   // not sticky: later calls must not see it
+    return osc_error(OSCAR_ERR_UNSUPPORTED, "cuda: cannot page-lock %zu bytes: %s", n, cudaGetErrorString(e));
+}
+
+static void cuda_host_unpin(void * p) {
+    if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+}
+
 static const struct oscar_backend_i cuda_backend = {
     "cuda", cuda_rotate_quantize, cuda_kv_upload, cuda_kv_write_int2, cuda_kv_read_int2, cuda_decode, cuda_kv_free,
     osc_cuda_eval_open, osc_cuda_eval_layer, osc_cuda_eval_out_err, osc_cuda_eval_candidates, osc_cuda_eval_free,
-    cuda_kv_supports,
+    cuda_kv_supports, cuda_host_pin, cuda_host_unpin,
 };
 
 extern "C" enum oscar_status osc_backend_cuda(const struct oscar_backend_i ** out) {

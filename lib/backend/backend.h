@@ -98,6 +98,12 @@ struct oscar_backend_i {
     // heads over n_head_kv KV heads and INT2 group size group_size (0: head_dim); else
     // OSCAR_ERR_UNSUPPORTED with a message naming what is missing. NULL: every shape.
     enum oscar_status (*kv_supports)(int32_t head_dim, int32_t n_head, int32_t n_head_kv, int32_t group_size);
+
+    // Page-locks host memory that the backend copies from or to often (the held-out rows of
+    // every layer: transfers at the bus's rate), until host_unpin. NULL on the CPU backend.
+    // A failure costs only speed (the memory stays pageable).
+    enum oscar_status (*host_pin)(void * p, size_t n);
+    void (*host_unpin)(void * p);
 };
 
 // "cpu" (always) or "cuda". Returns OSCAR_ERR_UNSUPPORTED with "CUDA backend not

@@ -36,6 +36,8 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/target.h"
+
+struct oscar_backend_i;   // backend/backend.h
 #include "util/version.h"
 
 struct oscar_actstore;
@@ -167,6 +169,7 @@ struct oscar_calib_heldout {
     float * wo_block;        // [n_slot or L, C, Hq*D] owned copies when the rows outlive the model's layers, or NULL
     int32_t n_slot;          // 1: every layer's q/k/v/wo point at one slot, the layer being finished
                              // (the layer-major pass with a finisher); 0: each layer its own rows
+    const struct oscar_backend_i * pinned; // the backend that page-locked the one slot, or NULL
 };
 void oscar_calib_heldout_free(struct oscar_calib_heldout * h);
 // [n_layer] oscar_layer_window of every layer (malloc'd; NULL when out of memory).

@@ -36,6 +36,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "backend/forward-backend.h"
 #include "calibrate/actstore.h"
 #include "calibrate/calibrate.h"
@@ -190,6 +191,23 @@ static enum oscar_status plan_batches(struct layer_pass * lp) {
     return OSCAR_OK;
 }
 
+// The one slot of held-out rows page-locked by the backend that uploads it for every layer's
+// evaluation (CUDA), when it can; nq / nkv / nwo floats.
+static void pin_slot(const char * device, struct oscar_calib_heldout * h, size_t nq, size_t nkv, size_t nwo) {
+    const struct oscar_backend_i * be = NULL;
+    if (!device || oscar_backend_get(device, &be) != OSCAR_OK || !be->host_pin) return;
+    void * p[4] = {h->q[0], h->k[0], h->v[0], h->wo_block};
+    const size_t n[4] = {nq, nkv, nkv, nwo};
+    int done = 0;
+    while (done < 4 && be->host_pin(p[done], n[done] * sizeof(float)) == OSCAR_OK) done++;
+    if (done == 4) {
+        h->pinned = be;
+        return;
+    }
+    osc_debug("held-out rows stay pageable: %s", oscar_last_error());
+    while (done > 0) be->host_unpin(p[--done]);
+}
+
 // The held-out rows and W_O copies (the weights the backend ran): of every layer, or with a
 // finisher whose gate runs per layer ONE slot that every layer's pointers share, reused each layer.
 static enum oscar_status alloc_heldout(struct layer_pass * lp) {
@@ -228,6 +246,7 @@ static enum oscar_status alloc_heldout(struct layer_pass * lp) {
         }
         h->wo[l] = h->wo_block + (l < slots ? l : 0) * nwo;
     }
+    if (slots == 1 && T > 0) pin_slot(lp->e->device, h, T * (size_t) c->n_head * D, T * (size_t) c->n_head_kv * D, nwo);
     return OSCAR_OK;
 nomem:
     return osc_error(OSCAR_ERR_NOMEM, "held-out rows: out of memory (%zu rows x %zu layers)", T, L);

@@ -8,11 +8,16 @@
 
 #include <sys/resource.h>
 
+#include "backend/backend.h"
 #include "calibrate/actstore.h"
 #include "calibrate/calibrate.h"
 #include "util/log.h"
 
 void oscar_calib_heldout_free(struct oscar_calib_heldout * h) {
+    if (h->pinned) {
+        void * slot[4] = {h->q[0], h->k[0], h->v[0], h->wo_block};
+        for (int i = 0; i < 4; i++) h->pinned->host_unpin(slot[i]);
+    }
     for (int32_t l = 0; h->q && l < (h->n_slot == 1 ? 1 : h->n_layer); l++) {   // one slot: shared by all
         free(h->q[l]);
         free(h->k[l]);
