@@ -444,6 +444,7 @@ void oscar_calib_gate_free(struct oscar_calib_gate * g);
 struct oscar_calib_grouping {
     struct oscar_calib_clip clip_layer, clip_head;   // the candidates' clip records ([L] arrays, layer l used)
     struct oscar_rotations save;                     // one layer's layer candidate (rotations, eigenvalues, clips)
+    struct oscar_rotations head;                     // one layer's per-head candidate as fitted
 };
 // AUTO -> LAYER where the target or the run cannot take per-head rotations (reason in p->grouping_why).
 void oscar_calib_resolve_grouping(struct oscar_calib_params * p);

@@ -6,6 +6,7 @@
 // by the gate's OSCAR evaluation (post-W_O relative error, "oscar-searched" at those
 // clips), so a layer's gate error under auto is the smaller of the two. Ties keep the
 // layer's rotation: the artifact stays [D,D] when every layer keeps it.
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@ void oscar_calib_grouping_free(struct oscar_calib_grouping * g) {
     oscar_calib_clip_free(&g->clip_layer);
     oscar_calib_clip_free(&g->clip_head);
     oscar_rotations_free(&g->save);
+    oscar_rotations_free(&g->head);
     memset(g, 0, sizeof(*g));
 }
 
@@ -52,32 +54,68 @@ enum oscar_status oscar_calib_grouping_alloc(const struct oscar_calib_params * p
     if (st == OSCAR_OK) st = oscar_calib_clip_alloc(p, r->n_head_kv, f, &g->clip_head);
     if (st == OSCAR_OK)
         st = oscar_rotations_alloc(&g->save, 1, r->n_head_kv, r->head_dim, r->n_rot, r->n_clip, false, false);
+    if (st == OSCAR_OK)
+        st = oscar_rotations_alloc(&g->head, 1, r->n_head_kv, r->head_dim, r->n_rot, r->n_clip, false, false);
     if (st != OSCAR_OK) oscar_calib_grouping_free(g);
     return st;
 }
 
-// Layer l's rotations of grouping g from s (per KV head in f; a layer fit replicated over the heads).
-static enum oscar_status fit_candidate(const struct oscar_stats * s, const struct oscar_calib_params * p,
-                                       enum oscar_rotation_grouping g, int32_t l, struct oscar_calib_fit * f) {
+// Job i of fit_candidates: K (i even) or V of the layer's rotation (i < 2) or of head (i - 2) / 2.
+static bool job_is_v(int32_t i) { return i % 2 == 1; }
+static int32_t job_head(int32_t i) { return i < 2 ? -1 : (i - 2) / 2; }
+
+// Both candidates of layer l from s in one parallel loop over their 2 + 2·Hkv fits: the layer's
+// rotation into f (copied to every head), each KV head's into g->head. Each fit is the one
+// oscar_fit_stats_layer_basis makes (the same covariance, eigh and composition).
+static enum oscar_status fit_candidates(const struct oscar_stats * s, const struct oscar_calib_params * p, int32_t l,
+                                        struct oscar_calib_fit * f, struct oscar_calib_grouping * g) {
     struct oscar_rotations * r = &f->rot;
-    const int32_t NF = g == OSCAR_GROUP_HEAD ? r->n_rot : 1;
-    const size_t D = (size_t) r->head_dim;
-    struct oscar_fit_report * rep = calloc((size_t) NF, sizeof(*rep));
-    enum oscar_status st = rep ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "grouping auto: out of memory");
-    for (int kv = 0; kv < 2 && st == OSCAR_OK; kv++) {
-        float * rot = kv ? oscar_rotations_v(r, l, 0) : oscar_rotations_k(r, l, 0);
-        float * eig = kv ? oscar_rotations_v_eig(r, l, 0) : oscar_rotations_k_eig(r, l, 0);
-        st = oscar_fit_stats_layer_basis(s, kv ? p->v_objective : p->k_objective, g, p->composition, l, rot, eig, rep,
-                                         NULL, NULL);
-        for (int32_t i = 0; st == OSCAR_OK && i < NF; i++)
-            if (rep[i].orth_err > f->orth_err_max) f->orth_err_max = rep[i].orth_err;
-        for (int32_t h = 1; st == OSCAR_OK && NF == 1 && h < r->n_rot; h++) {
-            memcpy(kv ? oscar_rotations_v(r, l, h) : oscar_rotations_k(r, l, h), rot, D * D * sizeof(float));
-            memcpy(kv ? oscar_rotations_v_eig(r, l, h) : oscar_rotations_k_eig(r, l, h), eig, D * sizeof(float));
+    const int32_t H = r->n_rot, n = 2 + 2 * H, nt = oscar_stats_get_params(s).n_threads;
+    const size_t D = (size_t) r->head_dim, dd = D * D;
+    double * sig = malloc((size_t) n * dd * sizeof(double));
+    struct oscar_fit_report * rep = calloc((size_t) n, sizeof(*rep));
+    enum oscar_status st = sig && rep ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "grouping auto: out of memory");
+    for (int32_t i = 0; i < n && st == OSCAR_OK; i++)   // serially: the accumulator's scratch is shared
+        st = oscar_stats_sigma(s, job_is_v(i) ? p->v_objective : p->k_objective, l, job_head(i), sig + (size_t) i * dd);
+    int32_t first_bad = -1;
+    enum oscar_status bad = OSCAR_OK;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt > 0 ? nt : omp_get_max_threads())
+    for (int32_t i = 0; i < (st == OSCAR_OK ? n : 0); i++) {
+        const int32_t h = job_head(i);
+        struct oscar_rotations * to = h < 0 ? r : &g->head;
+        const int32_t tl = h < 0 ? l : 0, th = h < 0 ? 0 : h;
+        float * rot = job_is_v(i) ? oscar_rotations_v(to, tl, th) : oscar_rotations_k(to, tl, th);
+        float * eig = job_is_v(i) ? oscar_rotations_v_eig(to, tl, th) : oscar_rotations_k_eig(to, tl, th);
+        enum oscar_status e = oscar_fit_rotation((int32_t) D, sig + (size_t) i * dd, p->composition, rot, eig, &rep[i]);
+        if (e != OSCAR_OK) {
+#pragma omp critical
+            if (first_bad < 0 || i < first_bad) first_bad = i, bad = e;
         }
     }
-    free(rep);
+    if (st == OSCAR_OK && first_bad >= 0)
+        st = osc_error(bad, "grouping auto: layer %d, %s of %s%d failed", (int) l, job_is_v(first_bad) ? "V" : "K",
+                       job_head(first_bad) < 0 ? "the layer" : "KV head ", (int) (job_head(first_bad) < 0 ? 0 : job_head(first_bad)));
+    for (int32_t i = 0; st == OSCAR_OK && i < n; i++)
+        if (rep[i].orth_err > f->orth_err_max) f->orth_err_max = rep[i].orth_err;
+    for (int32_t h = 1; st == OSCAR_OK && h < H; h++) {   // the layer candidate: one rotation for every head
+        memcpy(oscar_rotations_k(r, l, h), oscar_rotations_k(r, l, 0), dd * sizeof(float));
+        memcpy(oscar_rotations_v(r, l, h), oscar_rotations_v(r, l, 0), dd * sizeof(float));
+        memcpy(oscar_rotations_k_eig(r, l, h), oscar_rotations_k_eig(r, l, 0), D * sizeof(float));
+        memcpy(oscar_rotations_v_eig(r, l, h), oscar_rotations_v_eig(r, l, 0), D * sizeof(float));
+    }
+    free(sig), free(rep);
     return st;
+}
+
+// The per-head candidate's rotations and eigenvalues into f's layer l (its clips are the search's).
+static void put_head_candidate(const struct oscar_calib_grouping * g, int32_t l, struct oscar_rotations * r) {
+    const size_t D = (size_t) r->head_dim, dd = D * D;
+    for (int32_t h = 0; h < r->n_rot; h++) {
+        memcpy(oscar_rotations_k(r, l, h), oscar_rotations_k(&g->head, 0, h), dd * sizeof(float));
+        memcpy(oscar_rotations_v(r, l, h), oscar_rotations_v(&g->head, 0, h), dd * sizeof(float));
+        memcpy(oscar_rotations_k_eig(r, l, h), oscar_rotations_k_eig(&g->head, 0, h), D * sizeof(float));
+        memcpy(oscar_rotations_v_eig(r, l, h), oscar_rotations_v_eig(&g->head, 0, h), D * sizeof(float));
+    }
 }
 
 // Layer l's record of a candidate's search (n_clip 1 or Hkv) into c (n_clip Hkv), replicated per head.
@@ -101,15 +139,11 @@ static enum oscar_status score(struct oscar_eval_dev * ev, const struct oscar_ca
     return st;
 }
 
-// One candidate: fitted, its clips searched (the candidate's own record, put into c) and scored.
-static enum oscar_status candidate(struct oscar_eval_dev * ev, const struct oscar_stats * s,
-                                   const struct oscar_calib_params * p, enum oscar_rotation_grouping g, int32_t l,
+// One candidate (in f): its clips searched (the candidate's own record, put into c) and scored.
+static enum oscar_status candidate(struct oscar_eval_dev * ev, const struct oscar_calib_params * p, int32_t l,
                                    struct oscar_calib_fit * f, struct oscar_calib_clip * c,
                                    struct oscar_calib_clip * own, double * err, struct oscar_calib_timing * t) {
-    double t0 = osc_now();
-    enum oscar_status st = fit_candidate(s, p, g, l, f);
-    if (t) t->eigh += osc_now() - t0;
-    if (st == OSCAR_OK) st = oscar_calib_clip_layer(ev, p, l, f, own, t);
+    enum oscar_status st = oscar_calib_clip_layer(ev, p, l, f, own, t);
     if (st == OSCAR_OK) put_record(own, l, c);
     return st == OSCAR_OK ? score(ev, p, &f->rot, err, t) : st;
 }
@@ -122,10 +156,13 @@ enum oscar_status oscar_calib_grouping_layer(struct oscar_eval_dev * ev, const s
     if (!g->save.k || l < 0 || l >= r->n_layer || c->n_clip != r->n_head_kv)
         return osc_error(OSCAR_ERR_INVALID, "grouping auto: layer %d does not fit the result", (int) l);
     const struct oscar_rotations here = oscar_rotations_layer_view(r, l);
-    double el = 0.0, eh = 0.0;
-    enum oscar_status st = candidate(ev, s, p, OSCAR_GROUP_LAYER, l, f, c, &g->clip_layer, &el, t);
+    double el = 0.0, eh = 0.0, t0 = osc_now();
+    enum oscar_status st = fit_candidates(s, p, l, f, g);
+    if (t) t->eigh += osc_now() - t0;
+    if (st == OSCAR_OK) st = candidate(ev, p, l, f, c, &g->clip_layer, &el, t);
     if (st == OSCAR_OK) oscar_rotations_copy(&g->save, &here);
-    if (st == OSCAR_OK) st = candidate(ev, s, p, OSCAR_GROUP_HEAD, l, f, c, &g->clip_head, &eh, t);
+    if (st == OSCAR_OK) put_head_candidate(g, l, r);
+    if (st == OSCAR_OK) st = candidate(ev, p, l, f, c, &g->clip_head, &eh, t);
     if (st != OSCAR_OK) return st;
     const bool head = eh < el;   // strictly better; a tie keeps the smaller (layer) form
     if (!head) {
