@@ -137,23 +137,29 @@ static enum oscar_status check_finite(const char * what, int32_t layer, const fl
 }
 
 // Every K and V rotation orthogonal to OSCAR_ARTIFACT_ORTH_TOL; names the first that is not.
+// The errors are independent (computed in parallel), the first is found in (layer, head, K/V) order.
 static enum oscar_status check_orthogonal(const struct oscar_artifact * a) {
-    for (int32_t l = 0; l < a->n_layer; l++) {
-        for (int32_t h = 0; h < a->rot.n_rot; h++) {
-            for (int kv = 0; kv < 2; kv++) {
-                const float * r = kv ? oscar_rotations_v(&a->rot, l, h) : oscar_rotations_k(&a->rot, l, h);
-                double e = oscar_fit_orth_error_f32(a->head_dim, r);
-                if (e <= OSCAR_ARTIFACT_ORTH_TOL) continue;
-                char head[32] = "";
-                if (a->rot.n_rot > 1) snprintf(head, sizeof head, " (KV head %d)", (int) h);
-                return osc_error(OSCAR_ERR_NUMERIC,
-                                 "artifact: layers.%d.%c_rotation%s is not orthogonal: max|R·Rᵀ−I| = %.3g > %.3g "
-                                 "(8·eps32)",
-                                 (int) l, kv ? 'v' : 'k', head, e, OSCAR_ARTIFACT_ORTH_TOL);
-            }
-        }
+    const int64_t n = (int64_t) a->n_layer * a->rot.n_rot * 2;
+    double * err = malloc((size_t) (n > 0 ? n : 1) * sizeof(double));
+    if (!err) return osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory for %lld orthogonality checks", (long long) n);
+#pragma omp parallel for schedule(dynamic, 4)
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t l = (int32_t) (i / (2 * a->rot.n_rot)), h = (int32_t) (i / 2 % a->rot.n_rot), kv = (int32_t) (i % 2);
+        const float * r = kv ? oscar_rotations_v(&a->rot, l, h) : oscar_rotations_k(&a->rot, l, h);
+        err[i] = oscar_fit_orth_error_f32(a->head_dim, r);
     }
-    return OSCAR_OK;
+    enum oscar_status st = OSCAR_OK;
+    for (int64_t i = 0; i < n && st == OSCAR_OK; i++) {
+        if (err[i] <= OSCAR_ARTIFACT_ORTH_TOL) continue;
+        const int32_t l = (int32_t) (i / (2 * a->rot.n_rot)), h = (int32_t) (i / 2 % a->rot.n_rot), kv = (int32_t) (i % 2);
+        char head[32] = "";
+        if (a->rot.n_rot > 1) snprintf(head, sizeof head, " (KV head %d)", (int) h);
+        st = osc_error(OSCAR_ERR_NUMERIC,
+                       "artifact: layers.%d.%c_rotation%s is not orthogonal: max|R·Rᵀ−I| = %.3g > %.3g (8·eps32)",
+                       (int) l, kv ? 'v' : 'k', head, err[i], OSCAR_ARTIFACT_ORTH_TOL);
+    }
+    free(err);
+    return st;
 }
 
 static enum oscar_status check_meta_int(const struct oscar_artifact * a, const char * key, int32_t want) {
