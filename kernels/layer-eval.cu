@@ -4,8 +4,7 @@
 //   A = causal softmax(Z / √D)      fp64 max / sum / exp per row, stored fp32 (a sliding
 //                                   layer's window only)
 //   O_b = A . Vb_b                  (fp32 GEMM, batched over value variants b)
-// then ‖O_b . W_Oᵀ‖² as fp64 sums of squares (the product: TF32 tensor cores over three
-// slices of each operand, hi·hi + hi·lo + lo·hi, about 2^-21 per product). Gate: a method's own keys and values
+// then ‖O_b . W_Oᵀ‖² as fp64 sums of squares. Gate: a method's own keys and values
 // against the exact output (made once per layer). Clip search: values [V̂_c − V] under
 // the exact A (attention is linear in V); the keys' logit sums Σ (q·(k̂_c − k))² and the
 // per-KV-head output energies are fp64 quadratic forms (eval-quad.cuh), except in a
@@ -43,7 +42,6 @@ struct oscar_backend_eval {
     float * z;                       // device [max_cand + 1][max_len, max_len] scores / weights
     float * ob;                      // device [max_cand + 1][T, Hq, D]: 0 the exact output, then variants
     float * y;                       // device [T, C]
-    float * wo3, * o3;               // device [C, 3·Hq·D], [T, 3·Hq·D]: TF32 slices (wo_energy)
     float * rot;                     // device [2 (K, V)][2 (R, Rᵀ)][Hkv, D, D]
     float * h_rot;                   // host staging [2][Hkv, D, D]
     int32_t * clip_idx, * h_clip;    // device / host [max_cand, Hkv]
@@ -57,7 +55,6 @@ struct oscar_backend_eval {
     bool kq_ready;                   // full attention: the query suffix sums and k_den below
     double * k_den;                  // host [Hkv] the exact keys' logit sums
     bool wo_ready;                   // the per-head W_O Grams
-    bool wo3_ready;                  // W_O's TF32 slices
 };
 
 // ---- kernels -------------------------------------------------------------------------------
@@ -128,48 +125,10 @@ static enum oscar_status sumsq(struct oscar_backend_eval * e, const float * z, l
     return OSCAR_OK;
 }
 
-// out row r (3k floats) = three TF32 slices of x row r (k floats, ld ld_in): [hi, hi, lo] (lo_last)
-// or [hi, lo, hi], hi = x rounded to TF32 and lo = (x − hi) rounded to TF32, so that one TF32 GEMM
-// over the 3k products of [hi, hi, lo]·[hi, lo, hi] gives hi·hi + hi·lo + lo·hi: x·y to about 2^-21
-// (fp32 is 2^-24), each product exact in the tensor cores' fp32 accumulation.
-static __device__ float tf32_round(float x) {
-    const uint32_t u = __float_as_uint(x);
-    return __uint_as_float((u + 0x1000u) & 0xffffe000u);   // nearest, ties away from zero
-}
-
-__global__ void split3_kernel(const float * x, long long rows, int k, int ld_in, bool lo_last, float * out) {
-    for (long long i = (long long) blockIdx.x * blockDim.x + threadIdx.x; i < rows * k;
-         i += (long long) gridDim.x * blockDim.x) {
-        const long long r = i / k;
-        const int c = (int) (i % k);
-        const float v = x[r * ld_in + c], hi = tf32_round(v), lo = tf32_round(__fsub_rn(v, hi));
-        float * o = out + r * 3 * k + c;
-        o[0] = hi, o[k] = lo_last ? hi : lo, o[2 * k] = lo_last ? lo : hi;
-    }
-}
-
-// The layer's W_O in three TF32 slices (wo3 [C, 3K]), once per layer.
-static enum oscar_status wo_split(struct oscar_backend_eval * e) {
-    if (e->wo3_ready) return OSCAR_OK;
-    const int K = e->s.n_head * e->s.head_dim;
-    split3_kernel<<<1024, EV_THREADS, 0, e->stream>>>(e->wo, e->s.n_embd, K, K, true, e->wo3);
-    OSCAR_CUDA_CHECK_LAUNCH();
-    e->wo3_ready = true;
-    return OSCAR_OK;
-}
-
-// *acc += ‖O . W_Oᵀ‖² (O [T, Hq·D], W_O [C, Hq·D], row-major): one TF32 GEMM over the three slices
-// of both (about fp32's accuracy at the tensor cores' rate), squares summed in fp64.
-static enum oscar_status wo_energy(struct oscar_backend_eval * e, const float * O, double * acc) {
+// *acc += ‖O[:, c0 : c0+nc] . W_O[:, c0 : c0+nc]ᵀ‖² (O [T, Hq·D], W_O [C, Hq·D], row-major).
+static enum oscar_status wo_energy(struct oscar_backend_eval * e, const float * O, int c0, int nc, double * acc) {
     const int K = e->s.n_head * e->s.head_dim, C = e->s.n_embd;
-    enum oscar_status st = wo_split(e);
-    if (st != OSCAR_OK) return st;
-    split3_kernel<<<1024, EV_THREADS, 0, e->stream>>>(O, e->T, K, K, false, e->o3);
-    OSCAR_CUDA_CHECK_LAUNCH();
-    const float one = 1.0f, zero = 0.0f;
-    OSCAR_CUBLAS_CHECK(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, C, e->T, 3 * K, &one, e->wo3, CUDA_R_32F, 3 * K,
-                                    e->o3, CUDA_R_32F, 3 * K, &zero, e->y, CUDA_R_32F, C, CUBLAS_COMPUTE_32F_FAST_TF32,
-                                    CUBLAS_GEMM_DEFAULT));
+    OSCAR_CUBLAS_CHECK(gemm(e, CUBLAS_OP_T, CUBLAS_OP_N, C, e->T, nc, e->wo + c0, K, 0, O + c0, K, 0, e->y, C, 0, 1));
     return sumsq(e, e->y, (long long) e->T * C, 0, 1, 0, acc, 1);
 }
 
@@ -279,7 +238,7 @@ static enum oscar_status fetch_acc(struct oscar_backend_eval * e, int n) {
 
 extern "C" void osc_cuda_eval_free(struct oscar_backend_eval * e) {
     if (!e) return;
-    void * dev[] = {e->q, e->k, e->v, e->wo, e->int2_row, e->kb, e->vb, e->z, e->ob, e->y, e->wo3, e->o3, e->rot, e->clip_idx,
+    void * dev[] = {e->q, e->k, e->v, e->wo, e->int2_row, e->kb, e->vb, e->z, e->ob, e->y, e->rot, e->clip_idx,
                     e->part, e->acc};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     osc_quad_free(&e->quad);
@@ -330,8 +289,6 @@ extern "C" enum oscar_status osc_cuda_eval_open(const struct oscar_eval_shape * 
     OSCAR_CUDA_TRY(dmalloc(&e->z, nb * L * L));
     OSCAR_CUDA_TRY(dmalloc(&e->ob, nb * T * Hq * D));
     OSCAR_CUDA_TRY(dmalloc(&e->y, T * C));
-    OSCAR_CUDA_TRY(dmalloc(&e->wo3, C * 3 * Hq * D));
-    OSCAR_CUDA_TRY(dmalloc(&e->o3, T * 3 * Hq * D));
     OSCAR_CUDA_TRY(dmalloc(&e->rot, 4 * Hkv * DD));
     OSCAR_CUDA_TRY(dmalloc(&e->clip_idx, 2 * (size_t) s->max_cand * Hkv));
     OSCAR_CUDA_TRY(dmalloc(&e->part, nb * EV_PARTS));
@@ -360,7 +317,7 @@ extern "C" enum oscar_status osc_cuda_eval_layer(struct oscar_backend_eval * e, 
     memcpy(ss, in->seq_start, (size_t) (in->n_seq + 1) * sizeof(int32_t));
     if (in->window < 0) return osc_error(OSCAR_ERR_INVALID, "cuda layer eval: window %d < 0", in->window);
     e->seq_start = ss, e->n_seq = in->n_seq, e->T = T, e->window = in->window;
-    e->o_ready = e->kq_ready = e->wo_ready = e->wo3_ready = false;   // made again from these rows on first use
+    e->o_ready = e->kq_ready = e->wo_ready = false;   // made again from these rows on first use
     const size_t D = (size_t) e->s.head_dim, qn = (size_t) T * e->s.n_head * D, kn = (size_t) T * e->s.n_head_kv * D;
     const cudaMemcpyKind h2d = cudaMemcpyHostToDevice;
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(e->q, in->q, qn * sizeof(float), h2d, e->stream));
@@ -376,10 +333,11 @@ extern "C" enum oscar_status osc_cuda_eval_layer(struct oscar_backend_eval * e, 
 // is measured against the same bits whatever ran before.
 static enum oscar_status exact_output(struct oscar_backend_eval * e) {
     if (e->o_ready) return OSCAR_OK;
+    const int K = e->s.n_head * e->s.head_dim;
     double * acc = e->acc + e->n_acc - 1;
     enum oscar_status st;
     OSCAR_CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(double), e->stream));
-    if ((st = attend(e, e->k, 1, e->v, e->ob, 1, NULL)) != OSCAR_OK || (st = wo_energy(e, e->ob, acc)) != OSCAR_OK)
+    if ((st = attend(e, e->k, 1, e->v, e->ob, 1, NULL)) != OSCAR_OK || (st = wo_energy(e, e->ob, 0, K, acc)) != OSCAR_OK)
         return st;
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(&e->o_den, acc, sizeof(double), cudaMemcpyDeviceToHost, e->stream));
     OSCAR_CUDA_CHECK(cudaStreamSynchronize(e->stream));
@@ -407,6 +365,7 @@ extern "C" enum oscar_status osc_cuda_eval_out_err(struct oscar_backend_eval * e
     enum oscar_status st = check_method(e, m);
     if (st != OSCAR_OK) return st;
     const long long obs = (long long) e->T * e->s.n_head * e->s.head_dim;
+    const int K = e->s.n_head * e->s.head_dim;
     const long long kvs = (long long) e->T * e->s.n_head_kv * e->s.head_dim;
     if ((st = exact_output(e)) != OSCAR_OK) return st;
     OSCAR_CUDA_CHECK(cudaMemsetAsync(e->acc, 0, sizeof(double), e->stream));
@@ -414,7 +373,7 @@ extern "C" enum oscar_status osc_cuda_eval_out_err(struct oscar_backend_eval * e
     if ((st = attend(e, e->kb + kvs, 1, e->vb + kvs, e->ob + obs, 1, NULL)) != OSCAR_OK) return st;
     sub_kernel<<<1024, EV_THREADS, 0, e->stream>>>(e->ob + obs, e->ob, obs);   // ô − o
     OSCAR_CUDA_CHECK_LAUNCH();
-    if ((st = wo_energy(e, e->ob + obs, e->acc)) != OSCAR_OK || (st = fetch_acc(e, 1)) != OSCAR_OK) return st;
+    if ((st = wo_energy(e, e->ob + obs, 0, K, e->acc)) != OSCAR_OK || (st = fetch_acc(e, 1)) != OSCAR_OK) return st;
     *den = e->o_den, *num = e->h_acc[0];
     return OSCAR_OK;
 }
@@ -426,7 +385,7 @@ extern "C" enum oscar_status osc_cuda_eval_candidates(struct oscar_backend_eval 
     if (st != OSCAR_OK) return st;
     if (n_cand < 1 || n_cand > e->s.max_cand)
         return osc_error(OSCAR_ERR_INVALID, "cuda layer eval: %d candidates (workspace: %d)", n_cand, e->s.max_cand);
-    const int Hkv = e->s.n_head_kv, D = e->s.head_dim, nb = n_cand + 1;
+    const int Hkv = e->s.n_head_kv, D = e->s.head_dim, K = e->s.n_head * D, nb = n_cand + 1;
     const long long obs = (long long) e->T * e->s.n_head * D, kvs = (long long) e->T * Hkv * D;
     double * kacc = e->acc, * vacc = e->acc + (size_t) nb * Hkv;   // [nb][Hkv], [nb][Hkv + 1]; 0 the exact rows'
     const int n = nb * (2 * Hkv + 1);
@@ -447,7 +406,7 @@ extern "C" enum oscar_status osc_cuda_eval_candidates(struct oscar_backend_eval 
     for (int c = 0; c < n_cand && st == OSCAR_OK; c++) {
         const float * O = e->ob + (1 + c) * obs;
         double * vc = vacc + (size_t) (1 + c) * (Hkv + 1);
-        st = v_per_head ? osc_quad_head_energies(&e->quad, O, e->T, vc) : wo_energy(e, O, vc + Hkv);
+        st = v_per_head ? osc_quad_head_energies(&e->quad, O, e->T, vc) : wo_energy(e, O, 0, K, vc + Hkv);
     }
     if (st != OSCAR_OK || (st = fetch_acc(e, n)) != OSCAR_OK) return st;
     const double * hk = e->h_acc, * hv = e->h_acc + (size_t) nb * Hkv;

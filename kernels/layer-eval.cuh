@@ -6,10 +6,8 @@
 // are transformed there exactly as lib/verify's kv-transform does it (fp64
 // rotation sums in ascending order, bf16 rounding, the lib/quant clip rules and
 // INT2 ASYM/SYM quantizer with the same IEEE operations, dequantization through
-// the stored metadata dtype), the attention products are fp32 cuBLAS GEMMs with
-// an fp64 softmax, the W_O product one TF32 GEMM over three slices of each operand
-// (about fp32's accuracy), the logit sums and per-head energies fp64 quadratic
-// forms (eval-quad.cuh), every sum of squares fp64 in a fixed order
+// the stored metadata dtype), and the attention and W_O products are fp32 cuBLAS
+// GEMMs with fp64 softmax and fp64 sums of squares in a fixed order
 // (deterministic). Refuses (UNSUPPORTED): head_dim not in {32, 64, 128, 256},
 // Lloyd-Max, bf16_dequant.
 #ifndef OSCAR_KERNELS_LAYER_EVAL_CUH

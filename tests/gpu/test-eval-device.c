@@ -10,9 +10,8 @@
 // Tolerance 1e-5 relative: the K/V transform uses the CPU's arithmetic (fp64
 // rotation sums in the same order, the same IEEE quantizer steps), so the
 // quantized rows agree exactly; what differs is the summation order of the fp32
-// GEMMs in scores and P.V (~sqrt(K) 2^-24, 1e-7..1e-6 relative per product), the
-// W_O product's three TF32 slices (about 2^-21 per product) and the fp64 quadratic
-// forms (measured on the H200: <= 1e-7 before the TF32 slices). One INT2 code
+// GEMMs in scores, P.V and the W_O product (~sqrt(K) 2^-24, 1e-7..1e-6 relative
+// per product; measured on the H200: <= 4e-7 over all cases). One INT2 code
 // that differs in the small cases (63-80 rows) moves k_num or out_rel by ~1e-2.
 // Also checks that two device runs give bit-identical numbers.
 #include "eval-compare.h"
