@@ -150,15 +150,20 @@ static enum oscar_status attend(struct oscar_backend_eval * e, const float * K, 
             const int h = j / g;
             const float * Kb = K + ((long long) b0 * Hkv + h) * D, * Vb = V + ((long long) b0 * Hkv + h) * D;
             const float * Q = e->q + ((long long) b0 * Hq + j) * D;
-            OSCAR_CUBLAS_CHECK(gemm(e, CUBLAS_OP_T, CUBLAS_OP_N, n, n, D, Kb, Hkv * D, kvs, Q, Hq * D, 0, e->z, n, zs, n_z));
+            // one GEMM per variant: a variant's bits do not depend on how many are evaluated with it
+            // (a clip grid split over ranks gives the one-process numbers)
+            for (int b = 0; b < n_z; b++)
+                OSCAR_CUBLAS_CHECK(gemm(e, CUBLAS_OP_T, CUBLAS_OP_N, n, n, D, Kb + b * kvs, Hkv * D, 0, Q, Hq * D, 0,
+                                        e->z + b * zs, n, 0, 1));
             if (k_acc) {
                 enum oscar_status st = sumsq(e, e->z, zs, zs, n_z, n, k_acc + h, Hkv);
                 if (st != OSCAR_OK) return st;
             }
             softmax_kernel<<<dim3((unsigned) n, 1), EV_THREADS, 0, e->stream>>>(e->z, n, zs, scale, e->window);
             OSCAR_CUDA_CHECK_LAUNCH();
-            OSCAR_CUBLAS_CHECK(gemm(e, CUBLAS_OP_N, CUBLAS_OP_N, D, n, n, Vb, Hkv * D, kvs, e->z, n, 0,
-                            ob + ((long long) b0 * Hq + j) * D, Hq * D, obs, n_v));
+            for (int b = 0; b < n_v; b++)
+                OSCAR_CUBLAS_CHECK(gemm(e, CUBLAS_OP_N, CUBLAS_OP_N, D, n, n, Vb + b * kvs, Hkv * D, 0, e->z, n, 0,
+                                        ob + b * obs + ((long long) b0 * Hq + j) * D, Hq * D, 0, 1));
         }
     }
     return OSCAR_OK;
@@ -224,6 +229,7 @@ static enum oscar_status variants(struct oscar_backend_eval * e, const struct os
     const size_t kvs = (size_t) e->T * e->s.n_head_kv * e->s.head_dim;
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(e->kb, e->k, kvs * sizeof(float), cudaMemcpyDeviceToDevice, e->stream));
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(e->vb, e->v, kvs * sizeof(float), cudaMemcpyDeviceToDevice, e->stream));
+    if (n_cand == 0) return OSCAR_OK;
     enum oscar_status st = transform(e, m, true, n_cand, diff, e->kb + kvs);
     return st == OSCAR_OK ? transform(e, m, false, n_cand, diff, e->vb + kvs) : st;
 }
@@ -383,7 +389,7 @@ extern "C" enum oscar_status osc_cuda_eval_candidates(struct oscar_backend_eval 
                                                       double * v_num, double * v_den) {
     enum oscar_status st = check_method(e, m);
     if (st != OSCAR_OK) return st;
-    if (n_cand < 1 || n_cand > e->s.max_cand)
+    if (n_cand < 0 || n_cand > e->s.max_cand)   // 0: the references alone (k_den, v_den)
         return osc_error(OSCAR_ERR_INVALID, "cuda layer eval: %d candidates (workspace: %d)", n_cand, e->s.max_cand);
     const int Hkv = e->s.n_head_kv, D = e->s.head_dim, K = e->s.n_head * D, nb = n_cand + 1;
     const long long obs = (long long) e->T * e->s.n_head * D, kvs = (long long) e->T * Hkv * D;

@@ -24,8 +24,9 @@
 #include "calibrate/dp.h"
 
 struct osc_calib_split;
-// Whether the split applies (decided alike on every rank): several ranks and the cpu evaluator.
-bool osc_calib_split_applies(const struct osc_dp * dp, const struct oscar_calib_params * p);
+// Whether the split applies (decided alike on every rank): several ranks (any evaluator: a part of
+// the clip grid gets the whole grid's bits on the cpu and on a device alike).
+bool osc_calib_split_applies(const struct osc_dp * dp);
 // h: the held-out rows' shape (one layer slot on ranks other than 0, filled by the split).
 enum oscar_status osc_calib_split_open(struct osc_dp * dp, const struct oscar_calib_params * p,
                                        const struct oscar_calib_heldout * h, struct osc_calib_split ** out);

@@ -465,7 +465,7 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
     struct layer_pass lp = {.e = e, .m = e->m, .c = &e->m->config, .plan = plan, .p = p, .held = held, .t = t,
                             .dp = e->dp ? e->dp : osc_dp_single(), .optr = {.layer = -1}};
     lp.fin = lp.dp->rank == 0 ? fin : NULL; // rank 0 alone has the held-out rows
-    lp.split_on = fin && osc_calib_split_applies(lp.dp, p);   // the same on every rank
+    lp.split_on = fin && osc_calib_split_applies(lp.dp);   // the same on every rank
     struct oscar_capture_hook hook;
     *stats = NULL;
     memset(held, 0, sizeof *held); // freed on any failure, even one before it is filled

@@ -215,6 +215,24 @@ static enum oscar_status cpu_candidates(struct oscar_eval_dev * ev, struct oscar
                                               ev->n_threads, k_num, k_den, v_num, v_den);
 }
 
+// The device's sums for n candidates (ratios[0 .. n)); n = 0: k_den and v_den alone. Each
+// candidate's bits do not depend on the others evaluated with it (layer-eval.cu), so a part of
+// a grid gives the whole grid's numbers in its rows.
+static enum oscar_status device_candidates(struct oscar_eval_dev * ev, struct oscar_kv_transform * t, int32_t n,
+                                           const double * ratios, bool v_per_head, double * k_num, double * k_den,
+                                           double * v_num, double * v_den) {
+    enum oscar_status st;
+    if ((st = check_device_tf(ev, t)) != OSCAR_OK || (st = upload(ev, &t->tiers)) != OSCAR_OK) return st;
+    if (t->tiers.mode == OSCAR_TIERS_DECODE)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "candidate errors: the DECODE tiering is query-dependent");
+    for (int32_t c = 0; c < n; c++)
+        for (int32_t h = 0; h < t->n_head_kv; h++)
+            ev->clip_k[(size_t) c * (size_t) t->n_head_kv + (size_t) h] = ratios[c],
+            ev->clip_v[(size_t) c * (size_t) t->n_head_kv + (size_t) h] = ratios[c];
+    struct oscar_eval_method m = method(ev, t);
+    return ev->be->eval_candidates(ev->dev, &m, n, v_per_head, k_num, k_den, v_num, v_den);
+}
+
 enum oscar_status oscar_eval_dev_candidates(struct oscar_eval_dev * ev, const struct oscar_kv_transform * tf,
                                             int32_t n_cand, const double * ratios, bool v_per_head, double * k_num,
                                             double * k_den, double * v_num, double * v_den) {
@@ -226,22 +244,9 @@ enum oscar_status oscar_eval_dev_candidates(struct oscar_eval_dev * ev, const st
                          tf->name);
     struct oscar_kv_transform t = *tf;
     double t0 = osc_now();
-    enum oscar_status st;
-    if (!ev->be) {
-        st = cpu_candidates(ev, &t, n_cand, 0, n_cand, ratios, v_per_head, k_num, k_den, v_num, v_den);
-        ev->t_cand += osc_now() - t0;
-        return st;
-    }
-    if ((st = check_device_tf(ev, &t)) != OSCAR_OK || (st = upload(ev, &t.tiers)) != OSCAR_OK) return st;
-    t0 = osc_now();
-    if (t.tiers.mode == OSCAR_TIERS_DECODE)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "candidate errors: the DECODE tiering is query-dependent");
-    for (int32_t c = 0; c < n_cand; c++)
-        for (int32_t h = 0; h < t.n_head_kv; h++)
-            ev->clip_k[(size_t) c * (size_t) t.n_head_kv + (size_t) h] = ratios[c],
-            ev->clip_v[(size_t) c * (size_t) t.n_head_kv + (size_t) h] = ratios[c];
-    struct oscar_eval_method m = method(ev, &t);
-    st = ev->be->eval_candidates(ev->dev, &m, n_cand, v_per_head, k_num, k_den, v_num, v_den);
+    enum oscar_status st = ev->be ? device_candidates(ev, &t, n_cand, ratios, v_per_head, k_num, k_den, v_num, v_den)
+                                  : cpu_candidates(ev, &t, n_cand, 0, n_cand, ratios, v_per_head, k_num, k_den, v_num,
+                                                   v_den);
     ev->t_cand += osc_now() - t0;
     return st;
 }
@@ -253,15 +258,15 @@ enum oscar_status oscar_eval_dev_candidates_part(struct oscar_eval_dev * ev, con
     if (n_cand < 1 || n_cand > ev->shape.max_cand || n_cand > OSCAR_EVAL_MAX_CAND || c0 < 0 || c1 < c0 || c1 > n_cand)
         return osc_error(OSCAR_ERR_INVALID, "layer eval: clip candidates %d-%d of %d (at most %d)", (int) c0, (int) c1,
                          (int) n_cand, (int) ev->shape.max_cand);
-    if (ev->be)
-        return osc_error(OSCAR_ERR_UNSUPPORTED, "layer eval (%s): a part of the clip grid is evaluated on the cpu only",
-                         ev->be->name);
     if (tf->rots.k_clip || tf->rots.v_clip)
         return osc_error(OSCAR_ERR_INVALID, "layer eval: method '%s' carries its own clips; candidates set them",
                          tf->name);
     struct oscar_kv_transform t = *tf;
-    double t0 = osc_now();
-    enum oscar_status st = cpu_candidates(ev, &t, n_cand, c0, c1, ratios, v_per_head, k_num, k_den, v_num, v_den);
+    double t0 = osc_now(), vd = 0.0;
+    const size_t H = (size_t) tf->n_head_kv;
+    enum oscar_status st = ev->be ? device_candidates(ev, &t, c1 - c0, ratios + c0, v_per_head, k_num + (size_t) c0 * H,
+                                                      k_den, v_num + (size_t) c0 * (H + 1), v_den ? v_den : &vd)
+                                  : cpu_candidates(ev, &t, n_cand, c0, c1, ratios, v_per_head, k_num, k_den, v_num, v_den);
     ev->t_cand += osc_now() - t0;
     return st;
 }

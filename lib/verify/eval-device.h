@@ -53,8 +53,8 @@ enum oscar_status oscar_eval_dev_candidates(struct oscar_eval_dev * ev, const st
                                             double * k_den, double * v_num, double * v_den);
 
 // Candidates [c0, c1) of those n_cand alone (oscar_verify_candidate_errors_part: the whole call's
-// bits in their rows, k_den, and v_den unless NULL): a clip search split over ranks. "cpu" only
-// (the device evaluates whole grids: OSCAR_ERR_UNSUPPORTED).
+// bits in their rows, k_den, and v_den unless NULL): a clip search split over ranks. On a device
+// every candidate is evaluated on its own (its bits do not depend on the others).
 enum oscar_status oscar_eval_dev_candidates_part(struct oscar_eval_dev * ev, const struct oscar_kv_transform * tf,
                                                  int32_t n_cand, int32_t c0, int32_t c1, const double * ratios,
                                                  bool v_per_head, double * k_num, double * k_den, double * v_num,

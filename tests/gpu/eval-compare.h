@@ -129,6 +129,17 @@ static enum oscar_status ec_run(const char * backend, const struct ec_case * cs,
         printf("    %-16s candidates (per-head %d): k_num[0] %.6e v_num[last] %.6e  max rel %.2e\n", tf[m].name, ph,
                kn[0][0], vn[0][NC * (Hkv + 1) - (ph ? 2 : 1)], r);
         if (r > *max_rel) *max_rel = r;
+        // a clip grid split over ranks: parts [0, 1), [1, 1) (references only), [1, NC) give the whole grid's bits
+        double pk[NC * 8], pkd[8], pv[NC * 9], pvd = 0.0;
+        const int32_t cut[4] = {0, 1, 1, NC};
+        for (int p = 0; p < 3 && st == OSCAR_OK; p++)
+            st = oscar_eval_dev_candidates_part(ev, &tf[m], NC, cut[p], cut[p + 1], grid, ph, pk, pkd, pv,
+                                                p == 0 ? &pvd : NULL);
+        if (st == OSCAR_OK && (memcmp(pk, kn[0], sizeof(double) * NC * Hkv) || memcmp(pkd, kd[0], sizeof(double) * Hkv) ||
+                               memcmp(pv, vn[0], sizeof(double) * NC * (Hkv + 1)) || memcmp(&pvd, &vd[0], sizeof pvd))) {
+            printf("    %-16s candidates in parts differ from the whole grid\n", tf[m].name);
+            *det = 0;
+        }
     }
     oscar_eval_dev_free(ev);
     free(q); free(k); free(v); free(wo); free(rk); free(rv);

@@ -8,7 +8,9 @@
 #      sharing it, MPI engine only): eigenvalues within
 #      the README's bound of the one-process artifact (compare-artifacts.py, 1e-6 of each
 #      layer's largest), wall time, rank 0's bytes sent/received: a table on stdout;
-#   3. kill -9 of one rank mid-run (the same engines): non-zero exit, no artifact.
+#   3. the clip search and gate split over 2 ranks on CUDA (MPI engine): byte-identical to np 1
+#      with one rotation per layer, per KV head and auto;
+#   4. kill -9 of one rank mid-run (the same engines): non-zero exit, no artifact.
 # Builds with CUDA=1 MPI=1 NCCL=1 (NCCL_HOME: default torch's nvidia-nccl wheel); Open MPI from
 # .devcarry/mpi-debs when the machine has none (gpu-deps.sh).
 #   bash tests/gpu/gpu-nccl-check.sh      (OUT: logs go there)
@@ -60,7 +62,18 @@ for np in "${nps[@]}"; do
         grep -h "eigenvalues:" "$logdir/$eng$np.cmp" | head -1
     done
 done
-echo "== 3. kill -9 of rank 1 mid-run"
+echo "== 3. the clip search and gate split over ranks on CUDA: np 2 (MPI) byte-identical to np 1"
+search=(--device cuda --random-init smollm2-135m --tokens 8192 -c 512 -b 2 --heldout 2 -v)
+for g in layer head auto; do   # layer / head: the grid split; auto: rank 0 searches, the gate is split
+    for np in 1 2; do
+        OSCAR_DP=mpi mpi "$np" -x OSCAR_DP $CAL "${search[@]}" --rotation-grouping $g -o "$work/s-$g$np" \
+            2>"$logdir/s-$g$np.err" || fail "search $g np=$np"
+    done
+    if cmp "$work/s-${g}1/oscar.safetensors" "$work/s-${g}2/oscar.safetensors"; then
+        echo "search $g: np 2 byte-identical to np 1 ($(grep -ho 'finishing ([a-z ]*split over 2 ranks)' "$logdir/s-${g}2.err" | head -1))"
+    else fail "search $g: np 2 differs from np 1"; fi
+done
+echo "== 4. kill -9 of rank 1 mid-run"
 for eng in "${engines[@]}"; do
     OSCAR_DP=$eng mpi 2 -x OSCAR_DP $CAL "${args[@]}" --tokens 2097152 -o "$work/kill-$eng" 2>"$logdir/kill-$eng.err" &
     job=$!
