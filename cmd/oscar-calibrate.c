@@ -579,6 +579,14 @@ static int step_end(struct run * r, int rc) {
     return rc;
 }
 
+// rc of a step that just ran; at -v how long it took (since *t, then reset).
+static int timed(const char * step, int rc, double * t) {
+    const double now = osc_now();
+    osc_debug("step %s: %.2f s", step, now - *t);
+    *t = now;
+    return rc;
+}
+
 int main(int argc, char ** argv) {
     osc_blas_select_kernels(argv);
     static struct run r; // large (paths, the hub); zeroed
@@ -586,10 +594,11 @@ int main(int argc, char ** argv) {
     r.p.grouping = OSCAR_GROUP_AUTO; // the tool's default (the library's stays layer)
     int rc = parse(argc, argv, &r.o, &r.p);    // 0. the options (usage errors: 2, before any rank starts)
     if (rc) return rc;
-    rc = step_start(&r, &argc, &argv);         // 1. ranks, checkpoint path, Hub cache, --out checked
-    if (!rc) rc = step_open_model(&r);         // 2. model, base model, tokenizer
-    if (!rc) rc = step_pass(&r);               // 3. corpus or store -> the pass -> every layer finished
-    if (!rc && r.dp->rank == 0) rc = step_artifact(&r); // 4. gate verdict, artifact (rank 0; the others are done)
+    double t = osc_now();
+    rc = timed("1 (start)", step_start(&r, &argc, &argv), &t);    // 1. ranks, checkpoint path, Hub cache, --out checked
+    if (!rc) rc = timed("2 (model)", step_open_model(&r), &t);    // 2. model, base model, tokenizer
+    if (!rc) rc = timed("3 (pass)", step_pass(&r), &t);           // 3. corpus or store -> the pass -> every layer finished
+    if (!rc && r.dp->rank == 0) rc = timed("4 (artifact)", step_artifact(&r), &t); // 4. gate verdict, artifact (rank 0)
     if (!rc && r.dp->rank == 0) rc = step_report(&r);   // 5. timings, --json
     return step_end(&r, rc);                   // 6. freed; a failed rank aborts the others
 }

@@ -75,12 +75,14 @@ static enum oscar_status from_forward(const struct oscar_calib_input * in, const
     struct oscar_actstore * w = NULL;
     const int64_t need = p->n_tokens + (int64_t) p->n_heldout * p->seq_len;
     const struct oscar_model * m = e->m;
+    const double t_read = osc_now();
     enum oscar_status rc = in->random_init ? oscar_calib_synthetic_corpus(need, m->config.n_vocab, p->seed, &r->corpus)
                          : mixed(in) ? oscar_calib_corpus_load_mix(tok, in->corpus, in->n_corpus, in->jsonl_field, p,
                                                                    &r->corpus)
                                      : oscar_calib_corpus_load(tok, in->corpus[0].path, in->jsonl_field, need, &r->corpus);
     if (rc == OSCAR_OK && !in->random_init) rc = check_token_ids(in, m, &r->corpus);
     if (rc == OSCAR_OK) rc = oscar_calib_plan_make(&r->corpus, p, &r->plan);
+    if (rc == OSCAR_OK) osc_debug("corpus: %lld tokens read and planned in %.2f s", (long long) r->corpus.n, osc_now() - t_read);
     if (rc == OSCAR_OK && in->save_act && (rc = store_create(in, m, tok, &r->corpus, p, &w)) == OSCAR_OK) p->act_out = w;
     if (rc != OSCAR_OK) return rc;
     if ((rc = oscar_calib_capture(e, &r->plan, p, &r->fin, &r->stats, &r->held, &r->t)) == OSCAR_OK && w) {
