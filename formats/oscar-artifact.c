@@ -144,14 +144,14 @@ static enum oscar_status check_orthogonal(const struct oscar_artifact * a) {
     if (!err) return osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory for %lld orthogonality checks", (long long) n);
 #pragma omp parallel for schedule(dynamic, 4)
     for (int64_t i = 0; i < n; i++) {
-        const int32_t l = (int32_t) (i / (2 * a->rot.n_rot)), h = (int32_t) (i / 2 % a->rot.n_rot), kv = (int32_t) (i % 2);
+        const int32_t R = a->rot.n_rot, l = (int32_t) (i / (2 * R)), h = (int32_t) (i / 2 % R), kv = (int32_t) (i % 2);
         const float * r = kv ? oscar_rotations_v(&a->rot, l, h) : oscar_rotations_k(&a->rot, l, h);
         err[i] = oscar_fit_orth_error_f32(a->head_dim, r);
     }
     enum oscar_status st = OSCAR_OK;
     for (int64_t i = 0; i < n && st == OSCAR_OK; i++) {
         if (err[i] <= OSCAR_ARTIFACT_ORTH_TOL) continue;
-        const int32_t l = (int32_t) (i / (2 * a->rot.n_rot)), h = (int32_t) (i / 2 % a->rot.n_rot), kv = (int32_t) (i % 2);
+        const int32_t R = a->rot.n_rot, l = (int32_t) (i / (2 * R)), h = (int32_t) (i / 2 % R), kv = (int32_t) (i % 2);
         char head[32] = "";
         if (a->rot.n_rot > 1) snprintf(head, sizeof head, " (KV head %d)", (int) h);
         st = osc_error(OSCAR_ERR_NUMERIC,

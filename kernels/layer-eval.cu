@@ -3,7 +3,8 @@
 //   Z = Q_j . Kᵀ                    the exact keys (fp32 GEMM)
 //   A = causal softmax(Z / √D)      fp64 max / sum / exp per row, stored fp32 (a sliding
 //                                   layer's window only)
-//   O_b = A . Vb_b                  (fp32 GEMM, batched over value variants b)
+//   O_b = A . Vb_b                  (fp32 GEMM, one per value variant b: a variant's bits do
+//                                   not depend on the others evaluated with it)
 // then ‖O_b . W_Oᵀ‖² as fp64 sums of squares. Gate: a method's own keys and values
 // against the exact output (made once per layer). Clip search: values [V̂_c − V] under
 // the exact A (attention is linear in V); the keys' logit sums Σ (q·(k̂_c − k))² and the

@@ -92,9 +92,13 @@ static enum oscar_status fit_candidates(const struct oscar_stats * s, const stru
             if (first_bad < 0 || i < first_bad) first_bad = i, bad = e;
         }
     }
-    if (st == OSCAR_OK && first_bad >= 0)
-        st = osc_error(bad, "grouping auto: layer %d, %s of %s%d failed", (int) l, job_is_v(first_bad) ? "V" : "K",
-                       job_head(first_bad) < 0 ? "the layer" : "KV head ", (int) (job_head(first_bad) < 0 ? 0 : job_head(first_bad)));
+    if (st == OSCAR_OK && first_bad >= 0) {
+        const int32_t h = job_head(first_bad);
+        char who[32] = "the layer's rotation";
+        if (h >= 0) snprintf(who, sizeof who, "KV head %d", (int) h);
+        st = osc_error(bad, "grouping auto: layer %d: the %s fit of %s failed", (int) l, job_is_v(first_bad) ? "V" : "K",
+                       who);
+    }
     for (int32_t i = 0; st == OSCAR_OK && i < n; i++)
         if (rep[i].orth_err > f->orth_err_max) f->orth_err_max = rep[i].orth_err;
     for (int32_t h = 1; st == OSCAR_OK && h < H; h++) {   // the layer candidate: one rotation for every head
