@@ -301,8 +301,11 @@ struct oscar_calib_optr_rows {
     int64_t n_cal_rows;         // every calibration row (the key mean's)
     size_t  q_row, kv_row;      // floats per row
     float * q, * k, * v;        // [n_rows, Hq·D / Hkv·D] of the current layer
-    double * k_sum;             // [Hkv·D] the current layer's key sums (centring), or NULL
-    int64_t k_summed;           // rows summed (and, up to n_rows, kept) so far in the layer
+    double * k_blocks;          // [ceil(n_cal_rows / OSCAR_OPTR_KEY_BLOCK), Hkv·D] the current layer's key
+                                // block sums (centring), or NULL
+    int64_t row_base;           // this process's first calibration row (data-parallel ranks; else 0)
+    int64_t k_summed;           // this process's rows summed (and, up to n_rows, kept) so far in the layer
+    bool k_gathered;            // k_blocks hold every rank's rows of the layer (rank 0 of a data-parallel run)
     int32_t layer;              // the layer the rows are of (-1: none)
 };
 // How many leading calibration sequences hold every training sequence of p (0: none is long
@@ -310,9 +313,10 @@ struct oscar_calib_optr_rows {
 int32_t oscar_calib_optr_train_prefix(const struct oscar_calib_params * p, const struct oscar_calib_plan * plan,
                                       int32_t head_dim);
 // The buffers for p and plan's calibration sequences; OSCAR_ERR_INVALID when no sequence is
-// long enough for OptR (sink + recent + 8 rows).
+// long enough for OptR (sink + recent + 8 rows). keep_rows false: the key sums alone (a
+// data-parallel rank other than 0, whose rows rank 0 does not train on).
 enum oscar_status oscar_calib_optr_rows_alloc(const struct oscar_calib_params * p, const struct oscar_calib_plan * plan,
-                                              int32_t n_head, int32_t n_head_kv, int32_t head_dim,
+                                              int32_t n_head, int32_t n_head_kv, int32_t head_dim, bool keep_rows,
                                               struct oscar_calib_optr_rows * r);
 // Whether a calibration batch starting at row row0 has rows to keep or sum.
 bool oscar_calib_optr_rows_want(const struct oscar_calib_optr_rows * r, int64_t row0);

@@ -54,8 +54,8 @@ enum oscar_status osc_calib_split_open(struct osc_dp * dp, const struct oscar_ca
     bool ok = s->ek && s->kref && s->evv && s->pack;
     enum oscar_status st = OSCAR_OK;
     if (ok && dp->rank != 0) { // the fit's rotation layout (fit.c), and an evaluator like rank 0's
-        st = oscar_rotations_alloc(&s->view, h->n_layer, h->n_head_kv, h->head_dim, h->n_head_kv, h->n_head_kv, false,
-                                   false);
+        st = oscar_rotations_alloc(&s->view, h->n_layer, h->n_head_kv, h->head_dim, h->n_head_kv, h->n_head_kv,
+                                   p->refine_optr && p->optr_center, false);   // OptR's key mean, as rank 0's
         if (st == OSCAR_OK) st = osc_calib_eval_open(h, p, p->clip_search && p->n_grid > 1 ? p->n_grid : 1, &s->ev);
     }
     if (!ok) st = osc_error(OSCAR_ERR_NOMEM, "finishing split: out of memory");
@@ -93,6 +93,7 @@ static enum oscar_status share_layer(struct osc_calib_split * s, const struct os
     const size_t nr = (size_t) n_rot * D * D;   // layer l's block, from head 0
     if (st == OSCAR_OK && s->G > 0) st = bcast(s, oscar_rotations_k(r, l, 0), nr * sizeof(float));
     if (st == OSCAR_OK && s->G > 0) st = bcast(s, oscar_rotations_v(r, l, 0), nr * sizeof(float));
+    if (st == OSCAR_OK && s->G > 0 && r->k_mean) st = bcast(s, oscar_rotations_k_mean(r, l, 0), H * D * sizeof(float));
     return st;
 }
 
@@ -163,8 +164,6 @@ static enum oscar_status gate_share(struct osc_calib_split * s, struct oscar_eva
 
 enum oscar_status osc_calib_split_finish(struct osc_calib_split * s, struct oscar_calib_finisher * fin,
                                          const struct oscar_calib_heldout * h, int32_t l) {
-    if (fin->fit.rot.k_mean)   // refused before the pass (layer-pass.c): its mean sums every rank's rows
-        return osc_error(OSCAR_ERR_INVALID, "finishing split: a key mean (OptR centring) over several ranks");
     struct oscar_calib_timing * t = fin->t;
     double t0 = osc_now(), vref = 0.0;
     enum oscar_status st = share_layer(s, h, &fin->fit.rot, l);

@@ -43,6 +43,7 @@
 #include "calibrate/dp.h"
 #include "calibrate/finish-split.h"
 #include "calibrate/layer-ckpt.h"
+#include "rotation/optr.h"
 #include "util/log.h"
 #include "util/mem.h"
 
@@ -170,9 +171,6 @@ static enum oscar_status plan_batches(struct layer_pass * lp) {
     lp->n_rows = row, lp->n_rows_all = all;
     if (dp->size > 1 && lp->p->refine_optr) { // OptR runs on rank 0, on rows it has itself
         const int32_t prefix = oscar_calib_optr_train_prefix(lp->p, plan, lp->c->head_dim);
-        if (lp->p->optr_center)
-            return osc_error(OSCAR_ERR_UNSUPPORTED, "--refine optr over %d ranks: the key mean (k_mean) sums every "
-                             "rank's calibration rows; use --no-optr-center or one process", (int) dp->size);
         if (prefix > 0 && plan->seq_start[prefix] > lp->rank_cal[0])
             return osc_error(OSCAR_ERR_UNSUPPORTED, "--refine optr over %d ranks: its training sequences (rows 0-%d) "
                              "go past rank 0's calibration rows (%lld); give a smaller --optr-train-seq, or fewer ranks",
@@ -388,6 +386,37 @@ static enum oscar_status start(struct layer_pass * lp, const struct osc_layer_ck
     return oscar_stats_init(&sp, &lp->stats);
 }
 
+// --refine optr's key block sums of layer l: every rank's blocks to rank 0, added into its own in
+// rank order. Shares that start on the block grid own whole blocks: the one-process bits; a block
+// two ranks share gets both partial sums (within fp64 rounding).
+static enum oscar_status exchange_key_blocks(struct layer_pass * lp, int32_t l) {
+    struct osc_dp * dp = lp->dp;
+    struct oscar_calib_optr_rows * r = &lp->optr;
+    const int64_t B = OSCAR_OPTR_KEY_BLOCK, lo = r->row_base / B, hi = (r->row_base + lp->n_cal + B - 1) / B;
+    const size_t blk = r->kv_row * sizeof(double);
+    size_t * counts = calloc((size_t) dp->size, sizeof(size_t));
+    double * all = NULL;
+    enum oscar_status st = counts ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "optr key sums: out of memory");
+    if (st == OSCAR_OK) st = dp->ops->gather(dp, r->k_blocks + lo * (int64_t) r->kv_row, (size_t) (hi - lo) * blk,
+                                             (void **) &all, counts);
+    const double * from = all;
+    int64_t start = 0;   // rank k's first calibration row
+    for (int32_t k = 0; st == OSCAR_OK && dp->rank == 0 && k < dp->size; start += lp->rank_cal[k++]) {
+        const int64_t klo = start / B, khi = (start + lp->rank_cal[k] + B - 1) / B;
+        if (counts[k] != (size_t) (khi - klo) * blk) {
+            st = osc_error(OSCAR_ERR_IO, "optr key sums: layer %d: rank %d sent %zu bytes, expected %zu", (int) l,
+                           (int) k, counts[k], (size_t) (khi - klo) * blk);
+            break;
+        }
+        for (size_t i = 0; k > 0 && i < (size_t) (khi - klo) * r->kv_row; i++)   // rank 0's are in place
+            r->k_blocks[(size_t) klo * r->kv_row + i] += from[i];
+        from += counts[k] / sizeof(double);
+    }
+    if (st == OSCAR_OK && dp->rank == 0) r->k_gathered = true;
+    free(all), free(counts);
+    return st;
+}
+
 // Rows of every rank in the single-process order (calibration rows by rank, then the held-out
 // rows, which are at the end of rank 0's): to_all gathers x_host into x_all on rank 0, else
 // rank 0's x_all is scattered back. One process: x_host is already that layout.
@@ -479,10 +508,14 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
     int32_t first = 0;
     const bool several = lp.dp->size > 1;
     if (st == OSCAR_OK && lp.fin) st = oscar_calib_finish_begin(lp.fin, p, held, NULL, plan, t);
-    if (st == OSCAR_OK && lp.fin && p->refine_optr) { // one layer's training rows, handed to the finisher
-        st = oscar_calib_optr_rows_alloc(p, plan, lp.c->n_head, lp.c->n_head_kv, lp.c->head_dim, &lp.optr);
+    // --refine optr: rank 0 keeps one layer's training rows for the finisher; with centring every rank
+    // sums its keys in blocks, which rank 0 gathers after each layer (exchange_key_blocks)
+    if (st == OSCAR_OK && p->refine_optr && (lp.fin || (several && p->optr_center))) {
+        st = oscar_calib_optr_rows_alloc(p, plan, lp.c->n_head, lp.c->n_head_kv, lp.c->head_dim, lp.fin != NULL,
+                                         &lp.optr);
         lp.optr_on = st == OSCAR_OK;
-        lp.fin->optr_rows = lp.optr_on ? &lp.optr : NULL;
+        for (int32_t r = 0; r < lp.dp->rank; r++) lp.optr.row_base += lp.rank_cal[r];
+        if (lp.fin) lp.fin->optr_rows = lp.optr_on ? &lp.optr : NULL;
     }
     if (st == OSCAR_OK && lp.split_on) st = osc_calib_split_open(lp.dp, p, held, &lp.split);
     if (st == OSCAR_OK && lp.fin) lp.fin->split = lp.split;
@@ -499,6 +532,7 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
         st = acquire_layer(&lp, l);
         if (st == OSCAR_OK) st = run_layer(&lp, l, &pr);
         if (st == OSCAR_OK) st = release_layer(&lp, l);
+        if (st == OSCAR_OK && several && lp.optr_on && lp.optr.k_blocks) st = exchange_key_blocks(&lp, l);
         if (st == OSCAR_OK && lp.fin) st = oscar_calib_finish_layer(lp.fin, lp.stats, held, l); // then the slot is free
         else if (st == OSCAR_OK && lp.split) st = osc_calib_split_work(lp.split, held, l);     // rank 0 finishes with it
         since += lp.n_rows_all; // the same on every rank: they checkpoint together

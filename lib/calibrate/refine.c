@@ -121,12 +121,12 @@ static enum oscar_status store_rows(struct oscar_actstore * store, const struct 
 static enum oscar_status pass_rows(const struct oscar_calib_optr_rows * r, const struct oscar_calib_plan * plan,
                                    const struct oscar_optr_params * op, int32_t l, struct oscar_optr_rows * tr,
                                    float ** k_mean) {
-    if (r->layer != l || (op->center && r->k_summed != r->n_cal_rows) || r->k_summed < r->n_rows)
+    if (r->layer != l || (op->center && r->k_summed != r->n_cal_rows && !r->k_gathered) || r->k_summed < r->n_rows)
         return osc_error(OSCAR_ERR_INVALID, "optr: layer %d: the pass kept layer %d's rows (%lld of %lld summed)",
                          (int) l, (int) r->layer, (long long) r->k_summed, (long long) r->n_cal_rows);
     if (op->center) {
         if (!(*k_mean = malloc(r->kv_row * sizeof(float)))) return osc_error(OSCAR_ERR_NOMEM, "optr: out of memory");
-        oscar_optr_key_mean_of_sum(r->k_sum, r->n_cal_rows, r->kv_row, *k_mean);
+        oscar_optr_key_mean_of_blocks(r->k_blocks, r->n_cal_rows, r->kv_row, *k_mean);
     }
     *tr = (struct oscar_optr_rows){.n_seq = r->n_seq, .seq_start = plan->seq_start, .q = r->q, .k = r->k, .v = r->v};
     return OSCAR_OK;

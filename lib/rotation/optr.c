@@ -25,23 +25,30 @@ struct oscar_optr_params oscar_optr_default_params(int32_t head_dim, int32_t gro
     return p;
 }
 
-void oscar_optr_key_sum(double * sum, const float * k, int64_t n_rows, size_t hd) {
-    for (int64_t t = 0; t < n_rows; t++)
-        for (size_t i = 0; i < hd; i++) sum[i] += (double) k[(size_t) t * hd + i];
+void oscar_optr_key_block_add(double * blocks, int64_t row0, const float * k, int64_t n_rows, size_t hd) {
+    for (int64_t t = 0; t < n_rows; t++) {
+        double * blk = blocks + (size_t) ((row0 + t) / OSCAR_OPTR_KEY_BLOCK) * hd;
+        for (size_t i = 0; i < hd; i++) blk[i] += (double) k[(size_t) t * hd + i];
+    }
 }
 
-void oscar_optr_key_mean_of_sum(const double * sum, int64_t n_rows, size_t hd, float * out) {
-    for (size_t i = 0; i < hd; i++) out[i] = n_rows > 0 ? (float) (sum[i] / (double) n_rows) : 0.0f;
+void oscar_optr_key_mean_of_blocks(const double * blocks, int64_t n_rows, size_t hd, float * out) {
+    const int64_t nb = (n_rows + OSCAR_OPTR_KEY_BLOCK - 1) / OSCAR_OPTR_KEY_BLOCK;
+    for (size_t i = 0; i < hd; i++) {
+        double sum = 0.0;
+        for (int64_t b = 0; b < nb; b++) sum += blocks[(size_t) b * hd + i];
+        out[i] = n_rows > 0 ? (float) (sum / (double) n_rows) : 0.0f;
+    }
 }
 
 void oscar_optr_key_mean(const struct oscar_optr_rows * rows, int32_t n_head_kv, int32_t head_dim, float * out) {
     const size_t HD = (size_t) n_head_kv * head_dim;
-    const int64_t T = rows->seq_start[rows->n_seq];
-    double * sum = calloc(HD, sizeof(double));
-    if (!sum) { memset(out, 0, HD * sizeof(float)); return; }
-    oscar_optr_key_sum(sum, rows->k, T, HD);
-    oscar_optr_key_mean_of_sum(sum, T, HD, out);
-    free(sum);
+    const int64_t T = rows->seq_start[rows->n_seq], nb = (T + OSCAR_OPTR_KEY_BLOCK - 1) / OSCAR_OPTR_KEY_BLOCK;
+    double * blocks = calloc((size_t) (nb > 0 ? nb : 1) * HD, sizeof(double));
+    if (!blocks) { memset(out, 0, HD * sizeof(float)); return; }
+    oscar_optr_key_block_add(blocks, 0, rows->k, T, HD);
+    oscar_optr_key_mean_of_blocks(blocks, T, HD, out);
+    free(blocks);
 }
 
 // ---- checks ----------------------------------------------------------------------------------

@@ -76,7 +76,7 @@ struct oscar_optr_layer {
     struct oscar_optr_rows train, held;
     const float * k_mean;       // [Hkv, D] the key mean to centre with (p->center), or NULL: that of the
                                 // train rows (oscar_optr_key_mean); a caller keeping only the training
-                                // sequences gives the mean of a larger set (oscar_optr_key_sum)
+                                // sequences gives the mean of a larger set (oscar_optr_key_block_add)
 };
 
 // Owned arrays (oscar_optr_result_free). Losses are per head (not averaged).
@@ -97,12 +97,15 @@ enum oscar_status oscar_optr_refine_layer(const struct oscar_optr_layer * in, co
                                           struct oscar_optr_result * out);
 void oscar_optr_result_free(struct oscar_optr_result * r);
 
-// k_mean [Hkv, D]: the fp64 mean over all rows of the set (fixed order), as fp32.
+// k_mean [Hkv, D]: the fp64 mean over all rows of the set, as fp32. The rows are summed in
+// blocks of OSCAR_OPTR_KEY_BLOCK (each from zero, in row order), the blocks added in order:
+// processes that each own whole blocks give the one-process bits.
+#define OSCAR_OPTR_KEY_BLOCK 128
 void oscar_optr_key_mean(const struct oscar_optr_rows * rows, int32_t n_head_kv, int32_t head_dim, float * out);
-// The same mean from running sums: sum [HD] += the n_rows rows of k [n_rows, HD] in row order
-// (called batch after batch, then key_mean_of_sum over every row: oscar_optr_key_mean's bits).
-void oscar_optr_key_sum(double * sum, const float * k, int64_t n_rows, size_t hd);
-void oscar_optr_key_mean_of_sum(const double * sum, int64_t n_rows, size_t hd, float * out);
+// The same from block sums kept as rows arrive: blocks [ceil(total / B), HD] (zeroed by the caller)
+// += rows row0 .. row0 + n_rows - 1 of k [n_rows, HD]; then the mean of the first n_rows rows.
+void oscar_optr_key_block_add(double * blocks, int64_t row0, const float * k, int64_t n_rows, size_t hd);
+void oscar_optr_key_mean_of_blocks(const double * blocks, int64_t n_rows, size_t hd, float * out);
 
 // The training sequences the refinement uses out of n_seq (seq_start [n_seq + 1]): the
 // first ones long enough (sink + recent + 8 rows), at most p->max_train_seq (0 = all) and

@@ -2,7 +2,9 @@
 # test-mpi-calibrate-optr.sh - --refine optr under mpirun: OptR runs on rank 0 with the rows rank 0
 # computed, so
 #  1. without centring, training sequences in rank 0's batches: np 2 == one process, byte for byte;
-#  2. with centring (the key mean would sum every rank's rows): refused, naming --no-optr-center;
+#  2. with centring (the key mean's block sums of every rank gathered on rank 0): np 2 and np 3 == one
+#     process, byte for byte, also with the clip search after OptR split over the ranks (the key
+#     mean broadcast with the rotations);
 #  3. training sequences past rank 0's batches: refused, naming --optr-train-seq.
 set -u
 . "$(dirname "$0")/common.sh"
@@ -23,9 +25,23 @@ for f in oscar.safetensors oscar.json README.md; do
     cmp -s "$T/ref/$f" "$T/np2/$f" || fail "$f differs: mpirun -np 2 vs one process"
 done
 
-# 2. centring refused
-"${MPIRUN[@]}" -np 2 "$CAL" "${ARGS[@]}" --optr-train-seq 3 -o "$T/c" > "$T/c.log" 2>&1 && fail "centred np 2 ran"
-grep -q "no-optr-center" "$T/c.log" && [ ! -e "$T/c" ] || fail "centred np 2: $(tail -5 "$T/c.log")"
+# 2. centred: np 2 and np 3 == one process (rank 0 holds 2 sequences at np 3: train on those)
+"$CAL" "${ARGS[@]}" --optr-train-seq 2 -o "$T/cref" || fail "single-process centred run failed"
+for np in 2 3; do
+    "${MPIRUN[@]}" -np $np "$CAL" "${ARGS[@]}" --optr-train-seq 2 -o "$T/c$np" > "$T/c$np.log" 2>&1 \
+        || fail "centred np $np failed: $(tail -5 "$T/c$np.log")"
+    for f in oscar.safetensors oscar.json README.md; do
+        cmp -s "$T/cref/$f" "$T/c$np/$f" || fail "$f differs: centred mpirun -np $np vs one process"
+    done
+done
+# ... and with the clip search after OptR split over the ranks (its candidates keyed by the key mean rank 0 sent)
+S=(-m "$MODEL" -f "$CORPUS" --tokens 512 -c 64 -b 2 --heldout 1 --sink 8 --recent 16 --clip-search 1.0:0.9:0.05 -t 1 -q
+   --refine optr --optr-steps 2 --optr-train-seq 2)
+"$CAL" "${S[@]}" -o "$T/sref" || fail "single-process centred search run failed"
+"${MPIRUN[@]}" -np 2 "$CAL" "${S[@]}" -o "$T/s2" > "$T/s2.log" 2>&1 || fail "centred search np 2 failed: $(tail -5 "$T/s2.log")"
+for f in oscar.safetensors oscar.json README.md; do
+    cmp -s "$T/sref/$f" "$T/s2/$f" || fail "$f differs: centred search mpirun -np 2 vs one process"
+done
 
 # 3. training sequences on rank 1
 "${MPIRUN[@]}" -np 2 "$CAL" "${ARGS[@]}" --no-optr-center --optr-train-seq 5 -o "$T/s" > "$T/s.log" 2>&1 \
