@@ -9,6 +9,8 @@
 #   3. a model larger than the device: the Llama-3-70B shape (141 GB in bf16) on one H200;
 #   4. a real checkpoint directory (random-init Qwen3-8B saved by transformers, bf16 shards,
 #      the Qwen3 tokenizer): the time to read its files once, then the calibration, peak RSS;
+#      then what streaming its layers costs over the model held resident (bench-layer-pass:
+#      the same pass on the loaded model and on the file, accumulators identical);
 #   5. CPU vs CUDA (fp32 precision) on a small random-init Qwen3 checkpoint: eigenvalues agree;
 #   6. the .pt export of run 1 loaded by real torch (weights_only=True). The bf16 device
 #      capture is recorded (oscar.capture_dtype).
@@ -69,6 +71,8 @@ echo "reading the shards once (page cache warm from the save): $(awk "BEGIN { pr
 /usr/bin/time -v timeout 400 $CAL --device cuda -m "$work/q8b-hf" -f "$corpus" --tokens 30720 -c 2048 -b 15 \
     --heldout 1 -o "$work/q8b-dir" --json -v >"$logdir/dir.json" 2>"$logdir/dir.err" || fail "checkpoint directory run"
 show "$logdir/dir.err"
+timeout 500 build/bin/bench-layer-pass "$work/q8b-hf" "$corpus" --device cuda --tokens 30720 -c 2048 -b 15 \
+    2>&1 | tee "$logdir/stream-vs-resident.txt" || fail "bench-layer-pass: streamed vs resident"
 rm -rf "$work/q8b-hf"
 
 echo "== 5. CPU vs CUDA fp32 on a small random-init Qwen3 checkpoint"
