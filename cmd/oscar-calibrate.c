@@ -4,9 +4,12 @@
 // (including a failed gate with --strict), 2 usage error.
 #include <getopt.h>
 #include <jansson.h>
+#include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "calibrate/input.h"
 #include "calibrate/base-model.h"
@@ -33,6 +36,7 @@ struct opts {
     int32_t n_corpus;
     bool strict, json, gpu_fp32;        // gpu_fp32: --gpu-precision fp32
     const char * capture_dtype;         // --capture-dtype as given, or NULL
+    int32_t ranks;                      // --ranks N: data-parallel ranks as threads of this process (0: one)
 };
 
 static void usage(FILE * f) {
@@ -86,7 +90,10 @@ static void usage(FILE * f) {
             "                            held-out rows) and store k_mean\n"
             "      --optr-steps N        Adam steps per phase [80]   --optr-train-seq N  training sequences [0 = all]\n"
             "      --no-optr-center      no key centering (no k_mean)\n"
-            "  -t, --threads N           [all cores]\n"
+            "  -t, --threads N           [all cores; with --ranks N, per rank: the cores / N]\n"
+            "      --ranks N             N data-parallel ranks in this process, one thread each (as mpirun -np N:\n"
+            "                            each runs its share of the batches; with --device cuda rank r drives\n"
+            "                            GPU r modulo the GPUs; OSCAR_DP=nccl: NCCL, one GPU per rank) [1]\n"
             "      --checkpoint-every N  checkpoint (OUT.ckpt) at the first layer boundary after N\n"
             "                            token-layers (sequences x tokens x layers done) [0 = off]\n"
             "      --resume              continue from OUT.ckpt (refused if made for another model,\n"
@@ -118,6 +125,7 @@ static bool on_cuda(const struct opts * o) { return o->device && strcmp(o->devic
 #define MAX_SEQ    (1 << 20)
 #define MAX_BATCH  4096
 #define MAX_GROUP  4096
+#define MAX_RANKS  256
 #define NUM(call)                                                                                                   \
     do {                                                                                                            \
         if ((call) != OSCAR_OK) return fprintf(stderr, "oscar-calibrate: %s\n", oscar_last_error()), 2;             \
@@ -145,7 +153,7 @@ static bool hub_id_arg(const char * opt, const char * id) {
 static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_params * p) {
     enum { O_TOK = 256, O_HELD, O_SHORT, O_GRP, O_KOBJ, O_VOBJ, O_COMP, O_GS, O_SD, O_SINK, O_REC, O_CLIP, O_CS,
            O_CKPT, O_RES, O_STRICT, O_SEED, O_JSON, O_VER, O_JF, O_CDT, O_SAVE, O_FROM, O_DEV, O_RAND,
-           O_GPREC, O_BASE, O_DATA, O_TARGET, O_REFINE, O_OSTEPS, O_OSEQ, O_ONOCENTER, O_SIGNS, O_SPASSES, O_TOKZ };
+           O_GPREC, O_BASE, O_DATA, O_TARGET, O_REFINE, O_OSTEPS, O_OSEQ, O_ONOCENTER, O_SIGNS, O_SPASSES, O_TOKZ, O_RANKS };
     static const struct option lo[] = {
         {"model", 1, 0, 'm'}, {"corpus", 1, 0, 'f'}, {"out", 1, 0, 'o'}, {"tokens", 1, 0, O_TOK},
         {"seq-len", 1, 0, 'c'}, {"batch", 1, 0, 'b'}, {"heldout", 1, 0, O_HELD}, {"allow-short", 0, 0, O_SHORT},
@@ -160,7 +168,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         {"target", 1, 0, O_TARGET},
         {"refine", 1, 0, O_REFINE}, {"optr-steps", 1, 0, O_OSTEPS}, {"optr-train-seq", 1, 0, O_OSEQ},
         {"no-optr-center", 0, 0, O_ONOCENTER}, {"sign-search", 0, 0, O_SIGNS}, {"sign-passes", 1, 0, O_SPASSES},
-        {"tokenizer", 1, 0, O_TOKZ}, {"version", 0, 0, O_VER}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"tokenizer", 1, 0, O_TOKZ}, {"ranks", 1, 0, O_RANKS}, {"version", 0, 0, O_VER}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, window_set = 0; // bits: --sink, --recent given
     while ((c = getopt_long(argc, argv, "m:f:o:c:b:t:qvh", lo, NULL)) != -1) {
         switch (c) {
@@ -263,6 +271,7 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         case O_ONOCENTER: p->optr_center = false; break;
         case O_SIGNS: p->sign_search = true; break;
         case O_SPASSES: NUM(osc_parse_i32("--sign-passes", optarg, 1, 64, &p->sign_passes)); break;
+        case O_RANKS: NUM(osc_parse_i32("--ranks", optarg, 1, MAX_RANKS, &o->ranks)); break;
         case 'h': usage(stdout); exit(0);
         case O_VER: printf("oscar-calibrate %s (%s)\n", OSCAR_VERSION, oscar_build_commit()); exit(0);
         default: usage(stderr); return 2;
@@ -453,7 +462,7 @@ static int fail_msg(const struct run * r, const char * what, int rc) {
 // 1. Under mpirun the process group (rank 0 prints, reports and writes; every rank drives its node-local
 //    GPU with --device cuda), the checkpoint path, the Hub cache; --out checked before any compute.
 static int step_start(struct run * r, int * argc, char *** argv) {
-    if (osc_dp_open(argc, argv, &r->dp) != OSCAR_OK) {
+    if (!r->dp && osc_dp_open(argc, argv, &r->dp) != OSCAR_OK) {   // --ranks: the rank's thread has its own
         r->dp = NULL;   // nothing to close
         return fail_msg(r, "", 1);
     }
@@ -462,15 +471,16 @@ static int step_start(struct run * r, int * argc, char *** argv) {
         snprintf(r->rank_tag, sizeof r->rank_tag, "rank %d of %d: ", (int) dp->rank, (int) dp->size);
         const char * no = dp_refusal(&r->o);
         if (no) {
-            if (dp->rank == 0) fprintf(stderr, "oscar-calibrate: %s is not available under mpirun (one process only)\n", no);
+            if (dp->rank == 0)
+                fprintf(stderr, "oscar-calibrate: %s is not available with several ranks (mpirun or --ranks)\n", no);
             return 2;
         }
     }
     r->ranks_bound = true;
-    int gpu = -1; // under mpirun each rank drives one GPU: its node-local rank's
+    int gpu = -1; // several ranks: each drives one GPU, its node-local rank's (mpirun) or its rank's (--ranks)
     if (strcmp(dp->engine, "single") != 0 && on_cuda(&r->o) && osc_dp_use_local_gpu(dp, &gpu) != OSCAR_OK)
         return fail_msg(r, "", 1);
-    if (dp->size > 1 && dp->rank != 0) oscar_log_set_level(OSCAR_LOG_ERROR), r->o.json = false;
+    if (dp->size > 1 && dp->rank != 0) oscar_log_set_thread_level(OSCAR_LOG_ERROR), r->o.json = false;
     snprintf(r->ckpt, sizeof(r->ckpt), "%s.ckpt", r->o.out);
     if (r->p.checkpoint_every > 0 || r->p.resume) r->p.checkpoint_path = r->ckpt;
     r->t0 = osc_now();
@@ -587,6 +597,68 @@ static int timed(const char * step, int rc, double * t) {
     return rc;
 }
 
+// Steps 1-6 of one rank (the process, or a thread of --ranks).
+static int run_steps(struct run * r, int * argc, char *** argv) {
+    double t = osc_now();
+    int rc = timed("1 (start)", step_start(r, argc, argv), &t);    // 1. ranks, checkpoint path, Hub cache, --out checked
+    if (!rc) rc = timed("2 (model)", step_open_model(r), &t);      // 2. model, base model, tokenizer
+    if (!rc) rc = timed("3 (pass)", step_pass(r), &t);             // 3. corpus or store -> the pass -> every layer finished
+    if (!rc && r->dp->rank == 0) rc = timed("4 (artifact)", step_artifact(r), &t); // 4. gate verdict, artifact (rank 0)
+    if (!rc && r->dp->rank == 0) rc = step_report(r);   // 5. timings, --json
+    return step_end(r, rc);                     // 6. freed; a failed rank aborts the others
+}
+
+struct rank_thread {
+    struct run * r;
+    int32_t n_threads; // OpenMP threads of this rank when -t was not given
+    int rc;
+};
+
+static void * rank_main(void * arg) {
+    struct rank_thread * rt = arg;
+    if (rt->n_threads > 0) omp_set_num_threads(rt->n_threads); // this thread's default team
+    int argc = 0;
+    char ** argv = NULL;
+    rt->rc = run_steps(rt->r, &argc, &argv);
+    return NULL;
+}
+
+// --ranks N: the group's ranks as threads of this process, each a copy of the parsed run
+// (dp-threads.c, or NCCL over one GPU per rank); the exit code is the first failed rank's.
+static int run_ranks(const struct run * parsed) {
+    const int32_t n = parsed->o.ranks;
+    if (getenv("OMPI_COMM_WORLD_SIZE")) {
+        fprintf(stderr, "oscar-calibrate: --ranks and mpirun: one or the other (mpirun starts the ranks itself)\n");
+        return 2;
+    }
+    struct osc_dp ** dps = NULL;
+    if (osc_dp_open_ranks(n, on_cuda(&parsed->o), &dps) != OSCAR_OK)
+        return fprintf(stderr, "oscar-calibrate: --ranks %d: %s\n", (int) n, oscar_last_error()), 1;
+    struct run * runs = calloc((size_t) n, sizeof *runs);
+    struct rank_thread * rt = calloc((size_t) n, sizeof *rt);
+    pthread_t * th = calloc((size_t) n, sizeof *th);
+    if (!runs || !rt || !th) return fprintf(stderr, "oscar-calibrate: --ranks %d: out of memory\n", (int) n), 1;
+    const int32_t per_rank = parsed->p.n_threads > 0 ? 0 : (omp_get_num_procs() + n - 1) / n;
+    int32_t started = 0;
+    for (; started < n; started++) {
+        runs[started] = *parsed, runs[started].dp = dps[started];
+        rt[started] = (struct rank_thread){.r = &runs[started], .n_threads = per_rank};
+        if (pthread_create(&th[started], NULL, rank_main, &rt[started]) != 0) break;
+    }
+    if (started < n) { // the started ranks would wait for it at their first collective
+        fprintf(stderr, "oscar-calibrate: --ranks %d: could not start rank %d's thread\n", (int) n, (int) started);
+        fflush(NULL);
+        _exit(1);
+    }
+    int rc = 0;
+    for (int32_t k = 0; k < n; k++) {
+        pthread_join(th[k], NULL);
+        if (!rc) rc = rt[k].rc;
+    }
+    free(runs), free(rt), free(th);
+    return rc;
+}
+
 int main(int argc, char ** argv) {
     osc_blas_select_kernels(argv);
     static struct run r; // large (paths, the hub); zeroed
@@ -594,11 +666,5 @@ int main(int argc, char ** argv) {
     r.p.grouping = OSCAR_GROUP_AUTO; // the tool's default (the library's stays layer)
     int rc = parse(argc, argv, &r.o, &r.p);    // 0. the options (usage errors: 2, before any rank starts)
     if (rc) return rc;
-    double t = osc_now();
-    rc = timed("1 (start)", step_start(&r, &argc, &argv), &t);    // 1. ranks, checkpoint path, Hub cache, --out checked
-    if (!rc) rc = timed("2 (model)", step_open_model(&r), &t);    // 2. model, base model, tokenizer
-    if (!rc) rc = timed("3 (pass)", step_pass(&r), &t);           // 3. corpus or store -> the pass -> every layer finished
-    if (!rc && r.dp->rank == 0) rc = timed("4 (artifact)", step_artifact(&r), &t); // 4. gate verdict, artifact (rank 0)
-    if (!rc && r.dp->rank == 0) rc = step_report(&r);   // 5. timings, --json
-    return step_end(&r, rc);                   // 6. freed; a failed rank aborts the others
+    return r.o.ranks > 1 ? run_ranks(&r) : run_steps(&r, &argc, &argv);
 }

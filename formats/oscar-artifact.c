@@ -577,9 +577,7 @@ static enum oscar_status write_tensors(const struct oscar_artifact * a, const ch
     char (*names)[64] = calloc(n, sizeof(*names));
     const char ** meta = calloc(2 * (size_t) a->n_meta, sizeof(char *));
     int64_t D = a->head_dim, H = a->n_head_kv;
-    static int64_t shapes[4][3];
     int64_t rot_shape[3] = {H, D, D}, eig_shape[2] = {H, D}, clip_shape[1] = {H};
-    (void) shapes;
     if (!t || !names || !meta) {
         s = osc_error(OSCAR_ERR_NOMEM, "artifact: out of memory");
         goto out;

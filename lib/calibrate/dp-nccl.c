@@ -1,8 +1,10 @@
-// dp-nccl.c - the process group over NCCL (dp.h), for GPU ranks started by
-// mpirun with OSCAR_DP=nccl: one process per GPU (its node-local rank's,
-// dp-device.c), the communicator made by ncclCommInitRank from a unique id
-// that rank 0 broadcasts over MPI, so one node or several work the same way.
-// MPI stays for the bootstrap and for ending the job (MPI_Abort).
+// dp-nccl.c - the process group over NCCL (dp.h), with OSCAR_DP=nccl, for GPU
+// ranks either started by mpirun (one process per GPU: its node-local rank's,
+// dp-device.c; the communicator made by ncclCommInitRank from a unique id that
+// rank 0 broadcasts over MPI, so one node or several work the same way; MPI
+// stays for the bootstrap and for ending the job, MPI_Abort) or in one process
+// (oscar-calibrate --ranks N: one thread per GPU, the N communicators from
+// ncclCommInitAll; a failed rank ends the process).
 //
 // Payloads are host bytes (the stats' fp64 sums live on the host once a layer
 // ends): they pass through one device buffer of this rank, grown on demand,
@@ -16,14 +18,19 @@
 #pragma GCC diagnostic ignored "-Wstrict-prototypes" // nccl.h declares f() for f(void)
 #include <nccl.h>
 #pragma GCC diagnostic pop
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "calibrate/dp.h"
 
 struct nccl_group {
     struct osc_dp dp; // first: the ops get this pointer
-    struct osc_dp * mpi;
+    struct osc_dp * mpi;   // the bootstrap group under mpirun, NULL for in-process ranks
+    atomic_int * open_ranks; // in-process: the group's ranks not yet closed (the last frees the arrays)
+    struct osc_dp ** handles; // in-process: [size] the ranks' handles
     ncclComm_t comm;
     cudaStream_t stream;
     char * dev;       // the staging buffer
@@ -147,7 +154,9 @@ static enum oscar_status nccl_scatter(struct osc_dp * dp, const void * send, con
 static void nccl_abort(struct osc_dp * dp, int code) {
     struct nccl_group * g = (struct nccl_group *) dp;
     if (g->comm) ncclCommAbort(g->comm), g->comm = NULL; // peers blocked in a collective see it fail
-    g->mpi->ops->abort(g->mpi, code);
+    if (g->mpi) g->mpi->ops->abort(g->mpi, code);
+    fflush(NULL);
+    _exit(code); // in-process ranks: the whole process
 }
 
 static void nccl_close(struct osc_dp * dp) {
@@ -156,11 +165,54 @@ static void nccl_close(struct osc_dp * dp) {
     if (g->dev) cudaFree(g->dev), g->dev = NULL;
     if (g->counts_dev) cudaFree(g->counts_dev), g->counts_dev = NULL;
     if (g->stream) cudaStreamDestroy(g->stream), g->stream = NULL;
-    g->mpi->ops->close(g->mpi);
+    if (g->mpi) g->mpi->ops->close(g->mpi);
+    else if (atomic_fetch_sub(g->open_ranks, 1) == 1) { // the last rank frees the group's arrays
+        struct osc_dp ** handles = g->handles;
+        free(g->open_ranks), free(g - g->dp.rank), free(handles);
+    }
 }
 
 static const struct osc_dp_ops nccl_ops = {nccl_gather, nccl_bcast, nccl_scatter, nccl_abort, nccl_close};
 static struct nccl_group group = {.dp = {.engine = "nccl", .ops = &nccl_ops}};
+
+// Rank r's stream and byte-count buffer, on the device that is current.
+static enum oscar_status group_buffers(struct nccl_group * g) {
+    CU_TRY(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    CU_TRY(cudaMalloc((void **) &g->counts_dev, (size_t) g->dp.size * sizeof(uint64_t)), "cudaMalloc (byte counts)");
+    return OSCAR_OK;
+}
+
+enum oscar_status osc_dp_open_nccl_ranks(int32_t n, struct osc_dp *** ranks) {
+    *ranks = NULL;
+    int devices = 0;
+    CU_TRY(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+    if (n > devices)
+        return osc_error(OSCAR_ERR_UNSUPPORTED, "OSCAR_DP=nccl: %d ranks need %d GPUs, this process sees %d (NCCL "
+                         "takes one GPU per rank; the default threads engine shares them)", (int) n, (int) n, devices);
+    setenv("NCCL_NVLS_ENABLE", "0", 0); // NVLink multicast off unless asked for
+    struct nccl_group * g = calloc((size_t) n, sizeof *g);
+    struct osc_dp ** handles = calloc((size_t) n, sizeof *handles);
+    ncclComm_t * comms = calloc((size_t) n, sizeof *comms);
+    atomic_int * open_ranks = malloc(sizeof *open_ranks);
+    if (!g || !handles || !comms || !open_ranks) {
+        free(g), free(handles), free(comms), free(open_ranks);
+        return osc_error(OSCAR_ERR_NOMEM, "OSCAR_DP=nccl: out of memory");
+    }
+    atomic_init(open_ranks, n);
+    ncclResult_t r = ncclCommInitAll(comms, (int) n, NULL); // GPUs 0 .. n-1
+    enum oscar_status st = r == ncclSuccess ? OSCAR_OK : nccl_fail(r, "ncclCommInitAll");
+    for (int32_t k = 0; st == OSCAR_OK && k < n; k++) {
+        g[k] = (struct nccl_group){.dp = {.rank = k, .size = n, .engine = "nccl", .ops = &nccl_ops},
+                                   .open_ranks = open_ranks, .handles = handles, .comm = comms[k]};
+        handles[k] = &g[k].dp;
+        cudaError_t e = cudaSetDevice((int) k);
+        st = e == cudaSuccess ? group_buffers(&g[k]) : cuda_fail(e, "cudaSetDevice");
+    }
+    free(comms);
+    if (st != OSCAR_OK) return st; // the process exits: nothing was started
+    *ranks = handles;
+    return OSCAR_OK;
+}
 
 enum oscar_status osc_dp_open_nccl(struct osc_dp * mpi, struct osc_dp ** out) {
     group.mpi = mpi, group.dp.rank = mpi->rank, group.dp.size = mpi->size;
@@ -171,8 +223,7 @@ enum oscar_status osc_dp_open_nccl(struct osc_dp * mpi, struct osc_dp ** out) {
     ncclUniqueId id;
     if (mpi->rank == 0) NCCL_TRY(ncclGetUniqueId(&id), "ncclGetUniqueId");
     if ((st = mpi->ops->bcast(mpi, &id, sizeof id)) != OSCAR_OK) return st;
-    CU_TRY(cudaStreamCreateWithFlags(&group.stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    CU_TRY(cudaMalloc((void **) &group.counts_dev, (size_t) mpi->size * sizeof(uint64_t)), "cudaMalloc (byte counts)");
+    if ((st = group_buffers(&group)) != OSCAR_OK) return st;
     NCCL_TRY(ncclCommInitRank(&group.comm, (int) mpi->size, id, (int) mpi->rank), "ncclCommInitRank");
     *out = &group.dp;
     return OSCAR_OK;

@@ -8,7 +8,7 @@
 #include "stats/stats-partials.h"
 #include "stats/stats.h"
 
-static int64_t bytes_sent, bytes_received;
+static _Thread_local int64_t bytes_sent, bytes_received; // this rank's (a thread under --ranks)
 
 // After pass 1: rank 0's finished sums of the layer to every rank.
 static enum oscar_status bcast_pass1(struct osc_dp * dp, struct oscar_stats * s, int32_t layer) {

@@ -76,6 +76,20 @@ enum oscar_status osc_dp_open(int * argc, char *** argv, struct osc_dp ** out) {
     return OSCAR_OK;
 }
 
+enum oscar_status osc_dp_open_ranks(int32_t n, bool cuda, struct osc_dp *** ranks) {
+    *ranks = NULL;
+    const char * eng = getenv("OSCAR_DP");
+    if (!eng || !*eng || strcmp(eng, "mpi") == 0) return osc_dp_open_threads(n, ranks);
+    if (strcmp(eng, "nccl") != 0)
+        return osc_error(OSCAR_ERR_INVALID, "OSCAR_DP=%s: the engines are mpi (the default) and nccl", eng);
+    if (!cuda) return osc_error(OSCAR_ERR_INVALID, "OSCAR_DP=nccl: NCCL's ranks are GPUs (--device cuda)");
+#ifdef OSCAR_USE_NCCL
+    return osc_dp_open_nccl_ranks(n, ranks);
+#else
+    return osc_error(OSCAR_ERR_UNSUPPORTED, "OSCAR_DP=nccl, but this build has no NCCL (make CUDA=1 NCCL=1 MPI=1)");
+#endif
+}
+
 void osc_dp_close(struct osc_dp * dp) {
     if (dp) dp->ops->close(dp);
 }

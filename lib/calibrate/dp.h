@@ -1,9 +1,10 @@
 // dp.h - the process group of a data-parallel calibration pass: who this
-// process is (rank of size) and the three collectives the layer-major pass
-// needs, behind one small table so that another engine (NCCL for the GPUs of a
-// node) can fill it later. Implementations: one process (dp.c, every call a
-// copy or a no-op) and MPI (dp-mpi.c, compiled with MPI=1 or when `make` finds
-// Open MPI; used when the process was started by mpirun).
+// rank is (rank of size) and the three collectives the layer-major pass needs,
+// behind one small table. Implementations: one process (dp.c, every call a
+// copy or a no-op); MPI (dp-mpi.c, compiled with MPI=1 or when `make` finds
+// Open MPI; used when the process was started by mpirun); NCCL (dp-nccl.c,
+// over MPI's processes or over in-process ranks); threads of one process
+// (dp-threads.c, oscar-calibrate --ranks N).
 //
 // Every collective is called by every rank in the same order; payloads are
 // bytes; rank 0 is the root. Errors come back as OSCAR_ERR_IO naming the call.
@@ -13,6 +14,7 @@
 #ifndef OSCAR_CALIBRATE_DP_H
 #define OSCAR_CALIBRATE_DP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,12 +48,23 @@ struct osc_dp {
 enum oscar_status osc_dp_open(int * argc, char *** argv, struct osc_dp ** out);
 // The one-process group (tests, and builds without MPI).
 struct osc_dp * osc_dp_single(void);
+// n ranks in this process (dp-threads.c: oscar-calibrate --ranks n), one thread each: *ranks [n]
+// is rank r's group handle, to be used (and closed) by that rank's thread only. Host-memory
+// collectives in rank order, the MPI engine's bytes; abort ends the process.
+enum oscar_status osc_dp_open_threads(int32_t n, struct osc_dp *** ranks);
+// oscar-calibrate --ranks n: the in-process group of OSCAR_DP's engine: threads (unset or "mpi": the
+// host-memory engine above, which any backend's host payloads suit) or "nccl" (cuda true: one GPU
+// per rank, the communicators from ncclCommInitAll; needs n GPUs).
+enum oscar_status osc_dp_open_ranks(int32_t n, bool cuda, struct osc_dp *** ranks);
 #ifdef OSCAR_USE_MPI
 enum oscar_status osc_dp_open_mpi(int * argc, char *** argv, struct osc_dp ** out);
 #endif
 #ifdef OSCAR_USE_NCCL
 // Over an open MPI group: binds the local GPU, NCCL communicator from rank 0's unique id (dp-nccl.c).
 enum oscar_status osc_dp_open_nccl(struct osc_dp * mpi, struct osc_dp ** out);
+// n ranks of this process on GPUs 0 .. n-1, their communicators from ncclCommInitAll; each rank's
+// thread binds its GPU (osc_dp_use_local_gpu) before its first collective.
+enum oscar_status osc_dp_open_nccl_ranks(int32_t n, struct osc_dp *** ranks);
 #endif
 void osc_dp_close(struct osc_dp * dp);
 // Binds this rank to its GPU (dp-device.c): the node-local rank modulo the device count; logs the

@@ -24,7 +24,7 @@ struct osc_calib_split {
     double * ek, * kref, * evv, * pack;   // [G, Hkv], [Hkv], [G, Hkv + 1], [G, 2 Hkv + 1]
 };
 
-static int64_t bytes_sent, bytes_received;
+static _Thread_local int64_t bytes_sent, bytes_received; // this rank's (a thread under --ranks)
 
 bool osc_calib_split_applies(const struct osc_dp * dp) {
     return dp && dp->size > 1;

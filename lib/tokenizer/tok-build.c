@@ -4,6 +4,7 @@
 // functions and then osc_tok_finish(); nothing here reads files.
 #include "tokenizer/tok-internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,14 +162,14 @@ static size_t utf8_next(const uint8_t * s, size_t len, uint32_t * cp) {
 
 // Byte-level string -> bytes. Returns false when s is not a byte-level
 // string (a character outside the 256-entry alphabet).
+static uint32_t bytelevel_b2u[256];
+static int16_t  bytelevel_u2b[324];
+static void bytelevel_tables(void) { byte_unicode_tables(bytelevel_b2u, bytelevel_u2b); }
+
 static bool bytelevel_decode(const char * s, size_t len, uint8_t * out, size_t * out_len) {
-    static uint32_t b2u[256];
-    static int16_t  u2b[324];
-    static int      ready;
-    if (!ready) { // idempotent; racing initialisations write identical values
-        byte_unicode_tables(b2u, u2b);
-        ready = 1;
-    }
+    static pthread_once_t once = PTHREAD_ONCE_INIT; // tokenizers may load on several threads (--ranks)
+    pthread_once(&once, bytelevel_tables);
+    const int16_t * u2b = bytelevel_u2b;
     size_t n = 0;
     for (size_t i = 0; i < len;) {
         uint32_t cp;

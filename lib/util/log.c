@@ -10,13 +10,18 @@
 #include <unistd.h>
 
 static enum oscar_log_level log_level = OSCAR_LOG_INFO;
+// A thread's own level (in-process ranks: only rank 0 speaks), -1: the process's
+static _Thread_local int thread_level = -1;
 
 void oscar_log_set_level(enum oscar_log_level level) { log_level = level; }
-enum oscar_log_level oscar_log_get_level(void) { return log_level; }
+void oscar_log_set_thread_level(enum oscar_log_level level) { thread_level = (int) level; }
+enum oscar_log_level oscar_log_get_level(void) {
+    return thread_level >= 0 ? (enum oscar_log_level) thread_level : log_level;
+}
 
 void osc_log(enum oscar_log_level level, const char * fmt, ...) {
     static const char * const tags[] = { "debug: ", "", "warning: ", "error: " };
-    if (level < log_level || level >= OSCAR_LOG_NONE) {
+    if (level < oscar_log_get_level() || level >= OSCAR_LOG_NONE) {
         return;
     }
     va_list ap;
@@ -91,7 +96,7 @@ static void progress_print(const struct osc_progress * p, double now, int final)
 
 void osc_progress_update(struct osc_progress * p, int64_t done) {
     p->done = done;
-    if (log_level > OSCAR_LOG_INFO) {
+    if (oscar_log_get_level() > OSCAR_LOG_INFO) {
         return;
     }
     double now      = osc_now();
@@ -103,7 +108,7 @@ void osc_progress_update(struct osc_progress * p, int64_t done) {
 }
 
 void osc_progress_finish(struct osc_progress * p) {
-    if (log_level > OSCAR_LOG_INFO) {
+    if (oscar_log_get_level() > OSCAR_LOG_INFO) {
         return;
     }
     progress_print(p, osc_now(), 1);

@@ -17,6 +17,8 @@ enum oscar_log_level {
 };
 
 void oscar_log_set_level(enum oscar_log_level level);
+// The calling thread's level, over the process's (a rank of an in-process group other than 0).
+void oscar_log_set_thread_level(enum oscar_log_level level);
 enum oscar_log_level oscar_log_get_level(void);
 
 void osc_log(enum oscar_log_level level, const char * fmt, ...)
