@@ -10,7 +10,10 @@
 #      layer's largest), wall time, rank 0's bytes sent/received: a table on stdout;
 #   3. the clip search and gate split over 2 ranks on CUDA (MPI engine): byte-identical to np 1
 #      with one rotation per layer; per KV head and auto within 1e-6;
-#   4. kill -9 of one rank mid-run (the same engines): non-zero exit, no artifact.
+#   4. kill -9 of one rank mid-run (the same engines): non-zero exit, no artifact;
+#   5. --ranks (the ranks as threads of one process): --ranks 2 byte-identical to mpirun -np 2
+#      (grid split too), OSCAR_DP=nccl --ranks 1 (ncclCommInitAll) to one process, with >= 2 GPUs
+#      OSCAR_DP=nccl --ranks N to mpirun -np N with NCCL; more NCCL ranks than GPUs refused.
 # Builds with CUDA=1 MPI=1 NCCL=1 (NCCL_HOME: default torch's nvidia-nccl wheel); Open MPI from
 # .devcarry/mpi-debs when the machine has none (gpu-deps.sh).
 #   bash tests/gpu/gpu-nccl-check.sh      (OUT: logs go there)
@@ -98,6 +101,34 @@ for eng in "${engines[@]}"; do
     if [ "$code" -ne 0 ] && [ ! -e "$work/kill-$eng/oscar.safetensors" ]; then echo "$eng: killed rank -> exit $code, no artifact"
     else fail "$eng: killed rank gave exit $code (artifact: $(ls "$work/kill-$eng" 2>/dev/null))"; fi
 done
+echo "== 5. the ranks as threads of one process (--ranks): the bytes of mpirun with as many ranks"
+timeout 300 $CAL "${args[@]}" --ranks 2 -o "$work/threads2" 2>"$logdir/threads2.err" || fail "--ranks 2 (threads)"
+grep -h "CUDA device" "$logdir/threads2.err" | head -2
+if cmp "$work/mpi2/oscar.safetensors" "$work/threads2/oscar.safetensors"; then echo "--ranks 2 == mpirun -np 2 (MPI)"
+else fail "--ranks 2 differs from mpirun -np 2"; fi
+timeout 300 $CAL "${search[@]}" --rotation-grouping layer --ranks 2 -o "$work/s-threads2" 2>"$logdir/s-threads2.err" \
+    || fail "--ranks 2 search"
+if cmp "$work/s-layer2/oscar.safetensors" "$work/s-threads2/oscar.safetensors"; then
+    echo "search layer: --ranks 2 == mpirun -np 2 (the finishing split on CUDA in one process)"
+else fail "search layer: --ranks 2 differs from mpirun -np 2"; fi
+OSCAR_DP=nccl timeout 300 $CAL "${args[@]}" --ranks 1 -o "$work/nccl-threads1" 2>"$logdir/nccl-threads1.err" \
+    || fail "OSCAR_DP=nccl --ranks 1"
+if cmp "$work/single/oscar.safetensors" "$work/nccl-threads1/oscar.safetensors"; then
+    echo "OSCAR_DP=nccl --ranks 1 (ncclCommInitAll) == one process"
+else fail "OSCAR_DP=nccl --ranks 1 differs from one process"; fi
+for np in 2 4 8; do   # several GPUs: NCCL's in-process ranks against its mpirun ranks
+    [ "$np" -le "$ngpu" ] || continue
+    t0=$(date +%s.%N)
+    OSCAR_DP=nccl timeout 300 $CAL "${args[@]}" --ranks $np -o "$work/nccl-threads$np" 2>"$logdir/nccl-threads$np.err" \
+        || fail "OSCAR_DP=nccl --ranks $np"
+    t1=$(date +%s.%N)
+    if cmp "$work/nccl$np/oscar.safetensors" "$work/nccl-threads$np/oscar.safetensors"; then
+        echo "OSCAR_DP=nccl --ranks $np == mpirun -np $np (NCCL), $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s"
+    else fail "OSCAR_DP=nccl --ranks $np differs from mpirun -np $np"; fi
+done
+OSCAR_DP=nccl timeout 60 $CAL "${args[@]}" --ranks $((ngpu + 1)) -o "$work/nccl-over" 2>"$logdir/nccl-over.err" \
+    && fail "OSCAR_DP=nccl --ranks $((ngpu + 1)) on $ngpu GPUs was taken"
+grep -h "GPUs" "$logdir/nccl-over.err" | head -1
 rm -rf "$work"
 [ $rc -eq 0 ] && echo "gpu-nccl-check: PASS" || echo "gpu-nccl-check: FAIL"
 exit $rc
