@@ -116,6 +116,7 @@ int main(int argc, char ** argv) {
     oscar_log_set_level(OSCAR_LOG_ERROR);
     const bool cpu = !strcmp(device, "cpu");
     two_pass = two_pass && cpu; // the old passes ran on the CPU only
+    p.capture_bf16 = !cpu;      // the device pass's bf16 Gram GEMMs read bf16 q/k/v (as oscar-calibrate sets)
     struct oscar_model * m = NULL, * ms = NULL;
     struct oscar_tokenizer * tok = NULL;
     struct oscar_calib_corpus cp = {0};
