@@ -38,6 +38,11 @@ void oscar_bf16_round_array(float * x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = oscar_bf16_round(x[i]);
 }
 
+void oscar_f32_to_bf16_array(const float * src, uint16_t * dst, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] = oscar_f32_to_bf16(src[i]);
+}
+
 uint16_t oscar_f32_to_f16(float x) {
     uint32_t u    = f32_bits(x);
     uint16_t sign = (uint16_t) ((u >> 16) & 0x8000u);

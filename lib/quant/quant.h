@@ -44,6 +44,8 @@ uint16_t oscar_f32_to_f16(float x);            // IEEE binary16, subnormals kept
 float    oscar_f16_to_f32(uint16_t h);
 // Rounds n floats to bf16 precision in place.
 void     oscar_bf16_round_array(float * x, size_t n);
+// dst[i] = oscar_f32_to_bf16(src[i]), i < n, over the calling thread's OpenMP team (weight uploads).
+void     oscar_f32_to_bf16_array(const float * src, uint16_t * dst, size_t n);
 
 // Storage dtype of scale/zero metadata. Append-only.
 enum oscar_quant_meta_dtype {
