@@ -102,6 +102,7 @@ static enum oscar_status gguf_rows(const struct gguf_src * s, const struct osc_g
         return osc_error(OSCAR_ERR_UNSUPPORTED, "%s: tensor '%s' has an unsupported type", path, t->name);
     const size_t row_bytes = (size_t) (cols / be) * bb;
     const char * src = (const char *) t->data + (size_t) first * row_bytes;
+    osc_mapped_will_read(src, (size_t) rows * row_bytes);
     enum oscar_status st = osc_ggml_dequantize(t->type, src, dst, rows * cols);
     osc_mapped_drop(src, (size_t) rows * row_bytes);
     return st == OSCAR_OK ? st : osc_error_prefix(st, "%s: tensor '%s'", path, t->name);
@@ -154,6 +155,7 @@ static enum oscar_status gguf_get(void * ctx, enum osc_wkind kind, int32_t layer
                          (long long) (cols ? rows / E : 1), (long long) E);
     }
     if (!dst) return OSCAR_OK; // check pass
+    osc_mapped_will_read(t->data, t->nbytes);
     enum oscar_status st = osc_ggml_dequantize(t->type, t->data, dst, t->n_elements);
     osc_mapped_drop(t->data, t->nbytes); // read once: its pages need not stay resident
     if (st != OSCAR_OK) return osc_error_prefix(st, "%s: tensor '%s'", path, name);

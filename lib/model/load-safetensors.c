@@ -108,6 +108,7 @@ static enum oscar_status read_rows(const struct st_src * s, const char * name, i
         part.n_elements = part.shape[0] * row;
         part.nbytes = (size_t) part.n_elements * esz;
         part.data = (const char *) t->data + (size_t) ((first + r0) * row) * esz;
+        osc_mapped_will_read(part.data, part.nbytes);
         st = osc_st_to_f32(&part, dst + r0 * row);
         osc_mapped_drop(part.data, part.nbytes);
     }

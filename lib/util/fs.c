@@ -59,11 +59,31 @@ enum oscar_status osc_map_file(const char * path, struct osc_mapped_file * out) 
     return OSCAR_OK;
 }
 
+// The whole pages holding [p, p + n), as madvise wants them.
+static void page_span(const void * p, size_t n, uintptr_t * lo, uintptr_t * hi) {
+    const uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);
+    *lo = (uintptr_t) p & ~(page - 1), *hi = ((uintptr_t) p + n + page - 1) & ~(page - 1);
+}
+
 void osc_mapped_drop(const void * p, size_t n) {
     if (!p || n == 0) return;
-    const uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);
-    const uintptr_t lo = (uintptr_t) p & ~(page - 1), hi = ((uintptr_t) p + n + page - 1) & ~(page - 1);
+    uintptr_t lo, hi;
+    page_span(p, n, &lo, &hi);
     (void) madvise((void *) lo, hi - lo, MADV_DONTNEED);
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 // Linux 5.14; older kernels say EINVAL and the reads fault the pages in
+#endif
+
+void osc_mapped_will_read(const void * p, size_t n) {
+    if (!p || n == 0) return;
+    uintptr_t lo, hi;
+    page_span(p, n, &lo, &hi);
+    // one call maps every page (a read faults them in 64 KiB at a time: 7.2 M faults for the Qwen3-8B
+    // shape's layers); readahead first when they are not in the page cache yet
+    (void) madvise((void *) lo, hi - lo, MADV_WILLNEED);
+    (void) madvise((void *) lo, hi - lo, MADV_POPULATE_READ);
 }
 
 void osc_unmap_file(struct osc_mapped_file * f) {

@@ -34,6 +34,9 @@ void osc_unmap_file(struct osc_mapped_file * f);
 // again. A weight read once (a layer dequantised to fp32) then stops counting
 // in the process's resident set. Advice only: failure changes nothing.
 void osc_mapped_drop(const void * p, size_t n);
+// The pages of [p, p + n) of a mapped file about to be read once, mapped ahead in one call
+// (best effort: a kernel without MADV_POPULATE_READ leaves them to the reads' faults).
+void osc_mapped_will_read(const void * p, size_t n);
 
 // OSCAR_OK when `path` is a regular file (stat only, nothing is opened), else
 // OSCAR_ERR_IO naming the path: for inputs that must be files (model files,
