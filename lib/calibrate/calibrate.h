@@ -269,9 +269,38 @@ int32_t oscar_calib_fit_n_fitted(const struct oscar_calib_params * p, int32_t n_
 // with --sign-search the basis).
 enum oscar_status oscar_calib_fit_alloc(const struct oscar_calib_params * p, int32_t n_layer, int32_t n_head_kv,
                                         int32_t head_dim, struct oscar_calib_fit * f);
-// Layer l's rotations from s, whose layer l has ended both passes (later layers need not).
-enum oscar_status oscar_calib_fit_layer(const struct oscar_stats * s, const struct oscar_calib_params * p, int32_t l,
-                                        struct oscar_calib_fit * f, struct oscar_calib_timing * t);
+// The fits of one layer, in the order they travel over the ranks: with p->grouping AUTO K and V of
+// the layer's rotation, then K and V of each KV head (grouping.c's two candidates, 2 + 2·Hkv);
+// else the fitted K rotations (1 or Hkv), then the V ones. Job i is V or K, of KV head *head or
+// (-1) of the layer's covariance.
+int32_t oscar_calib_fit_jobs(const struct oscar_calib_params * p, int32_t n_head_kv);
+void oscar_calib_fit_job(const struct oscar_calib_params * p, int32_t n_head_kv, int32_t i, bool * is_v,
+                         int32_t * head);
+// Layer l's fits split over the ranks of dp: rank 0 makes every job's covariance from s (others
+// pass s = NULL) and scatters them in contiguous shares (osc_dp_share); each rank fits its share
+// with oscar_fit_rotation_basis (the one-process call on the same matrix: the same bits); the
+// results come back to rank 0 in job order (osc_dp_gather_shares: placement only). Rank 0's
+// items (out->buf; NULL elsewhere) hold per job its report, rotation and eigenvalues, and with
+// p->sign_search the fp64 basis. One process: the same calls with one rank.
+struct osc_dp;
+struct oscar_calib_fit_items {
+    int32_t n, head_dim;
+    bool    basis;
+    size_t  item;             // bytes per job
+    unsigned char * buf;      // [n, item] on rank 0
+};
+enum oscar_status oscar_calib_fit_items(struct osc_dp * dp, const struct oscar_stats * s,
+                                        const struct oscar_calib_params * p, int32_t l, int32_t n_head_kv,
+                                        int32_t head_dim, struct oscar_calib_fit_items * out);
+// Job i's results into rot [D, D], eig [D] (fp32), u [D, D] / lam [D] (fp64; NULL: not wanted) and rep.
+void oscar_calib_fit_item_get(const struct oscar_calib_fit_items * it, int32_t i, float * rot, float * eig, double * u,
+                              double * lam, struct oscar_fit_report * rep);
+void oscar_calib_fit_items_free(struct oscar_calib_fit_items * it);
+// Layer l's rotations (rank 0; the other ranks of dp call oscar_calib_fit_items with s = NULL) from s,
+// whose layer l has ended both passes (later layers need not).
+enum oscar_status oscar_calib_fit_layer(struct osc_dp * dp, const struct oscar_stats * s,
+                                        const struct oscar_calib_params * p, int32_t l, struct oscar_calib_fit * f,
+                                        struct oscar_calib_timing * t);
 // --refine optr: layer l's fitted rotation (head 0) copied into its other KV heads.
 void oscar_calib_fit_spread_heads(const struct oscar_calib_params * p, int32_t n_head_kv, int32_t l,
                                   struct oscar_calib_fit * f);
@@ -458,8 +487,9 @@ enum oscar_status oscar_calib_grouping_alloc(const struct oscar_calib_params * p
                                              struct oscar_calib_grouping * g);
 // Layer l (ev's rows set): both candidates fitted from s, searched and scored; the better one left in
 // f and c (the layer's clip record; with --refine optr the clip search runs again after OptR).
-enum oscar_status oscar_calib_grouping_layer(struct oscar_eval_dev * ev, const struct oscar_stats * s,
-                                             const struct oscar_calib_params * p, int32_t l,
+// The fits are split over dp's ranks (oscar_calib_fit_items; the other ranks take part in it alone).
+enum oscar_status oscar_calib_grouping_layer(struct osc_dp * dp, struct oscar_eval_dev * ev,
+                                             const struct oscar_stats * s, const struct oscar_calib_params * p, int32_t l,
                                              struct oscar_calib_fit * f, struct oscar_calib_clip * c,
                                              struct oscar_calib_grouping * g, struct oscar_calib_timing * t);
 void oscar_calib_grouping_free(struct oscar_calib_grouping * g);
@@ -489,6 +519,8 @@ struct oscar_calib_finisher {
     struct oscar_calib_timing * t;
     struct osc_calib_split * split;         // rank 0 of several: clip search and gate shared with the
                                             // other ranks (finish-split.h; set by the pass), or NULL
+    struct osc_dp * dp;                     // the group the fit, sign search and OptR are split over
+                                            // (osc_dp_single() unless the pass sets its own)
 };
 // Whether p's gate waits for end() (clips shared model-wide: every layer's rows needed then).
 bool oscar_calib_finish_gate_at_end(const struct oscar_calib_params * p);

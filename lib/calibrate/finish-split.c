@@ -24,7 +24,66 @@ struct osc_calib_split {
     double * ek, * kref, * evv, * pack;   // [G, Hkv], [Hkv], [G, Hkv + 1], [G, 2 Hkv + 1]
 };
 
-static int64_t bytes_sent, bytes_received;
+static int64_t bytes_sent[OSC_SPLIT_STAGES], bytes_received[OSC_SPLIT_STAGES];
+
+const char * osc_calib_split_stage_name(enum osc_split_stage s) {
+    static const char * const names[OSC_SPLIT_STAGES] = {"fit", "held-out rows", "sign search", "OptR",
+                                                         "clip search and gate"};
+    return s >= 0 && s < OSC_SPLIT_STAGES ? names[s] : "?";
+}
+
+void osc_calib_split_stage_bytes(enum osc_split_stage s, int64_t * sent, int64_t * received) {
+    *sent = bytes_sent[s], *received = bytes_received[s];
+}
+
+void osc_calib_split_bytes(int64_t * sent, int64_t * received) {
+    *sent = *received = 0;
+    for (int s = 0; s < OSC_SPLIT_STAGES; s++) *sent += bytes_sent[s], *received += bytes_received[s];
+}
+
+enum oscar_status osc_calib_bcast(struct osc_dp * dp, enum osc_split_stage s, void * buf, size_t n) {
+    if (dp->rank == 0) bytes_sent[s] += (int64_t) n * (dp->size - 1);
+    else bytes_received[s] += (int64_t) n;
+    return dp->ops->bcast(dp, buf, n);
+}
+
+// Bytes of rank r's share of n items.
+static int64_t share_bytes(const struct osc_dp * dp, int32_t r, int64_t n, size_t item) {
+    int64_t b0, b1;
+    osc_dp_share(dp, r, n, &b0, &b1);
+    return (b1 - b0) * (int64_t) item;
+}
+
+enum oscar_status osc_calib_gather_shares(struct osc_dp * dp, enum osc_split_stage s, int64_t n, size_t item,
+                                          const void * mine, void * all) {
+    const int64_t own = share_bytes(dp, dp->rank, n, item);
+    if (dp->rank) bytes_sent[s] += own;
+    else bytes_received[s] += n * (int64_t) item - own;
+    return osc_dp_gather_shares(dp, n, item, mine, all);
+}
+
+enum oscar_status osc_calib_scatter_shares(struct osc_dp * dp, enum osc_split_stage s, int64_t n, size_t item,
+                                           const void * all, void * mine) {
+    const int64_t own = share_bytes(dp, dp->rank, n, item);
+    if (dp->rank) bytes_received[s] += own;
+    else bytes_sent[s] += n * (int64_t) item - own;
+    return osc_dp_scatter_shares(dp, n, item, all, mine);
+}
+
+enum oscar_status osc_calib_gather(struct osc_dp * dp, enum osc_split_stage s, const void * send, size_t n,
+                                   void ** recv, size_t * counts) {
+    enum oscar_status st = dp->ops->gather(dp, send, n, recv, counts);
+    if (dp->rank) bytes_sent[s] += (int64_t) n;
+    for (int32_t r = 1; st == OSCAR_OK && dp->rank == 0 && r < dp->size; r++) bytes_received[s] += (int64_t) counts[r];
+    return st;
+}
+
+enum oscar_status osc_calib_scatter(struct osc_dp * dp, enum osc_split_stage s, const void * send,
+                                    const size_t * counts, void * recv, size_t n) {
+    if (dp->rank) bytes_received[s] += (int64_t) n;
+    for (int32_t r = 1; dp->rank == 0 && r < dp->size; r++) bytes_sent[s] += (int64_t) counts[r];
+    return dp->ops->scatter(dp, send, counts, recv, n);
+}
 
 bool osc_calib_split_applies(const struct osc_dp * dp) {
     return dp && dp->size > 1;
@@ -67,21 +126,23 @@ enum oscar_status osc_calib_split_open(struct osc_dp * dp, const struct oscar_ca
     return OSCAR_OK;
 }
 
-void osc_calib_split_bytes(int64_t * sent, int64_t * received) { *sent = bytes_sent, *received = bytes_received; }
-
 static enum oscar_status bcast(struct osc_calib_split * s, void * buf, size_t n) {
-    if (s->dp->rank == 0) bytes_sent += (int64_t) n * (s->dp->size - 1);
-    else bytes_received += (int64_t) n;
-    return s->dp->ops->bcast(s->dp, buf, n);
+    return osc_calib_bcast(s->dp, OSC_SPLIT_CLIP_GATE, buf, n);
 }
 
-// Layer l's held-out rows and (with a clip search) its rotations, from rank 0 to every rank.
+enum oscar_status osc_calib_split_rows(struct osc_calib_split * s, const struct oscar_calib_heldout * h, int32_t l) {
+    const size_t T = (size_t) h->n_rows, D = (size_t) h->head_dim, H = (size_t) h->n_head_kv;
+    enum oscar_status st = osc_calib_bcast(s->dp, OSC_SPLIT_ROWS, h->q[l], T * (size_t) h->n_head * D * sizeof(float));
+    if (st == OSCAR_OK) st = osc_calib_bcast(s->dp, OSC_SPLIT_ROWS, h->k[l], T * H * D * sizeof(float));
+    if (st == OSCAR_OK) st = osc_calib_bcast(s->dp, OSC_SPLIT_ROWS, h->v[l], T * H * D * sizeof(float));
+    return st;
+}
+
+// Layer l's final rotations (with a clip search), from rank 0 to every rank.
 static enum oscar_status share_layer(struct osc_calib_split * s, const struct oscar_calib_heldout * h,
                                      const struct oscar_rotations * r, int32_t l) {
-    const size_t T = (size_t) h->n_rows, D = (size_t) h->head_dim, H = (size_t) h->n_head_kv;
-    enum oscar_status st = bcast(s, h->q[l], T * (size_t) h->n_head * D * sizeof(float));
-    if (st == OSCAR_OK) st = bcast(s, h->k[l], T * H * D * sizeof(float));
-    if (st == OSCAR_OK) st = bcast(s, h->v[l], T * H * D * sizeof(float));
+    const size_t D = (size_t) h->head_dim, H = (size_t) h->n_head_kv;
+    enum oscar_status st = OSCAR_OK;
     int32_t n_rot = r->n_rot;   // rank 0's layout (1 or Hkv rotations per layer), which the view takes
     if (st == OSCAR_OK && s->G > 0) st = bcast(s, &n_rot, sizeof n_rot);
     if (st == OSCAR_OK && s->G > 0 && s->dp->rank != 0) {
@@ -114,10 +175,8 @@ static enum oscar_status grid_share(struct osc_calib_split * s, struct oscar_eva
     }
     double * all = s->dp->rank == 0 ? malloc((size_t) s->G * (size_t) item * sizeof(double) + 1) : NULL;
     if (st == OSCAR_OK && s->dp->rank == 0 && !all) st = osc_error(OSCAR_ERR_NOMEM, "clip search: out of memory");
-    if (st == OSCAR_OK) st = osc_dp_gather_shares(s->dp, s->G, (size_t) item * sizeof(double), s->pack, all);
-    const size_t mine = (size_t) (c1 - c0) * (size_t) item * sizeof(double);
-    if (s->dp->rank) bytes_sent += (int64_t) mine;
-    else bytes_received += (int64_t) ((size_t) s->G * (size_t) item * sizeof(double) - mine);
+    if (st == OSCAR_OK)
+        st = osc_calib_gather_shares(s->dp, OSC_SPLIT_CLIP_GATE, s->G, (size_t) item * sizeof(double), s->pack, all);
     for (int32_t c = 0; st == OSCAR_OK && s->dp->rank == 0 && c < s->G; c++) {
         const double * it = all + (size_t) c * (size_t) item;
         memcpy(s->ek + (size_t) c * (size_t) H, it, (size_t) H * sizeof(double));
@@ -150,9 +209,7 @@ static enum oscar_status gate_share(struct osc_calib_split * s, struct oscar_eva
     size_t * counts = calloc((size_t) s->dp->size, sizeof(size_t));
     double * all = NULL;
     if (st == OSCAR_OK && !counts) st = osc_error(OSCAR_ERR_NOMEM, "gate: out of memory");
-    if (st == OSCAR_OK) st = s->dp->ops->gather(s->dp, mine, sizeof mine, (void **) &all, counts);
-    if (s->dp->rank) bytes_sent += (int64_t) sizeof mine;
-    else bytes_received += (int64_t) sizeof mine * (s->dp->size - 1);
+    if (st == OSCAR_OK) st = osc_calib_gather(s->dp, OSC_SPLIT_CLIP_GATE, mine, sizeof mine, (void **) &all, counts);
     for (int32_t m = 0; st == OSCAR_OK && s->dp->rank == 0 && m < 3; m++) {
         const int32_t rk = gate_rank(m, s->dp->size);
         if (counts[rk] != sizeof mine) st = osc_error(OSCAR_ERR_IO, "gate: rank %d sent %zu bytes", (int) rk, counts[rk]);
@@ -179,9 +236,12 @@ enum oscar_status osc_calib_split_finish(struct osc_calib_split * s, struct osca
 }
 
 enum oscar_status osc_calib_split_work(struct osc_calib_split * s, struct oscar_calib_heldout * h, int32_t l) {
-    enum oscar_status st = share_layer(s, h, &s->view, l);
+    struct oscar_calib_fit_items fit;   // rank 0 keeps the fits
+    enum oscar_status st = oscar_calib_fit_items(s->dp, NULL, s->p, l, h->n_head_kv, h->head_dim, &fit);
+    if (st == OSCAR_OK) st = osc_calib_split_rows(s, h, l);
     const struct oscar_layer_input in = osc_calib_layer_input(h, l);
     if (st == OSCAR_OK) st = oscar_eval_dev_layer(s->ev, &in);
+    if (st == OSCAR_OK) st = share_layer(s, h, &s->view, l);
     if (st == OSCAR_OK && s->G > 0) st = grid_share(s, s->ev, &s->view, NULL);
     double err[3];
     if (st == OSCAR_OK && s->gate_per_layer) st = gate_share(s, s->ev, &s->view, err);

@@ -463,7 +463,7 @@ static void teardown(struct layer_pass * lp) {
     free(lp->x_all);
     free(lp->rank_cal);
     free(lp->sbuf);
-    if (lp->fin) lp->fin->optr_rows = NULL, lp->fin->split = NULL;
+    if (lp->fin) lp->fin->optr_rows = NULL, lp->fin->split = NULL, lp->fin->dp = osc_dp_single();
     osc_calib_split_free(lp->split);
     oscar_calib_optr_rows_free(&lp->optr);
 }
@@ -508,6 +508,7 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
     int32_t first = 0;
     const bool several = lp.dp->size > 1;
     if (st == OSCAR_OK && lp.fin) st = oscar_calib_finish_begin(lp.fin, p, held, NULL, plan, t);
+    if (st == OSCAR_OK && lp.fin) lp.fin->dp = lp.dp;   // its fit, sign search and OptR split over the group
     // --refine optr: rank 0 keeps one layer's training rows for the finisher; with centring every rank
     // sums its keys in blocks, which rank 0 gathers after each layer (exchange_key_blocks)
     if (st == OSCAR_OK && p->refine_optr && (lp.fin || (several && p->optr_center))) {
