@@ -16,6 +16,8 @@
 struct osc_calib_split {
     struct osc_dp * dp;
     const struct oscar_calib_params * p;
+    const struct oscar_calib_plan * plan;
+    const struct oscar_calib_optr_rows * optr;   // this rank's part of OptR's training rows, or NULL
     int32_t Hkv, G;
     bool gate_per_layer;
     struct oscar_rotations view;   // ranks > 0: the layer's rotations, laid out as rank 0's fit (n_rot
@@ -98,14 +100,16 @@ void osc_calib_split_free(struct osc_calib_split * s) {
 }
 
 enum oscar_status osc_calib_split_open(struct osc_dp * dp, const struct oscar_calib_params * p,
-                                       const struct oscar_calib_heldout * h, struct osc_calib_split ** out) {
+                                       const struct oscar_calib_heldout * h, const struct oscar_calib_plan * plan,
+                                       const struct oscar_calib_optr_rows * optr, struct osc_calib_split ** out) {
     *out = NULL;
     struct osc_calib_split * s = calloc(1, sizeof *s);
     if (!s) return osc_error(OSCAR_ERR_NOMEM, "finishing split: out of memory");
     // --rotation-grouping auto without OptR has chosen each layer's clips with its candidates on rank 0
     // (grouping.c): only the gate is shared then
     const bool clips_chosen = p->grouping == OSCAR_GROUP_AUTO && !p->refine_optr;
-    s->dp = dp, s->p = p, s->Hkv = h->n_head_kv, s->G = p->clip_search && !clips_chosen ? p->n_grid : 0;
+    s->dp = dp, s->p = p, s->plan = plan, s->optr = optr;
+    s->Hkv = h->n_head_kv, s->G = p->clip_search && !clips_chosen ? p->n_grid : 0;
     s->gate_per_layer = !oscar_calib_finish_gate_at_end(p);
     const size_t G = (size_t) (s->G > 0 ? s->G : 1), H = (size_t) s->Hkv;
     s->ek = calloc(G * H, sizeof(double)), s->kref = calloc(H, sizeof(double));
@@ -241,6 +245,8 @@ enum oscar_status osc_calib_split_work(struct osc_calib_split * s, struct oscar_
     if (st == OSCAR_OK) st = osc_calib_split_rows(s, h, l);
     const struct oscar_layer_input in = osc_calib_layer_input(h, l);
     if (st == OSCAR_OK) st = oscar_eval_dev_layer(s->ev, &in);
+    if (st == OSCAR_OK && s->p->refine_optr)   // this rank's KV heads
+        st = oscar_calib_refine_layer(s->dp, NULL, s->optr, s->plan, h, s->p, l, NULL, NULL, NULL);
     if (st == OSCAR_OK) st = share_layer(s, h, &s->view, l);
     if (st == OSCAR_OK && s->G > 0) st = grid_share(s, s->ev, &s->view, NULL);
     double err[3];

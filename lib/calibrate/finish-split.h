@@ -28,8 +28,10 @@ struct osc_calib_split;
 // the clip grid gets the whole grid's bits on the cpu and on a device alike).
 bool osc_calib_split_applies(const struct osc_dp * dp);
 // h: the held-out rows' shape (one layer slot on ranks other than 0, filled by the split).
+// plan, optr: the calibration sequences and this rank's part of --refine optr's training rows (or NULL).
 enum oscar_status osc_calib_split_open(struct osc_dp * dp, const struct oscar_calib_params * p,
-                                       const struct oscar_calib_heldout * h, struct osc_calib_split ** out);
+                                       const struct oscar_calib_heldout * h, const struct oscar_calib_plan * plan,
+                                       const struct oscar_calib_optr_rows * optr, struct osc_calib_split ** out);
 void osc_calib_split_free(struct osc_calib_split * s);
 // Every rank, after layer l's fit (rank 0 first): the layer's held-out rows, from rank 0 into every
 // rank's slot; the sign search, OptR, the clip search and the gate all read them.

@@ -72,7 +72,8 @@ enum oscar_status oscar_calib_finish_layer(struct oscar_calib_finisher * fin, co
     if (st == OSCAR_OK && p->sign_search) st = oscar_calib_signs_layer(fin->ev, p, Hkv, l, &fin->fit, &fin->signs, fin->t);
     if (st == OSCAR_OK) oscar_calib_fit_spread_heads(p, Hkv, l, &fin->fit);
     if (st == OSCAR_OK && p->refine_optr)
-        st = oscar_calib_refine_layer(fin->store, fin->optr_rows, fin->plan, h, p, l, &fin->fit, &fin->refine, fin->t);
+        st = oscar_calib_refine_layer(fin->dp, fin->store, fin->optr_rows, fin->plan, h, p, l, &fin->fit, &fin->refine,
+                                      fin->t);
     if (st == OSCAR_OK && fin->split) st = osc_calib_split_finish(fin->split, fin, h, l); // with the other ranks
     if (st == OSCAR_OK && !fin->split && (!autog || p->refine_optr))   // auto without OptR: the chosen candidate's clips
         st = oscar_calib_clip_layer(fin->ev, p, l, &fin->fit, &fin->clip, fin->t);
