@@ -1,7 +1,9 @@
 // finish-split.c - the clip search and gate of each layer split over the ranks
-// (contract and the reasons for this split in finish-split.h). Per layer and in
-// this order on every rank: broadcasts of the held-out q, k, v rows and, with a
-// clip search, of rank 0's rotation layout (1 or Hkv per layer, so that a
+// (contract and the reasons for this split in finish-split.h), the other ranks'
+// side of every split stage (osc_calib_split_work), and the counted collectives
+// of all of them. Per layer and in this order on every rank: the fit's shares;
+// broadcasts of the held-out q, k, v rows; OptR's shares; with a clip search, a
+// broadcast of rank 0's rotation layout (1 or Hkv per layer, so that a
 // finisher choosing it per run or per layer is followed) and the layer's K and
 // V rotations; one gather of grid shares (with a clip search); one gather of
 // gate errors (when the gate runs per layer). W_O is not sent: every rank keeps
@@ -242,6 +244,7 @@ enum oscar_status osc_calib_split_finish(struct osc_calib_split * s, struct osca
 enum oscar_status osc_calib_split_work(struct osc_calib_split * s, struct oscar_calib_heldout * h, int32_t l) {
     struct oscar_calib_fit_items fit;   // rank 0 keeps the fits
     enum oscar_status st = oscar_calib_fit_items(s->dp, NULL, s->p, l, h->n_head_kv, h->head_dim, &fit);
+    oscar_calib_fit_items_free(&fit);
     if (st == OSCAR_OK) st = osc_calib_split_rows(s, h, l);
     const struct oscar_layer_input in = osc_calib_layer_input(h, l);
     if (st == OSCAR_OK) st = oscar_eval_dev_layer(s->ev, &in);

@@ -1,7 +1,9 @@
-// finish-split.h - the finisher's clip search and gate split over the ranks of
-// a data-parallel pass (finish-split.c). Per layer, once rank 0 has fitted it
-// (and run --sign-search / --refine optr on it, which stay on rank 0): rank 0
-// broadcasts the layer's held-out rows and final rotations; every rank
+// finish-split.h - the finisher's stages split over the ranks of a data-parallel
+// pass. Per layer, in this order on every rank: the fit's shares (fit.c,
+// oscar_calib_fit_items), the layer's held-out rows broadcast from rank 0
+// (osc_calib_split_rows), --sign-search on rank 0 alone, --refine optr's KV-head
+// shares (refine.c, optr-route.h), then the clip search and gate (this file,
+// finish-split.c): rank 0 broadcasts the layer's final rotations; every rank
 // evaluates its contiguous share of the clip grid (osc_dp_share of the G
 // candidates) on all held-out rows, with the whole grid's bits
 // (oscar_verify_candidate_errors_part); the shares come back to rank 0 in rank

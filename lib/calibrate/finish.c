@@ -3,10 +3,12 @@
 // end. Each stage's per-layer function reads only layer l's rows and results,
 // so finishing layer l as soon as its sums end gives what a stage-after-stage
 // run over all layers gives, bit for bit; every mean is summed in layer order.
-// Under mpirun (fin->split) the clip search and the per-layer gate of each layer
-// are shared with the other ranks, each evaluating part of the clip grid and of
-// the gate's methods with the one-process bits (finish-split.h); the fit, the
-// sign search and OptR stay here on rank 0.
+// Under mpirun the fit (fit.c: shares of the layer's eigendecompositions), OptR
+// (refine.c: shares of the KV heads), the clip search and the per-layer gate
+// (fin->split: parts of the clip grid and of the gate's methods, finish-split.h)
+// of each layer are shared with the other ranks, each part with the one-process
+// bits, put together on rank 0 by placement; the sign search stays here on rank 0.
+// One process runs the same code over fin->dp's one rank.
 #include <string.h>
 
 #include "calibrate/calib-verify.h"

@@ -10,6 +10,9 @@
 #  3. training sequences on ranks other than 0 (5 and 6 of 8 sequences: rank 0 holds 4 at np 2,
 #     2 or 4 at np 3), without and with centring, with the clip search: np 2 and np 3 == one
 #     process, byte for byte (the rows routed in the single-process order).
+# Step 1 fails when the ranks' parts are put together in the wrong order (checked by placing each
+# rank's share of osc_dp_gather_shares as if the ranks arrived in reverse: "oscar.safetensors
+# differs: mpirun -np 2 vs one process").
 set -u
 . "$(dirname "$0")/common.sh"
 need_smollm2

@@ -4,7 +4,8 @@
 # single-process run of the same arguments:
 #   - np 2 with 128-token-aligned shares: artifact byte-identical
 #   - np 1 under mpirun: byte-identical
-#   - np 3: byte-identical, the finishing split over 3 ranks (finish-split.h: with auto, the default, the gate); np 2 and
+#   - np 3: byte-identical, the finishing split over 3 ranks (the fit's eigendecompositions, fit.c: with auto, the
+#     default, both candidates' 2 + 2·Hkv; finish-split.h: with auto the gate); np 2 and
 #     np 3 with --sign-search and per-KV-head rotations (clips and V errors per head), and with
 #     --target sglang (clips shared over the model, the gate at the end): byte-identical
 #   - np 2 killed (SIGKILL on rank 1) after a checkpoint: non-zero exit, a message
