@@ -269,9 +269,38 @@ int32_t oscar_calib_fit_n_fitted(const struct oscar_calib_params * p, int32_t n_
 // with --sign-search the basis).
 enum oscar_status oscar_calib_fit_alloc(const struct oscar_calib_params * p, int32_t n_layer, int32_t n_head_kv,
                                         int32_t head_dim, struct oscar_calib_fit * f);
-// Layer l's rotations from s, whose layer l has ended both passes (later layers need not).
-enum oscar_status oscar_calib_fit_layer(const struct oscar_stats * s, const struct oscar_calib_params * p, int32_t l,
-                                        struct oscar_calib_fit * f, struct oscar_calib_timing * t);
+// The fits of one layer, in the order they travel over the ranks: with p->grouping AUTO K and V of
+// the layer's rotation, then K and V of each KV head (grouping.c's two candidates, 2 + 2·Hkv);
+// else the fitted K rotations (1 or Hkv), then the V ones. Job i is V or K, of KV head *head or
+// (-1) of the layer's covariance.
+int32_t oscar_calib_fit_jobs(const struct oscar_calib_params * p, int32_t n_head_kv);
+void oscar_calib_fit_job(const struct oscar_calib_params * p, int32_t n_head_kv, int32_t i, bool * is_v,
+                         int32_t * head);
+// Layer l's fits split over the ranks of dp: rank 0 makes every job's covariance from s (others
+// pass s = NULL) and scatters them in contiguous shares (osc_dp_share); each rank fits its share
+// with oscar_fit_rotation_basis (the one-process call on the same matrix: the same bits); the
+// results come back to rank 0 in job order (osc_dp_gather_shares: placement only). Rank 0's
+// items (out->buf; NULL elsewhere) hold per job its report, rotation and eigenvalues, and with
+// p->sign_search the fp64 basis. One process: the same calls with one rank.
+struct osc_dp;
+struct oscar_calib_fit_items {
+    int32_t n, head_dim;
+    bool    basis;
+    size_t  item;             // bytes per job
+    unsigned char * buf;      // [n, item] on rank 0
+};
+enum oscar_status oscar_calib_fit_items(struct osc_dp * dp, const struct oscar_stats * s,
+                                        const struct oscar_calib_params * p, int32_t l, int32_t n_head_kv,
+                                        int32_t head_dim, struct oscar_calib_fit_items * out);
+// Job i's results into rot [D, D], eig [D] (fp32), u [D, D] / lam [D] (fp64; NULL: not wanted) and rep.
+void oscar_calib_fit_item_get(const struct oscar_calib_fit_items * it, int32_t i, float * rot, float * eig, double * u,
+                              double * lam, struct oscar_fit_report * rep);
+void oscar_calib_fit_items_free(struct oscar_calib_fit_items * it);
+// Layer l's rotations (rank 0; the other ranks of dp call oscar_calib_fit_items with s = NULL) from s,
+// whose layer l has ended both passes (later layers need not).
+enum oscar_status oscar_calib_fit_layer(struct osc_dp * dp, const struct oscar_stats * s,
+                                        const struct oscar_calib_params * p, int32_t l, struct oscar_calib_fit * f,
+                                        struct oscar_calib_timing * t);
 // --refine optr: layer l's fitted rotation (head 0) copied into its other KV heads.
 void oscar_calib_fit_spread_heads(const struct oscar_calib_params * p, int32_t n_head_kv, int32_t l,
                                   struct oscar_calib_fit * f);
@@ -296,29 +325,32 @@ struct oscar_calib_refine {
 // p->optr_train_seq long enough ones, as from a store), and with centring the fp64 key sums of
 // every calibration row in row order. Reused layer after layer (one layer's rows in memory).
 struct oscar_calib_optr_rows {
-    int32_t n_seq;              // calibration sequences kept (0 .. n_seq-1)
+    int32_t n_seq;              // calibration sequences trained on or before (0 .. n_seq-1)
     int64_t n_rows;             // their rows: plan->seq_start[n_seq]
+    int64_t n_local;            // this process's rows of them: [row_base, row_base + n_local)
     int64_t n_cal_rows;         // every calibration row (the key mean's)
     size_t  q_row, kv_row;      // floats per row
-    float * q, * k, * v;        // [n_rows, Hq·D / Hkv·D] of the current layer
+    float * q, * k, * v;        // [n_local, Hq·D / Hkv·D] of the current layer
     double * k_blocks;          // [ceil(n_cal_rows / OSCAR_OPTR_KEY_BLOCK), Hkv·D] the current layer's key
                                 // block sums (centring), or NULL
     int64_t row_base;           // this process's first calibration row (data-parallel ranks; else 0)
-    int64_t k_summed;           // this process's rows summed (and, up to n_rows, kept) so far in the layer
+    int64_t k_summed;           // this process's rows summed (and, up to n_local, kept) so far in the layer
     bool k_gathered;            // k_blocks hold every rank's rows of the layer (rank 0 of a data-parallel run)
+    const int64_t * rank_rows;  // [n_ranks] calibration rows of every rank (data-parallel), or NULL: one process
+    int32_t n_ranks;
     int32_t layer;              // the layer the rows are of (-1: none)
 };
 // How many leading calibration sequences hold every training sequence of p (0: none is long
 // enough; -1: out of memory).
 int32_t oscar_calib_optr_train_prefix(const struct oscar_calib_params * p, const struct oscar_calib_plan * plan,
                                       int32_t head_dim);
-// The buffers for p and plan's calibration sequences; OSCAR_ERR_INVALID when no sequence is
-// long enough for OptR (sink + recent + 8 rows). keep_rows false: the key sums alone (a
-// data-parallel rank other than 0, whose rows rank 0 does not train on).
+// The buffers for p and plan's calibration sequences, of a process running calibration rows
+// [row_base, row_base + n_local) (one process: 0 and all); OSCAR_ERR_INVALID when no sequence is
+// long enough for OptR (sink + recent + 8 rows).
 enum oscar_status oscar_calib_optr_rows_alloc(const struct oscar_calib_params * p, const struct oscar_calib_plan * plan,
-                                              int32_t n_head, int32_t n_head_kv, int32_t head_dim, bool keep_rows,
-                                              struct oscar_calib_optr_rows * r);
-// Whether a calibration batch starting at row row0 has rows to keep or sum.
+                                              int32_t n_head, int32_t n_head_kv, int32_t head_dim, int64_t row_base,
+                                              int64_t n_local, struct oscar_calib_optr_rows * r);
+// Whether a calibration batch starting at (this process's) row row0 has rows to keep or sum.
 bool oscar_calib_optr_rows_want(const struct oscar_calib_optr_rows * r, int64_t row0);
 // Layer l's calibration rows [row0, row0 + n) (batches in row order; a new layer starts over).
 enum oscar_status oscar_calib_optr_rows_add(struct oscar_calib_optr_rows * r, int32_t l, int64_t row0, int64_t n,
@@ -330,8 +362,12 @@ enum oscar_status oscar_calib_refine_alloc(struct oscar_actstore * store, const 
                                            const struct oscar_calib_params * p, const struct oscar_calib_fit * f,
                                            struct oscar_calib_refine * out);
 // Layer l (f per KV head, its base rotations in place): refined rotations and k_mean into f,
-// trained on rows (the pass's, of layer l) or else on the store's.
-enum oscar_status oscar_calib_refine_layer(struct oscar_actstore * store, const struct oscar_calib_optr_rows * rows,
+// trained on rows (the pass's, of layer l) or else on the store's. Split over the ranks of dp by
+// KV head (optr-route.h): every rank calls it in the same order, rank 0 with f, out (and the store),
+// the others with NULL and their own rows; each refines its heads (the bits one process gives
+// them) and rank 0 gathers every head's result in head order.
+enum oscar_status oscar_calib_refine_layer(struct osc_dp * dp, struct oscar_actstore * store,
+                                           const struct oscar_calib_optr_rows * rows,
                                            const struct oscar_calib_plan * plan,
                                            const struct oscar_calib_heldout * h, const struct oscar_calib_params * p,
                                            int32_t l, struct oscar_calib_fit * f, struct oscar_calib_refine * out,
@@ -458,8 +494,9 @@ enum oscar_status oscar_calib_grouping_alloc(const struct oscar_calib_params * p
                                              struct oscar_calib_grouping * g);
 // Layer l (ev's rows set): both candidates fitted from s, searched and scored; the better one left in
 // f and c (the layer's clip record; with --refine optr the clip search runs again after OptR).
-enum oscar_status oscar_calib_grouping_layer(struct oscar_eval_dev * ev, const struct oscar_stats * s,
-                                             const struct oscar_calib_params * p, int32_t l,
+// The fits are split over dp's ranks (oscar_calib_fit_items; the other ranks take part in it alone).
+enum oscar_status oscar_calib_grouping_layer(struct osc_dp * dp, struct oscar_eval_dev * ev,
+                                             const struct oscar_stats * s, const struct oscar_calib_params * p, int32_t l,
                                              struct oscar_calib_fit * f, struct oscar_calib_clip * c,
                                              struct oscar_calib_grouping * g, struct oscar_calib_timing * t);
 void oscar_calib_grouping_free(struct oscar_calib_grouping * g);
@@ -489,6 +526,8 @@ struct oscar_calib_finisher {
     struct oscar_calib_timing * t;
     struct osc_calib_split * split;         // rank 0 of several: clip search and gate shared with the
                                             // other ranks (finish-split.h; set by the pass), or NULL
+    struct osc_dp * dp;                     // the group the fit, sign search and OptR are split over
+                                            // (osc_dp_single() unless the pass sets its own)
 };
 // Whether p's gate waits for end() (clips shared model-wide: every layer's rows needed then).
 bool oscar_calib_finish_gate_at_end(const struct oscar_calib_params * p);

@@ -121,3 +121,18 @@ enum oscar_status osc_dp_gather_shares(struct osc_dp * dp, int64_t n, size_t ite
     free(got), free(counts);
     return st;
 }
+
+enum oscar_status osc_dp_scatter_shares(struct osc_dp * dp, int64_t n, size_t item, const void * all, void * mine) {
+    int64_t b0, b1;
+    osc_dp_share(dp, dp->rank, n, &b0, &b1);
+    size_t * counts = calloc((size_t) dp->size, sizeof(size_t));
+    if (!counts) return osc_error(OSCAR_ERR_NOMEM, "scatter of shares: out of memory");
+    for (int32_t r = 0; r < dp->size; r++) {   // rank r's items [r0, r1) are back to back in all
+        int64_t r0, r1;
+        osc_dp_share(dp, r, n, &r0, &r1);
+        counts[r] = (size_t) (r1 - r0) * item;
+    }
+    enum oscar_status st = dp->ops->scatter(dp, all, counts, mine, (size_t) (b1 - b0) * item);
+    free(counts);
+    return st;
+}

@@ -9,8 +9,9 @@
 // Every collective is called by every rank in the same order; payloads are
 // bytes; rank 0 is the root. Errors come back as OSCAR_ERR_IO naming the call.
 // Users: the pass's sums (dp-stats.c), its checkpoints (layer-pass.c) and the
-// finisher's split of each layer's clip search and gate (finish-split.c: two
-// broadcasts and two gathers per layer), so every engine carries all of them.
+// finisher's split of each layer's fit, sign search, OptR, clip search and gate
+// (finish-split.c, fit.c, signs.c, refine.c, optr-route.c: broadcasts, gathers and
+// scatters per layer), so every engine carries all of them.
 #ifndef OSCAR_CALIBRATE_DP_H
 #define OSCAR_CALIBRATE_DP_H
 
@@ -80,6 +81,9 @@ void osc_dp_share(const struct osc_dp * dp, int32_t rank, int64_t n, int64_t * b
 // combines its parts this way: placement only, no arithmetic, so the root holds what one
 // process computing every item would.
 enum oscar_status osc_dp_gather_shares(struct osc_dp * dp, int64_t n, size_t item, const void * mine, void * all);
+// The reverse: the root's all [n items] cut into the shares, rank r receiving its items into mine
+// (other ranks may pass all = NULL). Placement only.
+enum oscar_status osc_dp_scatter_shares(struct osc_dp * dp, int64_t n, size_t item, const void * all, void * mine);
 
 // ---- the statistics of a data-parallel pass (dp-stats.c) ----------------------------------
 struct oscar_stats;

@@ -1,7 +1,9 @@
 // finish-split.c - the clip search and gate of each layer split over the ranks
-// (contract and the reasons for this split in finish-split.h). Per layer and in
-// this order on every rank: broadcasts of the held-out q, k, v rows and, with a
-// clip search, of rank 0's rotation layout (1 or Hkv per layer, so that a
+// (contract and the reasons for this split in finish-split.h), the other ranks'
+// side of every split stage (osc_calib_split_work), and the counted collectives
+// of all of them. Per layer and in this order on every rank: the fit's shares;
+// broadcasts of the held-out q, k, v rows; OptR's shares; with a clip search, a
+// broadcast of rank 0's rotation layout (1 or Hkv per layer, so that a
 // finisher choosing it per run or per layer is followed) and the layer's K and
 // V rotations; one gather of grid shares (with a clip search); one gather of
 // gate errors (when the gate runs per layer). W_O is not sent: every rank keeps
@@ -16,6 +18,8 @@
 struct osc_calib_split {
     struct osc_dp * dp;
     const struct oscar_calib_params * p;
+    const struct oscar_calib_plan * plan;
+    const struct oscar_calib_optr_rows * optr;   // this rank's part of OptR's training rows, or NULL
     int32_t Hkv, G;
     bool gate_per_layer;
     struct oscar_rotations view;   // ranks > 0: the layer's rotations, laid out as rank 0's fit (n_rot
@@ -24,7 +28,67 @@ struct osc_calib_split {
     double * ek, * kref, * evv, * pack;   // [G, Hkv], [Hkv], [G, Hkv + 1], [G, 2 Hkv + 1]
 };
 
-static _Thread_local int64_t bytes_sent, bytes_received; // this rank's (a thread under --ranks)
+// this rank's (a thread under --ranks)
+static _Thread_local int64_t bytes_sent[OSC_SPLIT_STAGES], bytes_received[OSC_SPLIT_STAGES];
+
+const char * osc_calib_split_stage_name(enum osc_split_stage s) {
+    static const char * const names[OSC_SPLIT_STAGES] = {"fit", "held-out rows", "sign search", "OptR",
+                                                         "clip search and gate"};
+    return s >= 0 && s < OSC_SPLIT_STAGES ? names[s] : "?";
+}
+
+void osc_calib_split_stage_bytes(enum osc_split_stage s, int64_t * sent, int64_t * received) {
+    *sent = bytes_sent[s], *received = bytes_received[s];
+}
+
+void osc_calib_split_bytes(int64_t * sent, int64_t * received) {
+    *sent = *received = 0;
+    for (int s = 0; s < OSC_SPLIT_STAGES; s++) *sent += bytes_sent[s], *received += bytes_received[s];
+}
+
+enum oscar_status osc_calib_bcast(struct osc_dp * dp, enum osc_split_stage s, void * buf, size_t n) {
+    if (dp->rank == 0) bytes_sent[s] += (int64_t) n * (dp->size - 1);
+    else bytes_received[s] += (int64_t) n;
+    return dp->ops->bcast(dp, buf, n);
+}
+
+// Bytes of rank r's share of n items.
+static int64_t share_bytes(const struct osc_dp * dp, int32_t r, int64_t n, size_t item) {
+    int64_t b0, b1;
+    osc_dp_share(dp, r, n, &b0, &b1);
+    return (b1 - b0) * (int64_t) item;
+}
+
+enum oscar_status osc_calib_gather_shares(struct osc_dp * dp, enum osc_split_stage s, int64_t n, size_t item,
+                                          const void * mine, void * all) {
+    const int64_t own = share_bytes(dp, dp->rank, n, item);
+    if (dp->rank) bytes_sent[s] += own;
+    else bytes_received[s] += n * (int64_t) item - own;
+    return osc_dp_gather_shares(dp, n, item, mine, all);
+}
+
+enum oscar_status osc_calib_scatter_shares(struct osc_dp * dp, enum osc_split_stage s, int64_t n, size_t item,
+                                           const void * all, void * mine) {
+    const int64_t own = share_bytes(dp, dp->rank, n, item);
+    if (dp->rank) bytes_received[s] += own;
+    else bytes_sent[s] += n * (int64_t) item - own;
+    return osc_dp_scatter_shares(dp, n, item, all, mine);
+}
+
+enum oscar_status osc_calib_gather(struct osc_dp * dp, enum osc_split_stage s, const void * send, size_t n,
+                                   void ** recv, size_t * counts) {
+    enum oscar_status st = dp->ops->gather(dp, send, n, recv, counts);
+    if (dp->rank) bytes_sent[s] += (int64_t) n;
+    for (int32_t r = 1; st == OSCAR_OK && dp->rank == 0 && r < dp->size; r++) bytes_received[s] += (int64_t) counts[r];
+    return st;
+}
+
+enum oscar_status osc_calib_scatter(struct osc_dp * dp, enum osc_split_stage s, const void * send,
+                                    const size_t * counts, void * recv, size_t n) {
+    if (dp->rank) bytes_received[s] += (int64_t) n;
+    for (int32_t r = 1; dp->rank == 0 && r < dp->size; r++) bytes_sent[s] += (int64_t) counts[r];
+    return dp->ops->scatter(dp, send, counts, recv, n);
+}
 
 bool osc_calib_split_applies(const struct osc_dp * dp) {
     return dp && dp->size > 1;
@@ -39,14 +103,16 @@ void osc_calib_split_free(struct osc_calib_split * s) {
 }
 
 enum oscar_status osc_calib_split_open(struct osc_dp * dp, const struct oscar_calib_params * p,
-                                       const struct oscar_calib_heldout * h, struct osc_calib_split ** out) {
+                                       const struct oscar_calib_heldout * h, const struct oscar_calib_plan * plan,
+                                       const struct oscar_calib_optr_rows * optr, struct osc_calib_split ** out) {
     *out = NULL;
     struct osc_calib_split * s = calloc(1, sizeof *s);
     if (!s) return osc_error(OSCAR_ERR_NOMEM, "finishing split: out of memory");
     // --rotation-grouping auto without OptR has chosen each layer's clips with its candidates on rank 0
     // (grouping.c): only the gate is shared then
     const bool clips_chosen = p->grouping == OSCAR_GROUP_AUTO && !p->refine_optr;
-    s->dp = dp, s->p = p, s->Hkv = h->n_head_kv, s->G = p->clip_search && !clips_chosen ? p->n_grid : 0;
+    s->dp = dp, s->p = p, s->plan = plan, s->optr = optr;
+    s->Hkv = h->n_head_kv, s->G = p->clip_search && !clips_chosen ? p->n_grid : 0;
     s->gate_per_layer = !oscar_calib_finish_gate_at_end(p);
     const size_t G = (size_t) (s->G > 0 ? s->G : 1), H = (size_t) s->Hkv;
     s->ek = calloc(G * H, sizeof(double)), s->kref = calloc(H, sizeof(double));
@@ -67,21 +133,23 @@ enum oscar_status osc_calib_split_open(struct osc_dp * dp, const struct oscar_ca
     return OSCAR_OK;
 }
 
-void osc_calib_split_bytes(int64_t * sent, int64_t * received) { *sent = bytes_sent, *received = bytes_received; }
-
 static enum oscar_status bcast(struct osc_calib_split * s, void * buf, size_t n) {
-    if (s->dp->rank == 0) bytes_sent += (int64_t) n * (s->dp->size - 1);
-    else bytes_received += (int64_t) n;
-    return s->dp->ops->bcast(s->dp, buf, n);
+    return osc_calib_bcast(s->dp, OSC_SPLIT_CLIP_GATE, buf, n);
 }
 
-// Layer l's held-out rows and (with a clip search) its rotations, from rank 0 to every rank.
+enum oscar_status osc_calib_split_rows(struct osc_calib_split * s, const struct oscar_calib_heldout * h, int32_t l) {
+    const size_t T = (size_t) h->n_rows, D = (size_t) h->head_dim, H = (size_t) h->n_head_kv;
+    enum oscar_status st = osc_calib_bcast(s->dp, OSC_SPLIT_ROWS, h->q[l], T * (size_t) h->n_head * D * sizeof(float));
+    if (st == OSCAR_OK) st = osc_calib_bcast(s->dp, OSC_SPLIT_ROWS, h->k[l], T * H * D * sizeof(float));
+    if (st == OSCAR_OK) st = osc_calib_bcast(s->dp, OSC_SPLIT_ROWS, h->v[l], T * H * D * sizeof(float));
+    return st;
+}
+
+// Layer l's final rotations (with a clip search), from rank 0 to every rank.
 static enum oscar_status share_layer(struct osc_calib_split * s, const struct oscar_calib_heldout * h,
                                      const struct oscar_rotations * r, int32_t l) {
-    const size_t T = (size_t) h->n_rows, D = (size_t) h->head_dim, H = (size_t) h->n_head_kv;
-    enum oscar_status st = bcast(s, h->q[l], T * (size_t) h->n_head * D * sizeof(float));
-    if (st == OSCAR_OK) st = bcast(s, h->k[l], T * H * D * sizeof(float));
-    if (st == OSCAR_OK) st = bcast(s, h->v[l], T * H * D * sizeof(float));
+    const size_t D = (size_t) h->head_dim, H = (size_t) h->n_head_kv;
+    enum oscar_status st = OSCAR_OK;
     int32_t n_rot = r->n_rot;   // rank 0's layout (1 or Hkv rotations per layer), which the view takes
     if (st == OSCAR_OK && s->G > 0) st = bcast(s, &n_rot, sizeof n_rot);
     if (st == OSCAR_OK && s->G > 0 && s->dp->rank != 0) {
@@ -114,10 +182,8 @@ static enum oscar_status grid_share(struct osc_calib_split * s, struct oscar_eva
     }
     double * all = s->dp->rank == 0 ? malloc((size_t) s->G * (size_t) item * sizeof(double) + 1) : NULL;
     if (st == OSCAR_OK && s->dp->rank == 0 && !all) st = osc_error(OSCAR_ERR_NOMEM, "clip search: out of memory");
-    if (st == OSCAR_OK) st = osc_dp_gather_shares(s->dp, s->G, (size_t) item * sizeof(double), s->pack, all);
-    const size_t mine = (size_t) (c1 - c0) * (size_t) item * sizeof(double);
-    if (s->dp->rank) bytes_sent += (int64_t) mine;
-    else bytes_received += (int64_t) ((size_t) s->G * (size_t) item * sizeof(double) - mine);
+    if (st == OSCAR_OK)
+        st = osc_calib_gather_shares(s->dp, OSC_SPLIT_CLIP_GATE, s->G, (size_t) item * sizeof(double), s->pack, all);
     for (int32_t c = 0; st == OSCAR_OK && s->dp->rank == 0 && c < s->G; c++) {
         const double * it = all + (size_t) c * (size_t) item;
         memcpy(s->ek + (size_t) c * (size_t) H, it, (size_t) H * sizeof(double));
@@ -150,9 +216,7 @@ static enum oscar_status gate_share(struct osc_calib_split * s, struct oscar_eva
     size_t * counts = calloc((size_t) s->dp->size, sizeof(size_t));
     double * all = NULL;
     if (st == OSCAR_OK && !counts) st = osc_error(OSCAR_ERR_NOMEM, "gate: out of memory");
-    if (st == OSCAR_OK) st = s->dp->ops->gather(s->dp, mine, sizeof mine, (void **) &all, counts);
-    if (s->dp->rank) bytes_sent += (int64_t) sizeof mine;
-    else bytes_received += (int64_t) sizeof mine * (s->dp->size - 1);
+    if (st == OSCAR_OK) st = osc_calib_gather(s->dp, OSC_SPLIT_CLIP_GATE, mine, sizeof mine, (void **) &all, counts);
     for (int32_t m = 0; st == OSCAR_OK && s->dp->rank == 0 && m < 3; m++) {
         const int32_t rk = gate_rank(m, s->dp->size);
         if (counts[rk] != sizeof mine) st = osc_error(OSCAR_ERR_IO, "gate: rank %d sent %zu bytes", (int) rk, counts[rk]);
@@ -179,9 +243,15 @@ enum oscar_status osc_calib_split_finish(struct osc_calib_split * s, struct osca
 }
 
 enum oscar_status osc_calib_split_work(struct osc_calib_split * s, struct oscar_calib_heldout * h, int32_t l) {
-    enum oscar_status st = share_layer(s, h, &s->view, l);
+    struct oscar_calib_fit_items fit;   // rank 0 keeps the fits
+    enum oscar_status st = oscar_calib_fit_items(s->dp, NULL, s->p, l, h->n_head_kv, h->head_dim, &fit);
+    oscar_calib_fit_items_free(&fit);
+    if (st == OSCAR_OK) st = osc_calib_split_rows(s, h, l);
     const struct oscar_layer_input in = osc_calib_layer_input(h, l);
     if (st == OSCAR_OK) st = oscar_eval_dev_layer(s->ev, &in);
+    if (st == OSCAR_OK && s->p->refine_optr)   // this rank's KV heads
+        st = oscar_calib_refine_layer(s->dp, NULL, s->optr, s->plan, h, s->p, l, NULL, NULL, NULL);
+    if (st == OSCAR_OK) st = share_layer(s, h, &s->view, l);
     if (st == OSCAR_OK && s->G > 0) st = grid_share(s, s->ev, &s->view, NULL);
     double err[3];
     if (st == OSCAR_OK && s->gate_per_layer) st = gate_share(s, s->ev, &s->view, err);

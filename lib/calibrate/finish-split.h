@@ -1,7 +1,9 @@
-// finish-split.h - the finisher's clip search and gate split over the ranks of
-// a data-parallel pass (finish-split.c). Per layer, once rank 0 has fitted it
-// (and run --sign-search / --refine optr on it, which stay on rank 0): rank 0
-// broadcasts the layer's held-out rows and final rotations; every rank
+// finish-split.h - the finisher's stages split over the ranks of a data-parallel
+// pass. Per layer, in this order on every rank: the fit's shares (fit.c,
+// oscar_calib_fit_items), the layer's held-out rows broadcast from rank 0
+// (osc_calib_split_rows), --sign-search on rank 0 alone, --refine optr's KV-head
+// shares (refine.c, optr-route.h), then the clip search and gate (this file,
+// finish-split.c): rank 0 broadcasts the layer's final rotations; every rank
 // evaluates its contiguous share of the clip grid (osc_dp_share of the G
 // candidates) on all held-out rows, with the whole grid's bits
 // (oscar_verify_candidate_errors_part); the shares come back to rank 0 in rank
@@ -28,16 +30,45 @@ struct osc_calib_split;
 // the clip grid gets the whole grid's bits on the cpu and on a device alike).
 bool osc_calib_split_applies(const struct osc_dp * dp);
 // h: the held-out rows' shape (one layer slot on ranks other than 0, filled by the split).
+// plan, optr: the calibration sequences and this rank's part of --refine optr's training rows (or NULL).
 enum oscar_status osc_calib_split_open(struct osc_dp * dp, const struct oscar_calib_params * p,
-                                       const struct oscar_calib_heldout * h, struct osc_calib_split ** out);
+                                       const struct oscar_calib_heldout * h, const struct oscar_calib_plan * plan,
+                                       const struct oscar_calib_optr_rows * optr, struct osc_calib_split ** out);
 void osc_calib_split_free(struct osc_calib_split * s);
+// Every rank, after layer l's fit (rank 0 first): the layer's held-out rows, from rank 0 into every
+// rank's slot; the sign search, OptR, the clip search and the gate all read them.
+enum oscar_status osc_calib_split_rows(struct osc_calib_split * s, const struct oscar_calib_heldout * h, int32_t l);
 // Rank 0, in place of the clip search and gate of layer l: fin's layer rotations final, its
 // evaluator on layer l's rows h (finish.c).
 enum oscar_status osc_calib_split_finish(struct osc_calib_split * s, struct oscar_calib_finisher * fin,
                                          const struct oscar_calib_heldout * h, int32_t l);
 // The other ranks: their part of layer l (its rows arrive into h's slot).
 enum oscar_status osc_calib_split_work(struct osc_calib_split * s, struct oscar_calib_heldout * h, int32_t l);
-// Bytes this rank has sent and received for the split so far.
+// Bytes this rank has sent and received for the split so far (every stage).
 void osc_calib_split_bytes(int64_t * sent, int64_t * received);
+
+// ---- the collectives of the finishing stages, counted by stage ----------------------------------
+// Every stage of the finisher moves its data with these (dp.h's table: MPI and NCCL carry them),
+// so -v can say how many bytes each stage sent and received on this rank.
+enum osc_split_stage {
+    OSC_SPLIT_FIT,        // covariances out, rotations back (fit.c)
+    OSC_SPLIT_ROWS,       // the held-out rows of the layer (every later stage reads them)
+    OSC_SPLIT_SIGNS,      // the sign search per KV head (signs.c)
+    OSC_SPLIT_OPTR,       // OptR: base rotations, key mean, training rows, results (refine.c)
+    OSC_SPLIT_CLIP_GATE,  // rotations, clip-grid shares, gate errors (this file)
+    OSC_SPLIT_STAGES
+};
+const char * osc_calib_split_stage_name(enum osc_split_stage s);
+void osc_calib_split_stage_bytes(enum osc_split_stage s, int64_t * sent, int64_t * received);
+enum oscar_status osc_calib_bcast(struct osc_dp * dp, enum osc_split_stage s, void * buf, size_t n);
+enum oscar_status osc_calib_gather_shares(struct osc_dp * dp, enum osc_split_stage s, int64_t n, size_t item,
+                                          const void * mine, void * all);
+enum oscar_status osc_calib_scatter_shares(struct osc_dp * dp, enum osc_split_stage s, int64_t n, size_t item,
+                                           const void * all, void * mine);
+// dp->ops->gather / scatter, counted.
+enum oscar_status osc_calib_gather(struct osc_dp * dp, enum osc_split_stage s, const void * send, size_t n,
+                                   void ** recv, size_t * counts);
+enum oscar_status osc_calib_scatter(struct osc_dp * dp, enum osc_split_stage s, const void * send,
+                                    const size_t * counts, void * recv, size_t n);
 
 #endif

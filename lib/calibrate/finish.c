@@ -3,10 +3,12 @@
 // end. Each stage's per-layer function reads only layer l's rows and results,
 // so finishing layer l as soon as its sums end gives what a stage-after-stage
 // run over all layers gives, bit for bit; every mean is summed in layer order.
-// Under mpirun (fin->split) the clip search and the per-layer gate of each layer
-// are shared with the other ranks, each evaluating part of the clip grid and of
-// the gate's methods with the one-process bits (finish-split.h); the fit, the
-// sign search and OptR stay here on rank 0.
+// Under mpirun the fit (fit.c: shares of the layer's eigendecompositions), OptR
+// (refine.c: shares of the KV heads), the clip search and the per-layer gate
+// (fin->split: parts of the clip grid and of the gate's methods, finish-split.h)
+// of each layer are shared with the other ranks, each part with the one-process
+// bits, put together on rank 0 by placement; the sign search stays here on rank 0.
+// One process runs the same code over fin->dp's one rank.
 #include <string.h>
 
 #include "calibrate/calib-verify.h"
@@ -39,6 +41,7 @@ enum oscar_status oscar_calib_finish_begin(struct oscar_calib_finisher * fin, co
                                            const struct oscar_calib_plan * plan, struct oscar_calib_timing * t) {
     memset(fin, 0, sizeof(*fin));
     fin->p = p, fin->store = store, fin->plan = plan, fin->t = t;
+    fin->dp = osc_dp_single();   // the layer-major pass sets its group
     fin->n_layer = h->n_layer, fin->n_head_kv = h->n_head_kv;
     fin->gate_at_end = oscar_calib_finish_gate_at_end(p);
     enum oscar_status st = oscar_calib_fit_alloc(p, h->n_layer, h->n_head_kv, h->head_dim, &fin->fit);
@@ -63,14 +66,16 @@ enum oscar_status oscar_calib_finish_layer(struct oscar_calib_finisher * fin, co
     const struct oscar_layer_input in = osc_calib_layer_input(h, l);
     enum oscar_status st = need_eval(fin, h);
     const bool autog = p->grouping == OSCAR_GROUP_AUTO;   // fit + clips chosen per layer (grouping.c)
-    if (st == OSCAR_OK && !autog) st = oscar_calib_fit_layer(s, p, l, &fin->fit, fin->t);
+    if (st == OSCAR_OK && !autog) st = oscar_calib_fit_layer(fin->dp, s, p, l, &fin->fit, fin->t);
     if (st == OSCAR_OK) st = oscar_eval_dev_layer(fin->ev, &in);
     if (st == OSCAR_OK && autog)
-        st = oscar_calib_grouping_layer(fin->ev, s, p, l, &fin->fit, &fin->clip, &fin->grouping, fin->t);
+        st = oscar_calib_grouping_layer(fin->dp, fin->ev, s, p, l, &fin->fit, &fin->clip, &fin->grouping, fin->t);
+    if (st == OSCAR_OK && fin->split) st = osc_calib_split_rows(fin->split, h, l);   // the later stages' rows
     if (st == OSCAR_OK && p->sign_search) st = oscar_calib_signs_layer(fin->ev, p, Hkv, l, &fin->fit, &fin->signs, fin->t);
     if (st == OSCAR_OK) oscar_calib_fit_spread_heads(p, Hkv, l, &fin->fit);
     if (st == OSCAR_OK && p->refine_optr)
-        st = oscar_calib_refine_layer(fin->store, fin->optr_rows, fin->plan, h, p, l, &fin->fit, &fin->refine, fin->t);
+        st = oscar_calib_refine_layer(fin->dp, fin->store, fin->optr_rows, fin->plan, h, p, l, &fin->fit, &fin->refine,
+                                      fin->t);
     if (st == OSCAR_OK && fin->split) st = osc_calib_split_finish(fin->split, fin, h, l); // with the other ranks
     if (st == OSCAR_OK && !fin->split && (!autog || p->refine_optr))   // auto without OptR: the chosen candidate's clips
         st = oscar_calib_clip_layer(fin->ev, p, l, &fin->fit, &fin->clip, fin->t);

@@ -6,7 +6,6 @@
 // by the gate's OSCAR evaluation (post-W_O relative error, "oscar-searched" at those
 // clips), so a layer's gate error under auto is the smaller of the two. Ties keep the
 // layer's rotation: the artifact stays [D,D] when every layer keeps it.
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,54 +59,40 @@ enum oscar_status oscar_calib_grouping_alloc(const struct oscar_calib_params * p
     return st;
 }
 
-// Job i of fit_candidates: K (i even) or V of the layer's rotation (i < 2) or of head (i - 2) / 2.
-static bool job_is_v(int32_t i) { return i % 2 == 1; }
-static int32_t job_head(int32_t i) { return i < 2 ? -1 : (i - 2) / 2; }
-
-// Both candidates of layer l from s in one parallel loop over their 2 + 2·Hkv fits: the layer's
-// rotation into f (copied to every head), each KV head's into g->head. Each fit is the one
-// oscar_fit_stats_layer_basis makes (the same covariance, eigh and composition).
-static enum oscar_status fit_candidates(const struct oscar_stats * s, const struct oscar_calib_params * p, int32_t l,
-                                        struct oscar_calib_fit * f, struct oscar_calib_grouping * g) {
+// Both candidates of layer l from s, their 2 + 2·Hkv fits split over dp's ranks (fit.c's jobs: K
+// and V of the layer's rotation, then of each KV head): the layer's rotation into f (copied to
+// every head), each KV head's into g->head. Each fit is the one oscar_fit_stats_layer_basis makes
+// (the same covariance, eigh and composition).
+static enum oscar_status fit_candidates(struct osc_dp * dp, const struct oscar_stats * s,
+                                        const struct oscar_calib_params * p, int32_t l, struct oscar_calib_fit * f,
+                                        struct oscar_calib_grouping * g) {
     struct oscar_rotations * r = &f->rot;
-    const int32_t H = r->n_rot, n = 2 + 2 * H, nt = oscar_stats_get_params(s).n_threads;
+    const int32_t H = r->n_rot;
     const size_t D = (size_t) r->head_dim, dd = D * D;
-    double * sig = malloc((size_t) n * dd * sizeof(double));
-    struct oscar_fit_report * rep = calloc((size_t) n, sizeof(*rep));
-    enum oscar_status st = sig && rep ? OSCAR_OK : osc_error(OSCAR_ERR_NOMEM, "grouping auto: out of memory");
-    for (int32_t i = 0; i < n && st == OSCAR_OK; i++)   // serially: the accumulator's scratch is shared
-        st = oscar_stats_sigma(s, job_is_v(i) ? p->v_objective : p->k_objective, l, job_head(i), sig + (size_t) i * dd);
-    int32_t first_bad = -1;
-    enum oscar_status bad = OSCAR_OK;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt > 0 ? nt : omp_get_max_threads())
-    for (int32_t i = 0; i < (st == OSCAR_OK ? n : 0); i++) {
-        const int32_t h = job_head(i);
+    struct oscar_calib_fit_items it;
+    enum oscar_status st = oscar_calib_fit_items(dp, s, p, l, H, r->head_dim, &it);
+    for (int32_t i = 0; st == OSCAR_OK && i < it.n; i++) {
+        bool is_v;
+        int32_t h;
+        oscar_calib_fit_job(p, H, i, &is_v, &h);
         struct oscar_rotations * to = h < 0 ? r : &g->head;
         const int32_t tl = h < 0 ? l : 0, th = h < 0 ? 0 : h;
-        float * rot = job_is_v(i) ? oscar_rotations_v(to, tl, th) : oscar_rotations_k(to, tl, th);
-        float * eig = job_is_v(i) ? oscar_rotations_v_eig(to, tl, th) : oscar_rotations_k_eig(to, tl, th);
-        enum oscar_status e = oscar_fit_rotation((int32_t) D, sig + (size_t) i * dd, p->composition, rot, eig, &rep[i]);
-        if (e != OSCAR_OK) {
-#pragma omp critical
-            if (first_bad < 0 || i < first_bad) first_bad = i, bad = e;
-        }
+        struct oscar_fit_report rep;
+        oscar_calib_fit_item_get(&it, i, is_v ? oscar_rotations_v(to, tl, th) : oscar_rotations_k(to, tl, th),
+                                 is_v ? oscar_rotations_v_eig(to, tl, th) : oscar_rotations_k_eig(to, tl, th), NULL,
+                                 NULL, &rep);
+        if (rep.orth_err > f->orth_err_max) f->orth_err_max = rep.orth_err;
+        if (rep.n_ties > 0 && p->composition != OSCAR_COMP_PLAIN)
+            osc_warn("fit: layer %d head %d: %d exactly tied eigenvalues; P_br uses the tie-break", (int) l, (int) h,
+                     (int) rep.n_ties);
     }
-    if (st == OSCAR_OK && first_bad >= 0) {
-        const int32_t h = job_head(first_bad);
-        char who[32] = "the layer's rotation";
-        if (h >= 0) snprintf(who, sizeof who, "KV head %d", (int) h);
-        st = osc_error(bad, "grouping auto: layer %d: the %s fit of %s failed", (int) l, job_is_v(first_bad) ? "V" : "K",
-                       who);
-    }
-    for (int32_t i = 0; st == OSCAR_OK && i < n; i++)
-        if (rep[i].orth_err > f->orth_err_max) f->orth_err_max = rep[i].orth_err;
+    oscar_calib_fit_items_free(&it);
     for (int32_t h = 1; st == OSCAR_OK && h < H; h++) {   // the layer candidate: one rotation for every head
         memcpy(oscar_rotations_k(r, l, h), oscar_rotations_k(r, l, 0), dd * sizeof(float));
         memcpy(oscar_rotations_v(r, l, h), oscar_rotations_v(r, l, 0), dd * sizeof(float));
         memcpy(oscar_rotations_k_eig(r, l, h), oscar_rotations_k_eig(r, l, 0), D * sizeof(float));
         memcpy(oscar_rotations_v_eig(r, l, h), oscar_rotations_v_eig(r, l, 0), D * sizeof(float));
     }
-    free(sig), free(rep);
     return st;
 }
 
@@ -152,8 +137,8 @@ static enum oscar_status candidate(struct oscar_eval_dev * ev, const struct osca
     return st == OSCAR_OK ? score(ev, p, &f->rot, err, t) : st;
 }
 
-enum oscar_status oscar_calib_grouping_layer(struct oscar_eval_dev * ev, const struct oscar_stats * s,
-                                             const struct oscar_calib_params * p, int32_t l,
+enum oscar_status oscar_calib_grouping_layer(struct osc_dp * dp, struct oscar_eval_dev * ev,
+                                             const struct oscar_stats * s, const struct oscar_calib_params * p, int32_t l,
                                              struct oscar_calib_fit * f, struct oscar_calib_clip * c,
                                              struct oscar_calib_grouping * g, struct oscar_calib_timing * t) {
     struct oscar_rotations * r = &f->rot;
@@ -161,7 +146,7 @@ enum oscar_status oscar_calib_grouping_layer(struct oscar_eval_dev * ev, const s
         return osc_error(OSCAR_ERR_INVALID, "grouping auto: layer %d does not fit the result", (int) l);
     const struct oscar_rotations here = oscar_rotations_layer_view(r, l);
     double el = 0.0, eh = 0.0, t0 = osc_now();
-    enum oscar_status st = fit_candidates(s, p, l, f, g);
+    enum oscar_status st = fit_candidates(dp, s, p, l, f, g);
     if (t) t->eigh += osc_now() - t0;
     if (st == OSCAR_OK) st = candidate(ev, p, l, f, c, &g->clip_layer, &el, t);
     if (st == OSCAR_OK) oscar_rotations_copy(&g->save, &here);

@@ -169,13 +169,6 @@ static enum oscar_status plan_batches(struct layer_pass * lp) {
         if (set == 0) lp->n_cal = row;
     }
     lp->n_rows = row, lp->n_rows_all = all;
-    if (dp->size > 1 && lp->p->refine_optr) { // OptR runs on rank 0, on rows it has itself
-        const int32_t prefix = oscar_calib_optr_train_prefix(lp->p, plan, lp->c->head_dim);
-        if (prefix > 0 && plan->seq_start[prefix] > lp->rank_cal[0])
-            return osc_error(OSCAR_ERR_UNSUPPORTED, "--refine optr over %d ranks: its training sequences (rows 0-%d) "
-                             "go past rank 0's calibration rows (%lld); give a smaller --optr-train-seq, or fewer ranks",
-                             (int) dp->size, (int) plan->seq_start[prefix] - 1, (long long) lp->rank_cal[0]);
-    }
     if (dp->size > 1) { // bit-identical when every share starts on the stats' block grid
         bool aligned = true;
         for (int64_t r = 1, start = 0; r < dp->size; r++)
@@ -270,9 +263,9 @@ static void report_memory(const struct layer_pass * lp) {
     mib((double) fi.weight_bytes, w, sizeof w);
     if (lp->optr_on) {
         char o[32];
-        mib((double) lp->optr.n_rows * (double) (lp->optr.q_row + 2 * lp->optr.kv_row) * f, o, sizeof o);
-        osc_info("--refine optr keeps one layer's training rows on the host: %lld rows of %d sequences, %s",
-                 (long long) lp->optr.n_rows, (int) lp->optr.n_seq, o);
+        mib((double) lp->optr.n_local * (double) (lp->optr.q_row + 2 * lp->optr.kv_row) * f, o, sizeof o);
+        osc_info("--refine optr keeps one layer's training rows on the host: %lld of the %lld rows of %d sequences, %s",
+                 (long long) lp->optr.n_local, (long long) lp->optr.n_rows, (int) lp->optr.n_seq, o);
     }
     osc_info("layer-major pass on %s holds: hidden states %s, one layer's K/V %s (both on the %s), "
              "held-out rows + W_O copies %s (host, %s), weights %s (embedding + two layers), workspace %s",
@@ -463,7 +456,7 @@ static void teardown(struct layer_pass * lp) {
     free(lp->x_all);
     free(lp->rank_cal);
     free(lp->sbuf);
-    if (lp->fin) lp->fin->optr_rows = NULL, lp->fin->split = NULL;
+    if (lp->fin) lp->fin->optr_rows = NULL, lp->fin->split = NULL, lp->fin->dp = osc_dp_single();
     osc_calib_split_free(lp->split);
     oscar_calib_optr_rows_free(&lp->optr);
 }
@@ -508,16 +501,21 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
     int32_t first = 0;
     const bool several = lp.dp->size > 1;
     if (st == OSCAR_OK && lp.fin) st = oscar_calib_finish_begin(lp.fin, p, held, NULL, plan, t);
-    // --refine optr: rank 0 keeps one layer's training rows for the finisher; with centring every rank
-    // sums its keys in blocks, which rank 0 gathers after each layer (exchange_key_blocks)
-    if (st == OSCAR_OK && p->refine_optr && (lp.fin || (several && p->optr_center))) {
-        st = oscar_calib_optr_rows_alloc(p, plan, lp.c->n_head, lp.c->n_head_kv, lp.c->head_dim, lp.fin != NULL,
+    if (st == OSCAR_OK && lp.fin) lp.fin->dp = lp.dp;   // its fit, sign search and OptR split over the group
+    // --refine optr: every rank keeps its part of one layer's training rows (the finisher routes them by
+    // KV head, optr-route.h); with centring every rank sums its keys in blocks, which rank 0 gathers
+    // after each layer (exchange_key_blocks)
+    if (st == OSCAR_OK && p->refine_optr && (lp.fin || lp.split_on)) {
+        int64_t row_base = 0;
+        for (int32_t r = 0; r < lp.dp->rank; r++) row_base += lp.rank_cal[r];
+        st = oscar_calib_optr_rows_alloc(p, plan, lp.c->n_head, lp.c->n_head_kv, lp.c->head_dim, row_base, lp.n_cal,
                                          &lp.optr);
         lp.optr_on = st == OSCAR_OK;
-        for (int32_t r = 0; r < lp.dp->rank; r++) lp.optr.row_base += lp.rank_cal[r];
+        lp.optr.rank_rows = lp.rank_cal, lp.optr.n_ranks = lp.dp->size;
         if (lp.fin) lp.fin->optr_rows = lp.optr_on ? &lp.optr : NULL;
     }
-    if (st == OSCAR_OK && lp.split_on) st = osc_calib_split_open(lp.dp, p, held, &lp.split);
+    if (st == OSCAR_OK && lp.split_on)
+        st = osc_calib_split_open(lp.dp, p, held, plan, lp.optr_on ? &lp.optr : NULL, &lp.split);
     if (st == OSCAR_OK && lp.fin) lp.fin->split = lp.split;
     if (st == OSCAR_OK) st = start(&lp, &ck, &first);
     if (st == OSCAR_OK && several && first > 0) st = exchange_rows(&lp, false);
@@ -565,9 +563,16 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
                       (double) sent / 1048576.0, (double) got / 1048576.0);
             osc_calib_split_bytes(&sent, &got);
             if (lp.split)
-                osc_debug("data-parallel finishing (%s split over %d ranks): rank %d sent %.2f MiB and received "
+                osc_debug("data-parallel finishing (fit, %s split over %d ranks): rank %d sent %.2f MiB and received "
                           "%.2f MiB", p->grouping == OSCAR_GROUP_AUTO && !p->refine_optr ? "gate" : "clip search and gate",
                           (int) lp.dp->size, (int) lp.dp->rank, (double) sent / 1048576.0, (double) got / 1048576.0);
+            for (int s = 0; lp.split && s < OSC_SPLIT_STAGES; s++) {   // by stage
+                osc_calib_split_stage_bytes((enum osc_split_stage) s, &sent, &got);
+                if (sent || got)
+                    osc_debug("data-parallel %s: rank %d sent %.2f MiB and received %.2f MiB",
+                              osc_calib_split_stage_name((enum osc_split_stage) s), (int) lp.dp->rank,
+                              (double) sent / 1048576.0, (double) got / 1048576.0);
+            }
         }
     }
     t->store += lp.t_store;

@@ -1,6 +1,8 @@
 // optr-rows.c - the training rows of --refine optr in the layer-major pass
-// (contract in calibrate.h): as a layer's calibration batches run, the rows of
-// the leading sequences that hold every OptR training sequence are copied, and
+// (contract in calibrate.h): as a layer's calibration batches run, this
+// process's rows of the leading sequences that hold every OptR training
+// sequence are copied (data-parallel: each rank its own; refine.c routes them
+// to the ranks refining their heads, optr-route.h), and
 // with centring every calibration key is summed in fp64 blocks of rows
 // (OSCAR_OPTR_KEY_BLOCK), so the mean is the one oscar_optr_key_mean takes over
 // a store's rows, bit for bit, and ranks owning whole blocks give the same bits.
@@ -18,8 +20,8 @@ void oscar_calib_optr_rows_free(struct oscar_calib_optr_rows * r) {
 }
 
 enum oscar_status oscar_calib_optr_rows_alloc(const struct oscar_calib_params * p, const struct oscar_calib_plan * plan,
-                                              int32_t n_head, int32_t n_head_kv, int32_t head_dim, bool keep_rows,
-                                              struct oscar_calib_optr_rows * r) {
+                                              int32_t n_head, int32_t n_head_kv, int32_t head_dim, int64_t row_base,
+                                              int64_t n_local, struct oscar_calib_optr_rows * r) {
     memset(r, 0, sizeof *r);
     r->layer = -1;
     const int32_t prefix = oscar_calib_optr_train_prefix(p, plan, head_dim);
@@ -28,10 +30,13 @@ enum oscar_status oscar_calib_optr_rows_alloc(const struct oscar_calib_params * 
         return osc_error(OSCAR_ERR_INVALID, "--refine optr: no calibration sequence has the %d rows OptR trains on "
                          "(--sink %d + --recent %d + 8): use a longer --seq-len", (int) (p->sink + p->recent + 8),
                          (int) p->sink, (int) p->recent);
-    r->n_seq = keep_rows ? prefix : 0, r->n_rows = keep_rows ? plan->seq_start[prefix] : 0;
+    r->n_seq = prefix, r->n_rows = plan->seq_start[prefix];
     r->n_cal_rows = plan->seq_start[plan->n_seq];
+    r->row_base = row_base;
+    const int64_t end = row_base + n_local < r->n_rows ? row_base + n_local : r->n_rows;   // this process's rows of them
+    r->n_local = end > row_base ? end - row_base : 0;
     r->q_row = (size_t) n_head * (size_t) head_dim, r->kv_row = (size_t) n_head_kv * (size_t) head_dim;
-    const size_t R = (size_t) r->n_rows;
+    const size_t R = (size_t) r->n_local;
     r->q = malloc(R * r->q_row * sizeof(float) + 1);
     r->k = malloc(R * r->kv_row * sizeof(float) + 1);
     r->v = malloc(R * r->kv_row * sizeof(float) + 1);
@@ -45,7 +50,7 @@ enum oscar_status oscar_calib_optr_rows_alloc(const struct oscar_calib_params * 
 }
 
 bool oscar_calib_optr_rows_want(const struct oscar_calib_optr_rows * r, int64_t row0) {
-    return r->k_blocks || row0 < r->n_rows;
+    return r->k_blocks || row0 < r->n_local;
 }
 
 enum oscar_status oscar_calib_optr_rows_add(struct oscar_calib_optr_rows * r, int32_t l, int64_t row0, int64_t n,
@@ -59,7 +64,7 @@ enum oscar_status oscar_calib_optr_rows_add(struct oscar_calib_optr_rows * r, in
         return osc_error(OSCAR_ERR_INVALID, "optr: layer %d: calibration rows from %lld after %lld: out of order",
                          (int) l, (long long) row0, (long long) r->k_summed);
     if (r->k_blocks) oscar_optr_key_block_add(r->k_blocks, r->row_base + row0, k, n, r->kv_row);
-    const int64_t keep = row0 >= r->n_rows ? 0 : (row0 + n < r->n_rows ? n : r->n_rows - row0);
+    const int64_t keep = row0 >= r->n_local ? 0 : (row0 + n < r->n_local ? n : r->n_local - row0);
     if (keep > 0) {
         memcpy(r->q + (size_t) row0 * r->q_row, q, (size_t) keep * r->q_row * sizeof(float));
         memcpy(r->k + (size_t) row0 * r->kv_row, k, (size_t) keep * r->kv_row * sizeof(float));

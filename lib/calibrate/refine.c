@@ -15,6 +15,8 @@
 
 #include "calibrate/actstore.h"
 #include "calibrate/calibrate.h"
+#include "calibrate/finish-split.h"
+#include "calibrate/optr-route.h"
 #include "rotation/optr.h"
 #include "util/log.h"
 
@@ -117,70 +119,206 @@ static enum oscar_status store_rows(struct oscar_actstore * store, const struct 
     return st;
 }
 
-// The pass's rows of layer l (and its key mean from every calibration row's sums).
-static enum oscar_status pass_rows(const struct oscar_calib_optr_rows * r, const struct oscar_calib_plan * plan,
-                                   const struct oscar_optr_params * op, int32_t l, struct oscar_optr_rows * tr,
-                                   float ** k_mean) {
-    if (r->layer != l || (op->center && r->k_summed != r->n_cal_rows && !r->k_gathered) || r->k_summed < r->n_rows)
+// The pass's rows of layer l on this rank (rank 0: and the key mean from every calibration row's sums).
+static enum oscar_status pass_rows(struct osc_dp * dp, const struct oscar_calib_optr_rows * r,
+                                   const struct oscar_calib_plan * plan, const struct oscar_optr_params * op,
+                                   int32_t l, struct oscar_optr_rows * tr, float * k_mean) {
+    const bool mean_here = op->center && dp->rank == 0;
+    const bool took_rows = r->n_local > 0 || r->k_blocks;   // else this rank's batches hold none of them
+    if ((took_rows && r->layer != l) || (mean_here && r->k_summed != r->n_cal_rows && !r->k_gathered) ||
+        (took_rows && r->k_summed < r->n_local))
         return osc_error(OSCAR_ERR_INVALID, "optr: layer %d: the pass kept layer %d's rows (%lld of %lld summed)",
                          (int) l, (int) r->layer, (long long) r->k_summed, (long long) r->n_cal_rows);
-    if (op->center) {
-        if (!(*k_mean = malloc(r->kv_row * sizeof(float)))) return osc_error(OSCAR_ERR_NOMEM, "optr: out of memory");
-        oscar_optr_key_mean_of_blocks(r->k_blocks, r->n_cal_rows, r->kv_row, *k_mean);
-    }
+    if (mean_here) oscar_optr_key_mean_of_blocks(r->k_blocks, r->n_cal_rows, r->kv_row, k_mean);
     *tr = (struct oscar_optr_rows){.n_seq = r->n_seq, .seq_start = plan->seq_start, .q = r->q, .k = r->k, .v = r->v};
     return OSCAR_OK;
 }
 
-enum oscar_status oscar_calib_refine_layer(struct oscar_actstore * store, const struct oscar_calib_optr_rows * rows,
+// One KV head's result as it travels: its held-out losses (K, V: [steps + 1]), its rotations
+// (K, V: [D, D]), its kept steps and the training sequences used (doubles first: aligned in place).
+struct head_tail {
+    int32_t k_best, v_best, n_train_seq, pad;
+};
+
+static size_t head_item_bytes(int32_t S, int32_t D) {
+    return 2 * (size_t) (S + 1) * sizeof(double) + 2 * (size_t) D * D * sizeof(float) + sizeof(struct head_tail);
+}
+
+// Head i of r (its layout: [steps + 1, heads] losses, [heads, D, D] rotations) into item it.
+static void pack_head(const struct oscar_optr_result * r, int32_t i, unsigned char * it) {
+    const int32_t S = r->steps, H = r->n_head_kv;
+    const size_t DD = (size_t) r->head_dim * r->head_dim;
+    double * held = (double *) (void *) it;
+    for (int32_t s = 0; s <= S; s++) held[s] = r->k_held[(size_t) s * H + i], held[S + 1 + s] = r->v_held[(size_t) s * H + i];
+    float * rot = (float *) (void *) (held + 2 * (S + 1));
+    memcpy(rot, r->k_rot + (size_t) i * DD, DD * sizeof(float));
+    memcpy(rot + DD, r->v_rot + (size_t) i * DD, DD * sizeof(float));
+    const struct head_tail tail = {.k_best = r->k_best[i], .v_best = r->v_best[i], .n_train_seq = r->n_train_seq};
+    memcpy(rot + 2 * DD, &tail, sizeof tail);
+}
+
+// Item it as head h of all (allocated for every head of the layer).
+static void unpack_head(const unsigned char * it, int32_t h, struct oscar_optr_result * all) {
+    const int32_t S = all->steps, H = all->n_head_kv;
+    const size_t DD = (size_t) all->head_dim * all->head_dim;
+    const double * held = (const double *) (const void *) it;
+    for (int32_t s = 0; s <= S; s++) all->k_held[(size_t) s * H + h] = held[s], all->v_held[(size_t) s * H + h] = held[S + 1 + s];
+    const float * rot = (const float *) (const void *) (held + 2 * (S + 1));
+    memcpy(all->k_rot + (size_t) h * DD, rot, DD * sizeof(float));
+    memcpy(all->v_rot + (size_t) h * DD, rot + DD, DD * sizeof(float));
+    struct head_tail tail;
+    memcpy(&tail, rot + 2 * DD, sizeof tail);
+    all->k_best[h] = tail.k_best, all->v_best[h] = tail.v_best, all->n_train_seq = tail.n_train_seq;
+}
+
+static bool result_alloc(struct oscar_optr_result * r, int32_t H, int32_t D, int32_t S) {
+    memset(r, 0, sizeof *r);
+    r->n_head_kv = H, r->head_dim = D, r->steps = S;
+    const size_t HDD = (size_t) H * D * D;
+    r->k_rot = malloc(HDD * sizeof(float)), r->v_rot = malloc(HDD * sizeof(float));
+    r->k_held = malloc((size_t) (S + 1) * H * sizeof(double)), r->v_held = malloc((size_t) (S + 1) * H * sizeof(double));
+    r->k_best = malloc((size_t) H * sizeof(int32_t)), r->v_best = malloc((size_t) H * sizeof(int32_t));
+    return r->k_rot && r->v_rot && r->k_held && r->v_held && r->k_best && r->v_best;
+}
+
+// What a rank refines: its KV heads' slices of the held-out rows and W_O (the layer's own when it
+// has every head), its base rotations and key mean. Owned copies in buf.
+struct head_share {
+    struct osc_optr_heads hs;
+    struct oscar_optr_layer in;
+    float * buf;
+};
+
+static enum oscar_status share_heads(struct osc_dp * dp, const struct oscar_calib_heldout * h, int32_t l,
+                                     const float * kb, const float * vb, const float * k_mean,
+                                     struct head_share * sh) {
+    const int32_t Hq = h->n_head, Hkv = h->n_head_kv, D = h->head_dim, g = Hq / Hkv;
+    int64_t a, b;
+    osc_dp_share(dp, dp->rank, Hkv, &a, &b);
+    sh->hs = (struct osc_optr_heads){.n_head = Hq, .n_head_kv = Hkv, .head_dim = D, .h0 = (int32_t) a,
+                                     .nh = (int32_t) (b - a)};
+    const int32_t h0 = sh->hs.h0, nh = sh->hs.nh;
+    const size_t DD = (size_t) D * D, T = (size_t) h->n_rows, C = (size_t) h->n_embd;
+    const float * q = h->q[l], * k = h->k[l], * v = h->v[l], * wo = h->wo[l];
+    if (nh < Hkv) {   // the heads' columns
+        const size_t qw = osc_optr_q_width(&sh->hs), kw = osc_optr_kv_width(&sh->hs);
+        if (!(sh->buf = malloc((T * (qw + 2 * kw) + C * qw) * sizeof(float) + 1)))
+            return osc_error(OSCAR_ERR_NOMEM, "optr: layer %d: out of memory for KV heads %d-%d", (int) l, (int) h0,
+                             (int) (h0 + nh - 1));
+        float * hq = sh->buf, * hk = hq + T * qw, * hv = hk + T * kw, * hw = hv + T * kw;
+        osc_optr_pack_heads(q, (int64_t) T, Hq, h0 * g, nh * g, D, hq);
+        osc_optr_pack_heads(k, (int64_t) T, Hkv, h0, nh, D, hk);
+        osc_optr_pack_heads(v, (int64_t) T, Hkv, h0, nh, D, hv);
+        osc_optr_pack_heads(wo, (int64_t) C, Hq, h0 * g, nh * g, D, hw);
+        q = hq, k = hk, v = hv, wo = hw;
+    }
+    sh->in = (struct oscar_optr_layer){
+        .layer = l, .n_head = nh * g, .n_head_kv = nh, .head_dim = D, .n_embd = h->n_embd, .wo = wo,
+        .attn_scale = h->attn_scale, .k_rot_base = kb + (size_t) h0 * DD, .v_rot_base = vb + (size_t) h0 * DD,
+        .k_mean = k_mean ? k_mean + (size_t) h0 * D : NULL, .n_head_kv_layer = Hkv,
+        .held = {.n_seq = h->n_seq, .seq_start = h->seq_start, .q = q, .k = k, .v = v},
+    };
+    return OSCAR_OK;
+}
+
+// Rank 0: the gathered heads (all) into f's layer l and out's record.
+static void record_layer(const struct oscar_optr_result * r, const float * k_mean, bool center, int32_t l,
+                         struct oscar_calib_fit * f, struct oscar_calib_refine * out) {
+    const int32_t Hkv = r->n_head_kv, D = r->head_dim;
+    const size_t HDD = (size_t) Hkv * (size_t) D * (size_t) D;
+    memcpy(oscar_rotations_k(&f->rot, l, 0), r->k_rot, HDD * sizeof(float));   // layer l's Hkv heads
+    memcpy(oscar_rotations_v(&f->rot, l, 0), r->v_rot, HDD * sizeof(float));
+    if (center) memcpy(oscar_rotations_k_mean(&f->rot, l, 0), k_mean, (size_t) Hkv * D * sizeof(float));
+    for (int32_t hh = 0; hh < Hkv; hh++) out->k_kept[l] += r->k_best[hh] >= 0, out->v_kept[l] += r->v_best[hh] >= 0;
+    out->k_base[l] = mean_of(r->k_held, Hkv), out->k_best[l] = kept_loss(r->k_held, r->k_best, Hkv);
+    out->v_base[l] = mean_of(r->v_held, Hkv), out->v_best[l] = kept_loss(r->v_held, r->v_best, Hkv);
+    out->n_train_seq = r->n_train_seq;
+    osc_debug("optr layer %d: K held %.4g -> %.4g (%d/%d heads kept), V held %.4g -> %.4g (%d/%d)", (int) l,
+              out->k_base[l], out->k_best[l], (int) out->k_kept[l], (int) Hkv, out->v_base[l], out->v_best[l],
+              (int) out->v_kept[l], (int) Hkv);
+    for (int32_t hh = 0; hh < Hkv; hh++) {   // the fit's orthogonality report, refined
+        f->orth_err_max = fmax(f->orth_err_max, orth_err(oscar_rotations_k(&f->rot, l, hh), D));
+        f->orth_err_max = fmax(f->orth_err_max, orth_err(oscar_rotations_v(&f->rot, l, hh), D));
+    }
+}
+
+// This rank's heads refined on their routed training rows; their results packed in head order.
+static enum oscar_status refine_heads(struct osc_dp * dp, const struct oscar_optr_rows * train,
+                                      const struct osc_optr_source * src, const int64_t * start,
+                                      struct head_share * sh, const struct oscar_optr_params * op, size_t item,
+                                      unsigned char * mine) {
+    struct osc_optr_routed rt;
+    enum oscar_status st = osc_optr_route(dp, start, src, &sh->hs, &rt);
+    if (st != OSCAR_OK || sh->hs.nh == 0) return st;
+    sh->in.train = (struct oscar_optr_rows){.n_seq = train->n_seq, .seq_start = train->seq_start, .q = rt.q, .k = rt.k,
+                                            .v = rt.v};
+    struct oscar_optr_result r;
+    if ((st = oscar_optr_refine_layer(&sh->in, op, &r)) != OSCAR_OK) {
+        osc_error_prefix(st, "optr: layer %d, KV heads %d-%d", (int) sh->in.layer, (int) sh->hs.h0,
+                         (int) (sh->hs.h0 + sh->hs.nh - 1));
+    } else {
+        for (int32_t i = 0; i < sh->hs.nh; i++) pack_head(&r, i, mine + (size_t) i * item);
+        oscar_optr_result_free(&r);
+    }
+    osc_optr_routed_free(&rt);
+    return st;
+}
+
+enum oscar_status oscar_calib_refine_layer(struct osc_dp * dp, struct oscar_actstore * store,
+                                           const struct oscar_calib_optr_rows * rows,
                                            const struct oscar_calib_plan * plan,
                                            const struct oscar_calib_heldout * h, const struct oscar_calib_params * p,
                                            int32_t l, struct oscar_calib_fit * f, struct oscar_calib_refine * out,
                                            struct oscar_calib_timing * t) {
     const double t0 = osc_now(), store0 = t ? t->store : 0.0;
-    const int32_t Hq = h->n_head, Hkv = h->n_head_kv, D = h->head_dim;
+    const int32_t Hkv = h->n_head_kv, D = h->head_dim;
+    const bool root = dp->rank == 0;
     // OptR's losses rebuild full causal attention (optr-loss.c): a sliding layer's window is not in them yet
     if (h->window && h->window[l] > 0 && p->seq_len > h->window[l])
         return osc_error(OSCAR_ERR_UNSUPPORTED, "optr: layer %d has a sliding window of %d keys < seq_len %d; OptR "
                          "assumes full causal attention (calibrate without OptR refinement)", (int) l,
                          (int) h->window[l], (int) p->seq_len);
     const struct oscar_optr_params op = optr_params(p, D);
-    float * q = NULL, * k = NULL, * v = NULL, * k_mean = NULL;
+    const size_t HD = (size_t) Hkv * D, HDD = HD * D, item = head_item_bytes(op.steps, D);
+    float * q = NULL, * k = NULL, * v = NULL;
+    float * own = root ? NULL : malloc(2 * HDD * sizeof(float)), * k_mean = op.center ? malloc(HD * sizeof(float)) : NULL;
+    float * kb = root ? oscar_rotations_k(&f->rot, l, 0) : own, * vb = root ? oscar_rotations_v(&f->rot, l, 0) : own + HDD;
+    struct head_share sh = {0};
+    struct oscar_optr_result all = {0};
+    unsigned char * mine = malloc((size_t) Hkv * item), * every = root ? malloc((size_t) Hkv * item) : NULL;
+    int64_t one[1], * start = malloc(((size_t) (rows && rows->rank_rows ? rows->n_ranks : 1) + 1) * sizeof(int64_t));
     struct oscar_optr_rows train;
-    enum oscar_status st = rows    ? pass_rows(rows, plan, &op, l, &train, &k_mean)
-                           : store ? store_rows(store, plan, h, &op, l, &train, &q, &k, &v, t)
-                                   : osc_error(OSCAR_ERR_INVALID, "optr: layer %d: no training rows", (int) l);
-    if (st != OSCAR_OK) goto out;
-    const size_t HDD = (size_t) Hkv * (size_t) D * (size_t) D;
-    struct oscar_optr_layer in = {
-        .layer = l, .n_head = Hq, .n_head_kv = Hkv, .head_dim = D, .n_embd = h->n_embd, .wo = h->wo[l],
-        .attn_scale = h->attn_scale,
-        .k_rot_base = oscar_rotations_k(&f->rot, l, 0), .v_rot_base = oscar_rotations_v(&f->rot, l, 0),
-        .train = train, .k_mean = k_mean,
-        .held = {.n_seq = h->n_seq, .seq_start = h->seq_start, .q = h->q[l], .k = h->k[l], .v = h->v[l]},
-    };
-    struct oscar_optr_result r;
-    if ((st = oscar_optr_refine_layer(&in, &op, &r)) != OSCAR_OK) {
-        osc_error_prefix(st, "optr: layer %d", (int) l);
-        goto out;
+    struct osc_optr_source src;
+    enum oscar_status st = (!root && !own) || (op.center && !k_mean) || !mine || (root && !every) || !start ||
+                                   (root && !result_alloc(&all, Hkv, D, op.steps))
+                               ? osc_error(OSCAR_ERR_NOMEM, "optr: layer %d: out of memory", (int) l)
+                               : OSCAR_OK;
+    if (st == OSCAR_OK) {   // this rank's training rows and, on rank 0, the key mean
+        st = rows    ? pass_rows(dp, rows, plan, &op, l, &train, k_mean)
+           : store   ? store_rows(store, plan, h, &op, l, &train, &q, &k, &v, t)
+                     : osc_error(OSCAR_ERR_INVALID, "optr: layer %d: no training rows", (int) l);
     }
-    memcpy(oscar_rotations_k(&f->rot, l, 0), r.k_rot, HDD * sizeof(float));   // layer l's Hkv heads
-    memcpy(oscar_rotations_v(&f->rot, l, 0), r.v_rot, HDD * sizeof(float));
-    if (op.center) memcpy(oscar_rotations_k_mean(&f->rot, l, 0), r.k_mean, (size_t) Hkv * D * sizeof(float));
-    for (int32_t hh = 0; hh < Hkv; hh++) out->k_kept[l] += r.k_best[hh] >= 0, out->v_kept[l] += r.v_best[hh] >= 0;
-    out->k_base[l] = mean_of(r.k_held, Hkv), out->k_best[l] = kept_loss(r.k_held, r.k_best, Hkv);
-    out->v_base[l] = mean_of(r.v_held, Hkv), out->v_best[l] = kept_loss(r.v_held, r.v_best, Hkv);
-    out->n_train_seq = r.n_train_seq;
-    osc_debug("optr layer %d: K held %.4g -> %.4g (%d/%d heads kept), V held %.4g -> %.4g (%d/%d)", (int) l,
-              out->k_base[l], out->k_best[l], (int) out->k_kept[l], (int) Hkv, out->v_base[l], out->v_best[l],
-              (int) out->v_kept[l], (int) Hkv);
-    oscar_optr_result_free(&r);
-    for (int32_t hh = 0; hh < Hkv; hh++) {   // the fit's orthogonality report, refined
-        f->orth_err_max = fmax(f->orth_err_max, orth_err(oscar_rotations_k(&f->rot, l, hh), D));
-        f->orth_err_max = fmax(f->orth_err_max, orth_err(oscar_rotations_v(&f->rot, l, hh), D));
+    if (st == OSCAR_OK && store && op.center) oscar_optr_key_mean(&train, Hkv, D, k_mean);   // the mean of every row read
+    if (st == OSCAR_OK) {   // which rank holds which training rows
+        src = rows ? (struct osc_optr_source){.q = rows->q, .k = rows->k, .v = rows->v, .row0 = rows->row_base,
+                                              .n = rows->n_local}
+                   : (struct osc_optr_source){.q = q, .k = k, .v = v, .row0 = 0, .n = train.seq_start[train.n_seq]};
+        one[0] = rows ? rows->n_cal_rows : src.n;
+        const bool ranks = rows && rows->rank_rows;
+        st = osc_optr_parts(ranks ? rows->rank_rows : one, ranks ? rows->n_ranks : 1,
+                            rows ? rows->n_rows : src.n, start);
     }
-out:
-    free(q); free(k); free(v); free(k_mean);
+    // the bases (after the sign search) and the key mean, from rank 0
+    if (st == OSCAR_OK) st = osc_calib_bcast(dp, OSC_SPLIT_OPTR, kb, HDD * sizeof(float));
+    if (st == OSCAR_OK) st = osc_calib_bcast(dp, OSC_SPLIT_OPTR, vb, HDD * sizeof(float));
+    if (st == OSCAR_OK && op.center) st = osc_calib_bcast(dp, OSC_SPLIT_OPTR, k_mean, HD * sizeof(float));
+    if (st == OSCAR_OK) st = share_heads(dp, h, l, kb, vb, k_mean, &sh);
+    if (st == OSCAR_OK) st = refine_heads(dp, &train, &src, start, &sh, &op, item, mine);
+    if (st == OSCAR_OK) st = osc_calib_gather_shares(dp, OSC_SPLIT_OPTR, Hkv, item, mine, every);
+    for (int32_t hh = 0; st == OSCAR_OK && root && hh < Hkv; hh++) unpack_head(every + (size_t) hh * item, hh, &all);
+    if (st == OSCAR_OK && root) record_layer(&all, k_mean, op.center, l, f, out);
+    free(q), free(k), free(v), free(k_mean), free(own), free(sh.buf), free(mine), free(every), free(start);
+    oscar_optr_result_free(&all);
     if (t) t->refine += osc_now() - t0 - (t->store - store0);   // store reads are counted in store
     return st;
 }

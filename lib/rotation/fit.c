@@ -79,18 +79,26 @@ static enum oscar_status fit_one(int32_t D, const double * sigma, enum oscar_com
     return OSCAR_OK;
 }
 
-enum oscar_status oscar_fit_rotation(int32_t D, const double * sigma, enum oscar_composition c, float * r_out,
-                                     float * eig_out, struct oscar_fit_report * rep) {
+enum oscar_status oscar_fit_rotation_basis(int32_t D, const double * sigma, enum oscar_composition c, float * r_out,
+                                           float * eig_out, struct oscar_fit_report * rep, double * u_out,
+                                           double * lam_out) {
     if (D < 1 || D > 4096) return osc_error(OSCAR_ERR_INVALID, "fit: bad dimension %d", (int) D);
     double * scr = malloc((2 * (size_t) D * (size_t) D + (size_t) D) * sizeof *scr);
     if (!scr) return osc_error(OSCAR_ERR_NOMEM, "fit: out of memory");
     struct oscar_fit_report local;
-    enum oscar_status st = fit_one(D, sigma, c, r_out, eig_out, rep ? rep : &local, scr, NULL, NULL);
+    enum oscar_status st = fit_one(D, sigma, c, r_out, eig_out, rep ? rep : &local, scr, u_out, lam_out);
+    free(scr);
+    return st;
+}
+
+enum oscar_status oscar_fit_rotation(int32_t D, const double * sigma, enum oscar_composition c, float * r_out,
+                                     float * eig_out, struct oscar_fit_report * rep) {
+    struct oscar_fit_report local;
+    enum oscar_status st = oscar_fit_rotation_basis(D, sigma, c, r_out, eig_out, rep ? rep : &local, NULL, NULL);
     if (st == OSCAR_OK && (rep ? rep : &local)->n_ties > 0 && c != OSCAR_COMP_PLAIN) {
         osc_warn("fit: %d exactly tied eigenvalues; P_br uses the tie-break (descending λ, ascending index)",
                  (int) (rep ? rep : &local)->n_ties);
     }
-    free(scr);
     return st;
 }
 

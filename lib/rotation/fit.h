@@ -79,6 +79,13 @@ struct oscar_fit_report {
 enum oscar_status oscar_fit_rotation(int32_t D, const double * sigma, enum oscar_composition c, float * r_out,
                                      float * eig_out, struct oscar_fit_report * rep);
 
+// The same without the tie warning (the caller reports ties), also keeping the fp64 basis R was
+// composed from (u_out [D, D] canonical eigenvectors, lam_out [D]; NULL: not kept), as
+// oscar_fit_stats_basis keeps it: the fits of a calibration split over processes.
+enum oscar_status oscar_fit_rotation_basis(int32_t D, const double * sigma, enum oscar_composition c, float * r_out,
+                                           float * eig_out, struct oscar_fit_report * rep, double * u_out,
+                                           double * lam_out);
+
 // max |R·Rᵀ − I| of an fp32 matrix, accumulated in fp64.
 double oscar_fit_orth_error_f32(int32_t D, const float * r);
 

@@ -69,6 +69,9 @@ static enum oscar_status check_rows(const struct oscar_optr_layer * in, const st
 
 static enum oscar_status check(const struct oscar_optr_layer * in, const struct oscar_optr_params * p) {
     const int32_t D = in->head_dim;
+    if (in->n_head_kv_layer < 0 || (in->n_head_kv_layer > 0 && in->n_head_kv_layer < in->n_head_kv))
+        return osc_error(OSCAR_ERR_INVALID, "optr: layer %d: %d KV heads refined of a layer of %d", (int) in->layer,
+                         (int) in->n_head_kv, (int) in->n_head_kv_layer);
     if (in->n_head < 1 || in->n_head_kv < 1 || in->n_head % in->n_head_kv)
         return osc_error(OSCAR_ERR_INVALID, "optr: layer %d: %d query heads are not a multiple of %d KV heads",
                          (int) in->layer, (int) in->n_head, (int) in->n_head_kv);
@@ -428,6 +431,8 @@ struct adam {
 static enum oscar_status run_phase(struct osc_optr_state * st, int phase, const float * base, double margin,
                                    float * out_R, double * train, double * held, int32_t * best_step) {
     const int32_t Hkv = st->Hkv, D = st->D, steps = st->p.steps;
+    // the layer's heads, when these are a part of them: every head's step is the one it takes with all
+    const double mean_heads = st->in.n_head_kv_layer > 0 ? st->in.n_head_kv_layer : Hkv;
     const size_t DD = (size_t) D * D, HDD = (size_t) Hkv * DD;
     struct adam ad = {calloc(HDD, sizeof(double)), calloc(HDD, sizeof(double)), calloc(HDD, sizeof(double))};
     float * R = malloc(HDD * sizeof(float)), * bestR = malloc(HDD * sizeof(float));
@@ -454,7 +459,7 @@ static enum oscar_status run_phase(struct osc_optr_state * st, int phase, const 
             double * g = gA + h * DD, * A = ad.A + h * DD, * m = ad.m + h * DD, * v = ad.v + h * DD;
             osc_optr_grad_a(base + h * DD, A, dR + h * DD, D, g, work + h * 13 * DD);
             for (size_t e = 0; e < DD; e++) { // the loss is the mean over heads (as the paper's .mean())
-                const double gr = g[e] / Hkv;
+                const double gr = g[e] / mean_heads;
                 m[e] = b1 * m[e] + (1.0 - b1) * gr;
                 v[e] = b2 * v[e] + (1.0 - b2) * gr * gr;
                 A[e] -= (lr / bc1) * m[e] / (sqrt(v[e]) / sqrt(bc2) + eps);

@@ -77,6 +77,9 @@ struct oscar_optr_layer {
     const float * k_mean;       // [Hkv, D] the key mean to centre with (p->center), or NULL: that of the
                                 // train rows (oscar_optr_key_mean); a caller keeping only the training
                                 // sequences gives the mean of a larger set (oscar_optr_key_block_add)
+    int32_t n_head_kv_layer;    // 0, or the layer's KV heads when these n_head_kv are a part of them (their
+                                // query heads, rows, W_O columns and bases alone): the loss is the mean over
+                                // the layer's heads, so each head gets the bits it gets refined with all
 };
 
 // Owned arrays (oscar_optr_result_free). Losses are per head (not averaged).

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# test-mpi-calibrate-optr.sh - --refine optr under mpirun: OptR runs on rank 0 with the rows rank 0
-# computed, so
+# test-mpi-calibrate-optr.sh - --refine optr under mpirun: OptR is split over the ranks by KV head
+# (refine.c, optr-route.h: rank r refines heads floor(r·Hkv/N) .. floor((r+1)·Hkv/N)-1; the training
+# rows go from the ranks that computed them to the ranks refining their heads), so with SmolLM2's 3
+# KV heads np 2 refines 1 + 2 heads and np 3 one head per rank:
 #  1. without centring, training sequences in rank 0's batches: np 2 == one process, byte for byte;
 #  2. with centring (the key mean's block sums of every rank gathered on rank 0): np 2 and np 3 == one
 #     process, byte for byte, also with the clip search after OptR split over the ranks (the key
 #     mean broadcast with the rotations);
-#  3. training sequences past rank 0's batches: refused, naming --optr-train-seq.
+#  3. training sequences on ranks other than 0 (5 and 6 of 8 sequences: rank 0 holds 4 at np 2,
+#     2 or 4 at np 3), without and with centring, with the clip search: np 2 and np 3 == one
+#     process, byte for byte (the rows routed in the single-process order).
+# Step 1 fails when the ranks' parts are put together in the wrong order (checked by placing each
+# rank's share of osc_dp_gather_shares as if the ranks arrived in reverse: "oscar.safetensors
+# differs: mpirun -np 2 vs one process").
 set -u
 . "$(dirname "$0")/common.sh"
 need_smollm2
@@ -43,8 +50,17 @@ for f in oscar.safetensors oscar.json README.md; do
     cmp -s "$T/sref/$f" "$T/s2/$f" || fail "$f differs: centred search mpirun -np 2 vs one process"
 done
 
-# 3. training sequences on rank 1
-"${MPIRUN[@]}" -np 2 "$CAL" "${ARGS[@]}" --no-optr-center --optr-train-seq 5 -o "$T/s" > "$T/s.log" 2>&1 \
-    && fail "np 2 with rank 1's training sequences ran"
-grep -q "optr-train-seq" "$T/s.log" && [ ! -e "$T/s" ] || fail "np 2 past rank 0: $(tail -5 "$T/s.log")"
-echo "ok"
+# 3. training sequences past rank 0's batches: their rows come from ranks 1 and 2
+same() { for f in oscar.safetensors oscar.json README.md; do cmp -s "$1/$f" "$2/$f" || fail "$f differs: $3"; done; }
+"$CAL" "${ARGS[@]}" --no-optr-center --optr-train-seq 5 -o "$T/fref" || fail "single-process --optr-train-seq 5 failed"
+"$CAL" "${S[@]}" --optr-train-seq 6 -o "$T/gref" || fail "single-process centred --optr-train-seq 6 failed"
+for np in 2 3; do
+    "${MPIRUN[@]}" -np $np "$CAL" "${ARGS[@]/#-q/-v}" --no-optr-center --optr-train-seq 5 -o "$T/f$np" > "$T/f$np.log" 2>&1 \
+        || fail "np $np --optr-train-seq 5 failed: $(tail -5 "$T/f$np.log")"
+    same "$T/fref" "$T/f$np" "mpirun -np $np --optr-train-seq 5 (rank 1's sequences) vs one process"
+    grep -q "data-parallel OptR: rank 0 sent" "$T/f$np.log" || fail "np $np: no OptR bytes at -v: $(tail -3 "$T/f$np.log")"
+    "${MPIRUN[@]}" -np $np "$CAL" "${S[@]}" --optr-train-seq 6 -o "$T/g$np" > "$T/g$np.log" 2>&1 \
+        || fail "centred np $np --optr-train-seq 6 failed: $(tail -5 "$T/g$np.log")"
+    same "$T/gref" "$T/g$np" "centred mpirun -np $np --optr-train-seq 6 with the clip search vs one process"
+done
+echo "ok: OptR split by KV head, np 2/3 byte-identical (rank 0's and other ranks' training rows, centred or not)"

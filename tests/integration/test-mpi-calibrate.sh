@@ -4,7 +4,8 @@
 # single-process run of the same arguments:
 #   - np 2 with 128-token-aligned shares: artifact byte-identical
 #   - np 1 under mpirun: byte-identical
-#   - np 3: byte-identical, the finishing split over 3 ranks (finish-split.h: with auto, the default, the gate); np 2 and
+#   - np 3: byte-identical, the finishing split over 3 ranks (the fit's eigendecompositions, fit.c: with auto, the
+#     default, both candidates' 2 + 2·Hkv; finish-split.h: with auto the gate); np 2 and
 #     np 3 with --sign-search and per-KV-head rotations (clips and V errors per head), and with
 #     --target sglang (clips shared over the model, the gate at the end): byte-identical
 #   - np 2 killed (SIGKILL on rank 1) after a checkpoint: non-zero exit, a message
@@ -40,7 +41,7 @@ same "$T/ref" "$T/np1" "mpirun -np 1 vs one process"
 # 1 and 2 a gate method each; rank 0 combines them in rank order
 "${MPIRUN[@]}" -np 3 "$CAL" "${ARGS[@]}" -v -o "$T/np3" > "$T/np3.log" 2>&1 || fail "np 3 failed: $(tail -5 "$T/np3.log")"
 same "$T/ref" "$T/np3" "mpirun -np 3 vs one process (finisher split over 3 ranks)"
-grep -q "(gate split over 3 ranks)" "$T/np3.log" || fail "np 3 did not split the finisher: $(tail -3 "$T/np3.log")"
+grep -q "(fit, gate split over 3 ranks)" "$T/np3.log" || fail "np 3 did not split the finisher: $(tail -3 "$T/np3.log")"
 # 2c. --sign-search (on rank 0) with per-head rotations, then the split clip search per KV head
 S=("${ARGS[@]}" --rotation-grouping head --sign-search --sign-passes 1)
 "$CAL" "${S[@]}" -q -o "$T/sref" || fail "single-process --sign-search run failed"

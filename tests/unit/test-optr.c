@@ -3,7 +3,7 @@
 // against finite differences of the straight-through loss, orthogonality after
 // training, key-mean attention equivalence, the loss going down with early
 // stopping keeping the best held-out step, bit-identical results on 1 and 2
-// threads, and bad shapes refused. Random data from a printed seed
+// threads and for a part of the KV heads refined alone, and bad shapes refused. Random data from a printed seed
 // (OSCAR_TEST_SEED repeats it).
 #include <setjmp.h>
 #include <stdarg.h>
@@ -322,6 +322,55 @@ static void test_threads_deterministic(void ** state) {
     fixture_free(&f);
 }
 
+// Columns [h0, h0 + nh) of rows [n, heads, D].
+static float * heads_of(const float * x, int32_t n, int32_t heads, int32_t h0, int32_t nh) {
+    float * out = malloc((size_t) n * nh * D * sizeof(float));
+    for (int32_t t = 0; t < n; t++)
+        memcpy(out + (size_t) t * nh * D, x + ((size_t) t * heads + h0) * D, (size_t) nh * D * sizeof(float));
+    return out;
+}
+
+// A part of the heads (KV head 1 alone: its query heads, rows, W_O columns, base and key mean) with
+// n_head_kv_layer = the layer's heads refines that head exactly as the whole layer does (the
+// data-parallel split by KV head, lib/calibrate/refine.c); without it the Adam step differs.
+static void test_head_part_bit_exact(void ** state) {
+    (void) state;
+    struct fixture f;
+    fixture_init(&f, seed + 5);
+    f.p.steps = 12;
+    struct oscar_optr_result all, part;
+    assert_int_equal(oscar_optr_refine_layer(&f.in, &f.p, &all), OSCAR_OK);
+    const int32_t g = HQ / HKV, h0 = 1, T[2] = {f.train_start[3], f.held_start[2]};
+    float * q[2], * k[2], * v[2];
+    for (int s = 0; s < 2; s++)
+        q[s] = heads_of(f.q[s], T[s], HQ, h0 * g, g), k[s] = heads_of(f.k[s], T[s], HKV, h0, 1),
+        v[s] = heads_of(f.v[s], T[s], HKV, h0, 1);
+    float * wo = heads_of(f.wo, C, HQ, h0 * g, g);
+    struct oscar_optr_layer in = f.in;
+    in.n_head = g, in.n_head_kv = 1, in.wo = wo, in.n_head_kv_layer = HKV;
+    in.k_rot_base = f.kb + h0 * D * D, in.v_rot_base = f.vb + h0 * D * D, in.k_mean = all.k_mean + h0 * D;
+    in.train.q = q[0], in.train.k = k[0], in.train.v = v[0], in.held.q = q[1], in.held.k = k[1], in.held.v = v[1];
+    assert_int_equal(oscar_optr_refine_layer(&in, &f.p, &part), OSCAR_OK);
+    assert_memory_equal(part.k_rot, all.k_rot + h0 * D * D, D * D * sizeof(float));
+    assert_memory_equal(part.v_rot, all.v_rot + h0 * D * D, D * D * sizeof(float));
+    assert_int_equal(part.k_best[0], all.k_best[h0]);
+    assert_int_equal(part.v_best[0], all.v_best[h0]);
+    for (int32_t st = 0; st < 12; st++) {
+        assert_memory_equal(&part.k_train[st], &all.k_train[st * HKV + h0], sizeof(double));
+        assert_memory_equal(&part.v_train[st], &all.v_train[st * HKV + h0], sizeof(double));
+    }
+    oscar_optr_result_free(&part);
+    in.n_head_kv_layer = 0;   // a layer of its own: the mean over one head, another step
+    assert_int_equal(oscar_optr_refine_layer(&in, &f.p, &part), OSCAR_OK);
+    assert_true(memcmp(part.k_rot, all.k_rot + h0 * D * D, D * D * sizeof(float)) != 0);
+    in.n_head_kv_layer = -1;
+    assert_int_equal(oscar_optr_refine_layer(&in, &f.p, &part), OSCAR_ERR_INVALID);
+    oscar_optr_result_free(&all);
+    for (int s = 0; s < 2; s++) free(q[s]), free(k[s]), free(v[s]);
+    free(wo);
+    fixture_free(&f);
+}
+
 // The score scale (Gemma 3's query_pre_attn_scalar^-1/2): attn_scale 1/2 on q refines exactly as the
 // default 1/sqrt(16) = 1/4 on 2q (every product scaled by a power of two), and differently from
 // the default on q (the scale reaches the softmax).
@@ -448,6 +497,7 @@ int main(void) {
         cmocka_unit_test(test_loss_gradient_fd),
         cmocka_unit_test(test_train_orth_early_stop),
         cmocka_unit_test(test_threads_deterministic),
+        cmocka_unit_test(test_head_part_bit_exact),
         cmocka_unit_test(test_score_scale),
         cmocka_unit_test(test_k_mean_equivalence),
         cmocka_unit_test(test_bad_shapes),
