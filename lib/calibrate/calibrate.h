@@ -434,11 +434,12 @@ enum oscar_status oscar_calib_clip_layer(struct oscar_eval_dev * ev, const struc
                                          struct oscar_calib_timing * t);
 // The two halves of oscar_calib_clip_layer, for a search split over ranks (finish-split.c):
 // the errors of grid candidates [c0, c1) on ev's layer (ek [G, Hkv] and evv [G, Hkv + 1] rows
-// c0 .. c1-1, kref [Hkv], vref unless NULL; the whole grid's bits, eval-device.h), then, from
-// the whole grid's errors, layer l's choice into c (ek is overwritten).
+// c0 .. c1-1, kref [Hkv], vref unless NULL; the whole grid's bits, eval-device.h; per_head: the
+// record chooses per KV head, c->n_clip > 1), then, from the whole grid's errors, layer l's choice
+// into c (ek is overwritten).
 enum oscar_status oscar_calib_clip_errors(struct oscar_eval_dev * ev, const struct oscar_rotations * r,
-                                          const struct oscar_calib_params * p, int32_t c0, int32_t c1, double * ek,
-                                          double * kref, double * evv, double * vref);
+                                          const struct oscar_calib_params * p, bool per_head, int32_t c0, int32_t c1,
+                                          double * ek, double * kref, double * evv, double * vref);
 void oscar_calib_clip_choose(const struct oscar_calib_params * p, int32_t l, double * ek, const double * kref,
                              const double * evv, double vref, struct oscar_rotations * r, struct oscar_calib_clip * c);
 // After every layer: the model-wide choice of a target sharing clips (each layer's ratios and record
@@ -494,10 +495,14 @@ enum oscar_status oscar_calib_grouping_alloc(const struct oscar_calib_params * p
                                              struct oscar_calib_grouping * g);
 // Layer l (ev's rows set): both candidates fitted from s, searched and scored; the better one left in
 // f and c (the layer's clip record; with --refine optr the clip search runs again after OptR).
-// The fits are split over dp's ranks (oscar_calib_fit_items; the other ranks take part in it alone).
-enum oscar_status oscar_calib_grouping_layer(struct osc_dp * dp, struct oscar_eval_dev * ev,
-                                             const struct oscar_stats * s, const struct oscar_calib_params * p, int32_t l,
-                                             struct oscar_calib_fit * f, struct oscar_calib_clip * c,
+// Under mpirun (split, else NULL) the fits are split over dp's ranks (oscar_calib_fit_items), then
+// the held-out rows h go to every rank and each candidate's clip grid is split over them
+// (finish-split.h); the other ranks take part in osc_calib_split_work.
+struct osc_calib_split;
+enum oscar_status oscar_calib_grouping_layer(struct osc_dp * dp, struct osc_calib_split * split,
+                                             struct oscar_eval_dev * ev, const struct oscar_stats * s,
+                                             const struct oscar_calib_heldout * h, const struct oscar_calib_params * p,
+                                             int32_t l, struct oscar_calib_fit * f, struct oscar_calib_clip * c,
                                              struct oscar_calib_grouping * g, struct oscar_calib_timing * t);
 void oscar_calib_grouping_free(struct oscar_calib_grouping * g);
 

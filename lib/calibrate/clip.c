@@ -153,12 +153,12 @@ static enum oscar_status clip_transform(const struct oscar_rotations * r, const 
 }
 
 enum oscar_status oscar_calib_clip_errors(struct oscar_eval_dev * ev, const struct oscar_rotations * r,
-                                          const struct oscar_calib_params * p, int32_t c0, int32_t c1, double * ek,
-                                          double * kref, double * evv, double * vref) {
+                                          const struct oscar_calib_params * p, bool per_head, int32_t c0, int32_t c1,
+                                          double * ek, double * kref, double * evv, double * vref) {
     struct oscar_kv_transform tf;
     enum oscar_status st = clip_transform(r, p, &tf);
     if (st == OSCAR_OK)
-        st = oscar_eval_dev_candidates_part(ev, &tf, p->n_grid, c0, c1, p->grid, r->n_rot > 1, ek, kref, evv, vref);
+        st = oscar_eval_dev_candidates_part(ev, &tf, p->n_grid, c0, c1, p->grid, per_head, ek, kref, evv, vref);
     return st;
 }
 

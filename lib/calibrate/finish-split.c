@@ -2,12 +2,14 @@
 // (contract and the reasons for this split in finish-split.h), the other ranks'
 // side of every split stage (osc_calib_split_work), and the counted collectives
 // of all of them. Per layer and in this order on every rank: the fit's shares;
-// broadcasts of the held-out q, k, v rows; OptR's shares; with a clip search, a
-// broadcast of rank 0's rotation layout (1 or Hkv per layer, so that a
-// finisher choosing it per run or per layer is followed) and the layer's K and
-// V rotations; one gather of grid shares (with a clip search); one gather of
-// gate errors (when the gate runs per layer). W_O is not sent: every rank keeps
-// the copy its own backend ran (layer-pass.c).
+// broadcasts of the held-out q, k, v rows; with --rotation-grouping auto and a
+// clip search, each candidate's grid (layer, then per KV head: rotations out,
+// grid shares back); OptR's shares; with a clip search not chosen by auto's
+// candidates, the final rotations out and grid shares back; one gather of gate
+// errors (when the gate runs per layer). A grid round broadcasts rank 0's
+// rotation layout (1 or Hkv per layer) and whether the record chooses per KV
+// head, then the rotations. W_O is not sent: every rank keeps the copy its own
+// backend ran (layer-pass.c).
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +23,8 @@ struct osc_calib_split {
     const struct oscar_calib_plan * plan;
     const struct oscar_calib_optr_rows * optr;   // this rank's part of OptR's training rows, or NULL
     int32_t Hkv, G;
+    bool candidates;     // auto's two candidates each get a clip search (grouping.c) ...
+    bool final_grid;     // ... and the final rotations one (not when auto without OptR keeps a candidate's)
     bool gate_per_layer;
     struct oscar_rotations view;   // ranks > 0: the layer's rotations, laid out as rank 0's fit (n_rot
                                    // from rank 0 each layer; room for Hkv per layer)
@@ -108,11 +112,12 @@ enum oscar_status osc_calib_split_open(struct osc_dp * dp, const struct oscar_ca
     *out = NULL;
     struct osc_calib_split * s = calloc(1, sizeof *s);
     if (!s) return osc_error(OSCAR_ERR_NOMEM, "finishing split: out of memory");
-    // --rotation-grouping auto without OptR has chosen each layer's clips with its candidates on rank 0
-    // (grouping.c): only the gate is shared then
-    const bool clips_chosen = p->grouping == OSCAR_GROUP_AUTO && !p->refine_optr;
+    // --rotation-grouping auto searches the clips of both candidates (grouping.c); without OptR the kept
+    // candidate's clips are final, with OptR the refined rotations get a search of their own
+    const bool autog = p->grouping == OSCAR_GROUP_AUTO;
     s->dp = dp, s->p = p, s->plan = plan, s->optr = optr;
-    s->Hkv = h->n_head_kv, s->G = p->clip_search && !clips_chosen ? p->n_grid : 0;
+    s->Hkv = h->n_head_kv, s->G = p->clip_search ? p->n_grid : 0;
+    s->candidates = autog && s->G > 0, s->final_grid = s->G > 0 && (!autog || p->refine_optr);
     s->gate_per_layer = !oscar_calib_finish_gate_at_end(p);
     const size_t G = (size_t) (s->G > 0 ? s->G : 1), H = (size_t) s->Hkv;
     s->ek = calloc(G * H, sizeof(double)), s->kref = calloc(H, sizeof(double));
@@ -145,36 +150,37 @@ enum oscar_status osc_calib_split_rows(struct osc_calib_split * s, const struct 
     return st;
 }
 
-// Layer l's final rotations (with a clip search), from rank 0 to every rank.
-static enum oscar_status share_layer(struct osc_calib_split * s, const struct oscar_calib_heldout * h,
-                                     const struct oscar_rotations * r, int32_t l) {
-    const size_t D = (size_t) h->head_dim, H = (size_t) h->n_head_kv;
-    enum oscar_status st = OSCAR_OK;
-    int32_t n_rot = r->n_rot;   // rank 0's layout (1 or Hkv rotations per layer), which the view takes
-    if (st == OSCAR_OK && s->G > 0) st = bcast(s, &n_rot, sizeof n_rot);
-    if (st == OSCAR_OK && s->G > 0 && s->dp->rank != 0) {
-        if (n_rot != 1 && n_rot != h->n_head_kv)
+// Layer l's rotations r for a grid round, from rank 0 to every rank (the others' view): rank 0's
+// layout (1 or Hkv rotations per layer) and whether the record chooses per KV head (*per_head, set
+// on rank 0, received elsewhere), then the rotations and the key mean.
+static enum oscar_status share_rotations(struct osc_calib_split * s, const struct oscar_rotations * r, int32_t l,
+                                         bool * per_head) {
+    const size_t D = (size_t) r->head_dim, H = (size_t) s->Hkv;
+    int32_t layout[2] = {r->n_rot, *per_head};
+    enum oscar_status st = bcast(s, layout, sizeof layout);
+    if (st == OSCAR_OK && s->dp->rank != 0) {
+        if (layout[0] != 1 && layout[0] != s->Hkv)
             return osc_error(OSCAR_ERR_IO, "finishing split: layer %d: rank 0 sent %d rotations per layer (1 or %d)",
-                             (int) l, (int) n_rot, (int) h->n_head_kv);
-        s->view.n_rot = n_rot;
+                             (int) l, (int) layout[0], (int) s->Hkv);
+        s->view.n_rot = layout[0], *per_head = layout[1] != 0;
     }
-    const size_t nr = (size_t) n_rot * D * D;   // layer l's block, from head 0
-    if (st == OSCAR_OK && s->G > 0) st = bcast(s, oscar_rotations_k(r, l, 0), nr * sizeof(float));
-    if (st == OSCAR_OK && s->G > 0) st = bcast(s, oscar_rotations_v(r, l, 0), nr * sizeof(float));
-    if (st == OSCAR_OK && s->G > 0 && r->k_mean) st = bcast(s, oscar_rotations_k_mean(r, l, 0), H * D * sizeof(float));
+    const size_t nr = (size_t) layout[0] * D * D;   // layer l's block, from head 0
+    if (st == OSCAR_OK) st = bcast(s, oscar_rotations_k(r, l, 0), nr * sizeof(float));
+    if (st == OSCAR_OK) st = bcast(s, oscar_rotations_v(r, l, 0), nr * sizeof(float));
+    if (st == OSCAR_OK && r->k_mean) st = bcast(s, oscar_rotations_k_mean(r, l, 0), H * D * sizeof(float));
     return st;
 }
 
 // This rank's share of the grid on ev's layer, gathered on rank 0 into s->ek / s->evv (rank 0 also
 // gets kref and vref).
 static enum oscar_status grid_share(struct osc_calib_split * s, struct oscar_eval_dev * ev,
-                                    const struct oscar_rotations * r, double * vref) {
+                                    const struct oscar_rotations * r, bool per_head, double * vref) {
     const int32_t H = s->Hkv, item = 2 * H + 1;
     int64_t c0, c1;
     osc_dp_share(s->dp, s->dp->rank, s->G, &c0, &c1);
     enum oscar_status st = OSCAR_OK;
     if (c1 > c0 || vref)   // rank 0 always: it needs the references
-        st = oscar_calib_clip_errors(ev, r, s->p, (int32_t) c0, (int32_t) c1, s->ek, s->kref, s->evv, vref);
+        st = oscar_calib_clip_errors(ev, r, s->p, per_head, (int32_t) c0, (int32_t) c1, s->ek, s->kref, s->evv, vref);
     for (int64_t c = c0; st == OSCAR_OK && c < c1; c++) { // one item per candidate: its K row, its V row
         double * it = s->pack + (size_t) (c - c0) * (size_t) item;
         memcpy(it, s->ek + (size_t) c * (size_t) H, (size_t) H * sizeof(double));
@@ -226,13 +232,40 @@ static enum oscar_status gate_share(struct osc_calib_split * s, struct oscar_eva
     return st;
 }
 
+// Rank 0: one grid round on ev's layer l with f's rotations, the choice into c (oscar_calib_clip_layer's).
+static enum oscar_status grid_round(struct osc_calib_split * s, struct oscar_eval_dev * ev, int32_t l,
+                                    struct oscar_calib_fit * f, struct oscar_calib_clip * c) {
+    bool per_head = c->n_clip > 1;
+    double vref = 0.0;
+    enum oscar_status st = share_rotations(s, &f->rot, l, &per_head);
+    if (st == OSCAR_OK && (st = grid_share(s, ev, &f->rot, per_head, &vref)) == OSCAR_OK)
+        oscar_calib_clip_choose(s->p, l, s->ek, s->kref, s->evv, vref, &f->rot, c);
+    return st;
+}
+
+// The other ranks' side of grid_round.
+static enum oscar_status grid_round_work(struct osc_calib_split * s, int32_t l) {
+    bool per_head = false;
+    enum oscar_status st = share_rotations(s, &s->view, l, &per_head);
+    return st == OSCAR_OK ? grid_share(s, s->ev, &s->view, per_head, NULL) : st;
+}
+
+enum oscar_status osc_calib_split_candidate(struct osc_calib_split * s, struct oscar_eval_dev * ev, int32_t l,
+                                            struct oscar_calib_fit * f, struct oscar_calib_clip * c,
+                                            struct oscar_calib_timing * t) {
+    if (!s->candidates) return OSCAR_OK;   // fixed clips, as oscar_calib_clip_layer
+    const double t0 = osc_now();
+    enum oscar_status st = grid_round(s, ev, l, f, c);
+    if (t) t->clip += osc_now() - t0;
+    return st;
+}
+
 enum oscar_status osc_calib_split_finish(struct osc_calib_split * s, struct oscar_calib_finisher * fin,
                                          const struct oscar_calib_heldout * h, int32_t l) {
+    (void) h;
     struct oscar_calib_timing * t = fin->t;
-    double t0 = osc_now(), vref = 0.0;
-    enum oscar_status st = share_layer(s, h, &fin->fit.rot, l);
-    if (st == OSCAR_OK && s->G > 0 && (st = grid_share(s, fin->ev, &fin->fit.rot, &vref)) == OSCAR_OK)
-        oscar_calib_clip_choose(s->p, l, s->ek, s->kref, s->evv, vref, &fin->fit.rot, &fin->clip);
+    double t0 = osc_now();
+    enum oscar_status st = s->final_grid ? grid_round(s, fin->ev, l, &fin->fit, &fin->clip) : OSCAR_OK;
     if (t) t->clip += osc_now() - t0;
     t0 = osc_now();
     double err[3] = {0};
@@ -249,10 +282,10 @@ enum oscar_status osc_calib_split_work(struct osc_calib_split * s, struct oscar_
     if (st == OSCAR_OK) st = osc_calib_split_rows(s, h, l);
     const struct oscar_layer_input in = osc_calib_layer_input(h, l);
     if (st == OSCAR_OK) st = oscar_eval_dev_layer(s->ev, &in);
+    for (int32_t c = 0; st == OSCAR_OK && s->candidates && c < 2; c++) st = grid_round_work(s, l);   // auto's two
     if (st == OSCAR_OK && s->p->refine_optr)   // this rank's KV heads
         st = oscar_calib_refine_layer(s->dp, NULL, s->optr, s->plan, h, s->p, l, NULL, NULL, NULL);
-    if (st == OSCAR_OK) st = share_layer(s, h, &s->view, l);
-    if (st == OSCAR_OK && s->G > 0) st = grid_share(s, s->ev, &s->view, NULL);
+    if (st == OSCAR_OK && s->final_grid) st = grid_round_work(s, l);
     double err[3];
     if (st == OSCAR_OK && s->gate_per_layer) st = gate_share(s, s->ev, &s->view, err);
     return st;

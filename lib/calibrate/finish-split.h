@@ -1,9 +1,10 @@
 // finish-split.h - the finisher's stages split over the ranks of a data-parallel
 // pass. Per layer, in this order on every rank: the fit's shares (fit.c,
 // oscar_calib_fit_items), the layer's held-out rows broadcast from rank 0
-// (osc_calib_split_rows), --sign-search on rank 0 alone, --refine optr's KV-head
-// shares (refine.c, optr-route.h), then the clip search and gate (this file,
-// finish-split.c): rank 0 broadcasts the layer's final rotations; every rank
+// (osc_calib_split_rows), with --rotation-grouping auto each candidate's clip
+// grid split as below (grouping.c), --sign-search on rank 0 alone, --refine
+// optr's KV-head shares (refine.c, optr-route.h), then the clip search and gate
+// (this file, finish-split.c): rank 0 broadcasts the layer's final rotations; every rank
 // evaluates its contiguous share of the clip grid (osc_dp_share of the G
 // candidates) on all held-out rows, with the whole grid's bits
 // (oscar_verify_candidate_errors_part); the shares come back to rank 0 in rank
@@ -17,8 +18,8 @@
 // whole layer would hold every rank's next layer back by that long, unless all
 // layers' held-out rows were kept for the end; this way each rank keeps one slot
 // and every result is on rank 0 (checkpoints, --resume unchanged).
-// It applies when the evaluator is the CPU's (lib/verify); a device evaluator
-// (--device cuda) scores whole grids, and rank 0 finishes alone there.
+// Both evaluators take part: the CPU's (lib/verify) and the device's (a part of
+// the grid gets the whole grid's bits on each).
 #ifndef OSCAR_CALIBRATE_FINISH_SPLIT_H
 #define OSCAR_CALIBRATE_FINISH_SPLIT_H
 
@@ -38,6 +39,11 @@ void osc_calib_split_free(struct osc_calib_split * s);
 // Every rank, after layer l's fit (rank 0 first): the layer's held-out rows, from rank 0 into every
 // rank's slot; the sign search, OptR, the clip search and the gate all read them.
 enum oscar_status osc_calib_split_rows(struct osc_calib_split * s, const struct oscar_calib_heldout * h, int32_t l);
+// Rank 0, in place of oscar_calib_clip_layer for one of auto's candidates (grouping.c): f's rotations
+// of layer l scored on ev's rows over every rank's share of the grid, the choice into c.
+enum oscar_status osc_calib_split_candidate(struct osc_calib_split * s, struct oscar_eval_dev * ev, int32_t l,
+                                            struct oscar_calib_fit * f, struct oscar_calib_clip * c,
+                                            struct oscar_calib_timing * t);
 // Rank 0, in place of the clip search and gate of layer l: fin's layer rotations final, its
 // evaluator on layer l's rows h (finish.c).
 enum oscar_status osc_calib_split_finish(struct osc_calib_split * s, struct oscar_calib_finisher * fin,

@@ -69,8 +69,9 @@ enum oscar_status oscar_calib_finish_layer(struct oscar_calib_finisher * fin, co
     if (st == OSCAR_OK && !autog) st = oscar_calib_fit_layer(fin->dp, s, p, l, &fin->fit, fin->t);
     if (st == OSCAR_OK) st = oscar_eval_dev_layer(fin->ev, &in);
     if (st == OSCAR_OK && autog)
-        st = oscar_calib_grouping_layer(fin->dp, fin->ev, s, p, l, &fin->fit, &fin->clip, &fin->grouping, fin->t);
-    if (st == OSCAR_OK && fin->split) st = osc_calib_split_rows(fin->split, h, l);   // the later stages' rows
+        st = oscar_calib_grouping_layer(fin->dp, fin->split, fin->ev, s, h, p, l, &fin->fit, &fin->clip,
+                                        &fin->grouping, fin->t);   // the rows go out after its fits
+    if (st == OSCAR_OK && fin->split && !autog) st = osc_calib_split_rows(fin->split, h, l);   // the later stages' rows
     if (st == OSCAR_OK && p->sign_search) st = oscar_calib_signs_layer(fin->ev, p, Hkv, l, &fin->fit, &fin->signs, fin->t);
     if (st == OSCAR_OK) oscar_calib_fit_spread_heads(p, Hkv, l, &fin->fit);
     if (st == OSCAR_OK && p->refine_optr)

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "calibrate/calib-verify.h"
+#include "calibrate/finish-split.h"
 #include "util/log.h"
 
 const char * oscar_calib_grouping_name(enum oscar_rotation_grouping g) {
@@ -128,18 +129,22 @@ static enum oscar_status score(struct oscar_eval_dev * ev, const struct oscar_ca
     return st;
 }
 
-// One candidate (in f): its clips searched (the candidate's own record, put into c) and scored.
-static enum oscar_status candidate(struct oscar_eval_dev * ev, const struct oscar_calib_params * p, int32_t l,
-                                   struct oscar_calib_fit * f, struct oscar_calib_clip * c,
-                                   struct oscar_calib_clip * own, double * err, struct oscar_calib_timing * t) {
-    enum oscar_status st = oscar_calib_clip_layer(ev, p, l, f, own, t);
+// One candidate (in f): its clips searched (the candidate's own record, put into c; under mpirun the
+// grid split over the ranks) and scored.
+static enum oscar_status candidate(struct osc_calib_split * split, struct oscar_eval_dev * ev,
+                                   const struct oscar_calib_params * p, int32_t l, struct oscar_calib_fit * f,
+                                   struct oscar_calib_clip * c, struct oscar_calib_clip * own, double * err,
+                                   struct oscar_calib_timing * t) {
+    enum oscar_status st = split ? osc_calib_split_candidate(split, ev, l, f, own, t)
+                                 : oscar_calib_clip_layer(ev, p, l, f, own, t);
     if (st == OSCAR_OK) put_record(own, l, c);
     return st == OSCAR_OK ? score(ev, p, &f->rot, err, t) : st;
 }
 
-enum oscar_status oscar_calib_grouping_layer(struct osc_dp * dp, struct oscar_eval_dev * ev,
-                                             const struct oscar_stats * s, const struct oscar_calib_params * p, int32_t l,
-                                             struct oscar_calib_fit * f, struct oscar_calib_clip * c,
+enum oscar_status oscar_calib_grouping_layer(struct osc_dp * dp, struct osc_calib_split * split,
+                                             struct oscar_eval_dev * ev, const struct oscar_stats * s,
+                                             const struct oscar_calib_heldout * h, const struct oscar_calib_params * p,
+                                             int32_t l, struct oscar_calib_fit * f, struct oscar_calib_clip * c,
                                              struct oscar_calib_grouping * g, struct oscar_calib_timing * t) {
     struct oscar_rotations * r = &f->rot;
     if (!g->save.k || l < 0 || l >= r->n_layer || c->n_clip != r->n_head_kv)
@@ -148,10 +153,11 @@ enum oscar_status oscar_calib_grouping_layer(struct osc_dp * dp, struct oscar_ev
     double el = 0.0, eh = 0.0, t0 = osc_now();
     enum oscar_status st = fit_candidates(dp, s, p, l, f, g);
     if (t) t->eigh += osc_now() - t0;
-    if (st == OSCAR_OK) st = candidate(ev, p, l, f, c, &g->clip_layer, &el, t);
+    if (st == OSCAR_OK && split) st = osc_calib_split_rows(split, h, l);   // the candidates' searches read them
+    if (st == OSCAR_OK) st = candidate(split, ev, p, l, f, c, &g->clip_layer, &el, t);
     if (st == OSCAR_OK) oscar_rotations_copy(&g->save, &here);
     if (st == OSCAR_OK) put_head_candidate(g, l, r);
-    if (st == OSCAR_OK) st = candidate(ev, p, l, f, c, &g->clip_head, &eh, t);
+    if (st == OSCAR_OK) st = candidate(split, ev, p, l, f, c, &g->clip_head, &eh, t);
     if (st != OSCAR_OK) return st;
     const bool head = eh < el;   // strictly better; a tie keeps the smaller (layer) form
     if (!head) {

@@ -563,9 +563,9 @@ enum oscar_status oscar_calib_capture(const struct oscar_calib_engine * e, const
                       (double) sent / 1048576.0, (double) got / 1048576.0);
             osc_calib_split_bytes(&sent, &got);
             if (lp.split)
-                osc_debug("data-parallel finishing (fit, %s split over %d ranks): rank %d sent %.2f MiB and received "
-                          "%.2f MiB", p->grouping == OSCAR_GROUP_AUTO && !p->refine_optr ? "gate" : "clip search and gate",
-                          (int) lp.dp->size, (int) lp.dp->rank, (double) sent / 1048576.0, (double) got / 1048576.0);
+                osc_debug("data-parallel finishing (fit, %sgate split over %d ranks): rank %d sent %.2f MiB and "
+                          "received %.2f MiB", p->clip_search ? "clip search and " : "", (int) lp.dp->size,
+                          (int) lp.dp->rank, (double) sent / 1048576.0, (double) got / 1048576.0);
             for (int s = 0; lp.split && s < OSC_SPLIT_STAGES; s++) {   // by stage
                 osc_calib_split_stage_bytes((enum osc_split_stage) s, &sent, &got);
                 if (sent || got)

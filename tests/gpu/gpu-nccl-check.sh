@@ -67,12 +67,12 @@ for np in "${nps[@]}"; do
 done
 echo "== 3. the clip search and gate split over ranks on CUDA: np 2 (MPI) byte-identical to np 1"
 search=(--device cuda --random-init smollm2-135m --tokens 8192 -c 512 -b 2 --heldout 2 -v)
-for g in layer head auto; do   # layer / head: the grid split; auto: rank 0 searches, the gate is split
+for g in layer head auto; do   # the grid split (auto: each candidate's), the gate split
     for np in 1 2; do
         OSCAR_DP=mpi mpi "$np" -x OSCAR_DP $CAL "${search[@]}" --rotation-grouping $g -o "$work/s-$g$np" \
             2>"$logdir/s-$g$np.err" || fail "search $g np=$np"
     done
-    split=$(grep -ho 'finishing ([a-z ]*split over 2 ranks)' "$logdir/s-${g}2.err" | head -1)
+    split=$(grep -ho 'finishing ([a-z, ]*split over 2 ranks)' "$logdir/s-${g}2.err" | head -1)
     if [ "$g" = layer ]; then   # identical sums: the split finishing must give the same bytes
         if cmp "$work/s-${g}1/oscar.safetensors" "$work/s-${g}2/oscar.safetensors"; then
             echo "search $g: np 2 byte-identical to np 1 ($split)"

@@ -41,7 +41,7 @@ same "$T/ref" "$T/np1" "mpirun -np 1 vs one process"
 # 1 and 2 a gate method each; rank 0 combines them in rank order
 "${MPIRUN[@]}" -np 3 "$CAL" "${ARGS[@]}" -v -o "$T/np3" > "$T/np3.log" 2>&1 || fail "np 3 failed: $(tail -5 "$T/np3.log")"
 same "$T/ref" "$T/np3" "mpirun -np 3 vs one process (finisher split over 3 ranks)"
-grep -q "(fit, gate split over 3 ranks)" "$T/np3.log" || fail "np 3 did not split the finisher: $(tail -3 "$T/np3.log")"
+grep -q "(fit, clip search and gate split over 3 ranks)" "$T/np3.log" || fail "np 3 did not split the finisher: $(tail -3 "$T/np3.log")"
 # 2c. --sign-search (on rank 0) with per-head rotations, then the split clip search per KV head
 S=("${ARGS[@]}" --rotation-grouping head --sign-search --sign-passes 1)
 "$CAL" "${S[@]}" -q -o "$T/sref" || fail "single-process --sign-search run failed"
