@@ -25,6 +25,7 @@ struct osc_calib_split {
     int32_t Hkv, G;
     bool candidates;     // auto's two candidates each get a clip search (grouping.c) ...
     bool final_grid;     // ... and the final rotations one (not when auto without OptR keeps a candidate's)
+    bool oscar_scored;   // auto without OptR: the kept candidate's score is the gate's OSCAR error
     bool gate_per_layer;
     struct oscar_rotations view;   // ranks > 0: the layer's rotations, laid out as rank 0's fit (n_rot
                                    // from rank 0 each layer; room for Hkv per layer)
@@ -118,6 +119,7 @@ enum oscar_status osc_calib_split_open(struct osc_dp * dp, const struct oscar_ca
     s->dp = dp, s->p = p, s->plan = plan, s->optr = optr;
     s->Hkv = h->n_head_kv, s->G = p->clip_search ? p->n_grid : 0;
     s->candidates = autog && s->G > 0, s->final_grid = s->G > 0 && (!autog || p->refine_optr);
+    s->oscar_scored = autog && !p->refine_optr;
     s->gate_per_layer = !oscar_calib_finish_gate_at_end(p);
     const size_t G = (size_t) (s->G > 0 ? s->G : 1), H = (size_t) s->Hkv;
     s->ek = calloc(G * H, sizeof(double)), s->kref = calloc(H, sizeof(double));
@@ -200,16 +202,19 @@ static enum oscar_status grid_share(struct osc_calib_split * s, struct oscar_eva
 }
 
 // The rank that evaluates gate method m (0 naive, 1 Hadamard, 2 OSCAR): OSCAR on rank 0 (it has
-// the chosen clips), naive on rank 1, Hadamard on rank 2 or, with two ranks, rank 1.
-static int32_t gate_rank(int32_t m, int32_t size) {
+// the chosen clips), naive on rank 1, Hadamard on rank 2 or, with two ranks, rank 1. When the OSCAR
+// error is known already (oscar_scored: nobody evaluates it), naive and Hadamard go to ranks 0 and 1
+// with two ranks, to ranks 1 and 2 with more.
+static int32_t gate_rank(int32_t m, int32_t size, bool oscar_scored) {
     if (m == 2 || size == 1) return 0;
+    if (oscar_scored && size == 2) return m;
     return m == 0 || size == 2 ? 1 : 2;
 }
 
-static unsigned gate_mask(int32_t rank, int32_t size) {
+static unsigned gate_mask(int32_t rank, int32_t size, bool oscar_scored) {
     unsigned mask = 0;
     for (int32_t m = 0; m < 3; m++)
-        if (gate_rank(m, size) == rank) mask |= 1u << m;
+        if (gate_rank(m, size, oscar_scored) == rank && !(m == 2 && oscar_scored)) mask |= 1u << m;
     return mask;
 }
 
@@ -217,14 +222,15 @@ static unsigned gate_mask(int32_t rank, int32_t size) {
 static enum oscar_status gate_share(struct osc_calib_split * s, struct oscar_eval_dev * ev,
                                     const struct oscar_rotations * r, double err[3]) {
     double mine[3] = {0};
-    const unsigned mask = gate_mask(s->dp->rank, s->dp->size);
+    const unsigned mask = gate_mask(s->dp->rank, s->dp->size, s->oscar_scored);
     enum oscar_status st = mask ? oscar_calib_gate_methods(ev, r, s->p, mask, mine) : OSCAR_OK;
     size_t * counts = calloc((size_t) s->dp->size, sizeof(size_t));
     double * all = NULL;
     if (st == OSCAR_OK && !counts) st = osc_error(OSCAR_ERR_NOMEM, "gate: out of memory");
     if (st == OSCAR_OK) st = osc_calib_gather(s->dp, OSC_SPLIT_CLIP_GATE, mine, sizeof mine, (void **) &all, counts);
     for (int32_t m = 0; st == OSCAR_OK && s->dp->rank == 0 && m < 3; m++) {
-        const int32_t rk = gate_rank(m, s->dp->size);
+        const int32_t rk = gate_rank(m, s->dp->size, s->oscar_scored);
+        if (m == 2 && s->oscar_scored) continue;   // the caller's
         if (counts[rk] != sizeof mine) st = osc_error(OSCAR_ERR_IO, "gate: rank %d sent %zu bytes", (int) rk, counts[rk]);
         else err[m] = all[(size_t) rk * 3 + (size_t) m];
     }
@@ -269,6 +275,8 @@ enum oscar_status osc_calib_split_finish(struct osc_calib_split * s, struct osca
     if (t) t->clip += osc_now() - t0;
     t0 = osc_now();
     double err[3] = {0};
+    if (s->oscar_scored)   // grouping.c scored the kept candidate: the same evaluation
+        err[2] = fin->fit.rot.head_layer[l] ? fin->fit.err_head[l] : fin->fit.err_layer[l];
     if (st == OSCAR_OK && s->gate_per_layer && (st = gate_share(s, fin->ev, &fin->fit.rot, err)) == OSCAR_OK)
         fin->gate.naive[l] = err[0], fin->gate.hadamard[l] = err[1], fin->gate.oscar[l] = err[2];
     if (t) t->gate += osc_now() - t0;
