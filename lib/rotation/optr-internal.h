@@ -88,6 +88,26 @@ enum oscar_status osc_optr_loss_k(const struct osc_optr_head * hd, struct osc_op
 enum oscar_status osc_optr_loss_v(const struct osc_optr_head * hd, struct osc_optr_item * it, const float * R,
                                   double w, bool frozen, double * dR, struct osc_optr_scratch * s, double * loss);
 
+// ---- optr.c: what the CPU reference and the CUDA path (kernels/optr-device.cu) share ----
+// The checks of oscar_optr_refine_layer (shapes and params; OSCAR_ERR_INVALID naming the layer).
+enum oscar_status osc_optr_check(const struct oscar_optr_layer * in, const struct oscar_optr_params * p);
+// OSCAR_ERR_NUMERIC when a row of either set holds a NaN or Inf.
+enum oscar_status osc_optr_check_finite(const struct oscar_optr_layer * in, int32_t n_threads);
+// osc_optr_check, then r's arrays allocated and r->k_mean filled (in->k_mean, else the training
+// rows' mean, when p->center; zeros otherwise). r is freed on failure.
+enum oscar_status osc_optr_result_init(const struct oscar_optr_layer * in, const struct oscar_optr_params * p,
+                                      struct oscar_optr_result * r);
+// The sequences of a set that OptR uses: the first ones of at least sink + recent + 8 rows, at most
+// max_seq (0 = all) and OSC_OPTR_MAX_SET_SEQ; their indices into idx (may be NULL), the count returned.
+#define OSC_OPTR_MAX_SET_SEQ 65536
+int32_t osc_optr_pick_sequences(const struct oscar_optr_params * p, const int32_t * seq_start, int32_t n_seq,
+                                int32_t max_seq, int32_t * idx);
+// One sequence of L rows: queries are rows [lo, L) (nq = L − lo), INT2 rows [q0, q1).
+struct osc_optr_geom {
+    int32_t L, lo, nq, q0, q1;
+};
+void osc_optr_item_geom(const struct oscar_optr_params * p, int32_t L, struct osc_optr_geom * g);
+
 // ---- optr.c: one layer's prepared rows -----------------------------------------
 // Both sets (train, held) cut into (head, sequence) items with their exact
 // attention precomputed; k_mean [Hkv, D] is subtracted from the keys (NULL: none).
