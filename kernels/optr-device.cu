@@ -48,7 +48,7 @@ struct set {
     double * iloss;             // [items]
 };
 
-struct dev {
+struct osc_cuda_optr {
     const struct oscar_optr_layer * in;
     const struct oscar_optr_params * p;
     struct osc_optr_dev_opts opts;
@@ -82,7 +82,7 @@ static unsigned blocks(long long n) { return (unsigned) ((n + 255) / 256); }
 
 // Row-major C_b [M, N] = alpha·op(A_b)·op(B_b) + beta·C_b, b < n (strides in floats), fp32 in,
 // out and accumulation (CUBLAS_COMPUTE_32F in the default math mode: no TF32).
-static enum oscar_status sgemm(struct dev * d, bool ta, bool tb, int M, int N, int K, float alpha, const float * A,
+static enum oscar_status sgemm(struct osc_cuda_optr * d, bool ta, bool tb, int M, int N, int K, float alpha, const float * A,
                                int lda, long long sa, const float * B, int ldb, long long sb, float beta, float * C,
                                int ldc, long long sc, int n) {
     OSCAR_CUBLAS_CHECK(cublasGemmStridedBatchedEx(d->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -106,7 +106,7 @@ static void set_free(struct set * s) {
 }
 
 // The set's sequences and groups (host) from the rows.
-static enum oscar_status set_plan(struct dev * d, const struct oscar_optr_rows * r, int32_t max_seq, bool held,
+static enum oscar_status set_plan(struct osc_cuda_optr * d, const struct oscar_optr_rows * r, int32_t max_seq, bool held,
                                   struct set * s) {
     s->seq = (int32_t *) malloc(((size_t) r->n_seq + 1) * sizeof(int32_t));
     s->grp = (struct group *) calloc((size_t) r->n_seq + 1, sizeof(struct group));
@@ -162,7 +162,7 @@ static enum oscar_status set_plan(struct dev * d, const struct oscar_optr_rows *
 
 // The set's rows on the device, head-major per item (keys centred with k_mean), then its exact
 // attention P, Σ P log P and P·V; kh starts as kc (its rows outside [q0, q1) stay exact).
-static enum oscar_status set_upload(struct dev * d, const struct oscar_optr_rows * r, const float * k_mean_dev,
+static enum oscar_status set_upload(struct osc_cuda_optr * d, const struct oscar_optr_rows * r, const float * k_mean_dev,
                                     float * stage, struct set * s) {
     const int32_t Hkv = d->Hkv, Hq = d->Hq, D = d->D, g = d->g;
     for (int32_t gi = 0; gi < s->n_grp; gi++) {
@@ -199,7 +199,7 @@ static enum oscar_status set_upload(struct dev * d, const struct oscar_optr_rows
 
 // Loss per head [Hkv] of the K (phase 0) or V (phase 1) loss at d->R into out (device); with
 // grad (training set) dL/dR into d->dR. phat_only (K): stop once P̂ is in s->s (the V phase's input).
-static enum oscar_status set_loss(struct dev * d, struct set * s, int phase, bool grad, bool phat_only, double * out) {
+static enum oscar_status set_loss(struct osc_cuda_optr * d, struct set * s, int phase, bool grad, bool phat_only, double * out) {
     const int32_t D = d->D, g = d->g, Hkv = d->Hkv;
     const int64_t DD = (int64_t) D * D;
     const struct osc_optr_dev_quant * qz = phase ? &d->qv : &d->qk;
@@ -280,7 +280,7 @@ static enum oscar_status set_loss(struct dev * d, struct set * s, int phase, boo
 }
 
 // Waits for the stream; OSCAR_ERR_NUMERIC when a quantized row was not finite.
-static enum oscar_status sync_checked(struct dev * d, const char * what, int32_t step) {
+static enum oscar_status sync_checked(struct osc_cuda_optr * d, const char * what, int32_t step) {
     int32_t bad = 0;
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(&bad, d->bad, sizeof bad, cudaMemcpyDeviceToHost, d->stream));
     OSCAR_CUDA_CHECK(cudaStreamSynchronize(d->stream));
@@ -291,7 +291,7 @@ static enum oscar_status sync_checked(struct dev * d, const char * what, int32_t
 }
 
 // Held-out loss per head at d->R into host h[Hkv].
-static enum oscar_status held_loss(struct dev * d, int phase, int32_t step, double * h) {
+static enum oscar_status held_loss(struct osc_cuda_optr * d, int phase, int32_t step, double * h) {
     TRY(set_loss(d, &d->sets[1], phase, false, false, d->loss));
     TRY(sync_checked(d, phase ? "value" : "key", step));
     OSCAR_CUDA_CHECK(cudaMemcpy(h, d->loss, (size_t) d->Hkv * sizeof(double), cudaMemcpyDeviceToHost));
@@ -300,7 +300,7 @@ static enum oscar_status held_loss(struct dev * d, int phase, int32_t step, doub
 
 // ---- the training loop (optr.c run_phase) ----------------------------------------------------------
 
-static enum oscar_status run_phase(struct dev * d, int phase, const float * base, double margin, float * out_R,
+static enum oscar_status run_phase(struct osc_cuda_optr * d, int phase, const float * base, double margin, float * out_R,
                                    double * train, double * held, int32_t * best_step) {
     const int32_t Hkv = d->Hkv, D = d->D, steps = d->p->steps;
     const int64_t DD = (int64_t) D * D, HDD = Hkv * DD;
@@ -323,7 +323,7 @@ static enum oscar_status run_phase(struct dev * d, int phase, const float * base
     for (int32_t step = 0; step < steps; step++) {
         if ((st = set_loss(d, &d->sets[0], phase, true, false, d->train_loss + (int64_t) step * Hkv)) != OSCAR_OK ||
             (st = osc_optr_expm_grad_a(d->ex, d->Rb64, d->A, d->dR, d->gA)) != OSCAR_OK ||
-            (st = osc_optr_adam(d->A, d->am, d->av, d->gA, HDD, Hkv, d->p->lr, 1.0 - pow(0.9, step + 1),
+            (st = osc_optr_dev_adam(d->A, d->am, d->av, d->gA, HDD, Hkv, d->p->lr, 1.0 - pow(0.9, step + 1),
                                 1.0 - pow(0.999, step + 1), d->stream)) != OSCAR_OK ||
             (st = osc_optr_expm_rotation(d->ex, d->Rb64, d->A, d->R)) != OSCAR_OK)
             goto out;
@@ -350,9 +350,9 @@ out:
     return st;
 }
 
-// ---- the layer --------------------------------------------------------------------------------
+// ---- opening and closing a layer ----------------------------------------------------------------
 
-static void dev_free(struct dev * d) {
+static void dev_free(struct osc_cuda_optr * d) {
     if (d->stream) cudaStreamSynchronize(d->stream);
     for (int k = 0; k < 2; k++) set_free(&d->sets[k]);
     osc_optr_expm_free(d->ex);
@@ -362,7 +362,7 @@ static void dev_free(struct dev * d) {
 }
 
 // W_O's per-query-head Grams Γ_j = W_jᵀ·W_j (fp64 products and sums, stored fp32).
-static enum oscar_status make_grams(struct dev * d) {
+static enum oscar_status make_grams(struct osc_cuda_optr * d) {
     const int32_t D = d->D, Hq = d->Hq, C = d->C, K = Hq * D;
     const int64_t n = (int64_t) C * K, DD = (int64_t) D * D;
     float * w32 = NULL;
@@ -386,7 +386,7 @@ out:
     return st;
 }
 
-static enum oscar_status dev_open(struct dev * d, const float * k_mean) {
+static enum oscar_status dev_open(struct osc_cuda_optr * d, const float * k_mean) {
     const struct oscar_optr_layer * in = d->in;
     const int32_t Hkv = d->Hkv, D = d->D;
     const int64_t HDD = (int64_t) Hkv * D * D;
@@ -435,38 +435,100 @@ out:
     return st;
 }
 
+// ---- the test API (optr-device.cuh) and the layer ------------------------------------------------
+
+extern "C" void osc_cuda_optr_close(struct osc_cuda_optr * d) {
+    if (!d) return;
+    dev_free(d);
+    free(d);
+}
+
+extern "C" enum oscar_status osc_cuda_optr_open(const struct oscar_optr_layer * in, const struct oscar_optr_params * p,
+                                                const float * k_mean, const struct osc_optr_dev_opts * opts,
+                                                struct osc_cuda_optr ** out) {
+    *out = NULL;
+    enum oscar_status st = osc_optr_check(in, p);
+    if (st != OSCAR_OK) return st;
+    struct osc_cuda_optr * d = (struct osc_cuda_optr *) calloc(1, sizeof *d);
+    if (!d) return osc_error(OSCAR_ERR_NOMEM, "cuda optr: out of host memory");
+    d->in = in, d->p = p;
+    if (opts) d->opts = *opts;
+    d->Hq = in->n_head, d->Hkv = in->n_head_kv, d->g = in->n_head / in->n_head_kv, d->D = in->head_dim;
+    d->C = in->n_embd;
+    d->sc = in->attn_scale > 0.0f ? in->attn_scale : 1.0f / sqrtf((float) in->head_dim);
+    if ((st = osc_optr_check_finite(in, p->n_threads)) != OSCAR_OK || (st = dev_open(d, k_mean)) != OSCAR_OK) {
+        osc_cuda_optr_close(d);
+        return st;
+    }
+    *out = d;
+    return OSCAR_OK;
+}
+
+extern "C" enum oscar_status osc_cuda_optr_loss(struct osc_cuda_optr * d, int phase, bool held, const float * R,
+                                                double * loss, double * dR, float * c) {
+    struct set * s = &d->sets[held ? 1 : 0];
+    const size_t HDD = (size_t) d->Hkv * d->D * d->D;
+    if (dR && held) return osc_error(OSCAR_ERR_INVALID, "cuda optr: no gradient on the held-out set");
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(d->R, R, HDD * 4, cudaMemcpyHostToDevice, d->stream));
+    TRY(set_loss(d, s, phase, dR != NULL, false, d->loss));
+    TRY(sync_checked(d, phase ? "value" : "key", -1));
+    OSCAR_CUDA_CHECK(cudaMemcpy(loss, d->loss, (size_t) d->Hkv * sizeof(double), cudaMemcpyDeviceToHost));
+    if (dR) OSCAR_CUDA_CHECK(cudaMemcpy(dR, d->dR, HDD * sizeof(double), cudaMemcpyDeviceToHost));
+    if (c) OSCAR_CUDA_CHECK(cudaMemcpy(c, s->lin.c, (size_t) s->n_rows * d->D * 4, cudaMemcpyDeviceToHost));
+    return OSCAR_OK;
+}
+
+// P̂ of both sets under the key rotations R_k (host): the V phase's input.
+extern "C" enum oscar_status osc_cuda_optr_phat(struct osc_cuda_optr * d, const float * R_k) {
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(d->R, R_k, (size_t) d->Hkv * d->D * d->D * 4, cudaMemcpyHostToDevice, d->stream));
+    for (int k = 0; k < 2; k++) TRY(set_loss(d, &d->sets[k], 0, false, true, d->loss));
+    return sync_checked(d, "key", -1);
+}
+
+extern "C" enum oscar_status osc_cuda_optr_step(struct osc_cuda_optr * d, const float * R_base, double * A, double * m,
+                                                double * v, const double * dR, int32_t step, float * R) {
+    const int64_t HDD = (int64_t) d->Hkv * d->D * d->D;
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(d->base, R_base, (size_t) HDD * 4, cudaMemcpyHostToDevice, d->stream));
+    to_f64_kernel<<<blocks(HDD), 256, 0, d->stream>>>(d->base, HDD, d->Rb64);
+    OSCAR_CUDA_CHECK_LAUNCH();
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(d->A, A, (size_t) HDD * 8, cudaMemcpyHostToDevice, d->stream));
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(d->am, m, (size_t) HDD * 8, cudaMemcpyHostToDevice, d->stream));
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(d->av, v, (size_t) HDD * 8, cudaMemcpyHostToDevice, d->stream));
+    OSCAR_CUDA_CHECK(cudaMemcpyAsync(d->dR, dR, (size_t) HDD * 8, cudaMemcpyHostToDevice, d->stream));
+    TRY(osc_optr_expm_grad_a(d->ex, d->Rb64, d->A, d->dR, d->gA));
+    TRY(osc_optr_dev_adam(d->A, d->am, d->av, d->gA, HDD, d->Hkv, d->p->lr, 1.0 - pow(0.9, step + 1),
+                          1.0 - pow(0.999, step + 1), d->stream));
+    TRY(osc_optr_expm_rotation(d->ex, d->Rb64, d->A, d->R));
+    OSCAR_CUDA_CHECK(cudaStreamSynchronize(d->stream));
+    OSCAR_CUDA_CHECK(cudaMemcpy(A, d->A, (size_t) HDD * 8, cudaMemcpyDeviceToHost));
+    OSCAR_CUDA_CHECK(cudaMemcpy(m, d->am, (size_t) HDD * 8, cudaMemcpyDeviceToHost));
+    OSCAR_CUDA_CHECK(cudaMemcpy(v, d->av, (size_t) HDD * 8, cudaMemcpyDeviceToHost));
+    OSCAR_CUDA_CHECK(cudaMemcpy(R, d->R, (size_t) HDD * 4, cudaMemcpyDeviceToHost));
+    return OSCAR_OK;
+}
+
 extern "C" enum oscar_status osc_cuda_optr_refine_layer_opts(const struct oscar_optr_layer * in,
                                                              const struct oscar_optr_params * p,
                                                              struct oscar_optr_result * r,
                                                              const struct osc_optr_dev_opts * opts) {
     enum oscar_status st = osc_optr_result_init(in, p, r);
     if (st != OSCAR_OK) return st;
-    struct dev d;
-    memset(&d, 0, sizeof d);
-    d.in = in, d.p = p;
-    if (opts) d.opts = *opts;
-    d.Hq = in->n_head, d.Hkv = in->n_head_kv, d.g = in->n_head / in->n_head_kv, d.D = in->head_dim, d.C = in->n_embd;
-    d.sc = in->attn_scale > 0.0f ? in->attn_scale : 1.0f / sqrtf((float) in->head_dim);
+    struct osc_cuda_optr * d = NULL;
     const double t0 = osc_now();
     double t1 = t0, t2 = t0;
-    if ((st = osc_optr_check_finite(in, p->n_threads)) != OSCAR_OK ||
-        (st = dev_open(&d, p->center ? r->k_mean : NULL)) != OSCAR_OK)
-        goto out;
-    r->n_train_seq = d.sets[0].n_seq, r->n_held_seq = d.sets[1].n_seq;
+    if ((st = osc_cuda_optr_open(in, p, p->center ? r->k_mean : NULL, opts, &d)) != OSCAR_OK) goto out;
+    r->n_train_seq = d->sets[0].n_seq, r->n_held_seq = d->sets[1].n_seq;
     t1 = osc_now();
-    if ((st = run_phase(&d, 0, in->k_rot_base, p->margin_k, r->k_rot, r->k_train, r->k_held, r->k_best)) != OSCAR_OK)
+    if ((st = run_phase(d, 0, in->k_rot_base, p->margin_k, r->k_rot, r->k_train, r->k_held, r->k_best)) != OSCAR_OK)
         goto out;
     t2 = osc_now();
-    // P̂ of both sets under the kept key rotations: the V phase's input
-    OSCAR_CUDA_TRY(cudaMemcpyAsync(d.R, r->k_rot, (size_t) d.Hkv * d.D * d.D * 4, cudaMemcpyHostToDevice, d.stream));
-    for (int k = 0; k < 2 && st == OSCAR_OK; k++) st = set_loss(&d, &d.sets[k], 0, false, true, d.loss);
-    if (st != OSCAR_OK ||
-        (st = run_phase(&d, 1, in->v_rot_base, p->margin_v, r->v_rot, r->v_train, r->v_held, r->v_best)) != OSCAR_OK)
+    if ((st = osc_cuda_optr_phat(d, r->k_rot)) != OSCAR_OK ||
+        (st = run_phase(d, 1, in->v_rot_base, p->margin_v, r->v_rot, r->v_train, r->v_held, r->v_best)) != OSCAR_OK)
         goto out;
     osc_debug("cuda optr layer %d: rows and exact attention %.3f s, K phase %.3f s, V phase %.3f s (%d + %d sequences)",
               (int) in->layer, t1 - t0, t2 - t1, osc_now() - t2, (int) r->n_train_seq, (int) r->n_held_seq);
 out:
-    dev_free(&d);
+    osc_cuda_optr_close(d);
     if (st != OSCAR_OK) oscar_optr_result_free(r);
     return st;
 }

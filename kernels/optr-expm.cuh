@@ -29,7 +29,7 @@ enum oscar_status osc_optr_expm_grad_a(struct osc_optr_expm_ws * w, const double
                                        const double * dR, double * gA);
 // One Adam step (betas 0.9, 0.999, eps 1e-8) of A, m, v [n_elem] with the gradient gA / n_head;
 // bc1, bc2 = 1 − β^t.
-enum oscar_status osc_optr_adam(double * A, double * m, double * v, const double * gA, int64_t n_elem, int32_t n_head,
+enum oscar_status osc_optr_dev_adam(double * A, double * m, double * v, const double * gA, int64_t n_elem, int32_t n_head,
                                 double lr, double bc1, double bc2, cudaStream_t stream);
 
 #endif

@@ -125,5 +125,14 @@ enum oscar_status osc_optr_set_phat(struct osc_optr_state * st, const float * R_
 void osc_optr_rotation(const float * R_base, const double * A, int32_t D, float * R, double * work);
 // gA = dloss/dA from dR = dloss/dR at R = R_base·expm(A − Aᵀ). work: 13·D² doubles.
 void osc_optr_grad_a(const float * R_base, const double * A, const double * dR, int32_t D, double * gA, double * work);
+// One Adam step (lr, betas 0.9 / 0.999, eps 1e-8, bias-corrected for step + 1) of A, m, v [n]
+// with the gradient g / n_heads (the loss is the mean over the layer's KV heads: n_head_kv_layer
+// when set, else n_head_kv).
+void osc_optr_adam(double * A, double * m, double * v, const double * g, size_t n, double n_heads, double lr,
+                   int32_t step);
+// A prepared item (its lin after the last loss on the set: what the comparison with the GPU reads),
+// NULL when out of range; the sequences a set uses.
+const struct osc_optr_item * osc_optr_set_item(const struct osc_optr_state * st, bool held, int32_t h, int32_t s);
+int32_t osc_optr_set_n_seq(const struct osc_optr_state * st, bool held);
 
 #endif

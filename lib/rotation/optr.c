@@ -438,6 +438,25 @@ void osc_optr_grad_a(const float * R_base, const double * A, const double * dR, 
         }
 }
 
+void osc_optr_adam(double * A, double * m, double * v, const double * g, size_t n, double n_heads, double lr,
+                   int32_t step) {
+    const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    const double bc1 = 1.0 - pow(b1, step + 1), bc2 = 1.0 - pow(b2, step + 1);
+    for (size_t e = 0; e < n; e++) { // the loss is the mean over heads (as the paper's .mean())
+        const double gr = g[e] / n_heads;
+        m[e] = b1 * m[e] + (1.0 - b1) * gr;
+        v[e] = b2 * v[e] + (1.0 - b2) * gr * gr;
+        A[e] -= (lr / bc1) * m[e] / (sqrt(v[e]) / sqrt(bc2) + eps);
+    }
+}
+
+const struct osc_optr_item * osc_optr_set_item(const struct osc_optr_state * st, bool held, int32_t h, int32_t s) {
+    const struct set_items * si = &st->sets[held ? 1 : 0];
+    return h < st->Hkv && s < si->n_seq ? &si->it[(size_t) h * si->n_seq + s] : NULL;
+}
+
+int32_t osc_optr_set_n_seq(const struct osc_optr_state * st, bool held) { return st->sets[held ? 1 : 0].n_seq; }
+
 // ---- the training loop -------------------------------------------------------------------------------
 struct adam {
     double * A, * m, * v;   // [Hkv, D, D]
@@ -466,21 +485,14 @@ static enum oscar_status run_phase(struct osc_optr_state * st, int phase, const 
     for (size_t i = 0; i < (size_t) (steps + 1) * Hkv; i++) held[i] = NAN;
     if ((rc = osc_optr_set_loss(st, phase, true, R, false, base_held, NULL)) != OSCAR_OK) goto out;
     for (int32_t h = 0; h < Hkv; h++) held[h] = best[h] = base_held[h], best_step[h] = -1;
-    const double b1 = 0.9, b2 = 0.999, eps = 1e-8, lr = st->p.lr;
     for (int32_t step = 0; step < steps; step++) {
         if ((rc = osc_optr_set_loss(st, phase, false, R, false, loss, dR)) != OSCAR_OK) goto out;
         memcpy(train + (size_t) step * Hkv, loss, (size_t) Hkv * sizeof(double));
-        const double bc1 = 1.0 - pow(b1, step + 1), bc2 = 1.0 - pow(b2, step + 1);
         #pragma omp parallel for schedule(static) num_threads(st->nt < Hkv ? st->nt : Hkv)
         for (int32_t h = 0; h < Hkv; h++) {
             double * g = gA + h * DD, * A = ad.A + h * DD, * m = ad.m + h * DD, * v = ad.v + h * DD;
             osc_optr_grad_a(base + h * DD, A, dR + h * DD, D, g, work + h * 13 * DD);
-            for (size_t e = 0; e < DD; e++) { // the loss is the mean over heads (as the paper's .mean())
-                const double gr = g[e] / mean_heads;
-                m[e] = b1 * m[e] + (1.0 - b1) * gr;
-                v[e] = b2 * v[e] + (1.0 - b2) * gr * gr;
-                A[e] -= (lr / bc1) * m[e] / (sqrt(v[e]) / sqrt(bc2) + eps);
-            }
+            osc_optr_adam(A, m, v, g, DD, mean_heads, st->p.lr, step);
             osc_optr_rotation(base + h * DD, A, D, R + h * DD, work + h * 13 * DD);
         }
         if (step % st->p.eval_every != 0 && step != steps - 1) continue;
