@@ -53,6 +53,7 @@ struct osc_cuda_optr {
     const struct oscar_optr_params * p;
     struct osc_optr_dev_opts opts;
     int32_t Hq, Hkv, g, D, C;
+    double mean_heads;          // the layer's KV heads (n_head_kv_layer when these are a part): Adam's mean
     float sc;
     struct osc_optr_dev_quant qk, qv;
     cudaStream_t stream;
@@ -323,7 +324,7 @@ static enum oscar_status run_phase(struct osc_cuda_optr * d, int phase, const fl
     for (int32_t step = 0; step < steps; step++) {
         if ((st = set_loss(d, &d->sets[0], phase, true, false, d->train_loss + (int64_t) step * Hkv)) != OSCAR_OK ||
             (st = osc_optr_expm_grad_a(d->ex, d->Rb64, d->A, d->dR, d->gA)) != OSCAR_OK ||
-            (st = osc_optr_dev_adam(d->A, d->am, d->av, d->gA, HDD, Hkv, d->p->lr, 1.0 - pow(0.9, step + 1),
+            (st = osc_optr_dev_adam(d->A, d->am, d->av, d->gA, HDD, d->mean_heads, d->p->lr, 1.0 - pow(0.9, step + 1),
                                 1.0 - pow(0.999, step + 1), d->stream)) != OSCAR_OK ||
             (st = osc_optr_expm_rotation(d->ex, d->Rb64, d->A, d->R)) != OSCAR_OK)
             goto out;
@@ -454,7 +455,7 @@ extern "C" enum oscar_status osc_cuda_optr_open(const struct oscar_optr_layer * 
     d->in = in, d->p = p;
     if (opts) d->opts = *opts;
     d->Hq = in->n_head, d->Hkv = in->n_head_kv, d->g = in->n_head / in->n_head_kv, d->D = in->head_dim;
-    d->C = in->n_embd;
+    d->C = in->n_embd, d->mean_heads = in->n_head_kv_layer > 0 ? in->n_head_kv_layer : in->n_head_kv;
     d->sc = in->attn_scale > 0.0f ? in->attn_scale : 1.0f / sqrtf((float) in->head_dim);
     if ((st = osc_optr_check_finite(in, p->n_threads)) != OSCAR_OK || (st = dev_open(d, k_mean)) != OSCAR_OK) {
         osc_cuda_optr_close(d);
@@ -496,7 +497,7 @@ extern "C" enum oscar_status osc_cuda_optr_step(struct osc_cuda_optr * d, const 
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(d->av, v, (size_t) HDD * 8, cudaMemcpyHostToDevice, d->stream));
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(d->dR, dR, (size_t) HDD * 8, cudaMemcpyHostToDevice, d->stream));
     TRY(osc_optr_expm_grad_a(d->ex, d->Rb64, d->A, d->dR, d->gA));
-    TRY(osc_optr_dev_adam(d->A, d->am, d->av, d->gA, HDD, d->Hkv, d->p->lr, 1.0 - pow(0.9, step + 1),
+    TRY(osc_optr_dev_adam(d->A, d->am, d->av, d->gA, HDD, d->mean_heads, d->p->lr, 1.0 - pow(0.9, step + 1),
                           1.0 - pow(0.999, step + 1), d->stream));
     TRY(osc_optr_expm_rotation(d->ex, d->Rb64, d->A, d->R));
     OSCAR_CUDA_CHECK(cudaStreamSynchronize(d->stream));

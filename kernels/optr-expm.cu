@@ -222,9 +222,9 @@ enum oscar_status osc_optr_expm_grad_a(struct osc_optr_expm_ws * w, const double
     return OSCAR_OK;
 }
 
-enum oscar_status osc_optr_dev_adam(double * A, double * m, double * v, const double * gA, int64_t n_elem, int32_t n_head,
-                                double lr, double bc1, double bc2, cudaStream_t stream) {
-    adam_kernel<<<blocks(n_elem), 256, 0, stream>>>(A, m, v, gA, n_elem, (double) n_head, lr, bc1, bc2);
+enum oscar_status osc_optr_dev_adam(double * A, double * m, double * v, const double * gA, int64_t n_elem, double n_heads,
+                                    double lr, double bc1, double bc2, cudaStream_t stream) {
+    adam_kernel<<<blocks(n_elem), 256, 0, stream>>>(A, m, v, gA, n_elem, n_heads, lr, bc1, bc2);
     OSCAR_CUDA_CHECK_LAUNCH();
     return OSCAR_OK;
 }

@@ -27,9 +27,9 @@ enum oscar_status osc_optr_expm_rotation(struct osc_optr_expm_ws * w, const doub
 // gA = dL/dA at R = Rb·expm(A − Aᵀ) from dR = dL/dR (fp64 [n, D, D]). Waits for the stream once.
 enum oscar_status osc_optr_expm_grad_a(struct osc_optr_expm_ws * w, const double * Rb, const double * A,
                                        const double * dR, double * gA);
-// One Adam step (betas 0.9, 0.999, eps 1e-8) of A, m, v [n_elem] with the gradient gA / n_head;
-// bc1, bc2 = 1 − β^t.
-enum oscar_status osc_optr_dev_adam(double * A, double * m, double * v, const double * gA, int64_t n_elem, int32_t n_head,
-                                double lr, double bc1, double bc2, cudaStream_t stream);
+// One Adam step (betas 0.9, 0.999, eps 1e-8) of A, m, v [n_elem] with the gradient gA / n_heads (the
+// layer's KV heads: optr.c's mean over heads); bc1, bc2 = 1 − β^t.
+enum oscar_status osc_optr_dev_adam(double * A, double * m, double * v, const double * gA, int64_t n_elem, double n_heads,
+                                    double lr, double bc1, double bc2, cudaStream_t stream);
 
 #endif

@@ -108,12 +108,12 @@ static int check_quant(int small) {
                     p.group_size = G, p.meta_dtype = (enum oscar_quant_meta_dtype) mi;
                     p.clip_algo = clips[ci].algo, p.clip_ratio = clips[ci].ratio;
                     const size_t nD = (size_t) n * D, nG = (size_t) n * ng;
-                    float * y = malloc(nD * 4), * yh[2] = {malloc(nD * 4), malloc(nD * 4)};
+                    float * y = calloc(1, nD * 4), * yh[2] = {calloc(1, nD * 4), calloc(1, nD * 4)};
                     struct osc_optr_lin lin[2];
                     for (int s = 0; s < 2; s++) {
-                        lin[s].c = malloc(nD * 4), lin[s].clampv = malloc((size_t) n * 4);
-                        lin[s].clipped = malloc(nD), lin[s].imax = malloc(nG * 2), lin[s].imin = malloc(nG * 2);
-                        lin[s].scale = malloc(nG * 4);
+                        lin[s].c = calloc(1, nD * 4), lin[s].clampv = calloc(1, (size_t) n * 4);
+                        lin[s].clipped = calloc(1, nD), lin[s].imax = calloc(1, nG * 2), lin[s].imin = calloc(1, nG * 2);
+                        lin[s].scale = calloc(1, nG * 4);
                     }
                     for (int32_t r = 0; r < n; r++) quant_row(r, D, G, y + (size_t) r * D);
                     struct osc_optr_scratch scr;
@@ -189,7 +189,7 @@ static void fill_rows(const struct lcase * c, int32_t T, float * q, float * k, f
 
 // A random rotation: expm of a random skew-symmetric matrix (fp64).
 static void random_rotation(int32_t D, float * R) {
-    double * X = malloc((size_t) D * D * 8), * E = malloc((size_t) D * D * 8), * w = malloc((size_t) 4 * D * D * 8);
+    double * X = calloc(1, (size_t) D * D * 8), * E = calloc(1, (size_t) D * D * 8), * w = calloc(1, (size_t) 4 * D * D * 8);
     for (int32_t i = 0; i < D; i++)
         for (int32_t j = 0; j <= i; j++) {
             const double a = i == j ? 0.0 : 0.5 * xn_normal();
@@ -208,14 +208,14 @@ static void layer_init(const struct lcase * c, uint64_t seed, struct layer * l) 
     for (int32_t i = 0; i < c->n_held; i++) l->held_start[i + 1] = l->held_start[i] + c->held_len[i];
     const int32_t T[2] = {l->train_start[c->n_train], l->held_start[c->n_held]};
     for (int s = 0; s < 2; s++) {
-        l->q[s] = malloc((size_t) T[s] * c->Hq * D * 4);
-        l->k[s] = malloc((size_t) T[s] * c->Hkv * D * 4);
-        l->v[s] = malloc((size_t) T[s] * c->Hkv * D * 4);
+        l->q[s] = calloc(1, (size_t) T[s] * c->Hq * D * 4);
+        l->k[s] = calloc(1, (size_t) T[s] * c->Hkv * D * 4);
+        l->v[s] = calloc(1, (size_t) T[s] * c->Hkv * D * 4);
         fill_rows(c, T[s], l->q[s], l->k[s], l->v[s]);
     }
-    l->wo = malloc((size_t) c->C * c->Hq * D * 4);
+    l->wo = calloc(1, (size_t) c->C * c->Hq * D * 4);
     for (size_t i = 0; i < (size_t) c->C * c->Hq * D; i++) l->wo[i] = (float) (0.05 * xn_normal());
-    l->kb = malloc((size_t) c->Hkv * D * D * 4), l->vb = malloc((size_t) c->Hkv * D * D * 4);
+    l->kb = calloc(1, (size_t) c->Hkv * D * D * 4), l->vb = calloc(1, (size_t) c->Hkv * D * D * 4);
     for (int32_t h = 0; h < c->Hkv; h++) random_rotation(D, l->kb + (size_t) h * D * D);
     for (int32_t h = 0; h < c->Hkv; h++) random_rotation(D, l->vb + (size_t) h * D * D);
     l->in = (struct oscar_optr_layer){.layer = 3, .n_head = c->Hq, .n_head_kv = c->Hkv, .head_dim = D,
@@ -298,10 +298,11 @@ static enum oscar_status lockstep(struct layer * l, const struct osc_optr_dev_op
                                   struct lock * k) {
     const int32_t Hkv = l->in.n_head_kv, D = l->in.head_dim, S = l->p.steps < max_steps ? l->p.steps : max_steps;
     const size_t DD = (size_t) D * D, HDD = Hkv * DD;
+    const double heads = l->in.n_head_kv_layer > 0 ? l->in.n_head_kv_layer : Hkv;   // optr.c's mean over heads
     memset(k, 0, sizeof *k);
     float * km = NULL;
     if (l->p.center) {
-        km = malloc((size_t) Hkv * D * 4);
+        km = calloc(1, (size_t) Hkv * D * 4);
         oscar_optr_key_mean(&l->in.train, Hkv, D, km);
     }
     struct osc_optr_state * st = NULL;
@@ -309,11 +310,11 @@ static enum oscar_status lockstep(struct layer * l, const struct osc_optr_dev_op
     enum oscar_status e = osc_optr_prepare(&l->in, &l->p, km, &st);
     if (e == OSCAR_OK) e = osc_cuda_optr_open(&l->in, &l->p, km, opts, &dv);
     const int64_t rows = e == OSCAR_OK ? fmax(set_rows(st, false, Hkv), set_rows(st, true, Hkv)) : 0;
-    float * R = malloc(HDD * 4), * Rn = malloc(HDD * 4), * Rg = malloc(HDD * 4), * Rk = malloc(HDD * 4);
-    float * bestR = malloc(HDD * 4), * cg = malloc((size_t) (rows + 1) * D * 4);
-    double * A = calloc(HDD, 8), * m = calloc(HDD, 8), * v = calloc(HDD, 8), * Ag = malloc(HDD * 8);
-    double * mg = malloc(HDD * 8), * vg = malloc(HDD * 8), * dRc = malloc(HDD * 8), * dRg = malloc(HDD * 8);
-    double * gA = malloc(HDD * 8), * work = malloc(13 * DD * 8), lc[64], lg[64], best[64];
+    float * R = calloc(1, HDD * 4), * Rn = calloc(1, HDD * 4), * Rg = calloc(1, HDD * 4), * Rk = calloc(1, HDD * 4);
+    float * bestR = calloc(1, HDD * 4), * cg = calloc(1, (size_t) (rows + 1) * D * 4);
+    double * A = calloc(HDD, 8), * m = calloc(HDD, 8), * v = calloc(HDD, 8), * Ag = calloc(1, HDD * 8);
+    double * mg = calloc(1, HDD * 8), * vg = calloc(1, HDD * 8), * dRc = calloc(1, HDD * 8), * dRg = calloc(1, HDD * 8);
+    double * gA = calloc(1, HDD * 8), * work = calloc(1, 13 * DD * 8), lc[64], lg[64], best[64];
     for (int phase = 0; phase < 2 && e == OSCAR_OK; phase++) {
         const float * base = phase ? l->vb : l->kb;
         if (phase && (e = osc_optr_set_phat(st, Rk)) == OSCAR_OK) e = osc_cuda_optr_phat(dv, Rk);
@@ -326,7 +327,7 @@ static enum oscar_status lockstep(struct layer * l, const struct osc_optr_dev_op
             memcpy(Ag, A, HDD * 8), memcpy(mg, m, HDD * 8), memcpy(vg, v, HDD * 8);
             for (int32_t h = 0; h < Hkv; h++) {
                 osc_optr_grad_a(base + h * DD, A + h * DD, dRc + h * DD, D, gA + h * DD, work);
-                osc_optr_adam(A + h * DD, m + h * DD, v + h * DD, gA + h * DD, DD, Hkv, l->p.lr, step);
+                osc_optr_adam(A + h * DD, m + h * DD, v + h * DD, gA + h * DD, DD, heads, l->p.lr, step);
                 osc_optr_rotation(base + h * DD, A + h * DD, D, Rn + h * DD, work);
             }
             if ((e = osc_cuda_optr_step(dv, base, Ag, mg, vg, dRc, step, Rg)) != OSCAR_OK) break;
@@ -411,7 +412,7 @@ static int free_run(const struct lcase * c, struct layer * l) {
     const bool ok = same_sets && step0 <= B_STEP0;
     // the CPU against itself with 1-ulp nudges in a seventh of the training keys: how far chaos carries
     const int32_t T = l->train_start[c->n_train];
-    float * k0 = malloc((size_t) T * H * c->D * 4);
+    float * k0 = calloc(1, (size_t) T * H * c->D * 4);
     memcpy(k0, l->k[0], (size_t) T * H * c->D * 4);
     for (size_t j = 0; j < (size_t) T * H * c->D; j += 7) l->k[0][j] = nextafterf(l->k[0][j], INFINITY);
     const bool have_nudged = oscar_optr_refine_layer(&l->in, &l->p, &nudged) == OSCAR_OK;
@@ -503,7 +504,7 @@ static int bench(uint64_t seed, int32_t cpu_steps) {
     // the CPU: its exact-attention setup alone, then cpu_steps steps per phase (the GPU the same, to compare)
     struct oscar_optr_params ps = l.p;
     ps.steps = cpu_steps, ps.eval_every = cpu_steps > 1 ? cpu_steps - 1 : 1;
-    float * k_mean = malloc((size_t) c.Hkv * c.D * 4);
+    float * k_mean = calloc(1, (size_t) c.Hkv * c.D * 4);
     oscar_optr_key_mean(&l.in.train, c.Hkv, c.D, k_mean);
     struct osc_optr_state * stt = NULL;
     t0 = now();
