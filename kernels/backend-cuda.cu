@@ -9,6 +9,7 @@ extern "C" {
 #include "kernels/decode-attention.cuh"
 #include "kernels/int2-quantize.cuh"
 #include "kernels/layer-eval.cuh"
+#include "kernels/optr-device.cuh"
 
 #include <stdlib.h>
 #include <string.h>
@@ -272,7 +273,7 @@ static void cuda_host_unpin(void * p) {
 static const struct oscar_backend_i cuda_backend = {
     "cuda", cuda_rotate_quantize, cuda_kv_upload, cuda_kv_write_int2, cuda_kv_read_int2, cuda_decode, cuda_kv_free,
     osc_cuda_eval_open, osc_cuda_eval_layer, osc_cuda_eval_out_err, osc_cuda_eval_candidates, osc_cuda_eval_free,
-    cuda_kv_supports, cuda_host_pin, cuda_host_unpin,
+    cuda_kv_supports, cuda_host_pin, cuda_host_unpin, osc_cuda_optr_refine_layer,
 };
 
 extern "C" enum oscar_status osc_backend_cuda(const struct oscar_backend_i ** out) {

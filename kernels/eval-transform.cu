@@ -4,6 +4,7 @@
 // equal lib/verify's CPU transform on the same inputs.
 #include "kernels/eval-transform.cuh"
 #include "kernels/cuda-common.cuh"
+#include "kernels/int2-row.cuh"
 #include "kernels/warp-row.cuh"
 
 #define TF_WARPS 8
@@ -52,43 +53,6 @@ template <int VPL> static __device__ Row<VPL> rotate_back(const struct osc_eval_
     }
     if (a.rot == OSCAR_EVAL_ROT_HADAMARD) return fwht<VPL>(x, a.had_scale, lane);
     return x;
-}
-
-// sort(|x|)[idx] over the values k0 <= k < k0 + kn of every lane, exactly: the largest bit
-// pattern t with #{|x| < t} <= idx.
-template <int VPL> static __device__ float order_stat_abs(const Row<VPL> & x, int idx, int k0, int kn) {
-    uint32_t ans = 0;
-    for (int b = 30; b >= 0; b--) {
-        const uint32_t t = ans | (1u << b);
-        int c = 0;
-#pragma unroll
-        for (int k = 0; k < VPL; k++) c += k >= k0 && k < k0 + kn && (__float_as_uint(x.v[k]) & 0x7fffffffu) < t;
-        if (__reduce_add_sync(FULL, c) <= idx) ans = t;
-    }
-    return __uint_as_float(ans);
-}
-
-// oscar_clip_tau_bisect: log2(D) halvings of [0, max|x|] towards D - idx values above.
-template <int VPL> static __device__ float clip_tau_bisect(const Row<VPL> & x, int idx) {
-    constexpr int D = 32 * VPL;
-    float hi = 0.0f, lo = 0.0f;
-#pragma unroll
-    for (int k = 0; k < VPL; k++) hi = fmaxf(hi, fabsf(x.v[k]));
-    hi = warp_max(hi);
-    const int target = D - idx;
-    for (int n = D; n > 1; n >>= 1) {
-        const float mid = __fmul_rn(__fadd_rn(lo, hi), 0.5f);
-        int c = 0;
-#pragma unroll
-        for (int k = 0; k < VPL; k++) c += fabsf(x.v[k]) > mid;
-        if (__reduce_add_sync(FULL, c) > target) lo = mid;
-        else hi = mid;
-    }
-    return hi;
-}
-
-static __device__ __forceinline__ float code_trunc3(float t) {
-    return (float) ((t >= 1.0f) + (t >= 2.0f) + (t >= 3.0f));
 }
 
 // lib/quant lloyd-max.c on one clipped row (one group): the fp64 sequential mean and deviation,

@@ -20,6 +20,7 @@
 
 #include "attention/kv-cache.h"
 #include "quant/quant.h"
+#include "rotation/optr.h"
 #include "util/error.h"
 
 struct oscar_backend_kv;   // a backend's copy of (or handle to) a struct oscar_kv_cache
@@ -104,6 +105,12 @@ struct oscar_backend_i {
     // A failure costs only speed (the memory stays pageable).
     enum oscar_status (*host_pin)(void * p, size_t n);
     void (*host_unpin)(void * p);
+
+    // OptR for one layer, rotation/optr.h's contract and result: "cpu" is the reference
+    // (lib/rotation/optr.c), "cuda" kernels/optr-device.cu (fp32 GEMMs, fp64 sums, softmax
+    // normalisers, expm and Adam; deterministic; agreement with the reference in its header).
+    enum oscar_status (*optr_refine_layer)(const struct oscar_optr_layer * in, const struct oscar_optr_params * p,
+                                           struct oscar_optr_result * out);
 };
 
 // "cpu" (always) or "cuda". Returns OSCAR_ERR_UNSUPPORTED with "CUDA backend not

@@ -80,6 +80,7 @@ const struct oscar_backend_i * osc_backend_cpu(void) {
         .kv_read_int2 = cpu_kv_read_int2,
         .decode_attention = cpu_decode,
         .kv_free = cpu_kv_free,
+        .optr_refine_layer = oscar_optr_refine_layer,
     };
     return &be;
 }

@@ -9,10 +9,13 @@
 // and the fixed clip ratios (--clip, default 0.96 / 0.92: the paper trains with
 // them; the clip search afterwards picks the served ones). Per-layer rotations
 // become per-KV-head ones. Refuses a store whose shapes differ from the held-out rows'.
+// The refinement runs on the run's device (p->eval_device: the backend's optr_refine_layer, the
+// CPU reference or the CUDA path, the same contract and result).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "calibrate/actstore.h"
 #include "calibrate/calibrate.h"
 #include "calibrate/finish-split.h"
@@ -243,17 +246,17 @@ static void record_layer(const struct oscar_optr_result * r, const float * k_mea
 }
 
 // This rank's heads refined on their routed training rows; their results packed in head order.
-static enum oscar_status refine_heads(struct osc_dp * dp, const struct oscar_optr_rows * train,
-                                      const struct osc_optr_source * src, const int64_t * start,
-                                      struct head_share * sh, const struct oscar_optr_params * op, size_t item,
-                                      unsigned char * mine) {
+static enum oscar_status refine_heads(struct osc_dp * dp, const struct oscar_backend_i * be,
+                                      const struct oscar_optr_rows * train, const struct osc_optr_source * src,
+                                      const int64_t * start, struct head_share * sh,
+                                      const struct oscar_optr_params * op, size_t item, unsigned char * mine) {
     struct osc_optr_routed rt;
     enum oscar_status st = osc_optr_route(dp, start, src, &sh->hs, &rt);
     if (st != OSCAR_OK || sh->hs.nh == 0) return st;
     sh->in.train = (struct oscar_optr_rows){.n_seq = train->n_seq, .seq_start = train->seq_start, .q = rt.q, .k = rt.k,
                                             .v = rt.v};
     struct oscar_optr_result r;
-    if ((st = oscar_optr_refine_layer(&sh->in, op, &r)) != OSCAR_OK) {
+    if ((st = be->optr_refine_layer(&sh->in, op, &r)) != OSCAR_OK) {
         osc_error_prefix(st, "optr: layer %d, KV heads %d-%d", (int) sh->in.layer, (int) sh->hs.h0,
                          (int) (sh->hs.h0 + sh->hs.nh - 1));
     } else {
@@ -313,7 +316,11 @@ enum oscar_status oscar_calib_refine_layer(struct osc_dp * dp, struct oscar_acts
     if (st == OSCAR_OK) st = osc_calib_bcast(dp, OSC_SPLIT_OPTR, vb, HDD * sizeof(float));
     if (st == OSCAR_OK && op.center) st = osc_calib_bcast(dp, OSC_SPLIT_OPTR, k_mean, HD * sizeof(float));
     if (st == OSCAR_OK) st = share_heads(dp, h, l, kb, vb, k_mean, &sh);
-    if (st == OSCAR_OK) st = refine_heads(dp, &train, &src, start, &sh, &op, item, mine);
+    const struct oscar_backend_i * be = NULL;   // the run's device ("cpu": the reference)
+    if (st == OSCAR_OK) st = oscar_backend_get(p->eval_device, &be);
+    if (st == OSCAR_OK && !be->optr_refine_layer)
+        st = osc_error(OSCAR_ERR_UNSUPPORTED, "optr: the %s backend has no OptR", be->name);
+    if (st == OSCAR_OK) st = refine_heads(dp, be, &train, &src, start, &sh, &op, item, mine);
     if (st == OSCAR_OK) st = osc_calib_gather_shares(dp, OSC_SPLIT_OPTR, Hkv, item, mine, every);
     for (int32_t hh = 0; st == OSCAR_OK && root && hh < Hkv; hh++) unpack_head(every + (size_t) hh * item, hh, &all);
     if (st == OSCAR_OK && root) record_layer(&all, k_mean, op.center, l, f, out);

@@ -88,6 +88,26 @@ enum oscar_status osc_optr_loss_k(const struct osc_optr_head * hd, struct osc_op
 enum oscar_status osc_optr_loss_v(const struct osc_optr_head * hd, struct osc_optr_item * it, const float * R,
                                   double w, bool frozen, double * dR, struct osc_optr_scratch * s, double * loss);
 
+// ---- optr.c: what the CPU reference and the CUDA path (kernels/optr-device.cu) share ----
+// The checks of oscar_optr_refine_layer (shapes and params; OSCAR_ERR_INVALID naming the layer).
+enum oscar_status osc_optr_check(const struct oscar_optr_layer * in, const struct oscar_optr_params * p);
+// OSCAR_ERR_NUMERIC when a row of either set holds a NaN or Inf.
+enum oscar_status osc_optr_check_finite(const struct oscar_optr_layer * in, int32_t n_threads);
+// osc_optr_check, then r's arrays allocated and r->k_mean filled (in->k_mean, else the training
+// rows' mean, when p->center; zeros otherwise). r is freed on failure.
+enum oscar_status osc_optr_result_init(const struct oscar_optr_layer * in, const struct oscar_optr_params * p,
+                                      struct oscar_optr_result * r);
+// The sequences of a set that OptR uses: the first ones of at least sink + recent + 8 rows, at most
+// max_seq (0 = all) and OSC_OPTR_MAX_SET_SEQ; their indices into idx (may be NULL), the count returned.
+#define OSC_OPTR_MAX_SET_SEQ 65536
+int32_t osc_optr_pick_sequences(const struct oscar_optr_params * p, const int32_t * seq_start, int32_t n_seq,
+                                int32_t max_seq, int32_t * idx);
+// One sequence of L rows: queries are rows [lo, L) (nq = L − lo), INT2 rows [q0, q1).
+struct osc_optr_geom {
+    int32_t L, lo, nq, q0, q1;
+};
+void osc_optr_item_geom(const struct oscar_optr_params * p, int32_t L, struct osc_optr_geom * g);
+
 // ---- optr.c: one layer's prepared rows -----------------------------------------
 // Both sets (train, held) cut into (head, sequence) items with their exact
 // attention precomputed; k_mean [Hkv, D] is subtracted from the keys (NULL: none).
@@ -105,5 +125,14 @@ enum oscar_status osc_optr_set_phat(struct osc_optr_state * st, const float * R_
 void osc_optr_rotation(const float * R_base, const double * A, int32_t D, float * R, double * work);
 // gA = dloss/dA from dR = dloss/dR at R = R_base·expm(A − Aᵀ). work: 13·D² doubles.
 void osc_optr_grad_a(const float * R_base, const double * A, const double * dR, int32_t D, double * gA, double * work);
+// One Adam step (lr, betas 0.9 / 0.999, eps 1e-8, bias-corrected for step + 1) of A, m, v [n]
+// with the gradient g / n_heads (the loss is the mean over the layer's KV heads: n_head_kv_layer
+// when set, else n_head_kv).
+void osc_optr_adam(double * A, double * m, double * v, const double * g, size_t n, double n_heads, double lr,
+                   int32_t step);
+// A prepared item (its lin after the last loss on the set: what the comparison with the GPU reads),
+// NULL when out of range; the sequences a set uses.
+const struct osc_optr_item * osc_optr_set_item(const struct osc_optr_state * st, bool held, int32_t h, int32_t s);
+int32_t osc_optr_set_n_seq(const struct osc_optr_state * st, bool held);
 
 #endif

@@ -67,7 +67,7 @@ static enum oscar_status check_rows(const struct oscar_optr_layer * in, const st
     return OSCAR_OK;
 }
 
-static enum oscar_status check(const struct oscar_optr_layer * in, const struct oscar_optr_params * p) {
+enum oscar_status osc_optr_check(const struct oscar_optr_layer * in, const struct oscar_optr_params * p) {
     const int32_t D = in->head_dim;
     if (in->n_head_kv_layer < 0 || (in->n_head_kv_layer > 0 && in->n_head_kv_layer < in->n_head_kv))
         return osc_error(OSCAR_ERR_INVALID, "optr: layer %d: %d KV heads refined of a layer of %d", (int) in->layer,
@@ -140,11 +140,18 @@ void osc_optr_state_free(struct osc_optr_state * st) {
 
 static int32_t min_len(const struct oscar_optr_params * p) { return p->sink + p->recent + 8; }
 
-#define MAX_SET_SEQ 65536
+void osc_optr_item_geom(const struct oscar_optr_params * p, int32_t L, struct osc_optr_geom * g) {
+    g->L = L;
+    g->lo = L - p->qwin > 1 ? L - p->qwin : 1;
+    g->nq = L - g->lo;
+    g->q0 = p->sink < L ? p->sink : L;
+    g->q1 = L - p->recent > g->q0 ? L - p->recent : g->q0;
+}
 
-// The first sequences long enough, at most max_seq (0 = all) and MAX_SET_SEQ.
-static int32_t pick_sequences(const struct oscar_optr_params * p, const int32_t * seq_start, int32_t n_seq,
-                              int32_t max_seq, int32_t * idx) {
+#define MAX_SET_SEQ OSC_OPTR_MAX_SET_SEQ
+
+int32_t osc_optr_pick_sequences(const struct oscar_optr_params * p, const int32_t * seq_start, int32_t n_seq,
+                                int32_t max_seq, int32_t * idx) {
     int32_t n = 0;
     for (int32_t s = 0; s < n_seq && n < MAX_SET_SEQ && (max_seq == 0 || n < max_seq); s++)
         if (seq_start[s + 1] - seq_start[s] >= min_len(p)) {
@@ -156,7 +163,7 @@ static int32_t pick_sequences(const struct oscar_optr_params * p, const int32_t 
 
 int32_t oscar_optr_train_sequences(const struct oscar_optr_params * p, const int32_t * seq_start, int32_t n_seq,
                                    int32_t * idx) {
-    return pick_sequences(p, seq_start, n_seq, p->max_train_seq, idx);
+    return osc_optr_pick_sequences(p, seq_start, n_seq, p->max_train_seq, idx);
 }
 
 // Allocates one item's arrays and fills the rows (centred keys, values, queries).
@@ -168,11 +175,9 @@ static bool item_alloc(struct osc_optr_state * st, const struct oscar_optr_rows 
     const int32_t ngv = D / (st->p.v_quant.group_size > 0 ? st->p.v_quant.group_size : D);
     const int32_t ngm = ng > ngv ? ng : ngv;
     memset(it, 0, sizeof(*it));
-    it->L = L;
-    it->lo = L - st->p.qwin > 1 ? L - st->p.qwin : 1;
-    it->nq = L - it->lo;
-    it->q0 = st->p.sink < L ? st->p.sink : L;
-    it->q1 = L - st->p.recent > it->q0 ? L - st->p.recent : it->q0;
+    struct osc_optr_geom gm;
+    osc_optr_item_geom(&st->p, L, &gm);
+    it->L = L, it->lo = gm.lo, it->nq = gm.nq, it->q0 = gm.q0, it->q1 = gm.q1;
     const size_t LD = (size_t) L * D, nr = (size_t) (it->q1 - it->q0);
     float * kc = malloc(LD * sizeof(float)), * v = malloc(LD * sizeof(float));
     float * q = malloc((size_t) g * it->nq * D * sizeof(float));
@@ -238,7 +243,7 @@ static enum oscar_status prepare_set(struct osc_optr_state * st, int k, const st
                                      const float * k_mean, int32_t max_seq) {
     struct set_items * si = &st->sets[k];
     int32_t idx[MAX_SET_SEQ];
-    const int32_t n = pick_sequences(&st->p, r->seq_start, r->n_seq, max_seq, idx);
+    const int32_t n = osc_optr_pick_sequences(&st->p, r->seq_start, r->n_seq, max_seq, idx);
     if (n == 0)
         return osc_error(OSCAR_ERR_INVALID, "optr: layer %d: no %s sequence has the %d rows OptR needs (sink %d + "
                          "recent %d + 8)", (int) st->in.layer, k ? "held-out" : "training", (int) min_len(&st->p),
@@ -256,26 +261,38 @@ static enum oscar_status prepare_set(struct osc_optr_state * st, int k, const st
     return OSCAR_OK;
 }
 
-static bool finite_rows(const float * x, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return false;
-    return true;
+// Whether x [n] is all finite: fixed chunks in parallel (the answer does not depend on the threads).
+static bool finite_rows(const float * x, size_t n, int32_t nt) {
+    const size_t chunk = (size_t) 1 << 20, n_chunk = (n + chunk - 1) / chunk;
+    int bad = 0;
+    #pragma omp parallel for schedule(static) num_threads(nt) reduction(| : bad)
+    for (size_t c = 0; c < n_chunk; c++) {
+        const size_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
+        for (size_t i = c * chunk; i < end; i++) bad |= !isfinite(x[i]);
+    }
+    return !bad;
+}
+
+enum oscar_status osc_optr_check_finite(const struct oscar_optr_layer * in, int32_t n_threads) {
+    const struct oscar_optr_rows * sets[2] = {&in->train, &in->held};
+    const int32_t nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+    for (int k = 0; k < 2; k++) {
+        const size_t T = (size_t) sets[k]->seq_start[sets[k]->n_seq];
+        if (!finite_rows(sets[k]->q, T * in->n_head * in->head_dim, nt) ||
+            !finite_rows(sets[k]->k, T * in->n_head_kv * in->head_dim, nt) ||
+            !finite_rows(sets[k]->v, T * in->n_head_kv * in->head_dim, nt))
+            return osc_error(OSCAR_ERR_NUMERIC, "optr: layer %d: the %s rows hold a NaN or Inf", (int) in->layer,
+                             k ? "held-out" : "training");
+    }
+    return OSCAR_OK;
 }
 
 enum oscar_status osc_optr_prepare(const struct oscar_optr_layer * in, const struct oscar_optr_params * p,
                                    const float * k_mean, struct osc_optr_state ** out) {
     *out = NULL;
-    enum oscar_status rc = check(in, p);
-    if (rc != OSCAR_OK) return rc;
+    enum oscar_status rc = osc_optr_check(in, p);
+    if (rc != OSCAR_OK || (rc = osc_optr_check_finite(in, p->n_threads)) != OSCAR_OK) return rc;
     const struct oscar_optr_rows * sets[2] = {&in->train, &in->held};
-    for (int k = 0; k < 2; k++) {
-        const size_t T = (size_t) sets[k]->seq_start[sets[k]->n_seq];
-        if (!finite_rows(sets[k]->q, T * in->n_head * in->head_dim) ||
-            !finite_rows(sets[k]->k, T * in->n_head_kv * in->head_dim) ||
-            !finite_rows(sets[k]->v, T * in->n_head_kv * in->head_dim))
-            return osc_error(OSCAR_ERR_NUMERIC, "optr: layer %d: the %s rows hold a NaN or Inf", (int) in->layer,
-                             k ? "held-out" : "training");
-    }
     struct osc_optr_state * st = calloc(1, sizeof(*st));
     if (!st) return osc_error(OSCAR_ERR_NOMEM, "optr: out of memory");
     st->in = *in, st->p = *p;
@@ -421,6 +438,25 @@ void osc_optr_grad_a(const float * R_base, const double * A, const double * dR, 
         }
 }
 
+void osc_optr_adam(double * A, double * m, double * v, const double * g, size_t n, double n_heads, double lr,
+                   int32_t step) {
+    const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    const double bc1 = 1.0 - pow(b1, step + 1), bc2 = 1.0 - pow(b2, step + 1);
+    for (size_t e = 0; e < n; e++) { // the loss is the mean over heads (as the paper's .mean())
+        const double gr = g[e] / n_heads;
+        m[e] = b1 * m[e] + (1.0 - b1) * gr;
+        v[e] = b2 * v[e] + (1.0 - b2) * gr * gr;
+        A[e] -= (lr / bc1) * m[e] / (sqrt(v[e]) / sqrt(bc2) + eps);
+    }
+}
+
+const struct osc_optr_item * osc_optr_set_item(const struct osc_optr_state * st, bool held, int32_t h, int32_t s) {
+    const struct set_items * si = &st->sets[held ? 1 : 0];
+    return h < st->Hkv && s < si->n_seq ? &si->it[(size_t) h * si->n_seq + s] : NULL;
+}
+
+int32_t osc_optr_set_n_seq(const struct osc_optr_state * st, bool held) { return st->sets[held ? 1 : 0].n_seq; }
+
 // ---- the training loop -------------------------------------------------------------------------------
 struct adam {
     double * A, * m, * v;   // [Hkv, D, D]
@@ -449,21 +485,14 @@ static enum oscar_status run_phase(struct osc_optr_state * st, int phase, const 
     for (size_t i = 0; i < (size_t) (steps + 1) * Hkv; i++) held[i] = NAN;
     if ((rc = osc_optr_set_loss(st, phase, true, R, false, base_held, NULL)) != OSCAR_OK) goto out;
     for (int32_t h = 0; h < Hkv; h++) held[h] = best[h] = base_held[h], best_step[h] = -1;
-    const double b1 = 0.9, b2 = 0.999, eps = 1e-8, lr = st->p.lr;
     for (int32_t step = 0; step < steps; step++) {
         if ((rc = osc_optr_set_loss(st, phase, false, R, false, loss, dR)) != OSCAR_OK) goto out;
         memcpy(train + (size_t) step * Hkv, loss, (size_t) Hkv * sizeof(double));
-        const double bc1 = 1.0 - pow(b1, step + 1), bc2 = 1.0 - pow(b2, step + 1);
         #pragma omp parallel for schedule(static) num_threads(st->nt < Hkv ? st->nt : Hkv)
         for (int32_t h = 0; h < Hkv; h++) {
             double * g = gA + h * DD, * A = ad.A + h * DD, * m = ad.m + h * DD, * v = ad.v + h * DD;
             osc_optr_grad_a(base + h * DD, A, dR + h * DD, D, g, work + h * 13 * DD);
-            for (size_t e = 0; e < DD; e++) { // the loss is the mean over heads (as the paper's .mean())
-                const double gr = g[e] / mean_heads;
-                m[e] = b1 * m[e] + (1.0 - b1) * gr;
-                v[e] = b2 * v[e] + (1.0 - b2) * gr * gr;
-                A[e] -= (lr / bc1) * m[e] / (sqrt(v[e]) / sqrt(bc2) + eps);
-            }
+            osc_optr_adam(A, m, v, g, DD, mean_heads, st->p.lr, step);
             osc_optr_rotation(base + h * DD, A, D, R + h * DD, work + h * 13 * DD);
         }
         if (step % st->p.eval_every != 0 && step != steps - 1) continue;
@@ -494,12 +523,11 @@ void oscar_optr_result_free(struct oscar_optr_result * r) {
     memset(r, 0, sizeof(*r));
 }
 
-enum oscar_status oscar_optr_refine_layer(const struct oscar_optr_layer * in, const struct oscar_optr_params * p,
-                                          struct oscar_optr_result * r) {
+enum oscar_status osc_optr_result_init(const struct oscar_optr_layer * in, const struct oscar_optr_params * p,
+                                      struct oscar_optr_result * r) {
     memset(r, 0, sizeof(*r));
-    enum oscar_status rc = check(in, p);
+    enum oscar_status rc = osc_optr_check(in, p);
     if (rc != OSCAR_OK) return rc;
-    osc_blas_init();
     const int32_t Hkv = in->n_head_kv, D = in->head_dim, S = p->steps;
     const size_t HDD = (size_t) Hkv * D * D;
     r->n_head_kv = Hkv, r->head_dim = D, r->steps = S;
@@ -509,14 +537,22 @@ enum oscar_status oscar_optr_refine_layer(const struct oscar_optr_layer * in, co
     r->k_held = malloc((size_t) (S + 1) * Hkv * sizeof(double));
     r->v_held = malloc((size_t) (S + 1) * Hkv * sizeof(double));
     r->k_best = malloc((size_t) Hkv * sizeof(int32_t)), r->v_best = malloc((size_t) Hkv * sizeof(int32_t));
-    struct osc_optr_state * st = NULL;
     if (!r->k_rot || !r->v_rot || !r->k_mean || !r->k_train || !r->v_train || !r->k_held || !r->v_held ||
         !r->k_best || !r->v_best) {
-        rc = osc_error(OSCAR_ERR_NOMEM, "optr: out of memory");
-        goto out;
+        oscar_optr_result_free(r);
+        return osc_error(OSCAR_ERR_NOMEM, "optr: out of memory");
     }
     if (p->center && in->k_mean) memcpy(r->k_mean, in->k_mean, (size_t) Hkv * D * sizeof(float));
     else if (p->center) oscar_optr_key_mean(&in->train, Hkv, D, r->k_mean);
+    return OSCAR_OK;
+}
+
+enum oscar_status oscar_optr_refine_layer(const struct oscar_optr_layer * in, const struct oscar_optr_params * p,
+                                          struct oscar_optr_result * r) {
+    enum oscar_status rc = osc_optr_result_init(in, p, r);
+    if (rc != OSCAR_OK) return rc;
+    osc_blas_init();
+    struct osc_optr_state * st = NULL;
     if ((rc = osc_optr_prepare(in, p, p->center ? r->k_mean : NULL, &st)) != OSCAR_OK) goto out;
     r->n_train_seq = st->sets[0].n_seq, r->n_held_seq = st->sets[1].n_seq;
     if ((rc = run_phase(st, 0, in->k_rot_base, p->margin_k, r->k_rot, r->k_train, r->k_held, r->k_best)) != OSCAR_OK ||

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check.sh - the CUDA path on a GPU machine: build with CUDA=1, compare every
 # kernel with the CPU reference (tests/gpu/test-kernels: head dims 64/128/256, GQA
-# groups 1..16), compute-sanitizer memcheck on small cases (D 64, 128, 256), then
-# the benchmarks (bench-decode against every PyTorch SDPA backend and the measured
+# groups 1..16; the evaluator, the simulated cache, OptR: test-*-device), compute-sanitizer
+# memcheck on small cases (D 64, 128, 256), then the benchmarks (bench-decode against every PyTorch SDPA backend and the measured
 # read bandwidth). Ends with one PASS/FAIL line per check and the overall verdict.
 #
 #   bash tests/gpu/gpu-check.sh [--no-bench] [--seed N]
@@ -38,7 +38,8 @@ echo "gpu-check: make CUDA=1 -j$jobs"
 make CUDA=1 WERROR=1 -j"$jobs" >"$logdir/build.log" 2>&1 || { tail -40 "$logdir/build.log"; echo "gpu-check: BUILD FAILED"; exit 1; }
 libs="$(pkg-config --libs hdf5 openblas lapacke libpcre2-8 jansson libutf8proc libcurl libzstd zlib libcrypto 2>/dev/null) -lm -lpthread"
 cuda_home=$(dirname "$(dirname "$(command -v nvcc)")")
-for t in test-kernels test-verify-sim test-eval-device test-verify-kl-device test-fwd-kvsim bench-verify-device; do
+for t in test-kernels test-verify-sim test-eval-device test-verify-kl-device test-fwd-kvsim test-optr-device \
+         bench-verify-device; do
     cc -std=c11 -D_GNU_SOURCE -O2 -g -I. -Ilib -Wall -Wextra -Werror -fopenmp tests/gpu/$t.c build/liboscar.a \
         -o build/$t $libs -L"$cuda_home/lib64" -lcudart -lcublas -lstdc++ >>"$logdir/build.log" 2>&1 \
         || { tail -20 "$logdir/build.log"; echo "gpu-check: $t build failed"; exit 1; }
@@ -86,6 +87,12 @@ check test-fwd-kvsim
 memcheck "$logdir/memcheck-kvsim.log" ./build/test-fwd-kvsim --small "${seed_args[@]}" \
     && result "memcheck test-fwd-kvsim --small" PASS \
     || result "memcheck test-fwd-kvsim --small (see $logdir/memcheck-kvsim.log)" FAIL
+
+echo "gpu-check: test-optr-device (OptR on the GPU vs the CPU reference: lockstep, control, free-running)"
+check test-optr-device
+memcheck "$logdir/memcheck-optr.log" ./build/test-optr-device --small "${seed_args[@]}" \
+    && result "memcheck test-optr-device --small" PASS \
+    || result "memcheck test-optr-device --small (see $logdir/memcheck-optr.log)" FAIL
 
 echo "gpu-check: compute-sanitizer memcheck (small cases: D 64, 128, 256; GQA 3, 4, 16)"
 memcheck "$logdir/memcheck.log" ./build/test-kernels --small "${seed_args[@]}" \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gpu-optr-pass.sh - on the GPU machine: --refine optr inside the CUDA layer-major pass (the
-# training rows copied to the host by the capture hook, OptR on the CPU):
+# training rows copied to the host by the capture hook, then each layer's OptR on the GPU:
+# kernels/optr-device.cu; its agreement with the CPU in test-optr-device, its time in gpu-optr-bench.sh):
 #   1. SmolLM2 (MODEL.gguf, CALIB.txt): in the pass == from the store the same pass wrote, byte for byte;
 #   2. the Qwen3-8B shape, random weights on the device, 8192 tokens: the host rows line, the
 #      refine time (timing line) and peak RSS, with one training sequence.
