@@ -671,5 +671,5 @@ int main(int argc, char ** argv) {
     r.p.grouping = OSCAR_GROUP_AUTO; // the tool's default (the library's stays layer)
     int rc = parse(argc, argv, &r.o, &r.p);    // 0. the options (usage errors: 2, before any rank starts)
     if (rc) return rc;
-    return r.o.ranks > 1 ? run_ranks(&r) : run_steps(&r, &argc, &argv);
+    return r.o.ranks > 0 ? run_ranks(&r) : run_steps(&r, &argc, &argv);   // --ranks 1 too: its engine
 }

@@ -111,9 +111,11 @@ timeout 300 $CAL "${search[@]}" --rotation-grouping layer --ranks 2 -o "$work/s-
 if cmp "$work/s-layer2/oscar.safetensors" "$work/s-threads2/oscar.safetensors"; then
     echo "search layer: --ranks 2 == mpirun -np 2 (the finishing split on CUDA in one process)"
 else fail "search layer: --ranks 2 differs from mpirun -np 2"; fi
-OSCAR_DP=nccl timeout 300 $CAL "${args[@]}" --ranks 1 -o "$work/nccl-threads1" 2>"$logdir/nccl-threads1.err" \
+# --ranks 1 is a group of one thread (not the one-process path): ncclCommInitAll over GPU 0
+OSCAR_DP=nccl timeout 300 $CAL "${args[@]}" --ranks 1 -v -o "$work/nccl-threads1" 2>"$logdir/nccl-threads1.err" \
     || fail "OSCAR_DP=nccl --ranks 1"
 if cmp "$work/single/oscar.safetensors" "$work/nccl-threads1/oscar.safetensors"; then
+    grep -q "(nccl): CUDA device" "$logdir/nccl-threads1.err" || fail "OSCAR_DP=nccl --ranks 1 did not use the NCCL engine"
     echo "OSCAR_DP=nccl --ranks 1 (ncclCommInitAll) == one process"
 else fail "OSCAR_DP=nccl --ranks 1 differs from one process"; fi
 for np in 2 4 8; do   # several GPUs: NCCL's in-process ranks against its mpirun ranks

@@ -2,7 +2,7 @@
 # test-calibrate-ranks.sh - oscar-calibrate --ranks N: the data-parallel ranks as
 # threads of one process (lib/calibrate/dp-threads.c) on SmolLM2-135M with a small
 # budget, against the single-process run of the same arguments:
-#   - --ranks 2 and 3 with block-aligned shares: artifact byte-identical (the finishing
+#   - --ranks 1 (a group of one thread), 2 and 3 with block-aligned shares: artifact byte-identical (the finishing
 #     split too: the gate over 3 ranks); --sign-search with per-KV-head rotations
 #   - shares off the 128-token block grid: byte-identical to mpirun -np 3 (the same
 #     engine bytes in the same rank order) when mpirun is there
@@ -20,6 +20,8 @@ same() { for f in oscar.safetensors oscar.json README.md; do cmp -s "$1/$f" "$2/
 
 # 1. one process, then --ranks 2 and 3 (3 batches of 2 x 128 tokens each: shares on the block grid)
 "$CAL" "${ARGS[@]}" -q -o "$T/ref" || fail "single-process run failed"
+"$CAL" "${ARGS[@]}" --ranks 1 -q -o "$T/r1" || fail "--ranks 1 failed"   # a group of one thread
+same "$T/ref" "$T/r1" "--ranks 1 vs one process"
 "$CAL" "${ARGS[@]}" --ranks 2 -q -o "$T/r2" > "$T/r2.log" 2>&1 || fail "--ranks 2 failed: $(tail -5 "$T/r2.log")"
 same "$T/ref" "$T/r2" "--ranks 2 vs one process"
 [ -s "$T/r2.log" ] && fail "--ranks 2 with -q printed: $(head -5 "$T/r2.log")"
