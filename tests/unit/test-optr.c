@@ -363,6 +363,7 @@ static void test_head_part_bit_exact(void ** state) {
     in.n_head_kv_layer = 0;   // a layer of its own: the mean over one head, another step
     assert_int_equal(oscar_optr_refine_layer(&in, &f.p, &part), OSCAR_OK);
     assert_true(memcmp(part.k_rot, all.k_rot + h0 * D * D, D * D * sizeof(float)) != 0);
+    oscar_optr_result_free(&part);
     in.n_head_kv_layer = -1;
     assert_int_equal(oscar_optr_refine_layer(&in, &f.p, &part), OSCAR_ERR_INVALID);
     oscar_optr_result_free(&all);
