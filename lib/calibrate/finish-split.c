@@ -266,9 +266,7 @@ enum oscar_status osc_calib_split_candidate(struct osc_calib_split * s, struct o
     return st;
 }
 
-enum oscar_status osc_calib_split_finish(struct osc_calib_split * s, struct oscar_calib_finisher * fin,
-                                         const struct oscar_calib_heldout * h, int32_t l) {
-    (void) h;
+enum oscar_status osc_calib_split_finish(struct osc_calib_split * s, struct oscar_calib_finisher * fin, int32_t l) {
     struct oscar_calib_timing * t = fin->t;
     double t0 = osc_now();
     enum oscar_status st = s->final_grid ? grid_round(s, fin->ev, l, &fin->fit, &fin->clip) : OSCAR_OK;

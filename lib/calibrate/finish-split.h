@@ -45,9 +45,8 @@ enum oscar_status osc_calib_split_candidate(struct osc_calib_split * s, struct o
                                             struct oscar_calib_fit * f, struct oscar_calib_clip * c,
                                             struct oscar_calib_timing * t);
 // Rank 0, in place of the clip search and gate of layer l: fin's layer rotations final, its
-// evaluator on layer l's rows h (finish.c).
-enum oscar_status osc_calib_split_finish(struct osc_calib_split * s, struct oscar_calib_finisher * fin,
-                                         const struct oscar_calib_heldout * h, int32_t l);
+// evaluator on layer l's rows (finish.c; every rank has them from osc_calib_split_rows).
+enum oscar_status osc_calib_split_finish(struct osc_calib_split * s, struct oscar_calib_finisher * fin, int32_t l);
 // The other ranks: their part of layer l (its rows arrive into h's slot).
 enum oscar_status osc_calib_split_work(struct osc_calib_split * s, struct oscar_calib_heldout * h, int32_t l);
 // Bytes this rank has sent and received for the split so far (every stage).

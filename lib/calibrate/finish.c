@@ -77,7 +77,7 @@ enum oscar_status oscar_calib_finish_layer(struct oscar_calib_finisher * fin, co
     if (st == OSCAR_OK && p->refine_optr)
         st = oscar_calib_refine_layer(fin->dp, fin->store, fin->optr_rows, fin->plan, h, p, l, &fin->fit, &fin->refine,
                                       fin->t);
-    if (st == OSCAR_OK && fin->split) st = osc_calib_split_finish(fin->split, fin, h, l); // with the other ranks
+    if (st == OSCAR_OK && fin->split) st = osc_calib_split_finish(fin->split, fin, l); // with the other ranks
     if (st == OSCAR_OK && !fin->split && (!autog || p->refine_optr))   // auto without OptR: the chosen candidate's clips
         st = oscar_calib_clip_layer(fin->ev, p, l, &fin->fit, &fin->clip, fin->t);
     // auto without OptR keeps a candidate as grouping.c scored it: its error is the gate's OSCAR error
