@@ -298,11 +298,6 @@ static int parse(int argc, char ** argv, struct opts * o, struct oscar_calib_par
         }
         p->capture_bf16 = true;
     }
-    if (on_cuda(o) && p->refine_optr && p->optr_center) { // before the pass, not at its first layer's gate
-        fprintf(stderr, "oscar-calibrate: --device cuda --refine optr: the device evaluator (clip search, gate) takes "
-                        "no key mean yet; add --no-optr-center, or calibrate centred OptR on the cpu\n");
-        return 2;
-    }
     if ((int64_t) p->batch * p->seq_len > MAX_SEQ) {
         fprintf(stderr, "oscar-calibrate: --batch x --seq-len = %lld tokens per forward call, more than %d\n",
                 (long long) p->batch * p->seq_len, MAX_SEQ);

@@ -44,6 +44,7 @@ struct oscar_backend_eval {
     float * ob;                      // device [max_cand + 1][T, Hq, D]: 0 the exact output, then variants
     float * y;                       // device [T, C]
     float * rot;                     // device [2 (K, V)][2 (R, Rᵀ)][Hkv, D, D]
+    float * mu;                      // device [Hkv, D]: the key mean of the current method, if it has one
     float * h_rot;                   // host staging [2][Hkv, D, D]
     int32_t * clip_idx, * h_clip;    // device / host [max_cand, Hkv]
     double * part;                   // device [max_cand + 1][EV_PARTS]
@@ -182,6 +183,7 @@ static enum oscar_status check_method(const struct oscar_backend_eval * e, const
             !kv[i]->clip || (kv[i]->n_clip != 1 && kv[i]->n_clip != e->s.n_head_kv))
             return osc_error(OSCAR_ERR_INVALID, "cuda layer eval: %s rotation / clip arrays missing or mis-shaped",
                              i ? "V" : "K");
+    if (m->v.mu) return osc_error(OSCAR_ERR_INVALID, "cuda layer eval: a mean is subtracted from keys only");
     return OSCAR_OK;
 }
 
@@ -214,6 +216,10 @@ static enum oscar_status transform(struct oscar_backend_eval * e, const struct o
         }
     int32_t * clip = e->clip_idx + (is_k ? 0 : e->s.max_cand * Hkv);
     OSCAR_CUDA_CHECK(cudaMemcpyAsync(clip, e->h_clip, (size_t) n_cand * Hkv * sizeof(int32_t), cudaMemcpyHostToDevice, e->stream));
+    if (kv->mu) {
+        OSCAR_CUDA_CHECK(cudaMemcpyAsync(e->mu, kv->mu, (size_t) Hkv * D * sizeof(float), cudaMemcpyHostToDevice, e->stream));
+        a.mu = e->mu;
+    }
     const enum oscar_clip_algo ca = m->int2.clip_algo;
     a.x = is_k ? e->k : e->v, a.int2_row = e->int2_row, a.clip_idx = clip, a.n_cand = n_cand;
     a.sym = m->int2.scheme == OSCAR_INT2_SYM;
@@ -245,7 +251,7 @@ static enum oscar_status fetch_acc(struct oscar_backend_eval * e, int n) {
 
 extern "C" void osc_cuda_eval_free(struct oscar_backend_eval * e) {
     if (!e) return;
-    void * dev[] = {e->q, e->k, e->v, e->wo, e->int2_row, e->kb, e->vb, e->z, e->ob, e->y, e->rot, e->clip_idx,
+    void * dev[] = {e->q, e->k, e->v, e->wo, e->int2_row, e->kb, e->vb, e->z, e->ob, e->y, e->rot, e->mu, e->clip_idx,
                     e->part, e->acc};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     osc_quad_free(&e->quad);
@@ -297,6 +303,7 @@ extern "C" enum oscar_status osc_cuda_eval_open(const struct oscar_eval_shape * 
     OSCAR_CUDA_TRY(dmalloc(&e->ob, nb * T * Hq * D));
     OSCAR_CUDA_TRY(dmalloc(&e->y, T * C));
     OSCAR_CUDA_TRY(dmalloc(&e->rot, 4 * Hkv * DD));
+    OSCAR_CUDA_TRY(dmalloc(&e->mu, Hkv * D));
     OSCAR_CUDA_TRY(dmalloc(&e->clip_idx, 2 * (size_t) s->max_cand * Hkv));
     OSCAR_CUDA_TRY(dmalloc(&e->part, nb * EV_PARTS));
     OSCAR_CUDA_TRY(dmalloc(&e->acc, (size_t) e->n_acc));

@@ -44,14 +44,16 @@ struct oscar_eval_layer {
     int32_t window;             // the layer's sliding window (query t sees keys t - window < p <= t); 0 = full causal
 };
 enum oscar_eval_rot { OSCAR_EVAL_ROT_IDENTITY = 0, OSCAR_EVAL_ROT_HADAMARD = 1, OSCAR_EVAL_ROT_MATRIX = 2 };
-// How one of K / V is stored by a method, for this layer: y = bf16(x.R) (hp_bf16), the
-// HP value y.R^T, the INT2 value Q(y).R^T with clip ratio clip[c * n_clip + head] (0 = none).
+// How one of K / V is stored by a method, for this layer: y = bf16((x - mu).R) (hp_bf16), the
+// HP value y.R^T + mu, the INT2 value Q(y).R^T + mu with clip ratio clip[c * n_clip + head]
+// (0 = none).
 struct oscar_eval_kv {
     enum oscar_eval_rot rot;
     const float * rot_mat;      // [n_rot, D, D] (MATRIX), n_rot 1 or Hkv
     int32_t n_rot;
     const double * clip;        // [n_cand, n_clip]
     int32_t n_clip;             // 1 or Hkv
+    const float * mu;           // [Hkv, D] the key mean of a centring method (K only), or NULL
 };
 struct oscar_eval_method {
     struct oscar_int2_params int2;   // ASYM or SYM, group size, meta dtype, clip algorithm

@@ -88,9 +88,9 @@ static enum oscar_status check_device_tf(const struct oscar_eval_dev * ev, const
     enum oscar_status st = oscar_kv_transform_check(tf);
     if (st != OSCAR_OK) return st;
     if (tf->quant != OSCAR_KVQ_INT2 || tf->int2.scheme == OSCAR_INT2_LLOYD_MAX || tf->int2.bf16_dequant ||
-        tf->k_mean || tf->tiers.mode == OSCAR_TIERS_DECODE || tf->tiers.block > 1)
+        tf->tiers.mode == OSCAR_TIERS_DECODE || tf->tiers.block > 1)
         return osc_error(OSCAR_ERR_UNSUPPORTED,
-                         "layer eval (%s): method '%s' needs INT2 ASYM/SYM, no bf16 dequantization, no key mean and a "
+                         "layer eval (%s): method '%s' needs INT2 ASYM/SYM, no bf16 dequantization and a "
                          "query-independent tiering (NONE or STATIC)", ev->be->name, tf->name);
     if (tf->n_head_kv != ev->shape.n_head_kv || tf->head_dim != ev->shape.head_dim || ev->in.layer >= tf->n_layer)
         return osc_error(OSCAR_ERR_INVALID, "layer eval: method '%s' does not fit layer %d", tf->name, ev->in.layer);
@@ -129,6 +129,7 @@ static struct oscar_eval_kv method_kv(const struct oscar_eval_dev * ev, const st
     // the layer's block of n_rot matrices (the device reads [n_rot, D, D])
     const int32_t l = ev->in.layer;
     if (mat) kv.rot_mat = is_k ? oscar_rotations_k(&tf->rots, l, 0) : oscar_rotations_v(&tf->rots, l, 0);
+    if (is_k) kv.mu = oscar_kv_transform_k_mean(tf, l, 0);
     return kv;
 }
 

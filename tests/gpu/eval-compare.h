@@ -1,6 +1,6 @@
 // eval-compare.h - shared by tests/unit/test-eval-device.c (backend "cpu") and
 // tests/gpu/test-eval-device.c (backend "cuda"): random held-out layers and the
-// gate / clip-search methods of calibrate, evaluated through verify/eval-device.h
+// gate / clip-search methods of calibrate (with and without a key mean), evaluated through verify/eval-device.h
 // on a backend and directly through lib/verify (the reference), with the largest
 // relative difference over every returned number.
 #include <math.h>
@@ -41,6 +41,7 @@ struct ec_case {
     enum oscar_clip_algo clip_algo;
     float attn_scale;   // the score scale (0 = 1/sqrt(D); Gemma 3's query_pre_attn_scalar^-1/2)
     int32_t window;     // a sliding layer's window (0 = full causal)
+    int32_t centred;    // 1: keys carry a per-channel offset and the OSCAR methods subtract the key mean
 };
 
 static double ec_rel(double a, double b) {
@@ -67,6 +68,14 @@ static enum oscar_status ec_run(const char * backend, const struct ec_case * cs,
     for (size_t i = 0; i < nq; i++) q[i] = (float) (1.5 * xn_normal());
     for (size_t i = 0; i < nk; i++) k[i] = (float) (xn_normal() * ((i % (size_t) D) % 13 == 5 ? 5.0 : 1.0));
     for (size_t i = 0; i < nk; i++) v[i] = (float) xn_normal();
+    // centred: an offset per (KV head, channel) on every key, and its mean (as OptR's centring measures it)
+    float * km = cs->centred ? calloc((size_t) Hkv * D, sizeof(float)) : NULL;
+    for (int32_t c = 0; km && c < Hkv * D; c++) {
+        const float off = (float) (3.0 * xn_normal());
+        double s = 0.0;
+        for (int32_t t = 0; t < T; t++) k[(size_t) t * Hkv * D + c] += off, s += (double) k[(size_t) t * Hkv * D + c];
+        km[c] = (float) (s / T);
+    }
     for (size_t i = 0; i < (size_t) C * Hq * D; i++) wo[i] = (float) (xn_normal() / sqrt((double) (Hq * D)));
     ec_orthogonal(rk, Hkv, D);
     ec_orthogonal(rv, Hkv, D);
@@ -89,6 +98,7 @@ static enum oscar_status ec_run(const char * backend, const struct ec_case * cs,
                                        vc, &tf[m]);
         tf[m].int2.clip_algo = cs->clip_algo;
         if (m == 1) tf[m].k_clip = 0.96, tf[m].v_clip = 0.92;
+        if (m >= 2) tf[m].k_mean = km;   // the OSCAR methods (NULL unless centred)
     }
     if (st == OSCAR_OK) st = oscar_eval_dev_open(backend, &shape, 0, &ev);
     if (st == OSCAR_OK) st = oscar_eval_dev_layer(ev, &in);
@@ -142,6 +152,6 @@ static enum oscar_status ec_run(const char * backend, const struct ec_case * cs,
         }
     }
     oscar_eval_dev_free(ev);
-    free(q); free(k); free(v); free(wo); free(rk); free(rv);
+    free(q); free(k); free(v); free(wo); free(rk); free(rv); free(km);
     return st;
 }

@@ -2,10 +2,9 @@
 # gpu-optr-bench.sh - on the GPU machine: OptR's refine stage on CUDA against the CPU path, the
 # Qwen3-8B shape (36 layers x 8 KV heads, head_dim 128):
 #   1. oscar-calibrate --device cuda --random-init qwen3-8b --tokens 30720 -c 2048 -b 15 --heldout 1
-#      --clip 0.96,0.92 --refine optr --no-optr-center -v: every layer refined on the GPU (15 training
-#      sequences of 2048 rows, 80 + 80 Adam steps); the timing lines (refine), each layer's device
-#      breakdown, peak device memory and host RSS. Without centring: the CUDA layer evaluator (the
-#      gate after OptR) refuses a key mean (verify/eval-device.h), so a centred run stops at the gate;
+#      --clip 0.96,0.92 --refine optr -v: every layer refined on the GPU (15 training sequences of
+#      2048 rows, 80 + 80 Adam steps, keys centred), its gate on the GPU; the timing lines (refine),
+#      each layer's device breakdown, peak device memory and host RSS;
 #   2. build/test-optr-device --bench: one layer of that shape on the GPU (80 + 80 steps) and on
 #      the CPU for --cpu-steps steps per phase, extrapolated to 80 (the CPU path would take far
 #      longer than this machine's lease for 36 layers), and 2 lockstep steps per phase.
@@ -33,7 +32,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 
 echo "== 1. oscar-calibrate --device cuda --refine optr, Qwen3-8B shape, 30720 tokens"
 /usr/bin/time -v timeout 300 build/bin/oscar-calibrate --device cuda --random-init qwen3-8b --tokens 30720 -c 2048 \
-    -b 15 --heldout 1 --clip 0.96,0.92 --refine optr --no-optr-center -o "$work/q8b" -v >"$logdir/calibrate.out" 2>"$logdir/calibrate.err" \
+    -b 15 --heldout 1 --clip 0.96,0.92 --refine optr -o "$work/q8b" -v >"$logdir/calibrate.out" 2>"$logdir/calibrate.err" \
     || { echo "FAIL: oscar-calibrate: $(tail -3 "$logdir/calibrate.err")"; rc=1; }
 grep -E "^timing|keeps one layer|peak|Elapsed|Maximum resident|cuda optr layer (0|17|35):|optr layer (0|35):" \
     "$logdir/calibrate.err" | cut -c1-300

@@ -22,7 +22,7 @@ rc=0
 fail() { echo "FAIL: $*"; rc=1; }
 
 echo "== 1. SmolLM2 on cuda: in the pass vs the store"
-A=(-m "$MODEL" --device cuda --sink 32 --recent 128 --tokens 4096 -c 512 --heldout 2 --refine optr --optr-train-seq 2 --no-optr-center)   # the device evaluator takes no key mean yet
+A=(-m "$MODEL" --device cuda --sink 32 --recent 128 --tokens 4096 -c 512 --heldout 2 --refine optr --optr-train-seq 2)
 $CAL "${A[@]}" -f "$CORPUS" --save-activations "$work/s.h5" -o "$work/a" 2>"$logdir/pass.log" || fail "pass: $(tail -3 "$logdir/pass.log")"
 $CAL "${A[@]}" --from-activations "$work/s.h5" -o "$work/b" 2>"$logdir/store.log" || fail "store: $(tail -3 "$logdir/store.log")"
 for f in oscar.safetensors oscar.json README.md; do
@@ -32,7 +32,7 @@ grep -h "^timing\|keeps one layer" "$logdir/pass.log"
 
 echo "== 2. Qwen3-8B shape, random weights on the device, 8192 tokens, one training sequence"
 /usr/bin/time -v $CAL --device cuda --random-init qwen3-8b --tokens 8192 -c 2048 -b 2 --heldout 1 --clip 0.96,0.92 \
-    --refine optr --optr-train-seq 1 --no-optr-center -o "$work/q" 2>"$logdir/qwen3.log" || fail "qwen3-8b shape: $(tail -3 "$logdir/qwen3.log")"
+    --refine optr --optr-train-seq 1 -o "$work/q" 2>"$logdir/qwen3.log" || fail "qwen3-8b shape: $(tail -3 "$logdir/qwen3.log")"
 grep -h "^timing\|keeps one layer\|Maximum resident\|peak device" "$logdir/qwen3.log"
 rm -rf "$work"
 [ $rc = 0 ] && echo "gpu-optr-pass: ok"

@@ -2,7 +2,8 @@
 // the "cuda" backend (kernels/layer-eval.cu) against lib/verify on the CPU, over
 // head dims 32..256, GQA 1..4, one to three sequences, NONE/STATIC tierings,
 // fp32/bf16/fp16 metadata, group sizes D and 32, sort and bisection clips, and
-// the naive / Hadamard / OSCAR (per-layer, per-head, searched clips) methods.
+// the naive / Hadamard / OSCAR (per-layer, per-head, searched clips) methods, the
+// OSCAR ones also with a key mean (OptR's centring) on keys offset per channel.
 //
 //   test-eval-device [--seed N] [--small]   exit 0 pass, 1 fail, 77 no CUDA backend
 // --small: only the cases of <= 80 rows (for compute-sanitizer).
@@ -31,20 +32,25 @@ int main(int argc, char ** argv) {
     printf("seed %llu\n", (unsigned long long) seed);
     const struct ec_case cases[] = {
         {"smollm2-like", 64, 9, 3, 576, 2, {300, 129, 0}, OSCAR_TIERS_STATIC, 8, 32, 0, OSCAR_META_F32,
-         OSCAR_CLIP_SORT, 0.0f, 0},
+         OSCAR_CLIP_SORT, 0.0f, 0, 0},
         {"qwen3-like", 128, 32, 8, 1024, 1, {700, 0, 0}, OSCAR_TIERS_STATIC, 64, 256, 32, OSCAR_META_BF16,
-         OSCAR_CLIP_SORT, 0.0f, 0},
+         OSCAR_CLIP_SORT, 0.0f, 0, 0},
         {"small-f16-bisect", 128, 8, 2, 256, 2, {40, 23, 0}, OSCAR_TIERS_STATIC, 4, 8, 0, OSCAR_META_F16,
-         OSCAR_CLIP_BISECT, 0.0f, 0},
-        {"d32-none", 32, 4, 4, 128, 3, {50, 17, 13}, OSCAR_TIERS_NONE, 0, 0, 0, OSCAR_META_F32, OSCAR_CLIP_SORT, 0.0f, 0},
+         OSCAR_CLIP_BISECT, 0.0f, 0, 0},
+        {"d32-none", 32, 4, 4, 128, 3, {50, 17, 13}, OSCAR_TIERS_NONE, 0, 0, 0, OSCAR_META_F32, OSCAR_CLIP_SORT, 0.0f, 0, 0},
         {"d256-mqa", 256, 4, 1, 256, 1, {64, 0, 0}, OSCAR_TIERS_STATIC, 4, 16, 64, OSCAR_META_BF16,
-         OSCAR_CLIP_SORT, 0.0f, 0},
+         OSCAR_CLIP_SORT, 0.0f, 0, 0},
         // Gemma 3 27B's head_dim 128 and query_pre_attn_scalar 168 (the score scale 168^-1/2, not 128^-1/2)
         {"gemma3-scale", 128, 8, 4, 256, 2, {60, 19, 0}, OSCAR_TIERS_STATIC, 4, 8, 0, OSCAR_META_F32, OSCAR_CLIP_SORT,
-         0.0771516749810459862f, 0},
+         0.0771516749810459862f, 0, 0},
         // a Gemma 3 local layer: a window of 16 keys, shorter than both sequences (softmax and logit sums in it)
         {"gemma3-window", 128, 8, 4, 256, 2, {60, 19, 0}, OSCAR_TIERS_STATIC, 4, 8, 0, OSCAR_META_F32, OSCAR_CLIP_SORT,
-         0.0771516749810459862f, 16},
+         0.0771516749810459862f, 16, 0},
+        // keys offset per channel, the OSCAR methods centred (OptR's k_mean): Qwen3's shape, fp16 groups of 32
+        {"qwen3-centred", 128, 8, 2, 256, 2, {90, 41, 0}, OSCAR_TIERS_STATIC, 4, 16, 32, OSCAR_META_F16,
+         OSCAR_CLIP_SORT, 0.0f, 0, 1},
+        {"d64-centred", 64, 4, 2, 128, 2, {40, 30, 0}, OSCAR_TIERS_STATIC, 4, 8, 0, OSCAR_META_F32, OSCAR_CLIP_BISECT,
+         0.0f, 0, 1},
     };
     int fail = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {

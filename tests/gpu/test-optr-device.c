@@ -43,7 +43,10 @@
 //     value within an ulp of a code boundary takes the other code on one side (the quantizer is
 //     bit-exact, part 1, so only its input differs); each such code is counted (|Δc| ~ 1 in the
 //     code residuals, ~1e-6 otherwise) and reported. One flipped code moves an item's loss by
-//     ~1/(rows·D) and one column of its gradient by ~1/sqrt(rows) of it.
+//     ~1/(rows·D) and one column of its gradient by ~1/sqrt(rows) of it. The same holds for a
+//     group's fp16 / bf16 scale or zero whose fp32 value lies within an ulp of a rounding midpoint:
+//     it rounds to the other neighbour (a half-precision ulp, 2^-11 or 2^-8 relative), which moves
+//     every residual of the group by ~1e-3; counted apart and given the same bounds.
 //   the optimizer step from the same state               R 1e-6 absolute (fp32 of fp64 results),
 //                                                        A, m, v 1e-12 absolute (fp64)
 #include <math.h>
@@ -243,22 +246,29 @@ static void layer_free(struct layer * l) {
 struct lock {
     double loss, grad;          // worst relative differences at evaluations without a code flip
     double loss_f, grad_f;      // the same at evaluations where codes flipped
-    int64_t flips, evals, evals_flipped;
+    int64_t flips, meta, evals, evals_flipped;   // codes flipped, residuals moved by a half-precision flip
     double step_rot, step_a;    // optimizer step from the same state: max |ΔR|, max |ΔA|, |Δm|, |Δv|
 };
 
 static double rel(double a, double ref) { return fabs(a - ref) / fmax(fabs(ref), 1e-300); }
 
 // Codes that differ between the CPU's set (its items' residuals) and the GPU's c: |Δc| is ~1 for a
-// flipped code, ~1e-6 otherwise.
-static int64_t count_flips(const struct osc_optr_state * st, bool held, int32_t Hkv, int32_t D, const float * c) {
+// flipped code, ~1e-6 otherwise. A group whose fp16 / bf16 scale or zero rounded to the other
+// neighbour (its fp32 input within an ulp of the midpoint) moves its residuals by |Δc| ~ 1e-3
+// (a half-precision ulp times the code): counted apart, in *meta, one per element.
+static int64_t count_flips(const struct osc_optr_state * st, bool held, int32_t Hkv, int32_t D, const float * c,
+                           int64_t * meta) {
     int64_t flips = 0;
     const float * g = c;
     for (int32_t s = 0; s < osc_optr_set_n_seq(st, held); s++)
         for (int32_t h = 0; h < Hkv; h++) {
             const struct osc_optr_item * it = osc_optr_set_item(st, held, h, s);
             const size_t n = (size_t) (it->q1 - it->q0) * D;
-            for (size_t i = 0; i < n; i++) flips += fabsf(g[i] - it->lin.c[i]) > 0.5f;
+            for (size_t i = 0; i < n; i++) {
+                const float d = fabsf(g[i] - it->lin.c[i]);
+                flips += d > 0.5f;
+                *meta += d > 1e-4f && d <= 0.5f;
+            }
             g += n;
         }
     return flips;
@@ -281,7 +291,8 @@ static enum oscar_status eval_both(struct osc_optr_state * st, struct osc_cuda_o
     enum oscar_status e = osc_optr_set_loss(st, phase, held, R, false, lc, held ? NULL : dRc);
     if (e == OSCAR_OK) e = osc_cuda_optr_loss(dv, phase, held, R, lg, held ? NULL : dRg, cg);
     if (e != OSCAR_OK) return e;
-    const int64_t flips = count_flips(st, held, Hkv, D, cg);
+    int64_t meta = 0;
+    const int64_t flips = count_flips(st, held, Hkv, D, cg, &meta);
     const size_t DD = (size_t) D * D;
     double wl = 0.0, wg = 0.0;
     for (int32_t h = 0; h < Hkv; h++) {
@@ -291,8 +302,8 @@ static enum oscar_status eval_both(struct osc_optr_state * st, struct osc_cuda_o
         for (size_t i = h * DD; i < (h + 1) * DD; i++) n2 += dRc[i] * dRc[i], d2 += (dRg[i] - dRc[i]) * (dRg[i] - dRc[i]);
         wg = fmax(wg, sqrt(d2 / fmax(n2, 1e-300)));
     }
-    k->evals++, k->flips += flips;
-    if (flips) k->evals_flipped++, k->loss_f = fmax(k->loss_f, wl), k->grad_f = fmax(k->grad_f, wg);
+    k->evals++, k->flips += flips, k->meta += meta;
+    if (flips || meta) k->evals_flipped++, k->loss_f = fmax(k->loss_f, wl), k->grad_f = fmax(k->grad_f, wg);
     else k->loss = fmax(k->loss, wl), k->grad = fmax(k->grad, wg);
     return OSCAR_OK;
 }
@@ -366,9 +377,10 @@ static bool lock_ok(const struct lock * k) {
 
 static void print_lock(const char * tag, const char * name, const struct lock * k, bool ok) {
     printf("%s %s(%s): %lld evaluations at the CPU's rotations: losses rel %.2e (bound %.0e), gradients rel %.2e (%.0e); "
-           "%lld codes flipped in %lld evaluations (losses %.2e, gradients %.2e; bounds %.0e, %.0e); optimizer step "
+           "%lld codes flipped, %lld residuals moved by a metadata rounding flip, in %lld evaluations (losses %.2e, gradients %.2e; bounds %.0e, %.0e); optimizer step "
            "from the CPU's state: R %.2e (%.0e), A/m/v %.2e (%.0e)\n", ok ? "ok  " : "FAIL", tag, name,
-           (long long) k->evals, k->loss, B_LOSS, k->grad, B_GRAD, (long long) k->flips, (long long) k->evals_flipped,
+           (long long) k->evals, k->loss, B_LOSS, k->grad, B_GRAD, (long long) k->flips, (long long) k->meta,
+           (long long) k->evals_flipped,
            k->loss_f, k->grad_f, B_LOSS_FLIP, B_GRAD_FLIP, k->step_rot, B_STEP_ROT, k->step_a, B_STEP_A);
 }
 

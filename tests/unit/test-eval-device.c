@@ -13,7 +13,7 @@
 static void test_cpu_equals_lib_verify(void ** state) {
     (void) state;
     const struct ec_case cs = {"cpu", 64, 6, 2, 192, 2, {70, 33, 0}, OSCAR_TIERS_STATIC, 4, 16, 0, OSCAR_META_BF16,
-                               OSCAR_CLIP_SORT, 0.0f, 0};
+                               OSCAR_CLIP_SORT, 0.0f, 0, 0};
     double rel = 1.0;
     int det = 0;
     assert_int_equal(ec_run("cpu", &cs, 3, &rel, &det), OSCAR_OK);
@@ -21,13 +21,18 @@ static void test_cpu_equals_lib_verify(void ** state) {
     assert_true(det);
     // with Gemma 3's score scale (query_pre_attn_scalar 24 at head_dim 64) through the shape and the layer
     const struct ec_case gs = {"cpu", 64, 4, 2, 128, 2, {40, 21, 0}, OSCAR_TIERS_STATIC, 4, 8, 0, OSCAR_META_F32,
-                               OSCAR_CLIP_SORT, 0.2041241452f, 0};
+                               OSCAR_CLIP_SORT, 0.2041241452f, 0, 0};
     assert_int_equal(ec_run("cpu", &gs, 5, &rel, &det), OSCAR_OK);
     assert_true(rel == 0.0 && det);
     // a sliding layer (window 12 < both sequences) through the layer input
     const struct ec_case ws = {"cpu", 64, 4, 2, 128, 2, {40, 21, 0}, OSCAR_TIERS_STATIC, 4, 8, 0, OSCAR_META_F32,
-                               OSCAR_CLIP_SORT, 0.2041241452f, 12};
+                               OSCAR_CLIP_SORT, 0.2041241452f, 12, 0};
     assert_int_equal(ec_run("cpu", &ws, 5, &rel, &det), OSCAR_OK);
+    assert_true(rel == 0.0 && det);
+    // keys offset per channel, the OSCAR methods centred (OptR's key mean)
+    const struct ec_case cc = {"cpu", 64, 4, 2, 128, 2, {40, 30, 0}, OSCAR_TIERS_STATIC, 4, 8, 0, OSCAR_META_F32,
+                               OSCAR_CLIP_SORT, 0.0f, 0, 1};
+    assert_int_equal(ec_run("cpu", &cc, 7, &rel, &det), OSCAR_OK);
     assert_true(rel == 0.0 && det);
 }
 
