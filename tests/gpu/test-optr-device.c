@@ -168,8 +168,8 @@ static int check_quant(int small) {
 // ---- 2a. lockstep: the CPU's training loop, the GPU from the CPU's state at every step ----------
 
 struct lock {
-    double loss, grad;          // worst relative differences at evaluations without a code flip
-    double loss_f, grad_f;      // the same at evaluations where codes flipped
+    double loss, grad;          // worst relative differences at evaluations without a flip (code or metadata)
+    double loss_f, grad_f;      // the same at evaluations with one
     int64_t flips, meta, evals, evals_flipped;   // codes flipped, residuals moved by a half-precision flip
     double step_rot, step_a;    // optimizer step from the same state: max |ΔR|, max |ΔA|, |Δm|, |Δv|
 };
