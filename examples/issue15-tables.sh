@@ -3,9 +3,10 @@
 # its q/k/v kept), OSCAR / +sign search / +OptR / +OptR+centering from that store, every method scored
 # in domain (held-out Persuasion) and out of domain (Brown romance, hobbies, government: genres never
 # calibrated on), one 2048-token window each, sink 32 + recent 128; then ctx 8192, sink 64 + recent 256,
-# positions >= 4096 of Persuasion. Prints the tables (examples/method-table.py). A run whose output is
-# already in DIR is not repeated. CPU: about 55 min of CPU time under load, 20 of them the two sign searches (BENCHMARKS.md,
-# "Issue 15 tables").
+# positions >= 4096 of Persuasion, also with calibrations made for those tiers (sequences of 512 and of
+# 2048). Prints the tables (examples/method-table.py). A run whose output is already in DIR is not
+# repeated. CPU: about 55 min of CPU time under load, 20 of them the two sign searches, and about 30 min
+# more (idle) for the long-context part (BENCHMARKS.md, "Issue 15 tables").
 #   examples/issue15-tables.sh [DIR]   (OSCAR_BUILD, OSCAR_CACHE as elsewhere)
 set -euo pipefail
 B=$(cd "${OSCAR_BUILD:-build}/bin" && pwd) X=$(cd "$(dirname "$0")" && pwd)
@@ -36,12 +37,27 @@ ver() { local out=$1; shift; for s in "${SETS[@]}"; do [ -e $out.${s%%=*}.json ]
         --sink 32 --recent 128 -t 2 --json "$@" > $out.${s%%=*}.json; done; }
 ver base --methods bf16,hadamard,kivi,oscar-omni
 for a in oscar signs signs2 optr-nc optr-c optr-all; do ver v.$a --rotations $a --methods bf16,oscar; done
-for a in oscar optr-c; do [ -e lc.$a.persuasion.json ] ||
-    "$B/oscar-verify" --model "$M" --rotations $a --corpus $A/persuasion.txt --ctx 8192 --tokens 8192 \
-        --score-from 4096 --metric-tokens 16 --sink 64 --recent 256 --methods bf16,oscar -t 2 --json \
-        > lc.$a.persuasion.json; done
+# long context: the artifacts above (calibrated for sink 32 + recent 128), then calibrations for the
+# long-context tiers (sink 64 + recent 256) on sequences of 512 (8192 tokens) and of 2048 (16384
+# tokens), each with OptR + centering on its first 4 (Pride and Prejudice) sequences
+lccal() { local n=$1 c=$2 t=$3; [ -e $n/oscar.json ] || "$B/oscar-calibrate" -m "$M" -f $A/prideprejudice.txt@0.5 \
+    -f $G/news.txt@0.25 -f $G/learned.txt@0.25 --tokens $t -c $c --sink 64 --recent 256 -t 2 \
+    --rotation-grouping layer --save-activations $n.h5 -o $n --json > $n.json
+    [ -e $n-optr/oscar.json ] || "$B/oscar-calibrate" -m "$M" --from-activations $n.h5 --sink 64 --recent 256 -t 2 \
+        --rotation-grouping layer --refine optr --optr-train-seq 4 -o $n-optr --json > $n-optr.json; }
+lccal lc512 512 8192
+lccal lc2048 2048 16384
+lcver() { local out=$1; shift; [ -e $out.persuasion.json ] ||
+    "$B/oscar-verify" --model "$M" --corpus $A/persuasion.txt --ctx 8192 --tokens 8192 --score-from 4096 \
+        --metric-tokens 16 --sink 64 --recent 256 -t 2 --json "$@" > $out.persuasion.json; }
+lcver lc.base --methods bf16,hadamard,kivi,oscar-omni
+for a in oscar optr-c lc512 lc512-optr lc2048 lc2048-optr; do lcver lc.$a --rotations $a --methods bf16,oscar; done
 python3 "$X/method-table.py" bf16=base:bf16 Hadamard=base:hadamard KIVI-style=base:kivi OScaR=base:oscar-omni \
     OSCAR=v.oscar:oscar "OSCAR + sign search, 1 pass"=v.signs:oscar "OSCAR + sign search, 2 passes"=v.signs2:oscar "OSCAR + OptR"=v.optr-nc:oscar \
     "OSCAR + OptR + centering"=v.optr-c:oscar \
     "OSCAR + OptR + centering, 16 sequences x 40 steps"=v.optr-all:oscar -- in:persuasion out:romance out:hobbies out:government
-python3 "$X/method-table.py" OSCAR=lc.oscar:oscar "OSCAR + OptR + centering"=lc.optr-c:oscar -- in:persuasion
+python3 "$X/method-table.py" bf16=lc.base:bf16 Hadamard=lc.base:hadamard KIVI-style=lc.base:kivi OScaR=lc.base:oscar-omni \
+    "OSCAR (tiers 32 + 128, c 512)"=lc.oscar:oscar "OSCAR + OptR + centering (tiers 32 + 128, c 512)"=lc.optr-c:oscar \
+    "OSCAR (tiers 64 + 256, c 512)"=lc.lc512:oscar "OSCAR + OptR + centering (tiers 64 + 256, c 512)"=lc.lc512-optr:oscar \
+    "OSCAR (tiers 64 + 256, c 2048)"=lc.lc2048:oscar "OSCAR + OptR + centering (tiers 64 + 256, c 2048)"=lc.lc2048-optr:oscar \
+    -- in:persuasion
