@@ -56,14 +56,17 @@ enum oscar_status oscar_stats_keep_partials(struct oscar_stats * s, oscar_stats_
 double * osc_stats_new_part(struct oscar_stats * s, int32_t l) {
     const size_t n = oscar_stats_part_doubles(s, s->phase[l]);
     if (s->n_parts && s->parts_layer != l) s->parts_lost = true; // one layer at a time: a caller's bug
-    if (s->n_parts == s->cap_parts) {
-        const size_t cap = s->cap_parts ? 2 * s->cap_parts : 16;
-        double * p = realloc(s->parts, cap * n * sizeof(double));
+    // capacity in doubles: a pass-2 part (SST alone) is smaller than a pass-1 part, and the one
+    // buffer serves both passes of every layer
+    if ((s->n_parts + 1) * n > s->cap_parts_doubles) {
+        const size_t parts = s->n_parts + 1 > 8 ? 2 * (s->n_parts + 1) : 16;
+        const size_t cap = parts * n;
+        double * p = realloc(s->parts, cap * sizeof(double));
         if (!p) {
             s->parts_lost = true;
             return NULL;
         }
-        s->parts = p, s->cap_parts = cap;
+        s->parts = p, s->cap_parts_doubles = cap;
     }
     double * part = s->parts + s->n_parts++ * n;
     memset(part, 0, n * sizeof(double));

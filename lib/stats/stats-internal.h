@@ -50,7 +50,7 @@ struct oscar_stats {
     // order instead of added, and a hook each layer's pass end calls
     bool     keep_parts;
     double * parts;          // [n_parts, part_size(phase)]
-    size_t   n_parts, cap_parts;
+    size_t   n_parts, cap_parts_doubles;
     bool     parts_lost;     // a part could not be allocated (reported at the layer's end)
     int32_t  parts_layer;
     int64_t * n_tok1_own;    // [L] this process's own pass-1 tokens (n_tok1 becomes the group's)

@@ -20,7 +20,8 @@
 #include "stats/stats-partials.h"
 #include "stats/stats.h"
 
-enum { L = 3, HQ = 4, HKV = 2, D = 8, T = 700, R = 3, SEQ = 64 };
+// T: the last rank's share (from token 512) is over 17 blocks of 128, more than the 16 parts first allocated
+enum { L = 3, HQ = 4, HKV = 2, D = 8, T = 2700, R = 3, SEQ = 64 };
 static float q[L][T][HQ][D], k[L][T][HKV][D], v[L][T][HKV][D];
 
 #include "test-splitmix.h"
