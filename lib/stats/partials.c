@@ -56,10 +56,10 @@ enum oscar_status oscar_stats_keep_partials(struct oscar_stats * s, oscar_stats_
 double * osc_stats_new_part(struct oscar_stats * s, int32_t l) {
     const size_t n = oscar_stats_part_doubles(s, s->phase[l]);
     if (s->n_parts && s->parts_layer != l) s->parts_lost = true; // one layer at a time: a caller's bug
-    // capacity in doubles: a pass-2 part (SST alone) is smaller than a pass-1 part, and the one
-    // buffer serves both passes of every layer
+    // capacity in doubles: one buffer serves both passes of every layer, and their parts differ
+    // in size (pass 1's kinds against SST with its counters)
     if ((s->n_parts + 1) * n > s->cap_parts_doubles) {
-        const size_t parts = s->n_parts + 1 > 8 ? 2 * (s->n_parts + 1) : 16;
+        const size_t parts = 2 * (s->n_parts + 1) > 16 ? 2 * (s->n_parts + 1) : 16;
         const size_t cap = parts * n;
         double * p = realloc(s->parts, cap * sizeof(double));
         if (!p) {

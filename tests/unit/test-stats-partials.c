@@ -20,7 +20,8 @@
 #include "stats/stats-partials.h"
 #include "stats/stats.h"
 
-// T: the last rank's share (from token 512) is over 17 blocks of 128, more than the 16 parts first allocated
+// T: the last rank's share (from token 512) is over 17 blocks of 128, so its kept parts outgrow the first
+// allocation (16 parts) in both passes, whose parts differ in size
 enum { L = 3, HQ = 4, HKV = 2, D = 8, T = 2700, R = 3, SEQ = 64 };
 static float q[L][T][HQ][D], k[L][T][HKV][D], v[L][T][HKV][D];
 
